@@ -1,0 +1,38 @@
+# Smelt: the everyday commands. Each target installs what is missing first (scripts/install-deps).
+BUILD ?= build
+JOBS ?= $(shell nproc)
+FUZZ_SECONDS ?= 60
+
+.PHONY: all deps build test demo bench fuzz clean
+
+all: build
+
+deps:
+	@scripts/install-deps
+
+build: deps
+	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release >/dev/null
+	@cmake --build $(BUILD) -j$(JOBS)
+
+test: build
+	cd $(BUILD) && ctest --output-on-failure -j$(JOBS)
+
+# The main job on the built-in default corpus (Debian's documentation, crawled into WARC files).
+demo: build
+	@scripts/demo
+
+bench: build
+	@bench/prep/run
+
+# libFuzzer targets for the readers and the HTML extractor, built with clang + ASan.
+fuzz: deps
+	@CC=clang CXX=clang++ cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=Release -DSMELT_FUZZ=ON -DSMELT_TESTS=OFF >/dev/null
+	@cmake --build build-fuzz -j$(JOBS)
+	@for f in build-fuzz/fuzz_*; do \
+	  name=$$(basename $$f); mkdir -p build-fuzz/corpus/$$name; \
+	  echo "== $$name ($(FUZZ_SECONDS)s)"; \
+	  $$f -max_total_time=$(FUZZ_SECONDS) -max_len=65536 build-fuzz/corpus/$$name fuzz/seeds/$$name 2>&1 | tail -3 || exit 1; \
+	done
+
+clean:
+	rm -rf $(BUILD) build-fuzz

@@ -1,0 +1,23 @@
+// The `smelt` binary: one subcommand per pipeline stage. Each subcommand lives in its own file.
+#include <cstdio>
+#include <cstring>
+#include <string>
+
+#include "smelt/cli/commands.hpp"
+#include "smelt/common/status.hpp"
+
+int main(int argc, char** argv) {
+  const char* usage =
+      "usage: smelt <command> [options]\n"
+      "commands:\n"
+      "  prep      raw HTML/WARC/JSONL/text -> refined, deduplicated shards\n"
+      "run 'smelt <command> --help' for its options\n";
+  if (argc < 2 || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h")) {
+    std::fputs(usage, argc < 2 ? stderr : stdout);
+    return argc < 2 ? smelt::kExitUsage : smelt::kExitOk;
+  }
+  std::string cmd = argv[1];
+  if (cmd == "prep") return smelt::cli_prep(argc - 1, argv + 1);
+  std::fprintf(stderr, "smelt: unknown command '%s'\n%s", cmd.c_str(), usage);
+  return smelt::kExitUsage;
+}

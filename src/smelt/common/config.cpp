@@ -1,0 +1,133 @@
+// TOML loading and --set overrides on top of toml++.
+#include "smelt/common/config.hpp"
+
+#include <sstream>
+
+#include <fmt/format.h>
+
+namespace smelt {
+
+Status config_load(const std::string& path, toml::table& root) {
+  if (path.empty()) return Status::ok();
+  try {
+    root = toml::parse_file(path);
+  } catch (const toml::parse_error& e) {
+    return Status::error(fmt::format("{} line {} column {}: {}", path, e.source().begin.line,
+                                     e.source().begin.column, e.description()));
+  }
+  return Status::ok();
+}
+
+Status config_apply_set(toml::table& root, std::string_view assignment) {
+  size_t eq = assignment.find('=');
+  if (eq == std::string_view::npos || eq == 0)
+    return Status::error(fmt::format("--set {}: expected section.key=value", assignment));
+  std::string path(assignment.substr(0, eq));
+  std::string value(assignment.substr(eq + 1));
+  std::vector<std::string> parts;
+  std::stringstream ss(path);
+  for (std::string p; std::getline(ss, p, '.');) {
+    if (p.empty()) return Status::error(fmt::format("--set {}: empty key in '{}'", assignment, path));
+    parts.push_back(p);
+  }
+  toml::table* t = &root;
+  for (size_t i = 0; i + 1 < parts.size(); ++i) {
+    toml::node* n = t->get(parts[i]);
+    if (!n) n = &t->insert_or_assign(parts[i], toml::table{}).first->second;
+    if (!n->is_table())
+      return Status::error(fmt::format("--set {}: '{}' is not a table", assignment, parts[i]));
+    t = n->as_table();
+  }
+  toml::table parsed;
+  try {
+    parsed = toml::parse("v = " + value);
+  } catch (const toml::parse_error&) {
+    t->insert_or_assign(parts.back(), value);  // a bare word: take it as a string
+    return Status::ok();
+  }
+  t->insert_or_assign(parts.back(), *parsed.get("v"));
+  return Status::ok();
+}
+
+ConfigSection::ConfigSection(const toml::table& root, std::string name) : name_(std::move(name)) {
+  const toml::table* t = &root;
+  std::stringstream ss(name_);
+  for (std::string p; std::getline(ss, p, '.');) {
+    const toml::node* n = t ? t->get(p) : nullptr;
+    if (!n) { t = nullptr; break; }
+    if (!n->is_table()) {
+      errors_.push_back(fmt::format("[{}] is not a table", name_));
+      t = nullptr;
+      break;
+    }
+    t = n->as_table();
+  }
+  table_ = t;
+}
+
+const toml::node* ConfigSection::find(const char* key) {
+  seen_.insert(key);
+  return table_ ? table_->get(key) : nullptr;
+}
+
+void ConfigSection::fail(const char* key, const char* expected) {
+  errors_.push_back(fmt::format("[{}] {}: expected {}", name_, key, expected));
+}
+
+void ConfigSection::get(const char* key, bool& v) {
+  if (auto* n = find(key)) { if (auto x = n->value<bool>()) v = *x; else fail(key, "true or false"); }
+}
+void ConfigSection::get(const char* key, int& v) {
+  if (auto* n = find(key)) {
+    if (n->is_integer()) v = static_cast<int>(*n->value<int64_t>()); else fail(key, "an integer");
+  }
+}
+void ConfigSection::get(const char* key, int64_t& v) {
+  if (auto* n = find(key)) { if (n->is_integer()) v = *n->value<int64_t>(); else fail(key, "an integer"); }
+}
+void ConfigSection::get(const char* key, uint64_t& v) {
+  if (auto* n = find(key)) {
+    if (n->is_integer() && *n->value<int64_t>() >= 0) v = static_cast<uint64_t>(*n->value<int64_t>());
+    else fail(key, "a non-negative integer");
+  }
+}
+void ConfigSection::get(const char* key, double& v) {
+  if (auto* n = find(key)) {
+    if (n->is_floating_point() || n->is_integer()) v = *n->value<double>(); else fail(key, "a number");
+  }
+}
+void ConfigSection::get(const char* key, std::string& v) {
+  if (auto* n = find(key)) { if (auto x = n->value<std::string>()) v = *x; else fail(key, "a string"); }
+}
+void ConfigSection::get(const char* key, std::vector<std::string>& v) {
+  auto* n = find(key);
+  if (!n) return;
+  const toml::array* a = n->as_array();
+  if (!a) { fail(key, "an array of strings"); return; }
+  std::vector<std::string> out;
+  for (const auto& e : *a) {
+    auto x = e.value<std::string>();
+    if (!x) { fail(key, "an array of strings"); return; }
+    out.push_back(*x);
+  }
+  v = std::move(out);
+}
+
+std::vector<std::string> ConfigSection::finish() const {
+  std::vector<std::string> errs = errors_;
+  if (table_) {
+    for (const auto& [k, _] : *table_) {
+      if (!seen_.count(std::string(k.str())))
+        errs.push_back(fmt::format("[{}] {}: unknown key", name_, k.str()));
+    }
+  }
+  return errs;
+}
+
+std::string config_to_string(const toml::table& root) {
+  std::stringstream ss;
+  ss << root;
+  return ss.str();
+}
+
+}  // namespace smelt

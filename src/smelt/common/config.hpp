@@ -1,0 +1,54 @@
+// TOML configuration: load a file, apply `--set section.key=value` overrides, and read a section
+// into a typed struct with type checks and unknown-key errors. Not a schema: each stage's config
+// struct (with its defaults) is the schema.
+#pragma once
+#include <cstdint>
+#include <set>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <toml++/toml.h>
+
+#include "smelt/common/status.hpp"
+
+namespace smelt {
+
+// Parses FILE into root (an empty path leaves root empty).
+Status config_load(const std::string& path, toml::table& root);
+
+// Applies one "a.b.c=value" override; value is parsed as a TOML value, else taken as a string.
+Status config_apply_set(toml::table& root, std::string_view assignment);
+
+// Reads keys of one section into typed fields. Every error names the section and key.
+class ConfigSection {
+ public:
+  ConfigSection(const toml::table& root, std::string name);  // name may be dotted: "prep.quality"
+
+  void get(const char* key, bool& v);
+  void get(const char* key, int& v);
+  void get(const char* key, int64_t& v);
+  void get(const char* key, uint64_t& v);
+  void get(const char* key, double& v);
+  void get(const char* key, std::string& v);
+  void get(const char* key, std::vector<std::string>& v);
+  // Marks a key as known without reading it (a nested table read by another ConfigSection).
+  void known(const char* key) { seen_.insert(key); }
+
+  // Errors so far, plus one per key that no get() asked for (typos must not pass silently).
+  std::vector<std::string> finish() const;
+  const std::string& name() const { return name_; }
+
+ private:
+  const toml::node* find(const char* key);
+  void fail(const char* key, const char* expected);
+  const toml::table* table_ = nullptr;
+  std::string name_;
+  std::set<std::string> seen_;
+  std::vector<std::string> errors_;
+};
+
+// Writes the resolved config as TOML text (for run folders and stats files).
+std::string config_to_string(const toml::table& root);
+
+}  // namespace smelt
