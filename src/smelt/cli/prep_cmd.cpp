@@ -1,2 +1,101 @@
+// `smelt prep`: flags and config file into PrepConfig, then the stage; prints the summary and
+// maps failures to exit codes (2 usage or missing input, 1 failure). Not the stage itself (refine/prep).
+#include <csignal>
+#include <cstdio>
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
 #include "smelt/cli/commands.hpp"
-namespace smelt { int cli_prep(int, char**) { return 1; } }
+#include "smelt/common/config.hpp"
+#include "smelt/common/files.hpp"
+#include "smelt/common/log.hpp"
+#include "smelt/refine/prep.hpp"
+
+namespace smelt {
+
+namespace {
+
+void on_signal(int) { prep_request_stop(); }
+
+}  // namespace
+
+int cli_prep(int argc, char** argv) {
+  CLI::App app{"smelt prep: raw HTML / WARC / JSONL / text (plain, .gz, .zst) -> refined, deduplicated "
+               "JSONL.zst parts and stats.json"};
+  app.name("smelt prep");
+  std::vector<std::string> inputs, sets;
+  std::string output, config_path, only, log_level = "info";
+  int threads = -1, task = -1, tasks = -1;
+  int64_t keep_rejected = -1, seed = -1;
+  bool overwrite = false;
+  app.add_option("-i,--input", inputs, "input files, folders or globs")->required();
+  app.add_option("-o,--output", output, "output folder")->required();
+  app.add_option("-c,--config", config_path, "TOML file with a [prep] section")->check(CLI::ExistingFile);
+  app.add_option("-t,--threads", threads, "worker threads (default: all cores)")->check(CLI::NonNegativeNumber);
+  app.add_option("--task", task, "this task's index, 0-based (with --tasks)")->check(CLI::NonNegativeNumber);
+  app.add_option("--tasks", tasks, "split the inputs into this many tasks")->check(CLI::PositiveNumber);
+  app.add_option("--only", only, "run one stage alone: 'extract'")->check(CLI::IsMember({"extract"}));
+  app.add_option("--keep-rejected", keep_rejected, "keep N examples per drop reason in DIR/rejected/")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--seed", seed, "sampling seed")->check(CLI::NonNegativeNumber);
+  app.add_option("--set", sets, "override a config key: section.key=value (repeatable)");
+  app.add_flag("--overwrite", overwrite, "replace an earlier, different run in the output folder");
+  app.add_option("--log-level", log_level, "debug, info, warn, error");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    int rc = app.exit(e);
+    return rc == 0 ? kExitOk : kExitUsage;
+  }
+  log_setup("prep", log_level);
+
+  toml::table root;
+  if (Status s = config_load(config_path, root); !s) {
+    spdlog::error("{}", s.message());
+    return kExitUsage;
+  }
+  // flags are overrides too, so the resolved config records them
+  if (threads >= 0) sets.push_back(fmt::format("prep.threads={}", threads));
+  if (task >= 0) sets.push_back(fmt::format("prep.task={}", task));
+  if (tasks >= 0) sets.push_back(fmt::format("prep.tasks={}", tasks));
+  if (keep_rejected >= 0) sets.push_back(fmt::format("prep.keep_rejected={}", keep_rejected));
+  if (seed >= 0) sets.push_back(fmt::format("prep.seed={}", seed));
+  if (only == "extract") sets.push_back("prep.only_extract=true");
+  for (const auto& s : sets) {
+    if (Status st = config_apply_set(root, s); !st) {
+      spdlog::error("{}", st.message());
+      return kExitUsage;
+    }
+  }
+  PrepConfig c;
+  if (Status s = prep_config_read(root, c); !s) {
+    spdlog::error("{}{}", config_path.empty() ? "" : config_path + ": ", s.message());
+    return kExitUsage;
+  }
+  c.inputs = inputs;
+  c.output = output;
+  c.overwrite = overwrite;
+  if (Status s = prep_config_validate(c); !s) {
+    spdlog::error("{}", s.message());
+    return kExitUsage;
+  }
+  std::vector<std::string> files;
+  if (Status s = files_expand_inputs(c.inputs, files); !s) {
+    spdlog::error("{}", s.message());
+    return kExitUsage;
+  }
+
+  std::signal(SIGINT, on_signal);
+  std::signal(SIGTERM, on_signal);
+  PrepSummary summary;
+  Status s = prep_run(c, summary);
+  if (!s) {
+    spdlog::error("{}", s.message());
+    return kExitFailure;
+  }
+  std::fputs(summary.text.c_str(), stderr);
+  return kExitOk;
+}
+
+}  // namespace smelt

@@ -76,32 +76,43 @@ void ConfigSection::fail(const char* key, const char* expected) {
 
 void ConfigSection::get(const char* key, bool& v) {
   if (auto* n = find(key)) { if (auto x = n->value<bool>()) v = *x; else fail(key, "true or false"); }
+  resolved_.insert_or_assign(key, v);
 }
 void ConfigSection::get(const char* key, int& v) {
   if (auto* n = find(key)) {
     if (n->is_integer()) v = static_cast<int>(*n->value<int64_t>()); else fail(key, "an integer");
   }
+  resolved_.insert_or_assign(key, static_cast<int64_t>(v));
 }
 void ConfigSection::get(const char* key, int64_t& v) {
   if (auto* n = find(key)) { if (n->is_integer()) v = *n->value<int64_t>(); else fail(key, "an integer"); }
+  resolved_.insert_or_assign(key, v);
 }
 void ConfigSection::get(const char* key, uint64_t& v) {
   if (auto* n = find(key)) {
     if (n->is_integer() && *n->value<int64_t>() >= 0) v = static_cast<uint64_t>(*n->value<int64_t>());
     else fail(key, "a non-negative integer");
   }
+  resolved_.insert_or_assign(key, static_cast<int64_t>(v));
 }
 void ConfigSection::get(const char* key, double& v) {
   if (auto* n = find(key)) {
     if (n->is_floating_point() || n->is_integer()) v = *n->value<double>(); else fail(key, "a number");
   }
+  resolved_.insert_or_assign(key, v);
 }
 void ConfigSection::get(const char* key, std::string& v) {
   if (auto* n = find(key)) { if (auto x = n->value<std::string>()) v = *x; else fail(key, "a string"); }
+  resolved_.insert_or_assign(key, v);
 }
 void ConfigSection::get(const char* key, std::vector<std::string>& v) {
   auto* n = find(key);
-  if (!n) return;
+  if (!n) {
+    toml::array a;
+    for (const auto& x : v) a.push_back(x);
+    resolved_.insert_or_assign(key, std::move(a));
+    return;
+  }
   const toml::array* a = n->as_array();
   if (!a) { fail(key, "an array of strings"); return; }
   std::vector<std::string> out;
@@ -111,6 +122,22 @@ void ConfigSection::get(const char* key, std::vector<std::string>& v) {
     out.push_back(*x);
   }
   v = std::move(out);
+  toml::array res;
+  for (const auto& x : v) res.push_back(x);
+  resolved_.insert_or_assign(key, std::move(res));
+}
+
+void config_insert(toml::table& root, const std::string& dotted, const toml::table& t) {
+  toml::table* cur = &root;
+  std::stringstream ss(dotted);
+  std::vector<std::string> parts;
+  for (std::string p; std::getline(ss, p, '.');) parts.push_back(p);
+  for (size_t i = 0; i < parts.size(); ++i) {
+    toml::node* n = cur->get(parts[i]);
+    if (!n || !n->is_table()) n = &cur->insert_or_assign(parts[i], toml::table{}).first->second;
+    cur = n->as_table();
+  }
+  for (const auto& [k, v] : t) cur->insert_or_assign(k, v);
 }
 
 std::vector<std::string> ConfigSection::finish() const {

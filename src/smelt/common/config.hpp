@@ -38,6 +38,8 @@ class ConfigSection {
   // Errors so far, plus one per key that no get() asked for (typos must not pass silently).
   std::vector<std::string> finish() const;
   const std::string& name() const { return name_; }
+  // Every key asked for, with its final value (the default where the file had none).
+  const toml::table& resolved() const { return resolved_; }
 
  private:
   const toml::node* find(const char* key);
@@ -46,7 +48,11 @@ class ConfigSection {
   std::string name_;
   std::set<std::string> seen_;
   std::vector<std::string> errors_;
+  toml::table resolved_;
 };
+
+// Places table t at the dotted path inside root ("prep.quality"), creating parents.
+void config_insert(toml::table& root, const std::string& dotted, const toml::table& t);
 
 // Writes the resolved config as TOML text (for run folders and stats files).
 std::string config_to_string(const toml::table& root);

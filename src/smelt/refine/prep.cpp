@@ -1,0 +1,690 @@
+// The prep stage pipeline: reader thread -> worker threads -> committer (this thread).
+//
+// Order and determinism: the reader numbers every document by (file, record) and ships them in
+// chunks; workers extract, measure, filter and sample each document independently (decisions depend
+// only on the document and the seed); the committer takes chunks back in sequence order, consults
+// the dedup index and writes parts. Output is therefore byte-identical for any thread count.
+//
+// Resume: after each finished part the committer appends the kept documents' dedup signatures to
+// DIR/.prep-dedup.bin and atomically rewrites DIR/.prep-state.json (input position, counters, parts,
+// rejected examples). A restarted run reloads both, skips the inputs already consumed and goes on
+// writing the next part: the final output equals that of an uninterrupted run.
+#include "smelt/refine/prep.hpp"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <mutex>
+#include <thread>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "smelt/common/config.hpp"
+#include "smelt/common/files.hpp"
+#include "smelt/common/hash.hpp"
+#include "smelt/common/json_write.hpp"
+#include "smelt/common/log.hpp"
+#include "smelt/common/progress.hpp"
+#include "smelt/common/queue.hpp"
+#include "smelt/refine/quality_signals.hpp"
+#include "smelt/refine/shard_writer.hpp"
+#include "smelt/text/charset.hpp"
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+namespace smelt {
+
+namespace {
+
+std::atomic<bool> g_stop{false};
+
+constexpr int kScoreBins = 20;
+constexpr size_t kChunkDocs = 64;
+constexpr size_t kChunkBytes = 8u << 20;
+constexpr size_t kMaxLoggedIssues = 50;
+constexpr size_t kRejectedTextCap = 20000;  // bytes of text kept per rejected example
+
+// One document (or the end-of-file marker) on its way through the pipeline.
+struct Item {
+  uint32_t file = 0;
+  uint64_t rec = 0;              // record index in the file; for end_of_file, the file's record count
+  bool end_of_file = false;
+  std::vector<std::string> issues;  // reader issue reasons that came before this item
+  RawDoc doc;
+  // filled by a worker
+  uint64_t raw_bytes = 0, text_bytes = 0;
+  std::string lang;
+  double score = -1;
+  std::string drop;              // "" = keep (pending dedup), else the drop reason
+  std::string rules;             // failed quality rules (only kept for rejected examples)
+  std::string line;              // the output JSON line without its closing '}'
+  DedupSignature sig;
+};
+
+struct Chunk {
+  uint64_t seq = 0;
+  std::vector<Item> items;
+};
+
+// Position of the next item to process: everything before (file, rec) is done.
+struct Position {
+  uint64_t file = 0, rec = 0;
+  bool before(uint32_t f, uint64_t r) const { return f < file || (f == file && r < rec); }
+};
+
+// Counters that make up stats.json; deterministic (no timing), restored on resume.
+struct Counters {
+  uint64_t docs_read = 0, docs_kept = 0, bytes_in = 0, text_bytes = 0, bytes_out = 0;
+  uint64_t files_done = 0;
+  std::map<std::string, uint64_t> drops, issues;
+  std::map<std::string, std::pair<uint64_t, uint64_t>> langs;  // lang -> (in, out)
+  std::vector<uint64_t> hist_all = std::vector<uint64_t>(kScoreBins), hist_kept = std::vector<uint64_t>(kScoreBins);
+
+  json to_json() const {
+    json j;
+    j["docs_read"] = docs_read; j["docs_kept"] = docs_kept; j["bytes_in"] = bytes_in;
+    j["text_bytes"] = text_bytes; j["bytes_out"] = bytes_out; j["files_done"] = files_done;
+    j["drops"] = drops; j["issues"] = issues;
+    json l = json::object();
+    for (const auto& [k, v] : langs) l[k] = {{"in", v.first}, {"out", v.second}};
+    j["langs"] = l;
+    j["hist_all"] = hist_all; j["hist_kept"] = hist_kept;
+    return j;
+  }
+  void from_json(const json& j) {
+    docs_read = j.at("docs_read"); docs_kept = j.at("docs_kept"); bytes_in = j.at("bytes_in");
+    text_bytes = j.at("text_bytes"); bytes_out = j.at("bytes_out"); files_done = j.at("files_done");
+    drops = j.at("drops").get<std::map<std::string, uint64_t>>();
+    issues = j.at("issues").get<std::map<std::string, uint64_t>>();
+    langs.clear();
+    for (const auto& [k, v] : j.at("langs").items()) langs[k] = {v.at("in"), v.at("out")};
+    hist_all = j.at("hist_all").get<std::vector<uint64_t>>();
+    hist_kept = j.at("hist_kept").get<std::vector<uint64_t>>();
+  }
+};
+
+int score_bin(double s) { return std::clamp(static_cast<int>(s * kScoreBins), 0, kScoreBins - 1); }
+
+bool has_visible_text(std::string_view s) {
+  for (unsigned char c : s)
+    if (!std::isspace(c)) return true;
+  return false;
+}
+
+// Everything a worker does to one document. Pure: depends only on the item and the config.
+void process_item(const PrepConfig& c, Item& it) {
+  RawDoc& d = it.doc;
+  it.raw_bytes = d.text.size();
+  std::string text;
+  HtmlSignals html;
+  if (d.is_html) {
+    std::string utf8;
+    charset_to_utf8(d.text, d.charset, utf8);
+    if (c.extract_enabled) {
+      HtmlExtractResult r;
+      html_extract(utf8, c.extract, r);
+      text = std::move(r.text);
+      html = HtmlSignals{true, r.tag_density, r.link_text_ratio};
+    } else {
+      text = std::move(utf8);
+    }
+  } else {
+    text = std::move(d.text);
+  }
+  d.text.clear();
+  d.text.shrink_to_fit();
+  it.text_bytes = text.size();
+
+  std::string quality_json;
+  if (!has_visible_text(text)) {
+    it.drop = "empty";
+  } else if (!c.only_extract) {
+    if (c.quality_enabled) {
+      QualitySignals q;
+      quality_compute(text, html.present ? &html : nullptr, q);
+      it.lang = q.language.lang;
+      it.drop = quality_hard_filter(q, c.quality);
+      it.score = quality_score(q, c.quality);
+      q.append_json(quality_json);
+      // the score joins the signals inside the same object
+      if (!quality_json.empty() && quality_json.back() == '}') {
+        quality_json.pop_back();
+        quality_json += fmt::format("{}\"score\":{:.4f}}}", quality_json.size() > 1 ? "," : "", it.score);
+      }
+      if (it.drop.empty() && c.sample_enabled && it.score < c.sample_threshold) {
+        double u = hash_unit(hash64(d.id, c.seed));
+        if (u >= it.score * it.score) it.drop = "sampled_out";
+      }
+      if (!it.drop.empty() && c.keep_rejected > 0) it.rules = quality_failed_rules(q, c.quality);
+    }
+    if (it.drop.empty() && c.dedup_enabled) dedup_signature(text, it.lang == "zh", c.dedup, it.sig);
+  }
+  if (!it.drop.empty() && c.keep_rejected == 0) return;
+
+  std::string& o = it.line;
+  o.reserve(text.size() + quality_json.size() + d.meta_json.size() + 256);
+  o += "{\"id\":";
+  json_append_string(o, d.id);
+  o += ",\"source\":";
+  json_append_string(o, d.source);
+  if (!d.url.empty()) {
+    o += ",\"url\":";
+    json_append_string(o, d.url);
+  }
+  o += ",\"text\":";
+  if (it.drop.empty() || text.size() <= kRejectedTextCap) {
+    json_append_string(o, text);
+  } else {
+    size_t cut = kRejectedTextCap;
+    while (cut > 0 && (static_cast<unsigned char>(text[cut]) & 0xC0) == 0x80) --cut;
+    json_append_string(o, std::string_view(text).substr(0, cut));
+  }
+  if (!quality_json.empty()) {
+    o += ",\"quality\":";
+    o += quality_json;
+  }
+  if (!d.meta_json.empty()) {
+    o += ",\"meta\":";
+    o += d.meta_json;
+  }
+}
+
+class PrepRun {
+ public:
+  PrepRun(const PrepConfig& c) : c_(c) {}
+  Status run(PrepSummary& out);
+
+ private:
+  Status prepare_output(bool& complete);
+  Status load_state(const std::string& state_text);
+  Status persist_state(bool complete);
+  void reader_main();
+  void worker_main();
+  Status commit_item(Item& it);
+  std::string summary_text(double seconds) const;
+  json stats_json(double seconds, bool complete) const;
+  std::string path(const std::string& name) const { return (fs::path(c_.output) / name).string(); }
+
+  const PrepConfig& c_;
+  std::vector<std::string> files_;       // this task's inputs, in order
+  std::vector<uint64_t> file_sizes_;
+  uint64_t total_bytes_ = 0;
+  std::string suffix_;                   // "" or "-TTTTT" when tasks > 1
+  std::string fingerprint_;
+
+  // committer state (persisted)
+  Position pos_;
+  Counters n_;
+  std::vector<ShardInfo> parts_;
+  std::map<std::string, std::vector<std::string>> rejected_;
+  uint64_t dedup_log_bytes_ = 0;
+  std::string pending_sigs_;             // signatures of kept docs since the last finished part
+  std::unique_ptr<DedupIndex> index_;
+  std::unique_ptr<ShardWriter> writer_;
+  bool resumed_ = false;
+
+  // pipeline
+  std::unique_ptr<BoundedQueue<Chunk>> work_, done_;
+  std::atomic<uint64_t> bytes_progress_{0};
+  std::atomic<uint64_t> in_flight_{0};
+  std::mutex flight_mu_;
+  std::condition_variable flight_cv_;
+  uint64_t max_in_flight_ = 8;
+  std::atomic<size_t> logged_issues_{0};
+  std::string reader_error_;
+};
+
+// True for a file this task's runs write: its parts, state, dedup log and stats.
+bool is_task_file(const std::string& name, const std::string& suffix) {
+  std::string part = "part" + suffix + "-";
+  bool is_part = name.rfind(part, 0) == 0 && name.size() == part.size() + 5 + 10 &&
+                 name.compare(name.size() - 10, 10, ".jsonl.zst") == 0;
+  return is_part || name == ".prep-state" + suffix + ".json" || name == ".prep-dedup" + suffix + ".bin" ||
+         name == "stats" + suffix + ".json";
+}
+
+Status PrepRun::prepare_output(bool& complete) {
+  complete = false;
+  std::error_code ec;
+  fs::create_directories(c_.output, ec);
+  if (ec) return Status::error(fmt::format("{}: cannot create output folder: {}", c_.output, ec.message()));
+  // leftovers of a killed run: temporaries are never valid output
+  for (const auto& e : fs::directory_iterator(c_.output, ec)) {
+    std::string name = e.path().filename().string();
+    if (name.find(".tmp-") != std::string::npos) fs::remove(e.path(), ec);
+  }
+  std::string state_path = path(".prep-state" + suffix_ + ".json");
+  if (fs::exists(state_path)) {
+    std::string text;
+    if (Status s = files_read_small(state_path, text); !s) return s;
+    json st = json::parse(text, nullptr, false);
+    bool same = !st.is_discarded() && st.value("fingerprint", "") == fingerprint_;
+    if (same) {
+      complete = st.value("complete", false);
+      if (complete) return Status::ok();
+      return load_state(text);
+    }
+    if (!c_.overwrite)
+      return Status::error(fmt::format(
+          "{}: holds a prep run with other inputs or settings; use another --output folder or --overwrite",
+          c_.output));
+  } else if (!c_.overwrite) {
+    for (const auto& e : fs::directory_iterator(c_.output, ec)) {
+      std::string name = e.path().filename().string();
+      if (is_task_file(name, suffix_) && name.rfind("part", 0) == 0)
+        return Status::error(fmt::format(
+            "{}: already holds output parts ({}) but no resume state; use another --output folder or --overwrite",
+            c_.output, name));
+    }
+  }
+  // a fresh start: remove what an earlier run of this task left
+  for (const auto& e : fs::directory_iterator(c_.output, ec)) {
+    std::string name = e.path().filename().string();
+    if (is_task_file(name, suffix_)) fs::remove(e.path(), ec);
+  }
+  fs::remove_all(path("rejected" + suffix_), ec);
+  return Status::ok();
+}
+
+Status PrepRun::load_state(const std::string& state_text) {
+  json st = json::parse(state_text, nullptr, false);
+  std::string state_path = path(".prep-state" + suffix_ + ".json");
+  try {
+    pos_.file = st.at("position").at("file");
+    pos_.rec = st.at("position").at("rec");
+    n_.from_json(st.at("counters"));
+    for (const auto& p : st.at("parts"))
+      parts_.push_back(ShardInfo{p.at("file"), p.at("docs"), p.at("bytes"), p.at("compressed")});
+    rejected_ = st.at("rejected").get<std::map<std::string, std::vector<std::string>>>();
+    dedup_log_bytes_ = st.at("dedup_log_bytes");
+  } catch (const json::exception& e) {
+    return Status::error(fmt::format("{}: damaged resume state ({}); rerun with --overwrite", state_path, e.what()));
+  }
+  // every part the state names must be on disk, whole
+  for (const auto& p : parts_) {
+    std::error_code ec;
+    uint64_t size = fs::file_size(path(p.file), ec);
+    if (ec || size != p.compressed)
+      return Status::error(fmt::format("{}: part {} is missing or has the wrong size; rerun with --overwrite",
+                                       c_.output, p.file));
+  }
+  // reload the dedup index from the signature log, cut to what the state covers
+  std::string log_path = path(".prep-dedup" + suffix_ + ".bin");
+  std::string log;
+  if (dedup_log_bytes_ > 0) {
+    if (Status s = files_read_small(log_path, log); !s) return s;
+    if (log.size() < dedup_log_bytes_)
+      return Status::error(fmt::format("{}: shorter than the resume state says; rerun with --overwrite", log_path));
+    log.resize(dedup_log_bytes_);
+    size_t pos = 0;
+    DedupSignature sig;
+    while (pos < log.size()) {
+      if (!dedup_signature_read(log, pos, sig))
+        return Status::error(fmt::format("{}: damaged at byte {}; rerun with --overwrite", log_path, pos));
+      index_->check_and_insert(sig);
+    }
+  }
+  if (truncate(log_path.c_str(), static_cast<off_t>(dedup_log_bytes_)) != 0 && dedup_log_bytes_ > 0)
+    return Status::error(fmt::format("{}: cannot truncate to the resume point", log_path));
+  resumed_ = true;
+  return Status::ok();
+}
+
+Status PrepRun::persist_state(bool complete) {
+  if (!pending_sigs_.empty()) {
+    std::string log_path = path(".prep-dedup" + suffix_ + ".bin");
+    std::FILE* f = std::fopen(log_path.c_str(), "ab");
+    if (!f) return Status::error(fmt::format("{}: cannot append", log_path));
+    bool ok = std::fwrite(pending_sigs_.data(), 1, pending_sigs_.size(), f) == pending_sigs_.size();
+    ok = std::fflush(f) == 0 && fsync(fileno(f)) == 0 && ok;
+    ok = std::fclose(f) == 0 && ok;
+    if (!ok) return Status::error(fmt::format("{}: write failed", log_path));
+    dedup_log_bytes_ += pending_sigs_.size();
+    pending_sigs_.clear();
+  }
+  json st;
+  st["fingerprint"] = fingerprint_;
+  st["complete"] = complete;
+  st["position"] = {{"file", pos_.file}, {"rec", pos_.rec}};
+  st["counters"] = n_.to_json();
+  json parts = json::array();
+  for (const auto& p : parts_)
+    parts.push_back({{"file", p.file}, {"docs", p.docs}, {"bytes", p.bytes}, {"compressed", p.compressed}});
+  st["parts"] = parts;
+  st["rejected"] = rejected_;
+  st["dedup_log_bytes"] = dedup_log_bytes_;
+  return files_write_atomic(path(".prep-state" + suffix_ + ".json"), st.dump());
+}
+
+void PrepRun::reader_main() {
+  // whatever way this returns, the workers must learn that no more chunks come
+  struct CloseOnExit {
+    BoundedQueue<Chunk>* q;
+    ~CloseOnExit() { q->close(); }
+  } close_on_exit{work_.get()};
+  uint64_t seq = 0;
+  uint64_t bytes_before = 0;
+  Chunk chunk;
+  size_t chunk_bytes = 0;
+  std::vector<std::string> pending_issues;
+  bool skipping = false;
+  auto ship = [&]() -> bool {
+    if (chunk.items.empty()) return true;
+    {
+      // timed waits: a stop raised by a signal handler cannot notify
+      std::unique_lock lk(flight_mu_);
+      while (!flight_cv_.wait_for(lk, std::chrono::milliseconds(100),
+                                  [&] { return in_flight_ < max_in_flight_ || g_stop; })) {
+      }
+    }
+    if (g_stop) return false;
+    ++in_flight_;
+    chunk.seq = seq++;
+    bool ok = work_->push(std::move(chunk));
+    chunk = Chunk{};
+    chunk_bytes = 0;
+    return ok;
+  };
+  for (uint32_t f = 0; f < files_.size() && !g_stop; ++f) {
+    if (f < pos_.file) { bytes_before += file_sizes_[f]; continue; }
+    bytes_progress_ = bytes_before;
+    Status err;
+    auto reader = doc_reader_open(files_[f], c_.read, err);
+    uint64_t rec = 0;
+    pending_issues.clear();
+    if (!reader) {
+      if (!(f == pos_.file && pos_.rec > 0)) {
+        pending_issues.push_back("unreadable_file");
+        if (logged_issues_++ < kMaxLoggedIssues) spdlog::warn("{}; the file was skipped", err.message());
+      }
+    } else {
+      reader->on_issue = [&](const ReadIssue& is) {
+        if (skipping) return;
+        pending_issues.push_back(is.reason);
+        size_t k = logged_issues_++;
+        if (k < kMaxLoggedIssues) spdlog::warn("{}", is.message);
+        else if (k == kMaxLoggedIssues) spdlog::warn("further input problems are counted in stats.json, not logged");
+      };
+      RawDoc doc;
+      for (;;) {
+        skipping = f == pos_.file && rec < pos_.rec;
+        if (!reader->next(doc)) break;
+        bytes_progress_ = bytes_before + reader->bytes_read();
+        if (skipping) { ++rec; pending_issues.clear(); continue; }
+        Item it;
+        it.file = f;
+        it.rec = rec++;
+        it.issues = std::move(pending_issues);
+        pending_issues.clear();
+        chunk_bytes += doc.text.size();
+        it.doc = std::move(doc);
+        doc = RawDoc{};
+        chunk.items.push_back(std::move(it));
+        if (chunk.items.size() >= kChunkDocs || chunk_bytes >= kChunkBytes) {
+          if (!ship()) return;
+        }
+        if (g_stop) break;
+      }
+      skipping = false;
+    }
+    if (g_stop) break;
+    Item end;
+    end.file = f;
+    end.rec = rec;
+    end.end_of_file = true;
+    end.issues = std::move(pending_issues);
+    pending_issues.clear();
+    chunk.items.push_back(std::move(end));
+    bytes_before += file_sizes_[f];
+    bytes_progress_ = bytes_before;
+  }
+  if (!g_stop) ship();
+}
+
+void PrepRun::worker_main() {
+  while (auto chunk = work_->pop()) {
+    for (auto& it : chunk->items)
+      if (!it.end_of_file) process_item(c_, it);
+    if (!done_->push(std::move(*chunk))) break;
+  }
+}
+
+Status PrepRun::commit_item(Item& it) {
+  for (const auto& r : it.issues) n_.issues[r]++;
+  if (it.end_of_file) {
+    n_.files_done++;
+    pos_ = Position{it.file + 1ull, 0};
+    return Status::ok();
+  }
+  n_.docs_read++;
+  n_.bytes_in += it.raw_bytes;
+  n_.text_bytes += it.text_bytes;
+  if (!it.lang.empty()) n_.langs[it.lang].first++;
+  if (it.score >= 0) n_.hist_all[score_bin(it.score)]++;
+  if (it.drop.empty() && c_.dedup_enabled && !c_.only_extract) {
+    switch (index_->check_and_insert(it.sig)) {
+      case DedupIndex::Verdict::kExact: it.drop = "exact_duplicate"; break;
+      case DedupIndex::Verdict::kNear: it.drop = "near_duplicate"; break;
+      case DedupIndex::Verdict::kUnique: dedup_signature_write(it.sig, pending_sigs_); break;
+    }
+  }
+  pos_ = Position{it.file, it.rec + 1};
+  if (!it.drop.empty()) {
+    n_.drops[it.drop]++;
+    auto& ex = rejected_[it.drop];
+    if (ex.size() < c_.keep_rejected) {
+      std::string line = std::move(it.line);
+      line += ",\"rejected\":{\"reason\":";
+      json_append_string(line, it.drop);
+      if (!it.rules.empty()) {
+        line += ",\"failed_rules\":";
+        json_append_string(line, it.rules);
+      }
+      line += "}}";
+      ex.push_back(std::move(line));
+    }
+    return Status::ok();
+  }
+  n_.docs_kept++;
+  n_.bytes_out += it.text_bytes;
+  if (!it.lang.empty()) n_.langs[it.lang].second++;
+  if (it.score >= 0) n_.hist_kept[score_bin(it.score)]++;
+  it.line.push_back('}');
+  if (Status s = writer_->append(it.line); !s) return s;
+  ShardInfo closed;
+  if (writer_->take_closed(closed)) {
+    parts_.push_back(closed);
+    if (Status s = persist_state(false); !s) return s;
+  }
+  return Status::ok();
+}
+
+json PrepRun::stats_json(double seconds, bool complete) const {
+  json j;
+  j["stage"] = "prep";
+  j["complete"] = complete;
+  j["task"] = c_.task;
+  j["tasks"] = c_.tasks;
+  uint64_t disk_bytes = 0;
+  for (auto s : file_sizes_) disk_bytes += s;
+  j["inputs"] = {{"files", files_.size()}, {"bytes_on_disk", disk_bytes}};
+  uint64_t dropped = n_.docs_read - n_.docs_kept;
+  j["documents"] = {{"read", n_.docs_read}, {"kept", n_.docs_kept}, {"dropped", dropped}};
+  uint64_t compressed = 0;
+  for (const auto& p : parts_) compressed += p.compressed;
+  j["bytes"] = {{"in", n_.bytes_in}, {"text_extracted", n_.text_bytes}, {"text_out", n_.bytes_out},
+                {"out_compressed", compressed}};
+  j["drops"] = n_.drops;
+  j["input_issues"] = n_.issues;
+  json langs = json::object();
+  for (const auto& [k, v] : n_.langs) langs[k] = {{"in", v.first}, {"out", v.second}};
+  j["languages"] = langs;
+  j["score_histogram"] = {{"bins", kScoreBins}, {"range", {0.0, 1.0}}, {"all", n_.hist_all}, {"kept", n_.hist_kept}};
+  json parts = json::array();
+  for (const auto& p : parts_)
+    parts.push_back({{"file", p.file}, {"docs", p.docs}, {"bytes", p.bytes}, {"compressed", p.compressed}});
+  j["parts"] = parts;
+  if (index_) j["dedup_index"] = {{"docs", index_->size()}, {"bytes", index_->memory_bytes()}};
+  // timing is the one part of stats.json that differs between identical runs
+  double s = std::max(seconds, 1e-9);
+  j["timing"] = {{"seconds", seconds}, {"docs_per_s", n_.docs_read / s},
+                 {"mb_in_per_s", n_.bytes_in / 1e6 / s}, {"resumed", resumed_}};
+  toml::table cfg = prep_config_to_toml(c_);
+  std::stringstream ss;
+  ss << toml::json_formatter{cfg};
+  j["config"] = json::parse(ss.str());
+  j["config"]["inputs"] = c_.inputs;
+  return j;
+}
+
+std::string PrepRun::summary_text(double seconds) const {
+  std::string s = fmt::format("prep {}: {} of {} documents kept ({:.1f}%), {:.1f} MB in -> {:.1f} MB text out, {} part(s), {:.1f} s\n",
+                              c_.output, n_.docs_kept, n_.docs_read,
+                              n_.docs_read ? 100.0 * n_.docs_kept / n_.docs_read : 0.0, n_.bytes_in / 1e6,
+                              n_.bytes_out / 1e6, parts_.size(), seconds);
+  if (!n_.drops.empty()) {
+    s += "  dropped:";
+    for (const auto& [k, v] : n_.drops) s += fmt::format(" {}={}", k, v);
+    s += "\n";
+  }
+  if (!n_.issues.empty()) {
+    s += "  input problems:";
+    for (const auto& [k, v] : n_.issues) s += fmt::format(" {}={}", k, v);
+    s += "\n";
+  }
+  if (!n_.langs.empty()) {
+    s += "  languages (in/out):";
+    for (const auto& [k, v] : n_.langs) s += fmt::format(" {}={}/{}", k, v.first, v.second);
+    s += "\n";
+  }
+  return s;
+}
+
+Status PrepRun::run(PrepSummary& out) {
+  std::vector<std::string> all;
+  if (Status s = files_expand_inputs(c_.inputs, all); !s) return s;
+  for (size_t i = 0; i < all.size(); ++i) {
+    if (static_cast<int>(i % c_.tasks) != c_.task) continue;
+    files_.push_back(all[i]);
+    std::error_code ec;
+    file_sizes_.push_back(fs::file_size(all[i], ec));
+    total_bytes_ += file_sizes_.back();
+  }
+  if (c_.tasks > 1) suffix_ = fmt::format("-{:05d}", c_.task);
+
+  // the fingerprint covers everything that changes the output (not threads or logging)
+  PrepConfig fp = c_;
+  fp.threads = 0;
+  fp.log_interval_s = 0;
+  fp.overwrite = false;
+  std::string fp_text = config_to_string(prep_config_to_toml(fp));
+  for (const auto& f : files_) fp_text += "\n" + f + fmt::format(":{}", file_sizes_[&f - files_.data()]);
+  fingerprint_ = fmt::format("{:016x}", hash64(fp_text));
+
+  index_ = std::make_unique<DedupIndex>(c_.dedup);
+  bool complete = false;
+  if (Status s = prepare_output(complete); !s) return s;
+  out.stats_path = path("stats" + suffix_ + ".json");
+  if (complete) {
+    out.already_complete = true;
+    out.text = fmt::format("prep {}: already complete for these inputs and settings; see {}\n", c_.output,
+                           out.stats_path);
+    return Status::ok();
+  }
+  if (resumed_)
+    spdlog::info("resuming {}: {} part(s) done, continuing at input {} record {}", c_.output, parts_.size(),
+                 pos_.file, pos_.rec);
+  writer_ = std::make_unique<ShardWriter>(c_.output, "part" + suffix_ + "-", c_.shard_mb << 20, c_.zstd_level,
+                                          parts_.size());
+
+  int threads = c_.threads > 0 ? c_.threads : std::max(1u, std::thread::hardware_concurrency());
+  max_in_flight_ = 4ull * threads;
+  work_ = std::make_unique<BoundedQueue<Chunk>>(2ull * threads);
+  done_ = std::make_unique<BoundedQueue<Chunk>>(max_in_flight_ + 1);
+  spdlog::info("{} input file(s), {:.1f} MB, {} worker thread(s){}", files_.size(), total_bytes_ / 1e6, threads,
+               c_.tasks > 1 ? fmt::format(", task {} of {}", c_.task, c_.tasks) : "");
+
+  Progress progress("prep", total_bytes_, c_.log_interval_s);
+  std::thread reader([this] { reader_main(); });
+  std::vector<std::thread> workers;
+  for (int i = 0; i < threads; ++i) workers.emplace_back([this] { worker_main(); });
+  std::thread closer([&] {
+    for (auto& w : workers) w.join();
+    done_->close();
+  });
+
+  Status status;
+  std::map<uint64_t, Chunk> reorder;
+  uint64_t next_seq = 0;
+  while (auto chunk = done_->pop()) {
+    reorder.emplace(chunk->seq, std::move(*chunk));
+    while (!reorder.empty() && reorder.begin()->first == next_seq) {
+      Chunk ch = std::move(reorder.begin()->second);
+      reorder.erase(reorder.begin());
+      ++next_seq;
+      for (auto& it : ch.items) {
+        if (!status) break;
+        status = commit_item(it);
+      }
+      --in_flight_;
+      flight_cv_.notify_all();
+    }
+    progress.tick(n_.docs_read, bytes_progress_);
+    if (status && !g_stop.load()) continue;
+    g_stop = true;  // a failure stops the pipeline too
+    flight_cv_.notify_all();
+    work_->close();
+  }
+  flight_cv_.notify_all();
+  reader.join();
+  closer.join();
+  progress.finish();
+  double seconds = progress.elapsed_s();
+
+  if (!status) return status;
+  if (g_stop)
+    return Status::error(fmt::format(
+        "interrupted after {} part(s); rerun the same command to resume from there", parts_.size()));
+
+  ShardInfo last;
+  if (Status s = writer_->close(&last); !s) return s;
+  if (last.docs > 0) parts_.push_back(last);
+  // rejected examples, one file per reason
+  if (c_.keep_rejected > 0 && !rejected_.empty()) {
+    std::string dir = path("rejected" + suffix_);
+    std::error_code ec;
+    fs::create_directories(dir, ec);
+    for (const auto& [reason, lines] : rejected_) {
+      std::string text;
+      for (const auto& l : lines) text += l + "\n";
+      if (Status s = files_write_atomic((fs::path(dir) / (reason + ".jsonl")).string(), text); !s) return s;
+    }
+  }
+  if (Status s = files_write_atomic(out.stats_path, stats_json(seconds, true).dump(2) + "\n"); !s) return s;
+  if (Status s = persist_state(true); !s) return s;
+  out.docs_read = n_.docs_read;
+  out.docs_kept = n_.docs_kept;
+  out.parts = parts_.size();
+  out.resumed = resumed_;
+  out.text = summary_text(seconds) + fmt::format("  output: {}/part{}-*.jsonl.zst, stats: {}\n", c_.output,
+                                                 suffix_, out.stats_path);
+  return Status::ok();
+}
+
+}  // namespace
+
+void prep_request_stop() { g_stop = true; }
+
+Status prep_run(const PrepConfig& c, PrepSummary& out) {
+  g_stop = false;
+  PrepRun run(c);
+  return run.run(out);
+}
+
+}  // namespace smelt

@@ -1,0 +1,70 @@
+// The prep stage: raw inputs -> extraction -> quality signals -> hard filters and quality-based
+// sampling -> exact and near dedup -> size-capped refined parts + stats.json. One reader thread,
+// N worker threads, and one committer that takes documents in input order (so output is
+// byte-identical for any thread count) and persists a resume point after every finished part.
+// Not here: the CLI flags (cli/prep_cmd.cpp) or any single algorithm (text/, refine/).
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <toml++/toml.h>
+
+#include "smelt/common/status.hpp"
+#include "smelt/refine/dedup.hpp"
+#include "smelt/refine/quality_score.hpp"
+#include "smelt/text/doc_reader.hpp"
+#include "smelt/text/html_extract.hpp"
+
+namespace smelt {
+
+struct PrepConfig {
+  // [prep]
+  std::vector<std::string> inputs;  // files, folders, globs (flag --input)
+  std::string output;               // output folder (flag --output)
+  int threads = 0;                  // worker threads; 0 = all cores
+  int task = 0, tasks = 1;          // this task's share of the inputs: files i with i % tasks == task
+  uint64_t seed = 42;               // sampling draws hash (document id, seed)
+  bool only_extract = false;        // extraction alone: no quality, filtering, sampling or dedup
+  uint64_t keep_rejected = 0;       // keep this many examples per drop reason in DIR/rejected/
+  uint64_t shard_mb = 256;          // output part size cap, uncompressed MB
+  int zstd_level = 3;
+  double log_interval_s = 10;       // plain progress lines when stderr is not a terminal
+  bool overwrite = false;           // replace a different earlier run in the output folder
+  // [prep.read]
+  ReaderOptions read;
+  // [prep.extract]
+  bool extract_enabled = true;
+  HtmlExtractOptions extract;
+  // [prep.quality]
+  bool quality_enabled = true;
+  QualityConfig quality;
+  // [prep.sample]
+  bool sample_enabled = true;
+  double sample_threshold = 0.7;    // score >= threshold: kept; below: kept with probability score^2
+  // [prep.dedup]
+  bool dedup_enabled = true;
+  DedupConfig dedup;
+};
+
+// Reads every [prep...] key of root into c; unknown keys and wrong types are errors.
+Status prep_config_read(const toml::table& root, PrepConfig& c);
+// Rejects bad combinations before any work starts.
+Status prep_config_validate(const PrepConfig& c);
+// The resolved config as TOML (what a run records and what resume compares).
+toml::table prep_config_to_toml(const PrepConfig& c);
+
+struct PrepSummary {
+  uint64_t docs_read = 0, docs_kept = 0, parts = 0;
+  bool already_complete = false;
+  bool resumed = false;
+  std::string stats_path;
+  std::string text;  // the human-readable summary
+};
+
+// Runs the stage. A SIGINT/SIGTERM (prep_request_stop) ends it at a clean point with an error
+// saying how to resume; rerunning the same command resumes from the last finished part.
+Status prep_run(const PrepConfig& c, PrepSummary& out);
+void prep_request_stop();
+
+}  // namespace smelt
