@@ -29,8 +29,10 @@ int cli_prep(int argc, char** argv) {
   int threads = -1, task = -1, tasks = -1;
   int64_t keep_rejected = -1, seed = -1;
   bool overwrite = false;
-  app.add_option("-i,--input", inputs, "input files, folders or globs")->required();
-  app.add_option("-o,--output", output, "output folder")->required();
+  bool print_config = false;
+  app.add_option("-i,--input", inputs, "input files, folders or globs (required)");
+  app.add_option("-o,--output", output, "output folder (required)");
+  app.add_flag("--print-config", print_config, "print the resolved configuration (defaults + file + overrides) and exit");
   app.add_option("-c,--config", config_path, "TOML file with a [prep] section")->check(CLI::ExistingFile);
   app.add_option("-t,--threads", threads, "worker threads (default: all cores)")->check(CLI::NonNegativeNumber);
   app.add_option("--task", task, "this task's index, 0-based (with --tasks)")->check(CLI::NonNegativeNumber);
@@ -72,6 +74,10 @@ int cli_prep(int argc, char** argv) {
   if (Status s = prep_config_read(root, c); !s) {
     spdlog::error("{}{}", config_path.empty() ? "" : config_path + ": ", s.message());
     return kExitUsage;
+  }
+  if (print_config) {
+    std::fputs((config_to_string(prep_config_to_toml(c)) + "\n").c_str(), stdout);
+    return kExitOk;
   }
   c.inputs = inputs;
   c.output = output;
