@@ -1,6 +1,7 @@
 // Script-based language identification: Chinese, English, other. Decides from the mix of scripts
 // (Han vs Latin vs others) and, for Latin text, English stop-word hits. Not a general langid model.
 #pragma once
+#include <cstdint>
 #include <string>
 #include <string_view>
 
@@ -14,5 +15,48 @@ struct LanguageGuess {
 };
 
 LanguageGuess language_detect(std::string_view text_utf8);
+
+// ---- the pieces, shared with quality_compute (which counts in its own single pass) ----
+
+enum class Script : uint8_t { kNone, kLatin, kHan, kKana, kHangul, kCyrillic, kArabic, kOther };
+
+// The script of a letter, or kNone for anything that is not a letter (digits, punctuation,
+// spaces, marks). Han covers CJK Unified Ideographs, extension A..H and the compatibility blocks.
+Script script_of(char32_t cp);
+// The script of a code point already known to be a non-Han letter (Unicode category L*).
+Script script_of_letter(char32_t cp);
+
+// True for Han ideographs (a fast range test, no table).
+inline bool is_han(char32_t cp) {
+  return (cp >= 0x4E00 && cp <= 0x9FFF) || (cp >= 0x3400 && cp <= 0x4DBF) ||
+         (cp >= 0x20000 && cp <= 0x323AF) || (cp >= 0xF900 && cp <= 0xFAFF) ||
+         (cp >= 0x2F800 && cp <= 0x2FA1F);
+}
+
+// Counts of letters per script, and of Latin words (maximal runs of Latin letters) with how many
+// of them are English function words. language_decide turns them into a guess.
+struct LanguageCounts {
+  uint64_t han = 0, kana = 0, hangul = 0, latin = 0, cyrillic = 0, arabic = 0, other = 0;
+  uint64_t latin_words = 0;   // runs of Latin letters
+  uint64_t en_stop_hits = 0;  // of those, in the English function-word list (english_stop_id)
+};
+
+// Index of a lower-case ASCII word packed little-endian into a uint64 (at most 8 letters) in the
+// English function-word list, or -1. Indices 0..7 are Gopher's eight stop words (the, be, to,
+// of, and, that, have, with); the rest (about 50 more) only serve language detection.
+int english_stop_id(uint64_t packed_lower);
+inline constexpr int kGopherStopWords = 8;
+
+// Index of a Han character or a two-character word in the Chinese stop-word list, or -1.
+// Single characters: zh_stop_id(cp, 0); pairs: zh_stop_id(first, second).
+int zh_stop_id(char32_t first, char32_t second);
+inline constexpr int kZhStopWords = 48;  // the list's size (ids are 0..kZhStopWords-1)
+
+// Tuning of language_decide, documented in language.cpp.
+inline constexpr double kHanWeight = 3.0;          // one Han character ~ three Latin letters of text
+inline constexpr double kEnglishStopDensity = 0.12; // English: >= this share of Latin words are
+                                                    // English function words
+
+LanguageGuess language_decide(const LanguageCounts& c);
 
 }  // namespace smelt

@@ -1,6 +1,16 @@
 // From signals to decisions: hard filters that always drop (empty, too short, wrong language when
 // languages are asked for, ...) and one quality score in [0,1] that drives sampling in prep.
 // Not here: measuring (quality_signals.hpp) or the keep/drop draw (prep).
+//
+// The score (docs/quality.md has the table): start at 1; every rule that fails multiplies it by
+//   factor = clamp(1 - penalty_severity * excess, penalty_floor, 1)
+// where excess says how far past its threshold t the value v is, on a 0..1-ish scale:
+//   a minimum                          (t - v) / t
+//   a maximum on an unbounded value    (v - t) / t        (word count, word length, symbol ratio)
+//   a maximum on a fraction in [0,1]   (v - t) / (1 - t)  (1 at the worst possible value)
+// Yes/no rules (lorem ipsum, curly brace) multiply by their own fixed factor. Rules that measure
+// the same thing are one family and count once, with the smallest factor of the family: duplicate
+// lines (count, chars), duplicate paragraphs (count, chars), top 2/3/4-grams, duplicate 5..10-grams.
 #pragma once
 #include <string>
 #include <vector>
@@ -11,14 +21,68 @@
 namespace smelt {
 
 struct QualityConfig {
+  // ---- hard filters: these drop, whatever the score ----
   std::vector<std::string> languages;  // empty: any language; else e.g. ["en", "zh"]
   uint64_t min_chars = 1;              // hard: fewer code points drop as "too_short" (0 chars: "empty")
-  // thresholds of the Gopher/C4 rules; each failed rule lowers the score (see quality_score.cpp)
-  // ... more fields defined by quality_score.cpp's author, each documented with its default
+  double min_language_confidence = 0;  // with languages set: a guess less sure than this is "wrong_language"
+  double max_replacement_char_fraction = 0.01;  // U+FFFD above this share of chars: "replacement_chars"
+
+  // ---- rule groups (false: the group never lowers the score) ----
+  bool gopher_quality = true;
+  bool gopher_repetition = true;
+  bool c4 = true;
+  bool html = true;                    // page-level HTML signals (only for HTML inputs)
+
+  // ---- shape of the penalty ----
+  double penalty_severity = 1.0;       // how fast a rule's factor falls with its excess
+  double penalty_floor = 0.05;         // the smallest factor one rule (or family) can give
+
+  // ---- Gopher quality (Rae et al. 2021, A.1.1) ----
+  uint64_t min_words = 50;             // "gopher_min_words"
+  uint64_t max_words = 100000;         // "gopher_max_words"
+  uint64_t zh_min_words = 100;         // the same bounds for Chinese, where every Han character is
+  uint64_t zh_max_words = 200000;      // a word, so these are (mostly) characters
+  double min_mean_word_length = 3;     // "gopher_mean_word_length"; only when Han characters are
+  double max_mean_word_length = 10;    // at most half of the words
+  double max_symbol_word_ratio = 0.1;  // "gopher_symbol_ratio": ("#" + ellipses) per word
+  double max_bullet_line_fraction = 0.9;    // "gopher_bullet_lines"
+  double max_ellipsis_line_fraction = 0.3;  // "gopher_ellipsis_lines"
+  double min_alpha_word_fraction = 0.8;     // "gopher_alpha_words"
+  uint64_t min_stop_words = 2;         // "gopher_stop_words": distinct; only for "en" and "zh"
+
+  // ---- Gopher repetition (A.1.2) ----
+  double max_dup_line_fraction = 0.30;       // "gopher_dup_lines"
+  double max_dup_line_char_fraction = 0.20;  // "gopher_dup_line_chars"
+  double max_dup_para_fraction = 0.30;       // "gopher_dup_paras"
+  double max_dup_para_char_fraction = 0.20;  // "gopher_dup_para_chars"
+  double max_top_2gram_char_fraction = 0.20; // "gopher_top_2gram" ...
+  double max_top_3gram_char_fraction = 0.18;
+  double max_top_4gram_char_fraction = 0.16;
+  double max_dup_5gram_char_fraction = 0.15; // "gopher_dup_5gram" ...
+  double max_dup_6gram_char_fraction = 0.14;
+  double max_dup_7gram_char_fraction = 0.13;
+  double max_dup_8gram_char_fraction = 0.12;
+  double max_dup_9gram_char_fraction = 0.11;
+  double max_dup_10gram_char_fraction = 0.10;
+
+  // ---- C4 (Raffel et al. 2020, 2.2) ----
+  double min_terminal_punct_line_fraction = 0.12;  // "c4_terminal_punct" (FineWeb's line_punct_thr)
+  double max_javascript_line_fraction = 0.1;       // "c4_javascript"
+  double max_policy_line_fraction = 0.1;           // "c4_policy"
+  double lorem_ipsum_factor = 0.05;                // "c4_lorem_ipsum": C4 drops such pages
+  double curly_brace_factor = 0.5;                 // "c4_curly_brace": C4 drops such pages; code
+                                                   // and math have braces too, so only halve
+
+  // ---- HTML page signals ----
+  double max_html_link_text_ratio = 0.8;  // "html_link_text": link text / visible text of the page
 };
 
 // Reads [prep.quality] keys into c (unknown keys are errors via s.finish()).
 void quality_config_read(ConfigSection& s, QualityConfig& c);
+
+// Rejects values no rule can work with (a fraction outside [0,1], min above max, ...); one
+// message per problem, naming the key. Empty when c is usable.
+std::vector<std::string> quality_config_check(const QualityConfig& c);
 
 // The reason a document is dropped outright ("empty", "too_short", "wrong_language", ...), or "" to keep it.
 std::string quality_hard_filter(const QualitySignals& q, const QualityConfig& c);
