@@ -45,7 +45,7 @@ std::string quote(const std::string& s) { return "'" + s + "'"; }
 
 // Runs smelt with args; returns the exit code. Output goes to LOG.
 int run_smelt(const std::string& args, const fs::path& log) {
-  std::string cmd = kSmelt + " " + args + " >" + quote(log.string()) + " 2>&1";
+  std::string cmd = kSmelt + " prep " + args + " >" + quote(log.string()) + " 2>&1";
   int rc = std::system(cmd.c_str());
   return WIFEXITED(rc) ? WEXITSTATUS(rc) : 128;
 }
