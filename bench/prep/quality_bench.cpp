@@ -8,7 +8,6 @@
 #include <string>
 #include <vector>
 
-#include "smelt/common/files.hpp"
 #include "smelt/refine/quality_score.hpp"
 
 using namespace smelt;

@@ -193,19 +193,22 @@ bool match_nocase(std::string_view s, size_t i, std::string_view word) {
 
 // ---- class / id / role hints -------------------------------------------------------------------
 
-// A token (class/id split at anything not a letter or digit) that starts with one of these marks
-// the element as boilerplate: its text is dropped.
+// Class/id words are split into tokens at anything not a letter or digit. A token that starts with
+// a strong prefix marks the element as boilerplate: its text is dropped.
+constexpr std::string_view kStrongNegativePrefixes[] = {
+    "comment", "share", "sharing", "social", "related", "cookie", "advert", "promo", "sponsor",
+    "newsletter", "subscri", "popup", "modal", "disqus", "outbrain", "taboola", "recommend", "gdpr",
+    "consent", "byline", "author", "caption", "credit", "headerlink"};
+constexpr std::string_view kStrongNegativeWords[] = {"ad", "ads", "adv", "share", "embed", "print"};
+// Weak ones do the same unless the same class word also says "content" or "body" ("wy-nav-content"
+// holds a whole Read the Docs page), like Readability's "maybe candidate" rule, word by word.
 constexpr std::string_view kNegativePrefixes[] = {
-    "nav", "menu", "breadcrumb", "sidebar", "footer", "comment", "share", "sharing", "social",
-    "related", "cookie", "advert", "promo", "sponsor", "newsletter", "subscri", "widget", "popup",
-    "modal", "pagination", "pager", "masthead", "toolbar", "disqus", "outbrain", "taboola", "recommend",
-    "trending", "popular", "signup", "login", "skip", "byline", "author", "dateline", "timestamp",
-    "caption", "credit", "copyright", "tags", "tagcloud", "rss", "footnote", "jump", "gdpr", "consent",
-    "banner", "hidden", "screenreader", "sronly", "printonly", "breaking", "ticker", "newsticker",
-    "shoutbox", "skyscraper", "donate", "crumbs", "meta"};
-// Whole tokens that mark boilerplate.
-constexpr std::string_view kNegativeWords[] = {"ad", "ads", "adv", "tag", "sr", "foot", "share", "print",
-                                               "top", "login", "date", "time", "toc", "mw-jump", "noprint"};
+    "nav", "menu", "breadcrumb", "sidebar", "footer", "widget", "pagination", "pager", "masthead",
+    "toolbar", "trending", "popular", "signup", "login", "skip", "dateline", "timestamp", "copyright",
+    "tags", "tagcloud", "rss", "footnote", "jump", "banner", "hidden", "screenreader", "sronly",
+    "printonly", "breaking", "ticker", "newsticker", "shoutbox", "skyscraper", "donate", "crumbs",
+    "meta", "controls"};
+constexpr std::string_view kNegativeWords[] = {"tag", "sr", "foot", "top", "login", "date", "time", "noprint"};
 // Tokens that raise a container's score (Readability's "positive" pattern).
 constexpr std::string_view kPositivePrefixes[] = {"article", "body", "content", "entry", "hentry", "main",
                                                   "page", "post", "text", "blog", "story", "prose",
@@ -235,27 +238,48 @@ bool equals_any(std::string_view tok, const std::string_view (&list)[N]) {
 struct Hints {
   bool negative = false;  // boilerplate: drop the text
   bool strong_positive = false;
+  bool main_content = false;  // role=main, <main>, itemprop=articleBody: the page's one main part
   int weight = 0;         // Readability's class weight: +25 positive, -25 negative
 };
 
 // Reads class and id values (already lowercased, concatenated with a space).
 void hints_from_class_id(std::string_view v, Hints& h) {
   bool pos = false, soft = false;
-  size_t i = 0;
-  char tok[48];
-  while (i < v.size()) {
-    while (i < v.size() && !is_alnum(v[i])) ++i;
-    size_t t = 0;
-    while (i < v.size() && is_alnum(v[i])) {
-      if (t < sizeof(tok)) tok[t++] = v[i];
-      ++i;
+  // a table of contents, by whole class words ("toc-backref" on a heading's own link is not one)
+  for (size_t w = 0; w < v.size();) {
+    size_t e = v.find(' ', w);
+    if (e == std::string_view::npos) e = v.size();
+    std::string_view word = v.substr(w, e - w);
+    if (word == "toc" || word == "table-of-contents" || (word.rfind("toc-", 0) == 0 && word != "toc-backref"))
+      h.negative = true;
+    w = e + 1;
+  }
+  // one class word (space separated) at a time: its tokens are the words between '-' and '_'
+  for (size_t w = 0; w < v.size();) {
+    size_t e = v.find(' ', w);
+    if (e == std::string_view::npos) e = v.size();
+    bool strong = false, weak = false, word_pos = false, word_content = false;
+    size_t i = w;
+    char tok[48];
+    while (i < e) {
+      while (i < e && !is_alnum(v[i])) ++i;
+      size_t t = 0;
+      while (i < e && is_alnum(v[i])) {
+        if (t < sizeof(tok)) tok[t++] = v[i];
+        ++i;
+      }
+      if (t == 0) break;
+      std::string_view token(tok, t);
+      strong |= starts_with_any(token, kStrongNegativePrefixes) || equals_any(token, kStrongNegativeWords);
+      weak |= starts_with_any(token, kNegativePrefixes) || equals_any(token, kNegativeWords);
+      word_pos |= starts_with_any(token, kPositivePrefixes);
+      word_content |= token.rfind("content", 0) == 0 || token.rfind("body", 0) == 0;
+      if (starts_with_any(token, kSoftNegativePrefixes)) soft = true;
+      if (token == "articlebody") h.strong_positive = true;
     }
-    if (t == 0) break;
-    std::string_view token(tok, t);
-    if (starts_with_any(token, kNegativePrefixes) || equals_any(token, kNegativeWords)) h.negative = true;
-    if (starts_with_any(token, kPositivePrefixes)) pos = true;
-    if (starts_with_any(token, kSoftNegativePrefixes)) soft = true;
-    if (token == "articlebody") h.strong_positive = true;
+    if (strong || (weak && !word_content)) h.negative = true;
+    pos |= word_pos;
+    w = e + 1;
   }
   if (pos) h.weight += 25;
   if (soft || h.negative) h.weight -= 25;
@@ -294,6 +318,10 @@ struct Open {          // an element on the stack
   int32_t saved_row;
   uint8_t heading;     // its level if a heading
   bool boiler, boiler_class, hidden;
+  // a main-content element inside class-hinted boilerplate: the depths it suspended
+  int saved_boiler_depth;
+  uint32_t saved_class_depth;
+  bool suspended;
 };
 
 constexpr size_t kMaxDepth = 1024;
@@ -317,7 +345,7 @@ class Extractor {
   void line_break();
   // tree
   void open_element(const TagInfo* info, uint32_t hash, const Hints& hints, bool hidden,
-                    uint32_t class_hash);
+                    uint32_t class_hash, bool in_page_link);
   void pop_to(size_t k);
   void pop_implied(uint32_t flags);
   void finish_block();
@@ -392,7 +420,7 @@ void Extractor::run(HtmlExtractResult& out) {
       if (opt_.keep_headings || !blocks_[b].heading) keep.push_back(b);
   }
   out.text.clear();
-  if (opt_.keep_title && !title_.empty()) out.text = title_ + "\n";
+  if (opt_.keep_title && !title_.empty()) out.text = title_;
   emit(keep, out.text);
   out.paragraphs = paragraphs_;
 }
@@ -444,7 +472,7 @@ size_t Extractor::start_tag(size_t i) {
   const uint32_t flags = info ? info->flags : 0;
 
   // attributes: only the few that carry hints are looked at
-  std::string_view cls, id, role, itemprop, style, aria_hidden;
+  std::string_view cls, id, role, itemprop, style, aria_hidden, href;
   bool hidden_attr = false, self_closing = false;
   while (k < n) {
     while (k < n && is_ws(s_[k])) ++k;
@@ -480,7 +508,10 @@ size_t Extractor::start_tag(size_t i) {
     }
     switch (aname.size()) {
       case 2: if (match_nocase(aname, 0, "id")) id = value; break;
-      case 4: if (match_nocase(aname, 0, "role")) role = value; break;
+      case 4:
+        if (match_nocase(aname, 0, "role")) role = value;
+        else if (match_nocase(aname, 0, "href")) href = value;
+        break;
       case 5:
         if (match_nocase(aname, 0, "class")) cls = value;
         else if (match_nocase(aname, 0, "style")) style = value;
@@ -555,13 +586,19 @@ size_t Extractor::start_tag(size_t i) {
         hints.negative = true;
       } else if (r == "main" || r == "article") {
         hints.strong_positive = true;
+        hints.main_content = r == "main";
       }
     }
-    if (!itemprop.empty() && match_nocase(itemprop, 0, "articlebody")) hints.strong_positive = true;
+    if (!itemprop.empty() && match_nocase(itemprop, 0, "articlebody"))
+      hints.strong_positive = hints.main_content = true;
+    if (info && info->name == "main") hints.main_content = true;
     if (flags & kStrongPos) hints.strong_positive = true;
     if (hints.strong_positive || (flags & kBody)) hints.negative = false;
   }
-  open_element(info, hash_name(name), hints, hidden, class_hash);
+  // a link within the page (permalink, footnote, back-reference) is not a way off the page: its
+  // text does not count as link text
+  const bool in_page = (flags & kLink) && !href.empty() && href[0] == '#';
+  open_element(info, hash_name(name), hints, hidden, class_hash, in_page);
   if (info && (flags & kSvgLike) == 0 && self_closing && !(flags & kBlock)) {
     // "<span/>": HTML ignores the slash, but such pages rarely mean an open element; close it
     pop_to(stack_.size() - 1);
@@ -793,8 +830,9 @@ void Extractor::pop_implied(uint32_t flags) {
 }
 
 void Extractor::open_element(const TagInfo* info, uint32_t hash, const Hints& hints, bool hidden,
-                             uint32_t class_hash) {
-  const uint32_t flags = info ? info->flags : 0;
+                             uint32_t class_hash, bool in_page_link) {
+  uint32_t flags = info ? info->flags : 0;
+  if (in_page_link) flags &= ~kLink;
   pop_implied(flags);
   if (stack_.size() >= kMaxDepth) {
     if (flags & kBlock) finish_block();
@@ -807,6 +845,15 @@ void Extractor::open_element(const TagInfo* info, uint32_t hash, const Hints& hi
   o.saved_row = cur_row_;
   const bool by_tag = remove_ && (flags & kBoilerTag);
   o.boiler = (hints.negative || by_tag) && !hints.strong_positive;
+  // The author's own mark for the main content outranks a guess from an ancestor's class name
+  // ("wy-grid-for-nav" wraps a whole Read the Docs page); not an ancestor boilerplate by its tag.
+  if (hints.main_content && boiler_depth_ > 0 && boiler_by_class_depth_ == static_cast<uint32_t>(boiler_depth_)) {
+    o.suspended = true;
+    o.saved_boiler_depth = boiler_depth_;
+    o.saved_class_depth = boiler_by_class_depth_;
+    boiler_depth_ = 0;
+    boiler_by_class_depth_ = 0;
+  }
   o.hidden = hidden;
   if (flags & kBlock) {
     finish_block();
@@ -846,6 +893,10 @@ void Extractor::pop_to(size_t k) {
     if (o.flags & kLink) --link_depth_;
     if (o.boiler) --boiler_depth_;
     if (o.boiler_class) --boiler_by_class_depth_;
+    if (o.suspended) {
+      boiler_depth_ = o.saved_boiler_depth;
+      boiler_by_class_depth_ = o.saved_class_depth;
+    }
     if (o.hidden) --hidden_depth_;
     if (o.flags & kPre) --pre_depth_;
     if (o.flags & kHeading) heading_ = 0;
@@ -1012,20 +1063,19 @@ void Extractor::classify(const std::vector<uint32_t>& cand, std::vector<uint32_t
     switch (cls[i]) {
       case kGood: kept[i] = 1; break;
       case kNear: kept[i] = ok(prev[i]) || ok(next[i]) || (prev[i] == kNone && next[i] == kNone); break;
-      case kShort:
-        kept[i] = (ok(prev[i]) && ok(next[i])) ||
-                  (b.stops > 0 && ((prev[i] == kGood && next[i] == kNone) ||
-                                   (prev[i] == kNone && next[i] == kGood)));
+      case kShort:  // kept between good text; a sentence beside good text too
+        kept[i] = (ok(prev[i]) && ok(next[i])) || (b.stops > 0 && (prev[i] == kGood || next[i] == kGood));
         break;
       default: break;
     }
   }
-  // a heading stays when kept text follows it before the next heading
+  // a heading stays when kept text follows it soon (past subheadings and short lines, not past
+  // link lists)
   for (size_t i = 0; i < n; ++i) {
     if (cls[i] != kHead) continue;
-    for (size_t j = i + 1; j < n && j <= i + 4; ++j) {
-      if (cls[j] == kHead) break;
-      if (kept[j]) {
+    for (size_t j = i + 1; j < n && j <= i + 6; ++j) {
+      if (cls[j] == kBad) break;
+      if (kept[j] && cls[j] != kHead && cls[j] != kShort) {
         kept[i] = 1;
         break;
       }

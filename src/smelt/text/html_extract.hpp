@@ -11,7 +11,7 @@ namespace smelt {
 struct HtmlExtractOptions {
   bool remove_boilerplate = true;  // false: all visible text (the "dump" baseline)
   bool keep_headings = true;       // headings become their own paragraphs
-  bool keep_title = false;         // prepend <title> as the first line
+  bool keep_title = false;         // prepend <title> as the first paragraph
 };
 
 struct HtmlExtractResult {
