@@ -260,6 +260,29 @@ TEST_F(PrepTest, BadInputsAreSkippedAndCountedNotFatal) {
   EXPECT_TRUE(ids.count("c"));
 }
 
+TEST_F(PrepTest, ShowsProgressLinesWhenNotATerminal) {
+  ASSERT_EQ(run_smelt("--input " + kDocs + " --threads 1 --set prep.log_interval_s=0.01 --output " +
+                          quote((tmp_ / "o").string()),
+                      tmp_ / "o.log"),
+            0);
+  std::string log = read_file(tmp_ / "o.log");
+  EXPECT_NE(log.find(" docs/s "), std::string::npos) << log;
+  EXPECT_NE(log.find(" MB/s"), std::string::npos) << log;
+  EXPECT_NE(log.find("ETA"), std::string::npos) << log;
+  EXPECT_EQ(log.find('\r'), std::string::npos) << "no bar redraws into a file";
+  EXPECT_NE(log.find("documents kept"), std::string::npos) << "the closing summary";
+}
+
+TEST_F(PrepTest, ShippedConfigsAreValid) {
+  for (const auto& e : fs::directory_iterator(fs::path(SMELT_SOURCE_DIR) / "configs")) {
+    if (e.path().extension() != ".toml") continue;
+    std::string text = read_file(e.path());
+    if (text.find("[prep") == std::string::npos) continue;
+    EXPECT_EQ(run_smelt("--config " + quote(e.path().string()) + " --print-config", tmp_ / "c.log"), 0)
+        << e.path() << "\n" << read_file(tmp_ / "c.log");
+  }
+}
+
 TEST_F(PrepTest, UsageErrorsExitTwo) {
   EXPECT_EQ(run_smelt("--input /no/such/file --output " + quote((tmp_ / "o").string()), tmp_ / "l"), 2);
   EXPECT_NE(read_file(tmp_ / "l").find("/no/such/file"), std::string::npos);
