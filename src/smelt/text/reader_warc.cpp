@@ -46,6 +46,16 @@ std::string_view strip_angles(std::string_view s) {
   return s;
 }
 
+// s quoted for a message: printable ASCII as is, other bytes as \xNN, at most 40 bytes.
+std::string quoted(std::string_view s) {
+  std::string out = "'";
+  for (unsigned char c : s.substr(0, 40)) {
+    if (c >= 0x20 && c < 0x7f && c != '\\') out.push_back(static_cast<char>(c));
+    else out += fmt::format("\\x{:02x}", c);
+  }
+  return out + (s.size() > 40 ? "...'" : "'");
+}
+
 // Length of the header block at p (through its terminating empty line), or 0 if none in [p, p+n).
 size_t header_block_end(const char* p, size_t n) {
   size_t i = 0;
@@ -81,8 +91,7 @@ bool for_each_header(std::string_view block, bool strict, std::string& why, Fn&&
     for (char c : name) token = token && c > 0x20 && c < 0x7f;
     if (!token) {
       if (!strict) continue;
-      why = fmt::format("header line {} is not 'Name: value' ({:?})", line_no,
-                        std::string(line.substr(0, 40)));
+      why = fmt::format("header line {} is not 'Name: value' ({})", line_no, quoted(line));
       return false;
     }
     fn(name, trim(line.substr(colon + 1)));
@@ -114,7 +123,7 @@ bool warc_headers_parse(std::string_view block, WarcHeaders& h, std::string& why
   }
   if (!have_length) { why = "no Content-Length header"; return false; }
   if (!parse_u64(length_text, h.length)) {
-    why = fmt::format("Content-Length {:?} is not a number", std::string(length_text.substr(0, 40)));
+    why = fmt::format("Content-Length {} is not a number", quoted(length_text));
     return false;
   }
   return true;
@@ -463,8 +472,8 @@ class WarcReader final : public ReaderBase {
         bits = (!body.empty() && (static_cast<unsigned char>(body[0]) & 0x0f) == 8) ? MAX_WBITS : -MAX_WBITS;
       } else if (coding != "gzip" && coding != "x-gzip") {
         issue(0, rec_off, "unsupported_encoding",
-              fmt::format("HTTP Content-Encoding {:?} is not supported (gzip and deflate are); the "
-                          "record was skipped", coding));
+              fmt::format("HTTP Content-Encoding {} is not supported (gzip and deflate are); the "
+                          "record was skipped", quoted(coding)));
         return false;
       }
       if (bits != 0) {  // (a "gzip" body without the gzip magic was stored decoded: read as it is)
