@@ -101,6 +101,9 @@ def apply_edits(stem, text, edits):
         del out[ib]
     for a, b in edits.get("replace", []):
         out = [p.replace(a, b) for p in out]
+    for after, text in edits.get("insert_after", []):  # text the containers missed (a standfirst)
+        ia = next(i for i, p in enumerate(out) if p.startswith(after))
+        out.insert(ia + 1, text)
     out = edits.get("prepend", []) + out + edits.get("append", [])
     return "\n\n".join(out) + "\n"
 

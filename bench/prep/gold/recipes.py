@@ -9,7 +9,7 @@ RECIPES = {
                       ["//div[contains(@class,'video-asset')]"]),
     "news_politico": (["//div[@id='mainContent']/div[1]/h1", "//div[contains(@class,'story-text')]"], []),
     "news_telegraph": (["//h1", "//div[@id='mainBodyArea']"], []),
-    "news_elpais": (["(//h1)[1]", "//div[@id='cuerpo_noticia']"], ["//div[@id='sumario_5|despiece']"]),
+    "news_elpais": (["(//h1)[1]", "//div[@id='cuerpo_noticia']"], []),
     "blog_dcurtis": (["//article"], []),
     "blog_mcsweeney": (["//div[@id='content']/h1", "//div[@class='articleBody']"], []),
     "blog_techcrunch": (["//h1[@class='headline']", "//div[@class='body-copy']"], []),

@@ -19,6 +19,8 @@
 #include "smelt/text/html_extract.hpp"
 
 #include <algorithm>
+#include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <vector>
 
@@ -293,6 +295,7 @@ struct Node {      // a block-level element
   uint32_t flags;  // TagFlag of its tag
   uint32_t class_hash;
   uint32_t text_cp = 0, link_cp = 0;  // kept text in its subtree
+  uint32_t block_begin = 0, block_end = 0;  // its blocks: [block_begin, block_end) in blocks_
   float score = 0;
   int8_t base = 0;
   int8_t weight = 0;
@@ -528,7 +531,9 @@ size_t Extractor::start_tag(size_t i) {
     size_t e = skip_raw(k, "title", &end_text);
     if (title_.empty() && k < n) {
       std::string raw;
-      html_decode_entities(s_.substr(k, std::min(end_text, size_t{4096} + k) - k), raw);
+      size_t cut = std::min(end_text, size_t{4096} + k);
+      while (cut > k && cut < end_text && (static_cast<unsigned char>(s_[cut]) & 0xC0) == 0x80) --cut;
+      html_decode_entities(s_.substr(k, cut - k), raw);
       bool sp = false;
       for (char ch : raw) {
         if (is_ws(ch)) { sp = !title_.empty(); continue; }
@@ -859,6 +864,7 @@ void Extractor::open_element(const TagInfo* info, uint32_t hash, const Hints& hi
     finish_block();
     Node nd{};
     nd.parent = cur_node_;
+    nd.block_begin = nd.block_end = static_cast<uint32_t>(blocks_.size());
     nd.end = static_cast<int32_t>(nodes_.size());
     nd.flags = flags;
     nd.class_hash = class_hash;
@@ -903,6 +909,7 @@ void Extractor::pop_to(size_t k) {
     if (o.node >= 0) {
       Node& nd = nodes_[static_cast<size_t>(o.node)];
       nd.end = static_cast<int32_t>(nodes_.size()) - 1;
+      nd.block_end = static_cast<uint32_t>(blocks_.size());
       if (nd.parent >= 0) {
         nodes_[static_cast<size_t>(nd.parent)].text_cp += nd.text_cp;
         nodes_[static_cast<size_t>(nd.parent)].link_cp += nd.link_cp;
@@ -982,10 +989,14 @@ void Extractor::select(std::vector<uint32_t>& keep) {
     auto mark = [&](int32_t c) {
       for (int32_t k = c; k <= nodes_[static_cast<size_t>(c)].end; ++k) sel[static_cast<size_t>(k)] = 1;
     };
+    // blocks of the parent's own text between the first and the last chosen child
+    uint32_t gap_begin = UINT32_MAX, gap_end = 0;
     if (parent < 0) {
       mark(best);
     } else {
       const Node& pn = nodes_[static_cast<size_t>(parent)];
+      std::vector<int32_t> children;
+      std::vector<uint8_t> taken;
       for (int32_t c = parent + 1; c <= pn.end; c = nodes_[static_cast<size_t>(c)].end + 1) {
         const Node& cn = nodes_[static_cast<size_t>(c)];
         bool take = c == best;
@@ -994,13 +1005,32 @@ void Extractor::select(std::vector<uint32_t>& keep) {
           take = node_final(cn) + bonus >= threshold;
         }
         if (!take && cn.text_cp) take = p_rule(cn.text_cp, static_cast<double>(cn.link_cp) / cn.text_cp);
-        if (take) mark(c);
+        children.push_back(c);
+        taken.push_back(take);
+      }
+      // Tables, code and short lines between chosen siblings belong to the same text (a reference
+      // page's signature table between two paragraphs); classify() still judges each block.
+      size_t first = children.size(), last = 0;
+      for (size_t k = 0; k < children.size(); ++k)
+        if (taken[k]) {
+          first = std::min(first, k);
+          last = k;
+        }
+      for (size_t k = 0; k < children.size(); ++k) {
+        const Node& cn = nodes_[static_cast<size_t>(children[k])];
+        if (!taken[k] && k > first && k < last && cn.text_cp && cn.link_cp * 2 < cn.text_cp) taken[k] = 1;
+        if (taken[k]) mark(children[k]);
+      }
+      if (first < last) {
+        gap_begin = nodes_[static_cast<size_t>(children[first])].block_begin;
+        gap_end = nodes_[static_cast<size_t>(children[last])].block_end;
       }
     }
     for (uint32_t b = 0; b < blocks_.size(); ++b) {
       const Block& blk = blocks_[b];
       if (sel[static_cast<size_t>(blk.owner)] ||
-          (blk.owner == parent && p_rule(blk.weighted(), blk.link_density())))
+          (blk.owner == parent && (p_rule(blk.weighted(), blk.link_density()) ||
+                                   (b >= gap_begin && b < gap_end && blk.link_density() < 0.5))))
         cand.push_back(b);
     }
   }
@@ -1044,17 +1074,22 @@ void Extractor::classify(const std::vector<uint32_t>& cand, std::vector<uint32_t
     else if (w >= 200 || b.stops > 0 || b.pre) cls[i] = kGood;
     else cls[i] = kNear;
   }
-  // neighbours that are neither short nor headings
+  // neighbours: the nearest blocks that are neither short nor headings; a short link line (one
+  // cross-reference in a table cell) is no evidence of boilerplate around it
+  auto context = [&](size_t i) {
+    const bool short_bad = cls[i] == kBad && blocks_[cand[i]].weighted() < 70;
+    return cls[i] != kShort && cls[i] != kHead && !short_bad;
+  };
   std::vector<uint8_t> prev(n, kNone), next(n, kNone);
   uint8_t last = kNone;
   for (size_t i = 0; i < n; ++i) {
     prev[i] = last;
-    if (cls[i] != kShort && cls[i] != kHead) last = cls[i];
+    if (context(i)) last = cls[i];
   }
   last = kNone;
   for (size_t i = n; i-- > 0;) {
     next[i] = last;
-    if (cls[i] != kShort && cls[i] != kHead) last = cls[i];
+    if (context(i)) last = cls[i];
   }
   auto ok = [](uint8_t c) { return c == kGood || c == kNear; };
   std::vector<uint8_t> kept(n, 0);
@@ -1073,9 +1108,9 @@ void Extractor::classify(const std::vector<uint32_t>& cand, std::vector<uint32_t
   // link lists)
   for (size_t i = 0; i < n; ++i) {
     if (cls[i] != kHead) continue;
-    for (size_t j = i + 1; j < n && j <= i + 6; ++j) {
-      if (cls[j] == kBad) break;
-      if (kept[j] && cls[j] != kHead && cls[j] != kShort) {
+    for (size_t j = i + 1; j < n && j <= i + 8; ++j) {
+      if (cls[j] == kBad && blocks_[cand[j]].weighted() >= 70) break;
+      if (kept[j] && cls[j] != kHead) {
         kept[i] = 1;
         break;
       }
@@ -1083,6 +1118,13 @@ void Extractor::classify(const std::vector<uint32_t>& cand, std::vector<uint32_t
   }
   for (size_t i = 0; i < n; ++i)
     if (kept[i]) keep.push_back(cand[i]);
+#ifdef SMELT_HTML_DEBUG
+  for (size_t i = 0; i < n; ++i) {
+    const Block& b = blocks_[cand[i]];
+    std::fprintf(stderr, "%c cls=%d w=%u ld=%.2f owner=%d h=%d | %.60s\n", kept[i] ? '+' : '-', cls[i],
+                 b.weighted(), b.link_density(), b.owner, b.heading, text_.c_str() + b.begin);
+  }
+#endif
 }
 
 void Extractor::emit(const std::vector<uint32_t>& keep, std::string& out) {
