@@ -212,6 +212,11 @@ TEST(HtmlExtract, MalformedInputNeverCrashes) {
   deep += "<p>deep text here.</p>";
   EXPECT_EQ(extract(deep), "deep text here.");
   extract(deep, true);  // a lone short line is not main text; it must just not crash
+  // many unmatched end tags and list items under a deep stack stay linear
+  std::string stray;
+  for (int i = 0; i < 1000; ++i) stray += "<div>";
+  for (int i = 0; i < 200000; ++i) stray += "</x><li>";
+  EXPECT_EQ(extract(stray), "");
   // a long tag name, NULs and invalid UTF-8 pass through without harm
   EXPECT_EQ(extract("<" + std::string(100, 'a') + ">x</" + std::string(100, 'a') + ">"), "x");
   std::string nul("<p>a\0b</p>", 10);

@@ -328,6 +328,9 @@ struct Open {          // an element on the stack
 };
 
 constexpr size_t kMaxDepth = 1024;
+// How far down the stack an end tag or an implied close looks: bounds the work per tag on hostile
+// input (thousands of unmatched end tags) at the price of not repairing deeper mis-nesting.
+constexpr size_t kMaxSearch = 256;
 
 class Extractor {
  public:
@@ -631,7 +634,8 @@ size_t Extractor::end_tag(size_t i) {
     return next;
   }
   const uint32_t h = hash_name(name);
-  for (size_t d = stack_.size(); d-- > 0;) {
+  const size_t floor = stack_.size() > kMaxSearch ? stack_.size() - kMaxSearch : 0;
+  for (size_t d = stack_.size(); d-- > floor;) {
     if (stack_[d].name_hash == h) {
       pop_to(d);
       return next;
@@ -823,7 +827,8 @@ void Extractor::pop_implied(uint32_t flags) {
                           : (flags & kRow)  ? (kTable | kBody)
                           : (flags & kCell) ? (kRow | kTable | kBody)
                                             : (kBlock & ~kHeading);
-    for (size_t d = stack_.size(); d-- > 0;) {
+    const size_t floor = stack_.size() > kMaxSearch ? stack_.size() - kMaxSearch : 0;
+    for (size_t d = stack_.size(); d-- > floor;) {
       const uint32_t f = stack_[d].flags;
       if (f & same) {
         pop_to(d);
