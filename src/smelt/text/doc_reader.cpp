@@ -4,7 +4,11 @@
 #include "smelt/text/doc_reader.hpp"
 
 #include <algorithm>
+#include <charconv>
 #include <cstring>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 #include <fmt/format.h>
 #include <simdjson.h>
@@ -214,8 +218,9 @@ void ReaderBase::reset(RawDoc& doc) {
   doc.record = 0;
 }
 
-void ReaderBase::set_text_repaired(RawDoc& doc, std::string_view s, uint64_t line, uint64_t offset) {
-  if (simdjson::validate_utf8(s.data(), s.size())) {
+void ReaderBase::set_text_repaired(RawDoc& doc, std::string_view s, uint64_t line, uint64_t offset,
+                                   bool known_valid) {
+  if (known_valid || simdjson::validate_utf8(s.data(), s.size())) {
     doc.text.assign(s.data(), s.size());
     return;
   }
@@ -228,6 +233,14 @@ void ReaderBase::set_text_repaired(RawDoc& doc, std::string_view s, uint64_t lin
                     "the document was kept", first, n, n == 1 ? "" : "s"));
 }
 
+void ReaderBase::set_place(std::string& out, char sep, uint64_t n) const {
+  char digits[24];
+  const auto r = std::to_chars(digits, digits + sizeof(digits), n);
+  out.assign(path_);
+  out.push_back(sep);
+  out.append(digits, r.ptr);
+}
+
 void ReaderBase::report_too_long(uint64_t line, uint64_t offset, uint64_t bytes, const char* what) {
   issue(line, offset, "record_too_long",
         fmt::format("{} of {} bytes is longer than max_record_bytes ({}); it was skipped "
@@ -236,21 +249,45 @@ void ReaderBase::report_too_long(uint64_t line, uint64_t offset, uint64_t bytes,
 
 // ---- helpers ------------------------------------------------------------------------------
 
+bool text_utf8_valid(std::string_view s) { return simdjson::validate_utf8(s.data(), s.size()); }
+
 bool text_is_blank(std::string_view s) {
   for (char c : s) if (!is_space(c)) return false;
   return true;
 }
 
+// Control characters other than \t \n \v \f \r and ESC, 16 bytes at a time (it runs on every
+// line of a text file, so a byte loop showed up as the top cost of line-mode reading).
+static size_t count_control_chars(std::string_view s) {
+  const auto* u = reinterpret_cast<const unsigned char*>(s.data());
+  size_t n = 0, i = 0;
+#if defined(__SSE2__)
+  const __m128i k1f = _mm_set1_epi8(0x1f), k9 = _mm_set1_epi8(9), k4 = _mm_set1_epi8(4);
+  const __m128i kEsc = _mm_set1_epi8(0x1b), kDel = _mm_set1_epi8(0x7f);
+  for (; i + 16 <= s.size(); i += 16) {
+    const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(u + i));
+    const __m128i low = _mm_cmpeq_epi8(_mm_min_epu8(v, k1f), v);       // v <= 0x1f
+    const __m128i w = _mm_sub_epi8(v, k9);
+    const __m128i space = _mm_or_si128(_mm_cmpeq_epi8(_mm_min_epu8(w, k4), w),  // 9..13
+                                       _mm_cmpeq_epi8(v, kEsc));
+    const __m128i ctrl = _mm_or_si128(_mm_andnot_si128(space, low), _mm_cmpeq_epi8(v, kDel));
+    n += static_cast<size_t>(__builtin_popcount(static_cast<unsigned>(_mm_movemask_epi8(ctrl))));
+  }
+#endif
+  for (; i < s.size(); ++i) {
+    const unsigned c = u[i];
+    const bool space = (c - 9u <= 4u) || c == 0x1bu;
+    n += (c < 0x20u && !space) || c == 0x7fu;
+  }
+  return n;
+}
+
 bool text_looks_binary(std::string_view s, bool utf8_expected) {
   if (std::memchr(s.data(), 0, s.size())) return true;
   const std::string_view head = s.substr(0, 1024);
-  size_t ctrl = 0;
-  for (unsigned char c : head) {
-    const bool space = c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v';
-    if ((c < 0x20 && !space && c != 0x1b) || c == 0x7f) ++ctrl;
-  }
+  const size_t ctrl = count_control_chars(head);
   if (ctrl * 16 > head.size()) return true;  // text has (almost) no control characters
-  if (!utf8_expected) return false;
+  if (!utf8_expected || simdjson::validate_utf8(head.data(), head.size())) return false;
   size_t bad = 0;
   for (size_t i = 0; i < head.size();) {
     const size_t at = i;

@@ -83,7 +83,7 @@ class JsonlReader final : public ReaderBase {
       return false;
     }
     doc.text.assign(text.data(), text.size());
-    doc.source = fmt::format("{}:{}", path_, line.number);
+    set_place(doc.source, ':', line.number);
     if (doc.id.empty()) doc.id = doc.source;
     doc.record = record_++;
     return true;

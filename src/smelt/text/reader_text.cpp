@@ -32,13 +32,14 @@ class TextReader final : public ReaderBase {
   bool make_doc(std::string_view s, uint64_t line, uint64_t offset, RawDoc& doc) {
     if (s.substr(0, 3) == "\xEF\xBB\xBF" && offset == 0) s.remove_prefix(3);  // byte order mark
     if (text_is_blank(s)) return false;
-    if (text_looks_binary(s, true)) {
+    const bool valid = text_utf8_valid(s);
+    if (text_looks_binary(s, !valid)) {
       issue(line, offset, "binary", "binary data (NUL bytes or mostly non-text bytes); the record was skipped");
       return false;
     }
     reset(doc);
-    set_text_repaired(doc, s, line, offset);
-    doc.id = fmt::format("{}:{}", path_, line);
+    set_text_repaired(doc, s, line, offset, valid);
+    set_place(doc.id, ':', line);
     doc.source = doc.id;
     doc.record = record_++;
     return true;

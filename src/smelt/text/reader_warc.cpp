@@ -509,7 +509,7 @@ class WarcReader final : public ReaderBase {
   }
 
   void fill_ids(uint64_t rec_off, RawDoc& doc) {
-    doc.source = fmt::format("{}@{}", path_, rec_off);
+    set_place(doc.source, '@', rec_off);
     doc.id = id_.empty() ? doc.source : id_;
     doc.url = uri_;
     doc.record = record_++;

@@ -85,9 +85,13 @@ class ReaderBase : public DocReader {
   // Called once when the input is exhausted: reports a truncated/corrupt stream if there was one.
   void finish();
   // Fills doc.text with s, repairing invalid UTF-8 (reported as invalid_utf8, doc kept).
-  void set_text_repaired(RawDoc& doc, std::string_view s, uint64_t line, uint64_t offset);
+  // known_valid: the caller has already validated s.
+  void set_text_repaired(RawDoc& doc, std::string_view s, uint64_t line, uint64_t offset,
+                         bool known_valid = false);
   // Clears every field of doc except text, which the caller sets.
   static void reset(RawDoc& doc);
+  // out = path + sep + n, reusing out's storage (per-document ids on the hot path).
+  void set_place(std::string& out, char sep, uint64_t n) const;
   // Reports a record that is longer than max_record_bytes.
   void report_too_long(uint64_t line, uint64_t offset, uint64_t bytes, const char* what);
 
@@ -99,8 +103,10 @@ class ReaderBase : public DocReader {
 };
 
 // True for binary junk: a NUL byte anywhere, or mostly non-text bytes in the first KiB (control
-// characters; with utf8_expected also invalid UTF-8 sequences).
+// characters; with utf8_expected also invalid UTF-8 sequences; pass false when s is known valid).
 bool text_looks_binary(std::string_view s, bool utf8_expected);
+// True when s is well-formed UTF-8 (simdjson's vectorised check).
+bool text_utf8_valid(std::string_view s);
 // True when s holds only spaces, tabs, CR, LF, FF, VT.
 bool text_is_blank(std::string_view s);
 
