@@ -66,7 +66,9 @@ struct QualityConfig {
   double max_dup_10gram_char_fraction = 0.10;
 
   // ---- C4 (Raffel et al. 2020, 2.2) ----
-  double min_terminal_punct_line_fraction = 0.12;  // "c4_terminal_punct" (FineWeb's line_punct_thr)
+  double min_terminal_punct_line_fraction = 0.12;  // "c4_terminal_punct" (FineWeb's line_punct_thr);
+                                                   // judged on the larger of the line and the
+                                                   // paragraph fraction (hard-wrapped text)
   double max_javascript_line_fraction = 0.1;       // "c4_javascript"
   double max_policy_line_fraction = 0.1;           // "c4_policy"
   double lorem_ipsum_factor = 0.05;                // "c4_lorem_ipsum": C4 drops such pages

@@ -57,6 +57,8 @@ struct QualitySignals {
   double dup_ngram_char_fraction[6] = {0, 0, 0, 0, 0, 0};  // n = 5..10: chars in duplicated n-grams
   // C4 line rules (Raffel et al. 2020, section 2.2), ASCII case-insensitive
   double terminal_punct_line_fraction = 0;  // lines ending in terminal punctuation (incl. 。！？)
+  double terminal_punct_para_fraction = 0;  // paragraphs whose last line does (hard-wrapped text
+                                            // ends sentences at paragraph ends, not line ends)
   uint64_t javascript_lines = 0;    // lines containing "javascript"
   uint64_t policy_lines = 0;        // "terms of use", "privacy policy", "cookie policy", "uses cookies",
                                     // "use of cookies", "use cookies", 隐私政策, 使用条款, 服务条款
