@@ -27,7 +27,7 @@ bench: build
 # libFuzzer targets for the readers and the HTML extractor, built with clang + ASan.
 fuzz: deps
 	@CC=clang CXX=clang++ cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=Release -DSMELT_FUZZ=ON -DSMELT_TESTS=OFF >/dev/null
-	@cmake --build build-fuzz -j$(JOBS)
+	@cmake --build build-fuzz -j$(JOBS) --target $(notdir $(basename $(wildcard fuzz/*.cpp)))
 	@for f in build-fuzz/fuzz_*; do \
 	  name=$$(basename $$f); mkdir -p build-fuzz/corpus/$$name; \
 	  echo "== $$name ($(FUZZ_SECONDS)s)"; \
