@@ -108,6 +108,13 @@ TEST(QualityScore, FailuresMultiplyFamiliesCountOnce) {
   q.has_lorem_ipsum = q.has_curly_brace = true;
   EXPECT_NEAR(quality_score(q, c), 0.025, 1e-12);
   EXPECT_EQ(quality_failed_rules(q, c), "c4_lorem_ipsum,c4_curly_brace");
+  // names come in a fixed order, whatever the evaluation order of a family
+  q = clean();
+  q.dup_line_fraction = 0.5;
+  q.dup_line_char_fraction = 0.5;
+  q.dup_para_fraction = 0.5;
+  EXPECT_EQ(quality_failed_rules(q, c), "gopher_dup_lines,gopher_dup_line_chars,gopher_dup_paras");
+  EXPECT_NEAR(quality_score(q, c), (1 - 0.3 / 0.8) * (1 - 0.2 / 0.7), 1e-12);
 }
 
 TEST(QualityScore, SwitchesSeverityAndFloor) {

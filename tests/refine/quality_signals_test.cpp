@@ -293,6 +293,12 @@ TEST(QualitySignals, EntropyAndReplacement) {
   EXPECT_DOUBLE_EQ(measure("aaaa").char_entropy, 0.0);
   EXPECT_DOUBLE_EQ(measure("").char_entropy, 0.0);
   EXPECT_DOUBLE_EQ(measure("ab\xEF\xBF\xBD" "d").replacement_char_fraction, 0.25);
+  // invalid bytes (the input should be valid UTF-8, but must not crash) count one U+FFFD each:
+  // a b \xff, then the truncated \xe4\xb8 is two -> 3 of 5; an overlong 3-byte form is 3 more
+  EXPECT_DOUBLE_EQ(measure("ab\xff\xe4\xb8").replacement_char_fraction, 3.0 / 5.0);
+  QualitySignals q = measure("a\xe0\x80\x80");
+  EXPECT_EQ(q.chars, 4u);
+  EXPECT_DOUBLE_EQ(q.replacement_char_fraction, 3.0 / 4.0);
 }
 
 TEST(QualitySignals, RepetitionMatchesReferenceOnRealText) {

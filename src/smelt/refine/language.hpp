@@ -51,6 +51,10 @@ inline constexpr int kGopherStopWords = 8;
 // Single characters: zh_stop_id(cp, 0); pairs: zh_stop_id(first, second).
 int zh_stop_id(char32_t first, char32_t second);
 inline constexpr int kZhStopWords = 48;  // the list's size (ids are 0..kZhStopWords-1)
+// A 4096-bit filter over (cp mod 4096) of every character in the Chinese list: false means
+// zh_stop_id(cp, x) and zh_stop_id(x, cp) are -1 for any x, without the table lookup.
+extern const uint64_t kZhStopFilter[64];
+inline bool zh_stop_maybe(char32_t cp) { return (kZhStopFilter[(cp >> 6) & 63] >> (cp & 63)) & 1; }
 
 // Tuning of language_decide, documented in language.cpp.
 inline constexpr double kHanWeight = 3.0;          // one Han character ~ three Latin letters of text

@@ -56,8 +56,8 @@ double evaluate(const QualitySignals& q, const QualityConfig& c, std::string* na
     // Mean word length says nothing about Han text (every Han word is one character long):
     // the rule applies when Han characters are at most half of the words.
     if (q.words > q.han_words && 2 * q.han_words <= q.words) {
-      s *= std::min(j.at_least("gopher_mean_word_length", q.mean_word_length, c.min_mean_word_length),
-                    j.at_most("gopher_mean_word_length", q.mean_word_length, c.max_mean_word_length));
+      s *= j.at_least("gopher_mean_word_length", q.mean_word_length, c.min_mean_word_length);
+      s *= j.at_most("gopher_mean_word_length", q.mean_word_length, c.max_mean_word_length);  // not both
     }
     s *= j.at_most("gopher_symbol_ratio", q.symbol_word_ratio, c.max_symbol_word_ratio);
     s *= j.at_most_fraction("gopher_bullet_lines", q.bullet_line_fraction, c.max_bullet_line_fraction);
@@ -68,14 +68,17 @@ double evaluate(const QualitySignals& q, const QualityConfig& c, std::string* na
       s *= j.at_least("gopher_stop_words", static_cast<double>(q.stop_words), static_cast<double>(c.min_stop_words));
   }
   if (c.gopher_repetition) {
-    s *= std::min(j.at_most_fraction("gopher_dup_lines", q.dup_line_fraction, c.max_dup_line_fraction),
-                  j.at_most_fraction("gopher_dup_line_chars", q.dup_line_char_fraction, c.max_dup_line_char_fraction));
-    s *= std::min(j.at_most_fraction("gopher_dup_paras", q.dup_para_fraction, c.max_dup_para_fraction),
-                  j.at_most_fraction("gopher_dup_para_chars", q.dup_para_char_fraction, c.max_dup_para_char_fraction));
+    // families: one factor each, the smallest (evaluated in order, so the names list is stable)
+    double f = j.at_most_fraction("gopher_dup_lines", q.dup_line_fraction, c.max_dup_line_fraction);
+    f = std::min(f, j.at_most_fraction("gopher_dup_line_chars", q.dup_line_char_fraction, c.max_dup_line_char_fraction));
+    s *= f;
+    f = j.at_most_fraction("gopher_dup_paras", q.dup_para_fraction, c.max_dup_para_fraction);
+    f = std::min(f, j.at_most_fraction("gopher_dup_para_chars", q.dup_para_char_fraction, c.max_dup_para_char_fraction));
+    s *= f;
     const double top_t[3] = {c.max_top_2gram_char_fraction, c.max_top_3gram_char_fraction,
                              c.max_top_4gram_char_fraction};
     static const char* kTop[3] = {"gopher_top_2gram", "gopher_top_3gram", "gopher_top_4gram"};
-    double f = 1.0;
+    f = 1.0;
     for (int k = 0; k < 3; ++k) f = std::min(f, j.at_most_fraction(kTop[k], q.top_ngram_char_fraction[k], top_t[k]));
     s *= f;
     const double dup_t[6] = {c.max_dup_5gram_char_fraction, c.max_dup_6gram_char_fraction,

@@ -176,6 +176,20 @@ inline uint64_t lower8(uint64_t w) {
   return w | (upper >> 2);
 }
 
+// utf8_next with the two- and three-byte forms (all of Chinese) decoded inline.
+inline char32_t decode_multibyte(std::string_view s, size_t& i) {
+  const auto* p = reinterpret_cast<const unsigned char*>(s.data()) + i;
+  const size_t left = s.size() - i;
+  if ((p[0] & 0xF0) == 0xE0 && left >= 3 && (p[1] & 0xC0) == 0x80 && (p[2] & 0xC0) == 0x80) {
+    const char32_t cp = (char32_t{p[0] & 0x0Fu} << 12) | (char32_t{p[1] & 0x3Fu} << 6) | (p[2] & 0x3Fu);
+    if (cp >= 0x800 && (cp < 0xD800 || cp > 0xDFFF)) { i += 3; return cp; }
+  } else if ((p[0] & 0xE0) == 0xC0 && left >= 2 && (p[1] & 0xC0) == 0x80 && p[0] >= 0xC2) {
+    i += 2;
+    return (char32_t{p[0] & 0x1Fu} << 6) | (p[1] & 0x3Fu);
+  }
+  return utf8_next(s, i);
+}
+
 inline bool is_ws(char32_t cp) { return cp < 0x80 ? kAsciiClass[cp] == kSpace : class_of(cp) == kSpace; }
 
 // The code point before byte end, and where it starts.
@@ -344,8 +358,17 @@ void quality_compute(std::string_view text, const HtmlSignals* html, QualitySign
   thread_local Scratch sc;
   q = QualitySignals{};
   if (html) q.html = *html;
-  sc.word_hash.clear();
-  sc.word_len.clear();
+  // word arrays written by index in the hot loop (cheaper than push_back), grown by doubling
+  size_t nw = 0, word_cap = sc.word_hash.size();  // words so far, room
+  auto emit_word = [&](uint64_t h, uint32_t len) {
+    if (nw == word_cap) {
+      word_cap = std::max<size_t>(1024, 2 * word_cap);
+      sc.word_hash.resize(word_cap);
+      sc.word_len.resize(word_cap);
+    }
+    sc.word_hash[nw] = h;
+    sc.word_len[nw++] = len;
+  };
   sc.lines.clear();
   sc.paras.clear();
   if (sc.bmp_count.empty()) sc.bmp_count.assign(0x10000, 0);
@@ -381,8 +404,7 @@ void quality_compute(std::string_view text, const HtmlSignals* html, QualitySign
     if (!run_nonpunct && (run_after_han || next_is_han)) return;  // punctuation attached to Han
     if (run_alpha) ++alpha_words;
     if (run_nonpunct) { len_sum += run_cps - run_lead - run_trail; ++len_words; }
-    sc.word_hash.push_back(word_hash(text.data() + run_start, n - run_start, end_byte - run_start));
-    sc.word_len.push_back(run_cps);
+    emit_word(word_hash(text.data() + run_start, n - run_start, end_byte - run_start), run_cps);
   };
   auto end_latin = [&] {
     if (lat_len == 0) return;
@@ -450,7 +472,7 @@ void quality_compute(std::string_view text, const HtmlSignals* html, QualitySign
       cls = kAsciiClass[cp];
       ++ascii_count[cp];
     } else {
-      cp = utf8_next(text, i);
+      cp = decode_multibyte(text, i);
       cls = is_han(cp) ? uint8_t{kLetter} : class_of(cp);
       if (cp < 0x10000) {
         if (sc.bmp_count[cp]++ == 0) sc.bmp_seen.push_back(static_cast<uint16_t>(cp));
@@ -484,11 +506,12 @@ void quality_compute(std::string_view text, const HtmlSignals* html, QualitySign
       ++lc.han;
       ++q.han_words;
       ++alpha_words;
-      sc.word_hash.push_back(word_hash(text.data() + b0, n - b0, i - b0));
-      sc.word_len.push_back(1);
-      int id = zh_stop_id(cp, 0);
-      if (id >= 0) zh_mask |= uint64_t{1} << id;
-      if (prev_han && (id = zh_stop_id(prev_han, cp)) >= 0) zh_mask |= uint64_t{1} << id;
+      emit_word(word_hash(text.data() + b0, n - b0, i - b0), 1);
+      if (zh_stop_maybe(cp)) {
+        int id = zh_stop_id(cp, 0);
+        if (id >= 0) zh_mask |= uint64_t{1} << id;
+        if (prev_han && zh_stop_maybe(prev_han) && (id = zh_stop_id(prev_han, cp)) >= 0) zh_mask |= uint64_t{1} << id;
+      }
       prev_han = cp;
       continue;
     }
@@ -541,7 +564,7 @@ void quality_compute(std::string_view text, const HtmlSignals* html, QualitySign
   end_para();
 
   // ---- size, language, Gopher quality ----
-  const uint64_t words = sc.word_hash.size();
+  const uint64_t words = nw;
   q.chars = chars;
   q.words = words;
   q.lines = sc.lines.size();
@@ -654,7 +677,7 @@ void quality_compute(std::string_view text, const HtmlSignals* html, QualitySign
   const double total = static_cast<double>(sc.prefix[W]);
   // Only positions whose (n-1)-gram occurs more than once can start an n-gram that does, so
   // each order counts the survivors of the one before (pos: ascending positions still alive).
-  sc.gram.assign(sc.word_hash.begin(), sc.word_hash.end());
+  sc.gram.assign(sc.word_hash.begin(), sc.word_hash.begin() + W);
   sc.pos.resize(W);
   for (size_t i = 0; i < W; ++i) sc.pos[i] = static_cast<uint32_t>(i);
   sc.rep.assign(W, 0);

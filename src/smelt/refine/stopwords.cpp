@@ -32,6 +32,18 @@ constexpr const char32_t kZhPair[][2] = {
 static_assert(std::size(kZhSingle) + std::size(kZhPair) == kZhStopWords);
 static_assert(kZhStopWords <= 64);
 
+struct Filter {
+  uint64_t bits[64] = {};
+  constexpr void add(char32_t c) { bits[(c >> 6) & 63] |= uint64_t{1} << (c & 63); }
+};
+constexpr Filter make_filter() {
+  Filter f;
+  for (char32_t c : kZhSingle) f.add(c);
+  for (auto& p : kZhPair) { f.add(p[0]); f.add(p[1]); }
+  return f;
+}
+constexpr Filter kFilter = make_filter();
+
 // Linear-probing table of 256 uint64 keys (0 = empty) -> id.
 struct Table {
   std::array<uint64_t, 256> key{};
@@ -86,6 +98,14 @@ int english_stop_id(uint64_t packed_lower) {
   if (packed_lower == 0) return -1;
   return english_table().find(packed_lower);
 }
+
+extern const uint64_t kZhStopFilter[64];
+const uint64_t kZhStopFilter[64] = {
+#define R(i) kFilter.bits[i], kFilter.bits[i + 1], kFilter.bits[i + 2], kFilter.bits[i + 3]
+    R(0),  R(4),  R(8),  R(12), R(16), R(20), R(24), R(28),
+    R(32), R(36), R(40), R(44), R(48), R(52), R(56), R(60)
+#undef R
+};
 
 int zh_stop_id(char32_t first, char32_t second) { return zh_table().find(pack_zh(first, second)); }
 
