@@ -281,6 +281,12 @@ TEST_F(PrepTest, ShippedConfigsAreValid) {
     EXPECT_EQ(run_smelt("--config " + quote(e.path().string()) + " --print-config", tmp_ / "c.log"), 0)
         << e.path() << "\n" << read_file(tmp_ / "c.log");
   }
+  // configs/prep.toml documents the defaults: it must not drift from them
+  fs::path defaults = fs::path(SMELT_SOURCE_DIR) / "configs" / "prep.toml";
+  ASSERT_EQ(run_smelt("--print-config", tmp_ / "d.log"), 0);
+  ASSERT_EQ(run_smelt("--config " + quote(defaults.string()) + " --print-config", tmp_ / "f.log"), 0);
+  EXPECT_EQ(read_file(tmp_ / "d.log"), read_file(tmp_ / "f.log"));
+  EXPECT_NE(read_file(tmp_ / "d.log").find("[prep.quality]"), std::string::npos);
 }
 
 TEST_F(PrepTest, UsageErrorsExitTwo) {

@@ -153,7 +153,10 @@ std::vector<std::string> ConfigSection::finish() const {
 
 std::string config_to_string(const toml::table& root) {
   std::stringstream ss;
-  ss << root;
+  // shortest float text (0.7, not 0.69999999999999996), no indentation of sub-tables
+  auto flags = (toml::toml_formatter::default_flags | toml::format_flags::relaxed_float_precision) &
+               ~toml::format_flags::indent_sub_tables;
+  ss << toml::toml_formatter{root, flags};
   return ss.str();
 }
 

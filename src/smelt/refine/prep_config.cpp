@@ -103,6 +103,7 @@ Status prep_config_validate(const PrepConfig& c) {
     errs.push_back("[prep.read] text_unit: expected \"file\", \"paragraph\" or \"line\"");
   if (c.read.max_record_bytes == 0) errs.push_back("[prep.read] max_record_mb: expected at least 1");
   for (const auto& e : dedup_config_validate(c.dedup)) errs.push_back("[prep.dedup] " + e);
+  for (const auto& e : quality_config_check(c.quality)) errs.push_back(e);
   if (!errs.empty()) return Status::error(join_lines(errs));
   return Status::ok();
 }
