@@ -11,6 +11,8 @@ int main(int argc, char** argv) {
       "usage: smelt <command> [options]\n"
       "commands:\n"
       "  prep      raw HTML/WARC/JSONL/text -> refined, deduplicated shards\n"
+      "  tokenizer train | encode | decode: byte-level BPE (tokenizer.json, tiktoken files)\n"
+      "  tokenize  refined text -> Megatron .bin/.idx token shards\n"
       "run 'smelt <command> --help' for its options\n";
   if (argc < 2 || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h")) {
     std::fputs(usage, argc < 2 ? stderr : stdout);
@@ -18,6 +20,8 @@ int main(int argc, char** argv) {
   }
   std::string cmd = argv[1];
   if (cmd == "prep") return smelt::cli_prep(argc - 1, argv + 1);
+  if (cmd == "tokenizer") return smelt::cli_tokenizer(argc - 1, argv + 1);
+  if (cmd == "tokenize") return smelt::cli_tokenize(argc - 1, argv + 1);
   std::fprintf(stderr, "smelt: unknown command '%s'\n%s", cmd.c_str(), usage);
   return smelt::kExitUsage;
 }
