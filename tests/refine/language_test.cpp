@@ -7,6 +7,8 @@
 
 #include <gtest/gtest.h>
 
+#include "test_files.hpp"
+
 #include "smelt/refine/quality_signals.hpp"
 
 using namespace smelt;
@@ -14,10 +16,7 @@ using namespace smelt;
 namespace {
 
 std::string sample(const char* name) {
-  std::ifstream f(std::string(SMELT_TEST_DATA) + "/quality/" + name, std::ios::binary);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
+  return test::read_file(std::string(SMELT_TEST_DATA) + "/quality/" + name);
 }
 
 uint64_t pack(const char* w) {

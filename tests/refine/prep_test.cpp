@@ -21,6 +21,8 @@
 #include <nlohmann/json.hpp>
 #include <zlib.h>
 
+#include "test_files.hpp"
+
 namespace fs = std::filesystem;
 using json = nlohmann::json;
 
@@ -29,17 +31,8 @@ namespace {
 const std::string kSmelt = SMELT_BINARY;
 const std::string kDocs = "/usr/share/doc/postgresql-doc-15/html";
 
-std::string read_file(const fs::path& p) {
-  std::ifstream f(p, std::ios::binary);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
-
-void write_file(const fs::path& p, const std::string& s) {
-  std::ofstream f(p, std::ios::binary);
-  f << s;
-}
+std::string read_file(const fs::path& p) { return smelt::test::read_file(p.string()); }
+void write_file(const fs::path& p, const std::string& s) { smelt::test::write_file(p.string(), s); }
 
 size_t count_files(const fs::path& dir) {
   size_t n = 0;

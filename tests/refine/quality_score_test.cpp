@@ -10,6 +10,8 @@
 
 #include <gtest/gtest.h>
 
+#include "test_files.hpp"
+
 #include "smelt/common/utf8.hpp"
 
 using namespace smelt;
@@ -17,10 +19,7 @@ using namespace smelt;
 namespace {
 
 std::string sample(const char* name) {
-  std::ifstream f(std::string(SMELT_TEST_DATA) + "/quality/" + name, std::ios::binary);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
+  return test::read_file(std::string(SMELT_TEST_DATA) + "/quality/" + name);
 }
 
 QualitySignals measure(std::string_view t) {

@@ -12,6 +12,8 @@
 #include <vector>
 
 #include <gtest/gtest.h>
+
+#include "test_files.hpp"
 #include <nlohmann/json.hpp>
 #include <utf8proc.h>
 
@@ -22,10 +24,7 @@ using namespace smelt;
 namespace {
 
 std::string sample(const char* name) {
-  std::ifstream f(std::string(SMELT_TEST_DATA) + "/quality/" + name, std::ios::binary);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
+  return test::read_file(std::string(SMELT_TEST_DATA) + "/quality/" + name);
 }
 
 const char* kSamples[] = {"en_prose.txt", "zh_prose.txt", "zh_coc.txt", "it_prose.txt", "ja_prose.txt",

@@ -3,6 +3,8 @@
 #include "smelt/text/charset.hpp"
 
 #include <gtest/gtest.h>
+
+#include "test_files.hpp"
 #include <iconv.h>
 
 #include <fstream>
@@ -17,12 +19,7 @@ using namespace smelt;
 
 namespace {
 
-std::string read_page(const std::string& name) {
-  std::ifstream f(std::string(SMELT_SOURCE_DIR) + "/bench/prep/pages/" + name, std::ios::binary);
-  std::ostringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
+std::string read_page(const std::string& name) { return test::read_file(std::string(SMELT_SOURCE_DIR) + "/bench/prep/pages/" + name); }
 
 // Encodes UTF-8 text into `to` with glibc iconv directly (the test's own, independent encoder).
 std::string encode(const std::string& utf8, const char* to) {

@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include "test_files.hpp"
+
 #include <fstream>
 #include <random>
 #include <sstream>
@@ -16,12 +18,7 @@ using namespace smelt;
 
 namespace {
 
-std::string read_page(const std::string& name) {
-  std::ifstream f(std::string(SMELT_SOURCE_DIR) + "/bench/prep/pages/" + name, std::ios::binary);
-  std::ostringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
+std::string read_page(const std::string& name) { return test::read_file(std::string(SMELT_SOURCE_DIR) + "/bench/prep/pages/" + name); }
 
 // Reads, converts and extracts a page of the benchmark set.
 HtmlExtractResult extract_page(const std::string& name, bool remove_boilerplate = true) {

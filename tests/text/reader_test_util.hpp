@@ -16,6 +16,7 @@
 #include <gtest/gtest.h>
 
 #include "smelt/text/doc_reader.hpp"
+#include "test_files.hpp"
 
 namespace smelt::test {
 
@@ -35,17 +36,6 @@ class TempDir {
   std::filesystem::path path_;
 };
 
-inline void write_file(const std::string& path, const std::string& data) {
-  std::ofstream f(path, std::ios::binary);
-  f.write(data.data(), static_cast<std::streamsize>(data.size()));
-}
-
-inline std::string read_file(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
 
 // One complete gzip member holding s.
 inline std::string gzip_member(const std::string& s, int level = 6) {
