@@ -91,11 +91,14 @@ struct Counters {
     j["docs_read"] = docs_read; j["docs_kept"] = docs_kept; j["bytes_in"] = bytes_in;
     j["text_bytes"] = text_bytes; j["bytes_out"] = bytes_out; j["files_done"] = files_done;
     j["drops"] = drops; j["issues"] = issues;
-    json l = json::object();
-    for (const auto& [k, v] : langs) l[k] = {{"in", v.first}, {"out", v.second}};
-    j["langs"] = l;
+    j["langs"] = langs_json();
     j["hist_all"] = hist_all; j["hist_kept"] = hist_kept;
     return j;
+  }
+  json langs_json() const {
+    json l = json::object();
+    for (const auto& [k, v] : langs) l[k] = {{"in", v.first}, {"out", v.second}};
+    return l;
   }
   void from_json(const json& j) {
     docs_read = j.at("docs_read"); docs_kept = j.at("docs_kept"); bytes_in = j.at("bytes_in");
@@ -108,6 +111,13 @@ struct Counters {
     hist_kept = j.at("hist_kept").get<std::vector<uint64_t>>();
   }
 };
+
+json parts_json(const std::vector<ShardInfo>& parts) {
+  json a = json::array();
+  for (const auto& p : parts)
+    a.push_back({{"file", p.file}, {"docs", p.docs}, {"bytes", p.bytes}, {"compressed", p.compressed}});
+  return a;
+}
 
 int score_bin(double s) { return std::clamp(static_cast<int>(s * kScoreBins), 0, kScoreBins - 1); }
 
@@ -353,10 +363,7 @@ Status PrepRun::persist_state(bool complete) {
   st["complete"] = complete;
   st["position"] = {{"file", pos_.file}, {"rec", pos_.rec}};
   st["counters"] = n_.to_json();
-  json parts = json::array();
-  for (const auto& p : parts_)
-    parts.push_back({{"file", p.file}, {"docs", p.docs}, {"bytes", p.bytes}, {"compressed", p.compressed}});
-  st["parts"] = parts;
+  st["parts"] = parts_json(parts_);
   st["rejected"] = rejected_;
   st["dedup_log_bytes"] = dedup_log_bytes_;
   return files_write_atomic(path(".prep-state" + suffix_ + ".json"), st.dump());
@@ -522,14 +529,9 @@ json PrepRun::stats_json(double seconds, bool complete) const {
                 {"out_compressed", compressed}};
   j["drops"] = n_.drops;
   j["input_issues"] = n_.issues;
-  json langs = json::object();
-  for (const auto& [k, v] : n_.langs) langs[k] = {{"in", v.first}, {"out", v.second}};
-  j["languages"] = langs;
+  j["languages"] = n_.langs_json();
   j["score_histogram"] = {{"bins", kScoreBins}, {"range", {0.0, 1.0}}, {"all", n_.hist_all}, {"kept", n_.hist_kept}};
-  json parts = json::array();
-  for (const auto& p : parts_)
-    parts.push_back({{"file", p.file}, {"docs", p.docs}, {"bytes", p.bytes}, {"compressed", p.compressed}});
-  j["parts"] = parts;
+  j["parts"] = parts_json(parts_);
   if (index_) j["dedup_index"] = {{"docs", index_->size()}, {"bytes", index_->memory_bytes()}};
   // timing is the one part of stats.json that differs between identical runs
   double s = std::max(seconds, 1e-9);
