@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "smelt/common/status.hpp"
+#include "smelt/tokenizer/pretokenizer.hpp"
 
 namespace smelt {
 
@@ -29,6 +30,12 @@ struct BpeModel {
   std::vector<SpecialToken> specials;
   std::string pretokenizer = "gpt2";                   // Pretokenizer::create name or regex
   nlohmann::json info = nlohmann::json::object();      // provenance (training corpus hash, settings, counts), saved with the file
+  // A pre-token that is itself in the vocabulary is one token, before any merge (HF "ignore_merges",
+  // as Llama-3 sets it; tiktoken always does this).
+  bool ignore_merges = false;
+  // tiktoken order: a pair's priority is the rank (id) of the merged token, not its merge's index.
+  // Set by tiktoken loads; the two orders differ only where one token has several merges.
+  bool rank_priority = false;
 };
 
 class Tokenizer {
@@ -58,10 +65,17 @@ class Tokenizer {
   const BpeModel& model() const;
   uint64_t content_hash() const;                                // of vocab, merges, specials, pattern
 
-  Status save_hf(const std::string& path) const;                // tokenizer.json, written atomically
+  // tokenizer.json, written atomically; a non-empty model().info goes to PATH + ".info.json" (HF's
+  // loader rejects unknown top-level keys).
+  Status save_hf(const std::string& path) const;
+  const Pretokenizer& pretokenizer() const;
+  // The text of a model as tokenizer.json (what save_hf writes).
+  std::string to_hf_json() const;
+
+ public:
+  struct Impl;  // tokenizer_impl.hpp; public only so the tokenizer's own files can name it
 
  private:
-  struct Impl;
   std::unique_ptr<Impl> impl_;
 };
 

@@ -1,0 +1,131 @@
+// Tokenizer: special tokens, pre-tokenizer and BPE put together (encode), ids back to bytes
+// (decode), and the derived tables. Files are read and written in tokenizer_io.cpp.
+#include "smelt/tokenizer/tokenizer.hpp"
+
+#include <algorithm>
+#include <cstring>
+
+#include "smelt/common/hash.hpp"
+#include "smelt/tokenizer/tokenizer_impl.hpp"
+
+namespace smelt {
+
+Tokenizer::Tokenizer() : impl_(std::make_unique<Impl>()) {}
+Tokenizer::~Tokenizer() = default;
+Tokenizer::Tokenizer(Tokenizer&&) noexcept = default;
+Tokenizer& Tokenizer::operator=(Tokenizer&&) noexcept = default;
+
+Status tokenizer_build(Tokenizer::Impl& im) {
+  BpeModel& m = im.model;
+  Status err;
+  im.pre = Pretokenizer::create(m.pretokenizer, err);
+  if (!im.pre) return err;
+  const uint32_t nv = static_cast<uint32_t>(m.vocab.size());
+  BpeTables& t = im.bpe;
+  t.ignore_merges = m.ignore_merges;
+  t.tokens.build(m.vocab);
+  for (int b = 0; b < 256; b++) t.byte_id[b] = t.tokens.find(std::string(1, static_cast<char>(b)));
+  t.pairs = PairMap();
+  t.pairs.reserve(m.merges.size());
+  std::string cat;
+  for (size_t i = 0; i < m.merges.size(); i++) {
+    auto [a, b] = m.merges[i];
+    if (a >= nv || b >= nv || m.vocab[a].empty() || m.vocab[b].empty())
+      return Status::error("merge " + std::to_string(i) + " refers to an id outside the vocabulary");
+    cat = m.vocab[a];
+    cat += m.vocab[b];
+    uint32_t merged = t.tokens.find(cat);
+    if (merged == UINT32_MAX)
+      return Status::error("merge " + std::to_string(i) + " (" + std::to_string(a) + ", " + std::to_string(b) +
+                           ") yields a token that is not in the vocabulary");
+    t.pairs.insert(a, b, m.rank_priority ? merged : static_cast<uint32_t>(i), merged);
+  }
+  im.vocab_size = nv;
+  im.id_text.assign(m.vocab.begin(), m.vocab.end());
+  for (const auto& s : m.specials) {
+    if (s.text.empty()) return Status::error("an added token has empty content");
+    im.vocab_size = std::max(im.vocab_size, s.id + 1);
+    if (s.id >= im.id_text.size()) im.id_text.resize(s.id + 1);
+    im.id_text[s.id] = s.text;
+  }
+  im.specials_by_length = m.specials;
+  std::stable_sort(im.specials_by_length.begin(), im.specials_by_length.end(),
+                   [](const SpecialToken& a, const SpecialToken& b) { return a.text.size() > b.text.size(); });
+  std::memset(im.special_first_byte, 0, sizeof im.special_first_byte);
+  for (const auto& s : m.specials) im.special_first_byte[static_cast<unsigned char>(s.text[0])] = true;
+
+  uint64_t h = hash64(im.pre->pattern(), 0x5e17);
+  for (const auto& v : m.vocab) h = hash_mix(h ^ hash64(v, v.size()));
+  for (auto [a, b] : m.merges) h = hash_mix(h ^ ((static_cast<uint64_t>(a) << 32) | b));
+  for (const auto& s : m.specials) h = hash_mix(h ^ hash64(s.text, s.id * 2 + s.special));
+  h = hash_mix(h ^ (m.ignore_merges ? 1 : 2) ^ (m.rank_priority ? 4 : 8));
+  im.hash = h;
+  return Status::ok();
+}
+
+Status Tokenizer::from_model(BpeModel model, Tokenizer& out) {
+  auto im = std::make_unique<Impl>();
+  im->model = std::move(model);
+  if (Status s = tokenizer_build(*im); !s) return s;
+  out.impl_ = std::move(im);
+  return Status::ok();
+}
+
+namespace {
+void encode_ordinary(const Tokenizer::Impl& im, std::string_view text, std::vector<uint32_t>& out) {
+  thread_local std::vector<std::string_view> pieces;
+  pieces.clear();
+  im.pre->split(text, pieces);
+  for (std::string_view p : pieces) bpe_encode_piece(im.bpe, p, out);
+}
+}  // namespace
+
+void Tokenizer::encode(std::string_view text, std::vector<uint32_t>& out, bool allow_special) const {
+  const Impl& im = *impl_;
+  if (!allow_special || im.specials_by_length.empty()) {
+    encode_ordinary(im, text, out);
+    return;
+  }
+  size_t start = 0, i = 0;
+  while (i < text.size()) {
+    if (!im.special_first_byte[static_cast<unsigned char>(text[i])]) { i++; continue; }
+    const SpecialToken* hit = nullptr;
+    for (const auto& s : im.specials_by_length)
+      if (text.compare(i, s.text.size(), s.text) == 0) { hit = &s; break; }
+    if (!hit) { i++; continue; }
+    if (i > start) encode_ordinary(im, text.substr(start, i - start), out);
+    out.push_back(hit->id);
+    i += hit->text.size();
+    start = i;
+  }
+  if (start < text.size()) encode_ordinary(im, text.substr(start), out);
+}
+
+void Tokenizer::decode(const uint32_t* ids, size_t n, std::string& out) const {
+  const auto& t = impl_->id_text;
+  for (size_t k = 0; k < n; k++)
+    if (ids[k] < t.size()) out += t[ids[k]];
+}
+
+uint32_t Tokenizer::vocab_size() const { return impl_->vocab_size; }
+
+std::optional<uint32_t> Tokenizer::token_to_id(std::string_view token) const {
+  for (const auto& s : impl_->model.specials)
+    if (s.text == token) return s.id;
+  uint32_t id = impl_->bpe.tokens.find(token);
+  if (id == UINT32_MAX) return std::nullopt;
+  return id;
+}
+
+std::optional<uint32_t> Tokenizer::eod_id() const {
+  for (const char* name : {"<|endoftext|>", "<|end_of_text|>", "<|im_end|>", "</s>", "<eos>", "<|eot_id|>"})
+    for (const auto& s : impl_->model.specials)
+      if (s.text == name) return s.id;
+  return std::nullopt;
+}
+
+const BpeModel& Tokenizer::model() const { return impl_->model; }
+uint64_t Tokenizer::content_hash() const { return impl_->hash; }
+const Pretokenizer& Tokenizer::pretokenizer() const { return *impl_->pre; }
+
+}  // namespace smelt
