@@ -1,12 +1,88 @@
-// `smelt tokenize`. Placeholder until the dataset writer lands: says so and fails.
+// `smelt tokenize`: flags into TokenizeConfig, the tokenizer file into a TokenEncoder, then the
+// stage; prints the summary and maps failures to exit codes (2 usage or missing input, 1 failure).
+// Not the stage itself (dataset/tokenize).
+#include <csignal>
 #include <cstdio>
 
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
 #include "smelt/cli/commands.hpp"
-#include "smelt/common/status.hpp"
+#include "smelt/common/files.hpp"
+#include "smelt/common/log.hpp"
+#include "smelt/dataset/tokenize.hpp"
+#include "smelt/tokenizer/tokenizer.hpp"
 
 namespace smelt {
-int cli_tokenize(int, char**) {
-  std::fputs("smelt tokenize: not built yet\n", stderr);
-  return kExitFailure;
+
+namespace {
+
+void on_signal(int) { tokenize_request_stop(); }
+
+}  // namespace
+
+int cli_tokenize(int argc, char** argv) {
+  CLI::App app{"smelt tokenize: refined JSONL(.zst) or text -> PREFIX.bin + PREFIX.idx (Megatron-LM MMIDIDX), "
+               "PREFIX.docs (sequence -> document id) and PREFIX.stats.json"};
+  app.name("smelt tokenize");
+  TokenizeConfig c;
+  std::string tokenizer_path, log_level = "info";
+  double checkpoint_mb = 64;
+  app.add_option("--tokenizer", tokenizer_path, "tokenizer.json (Hugging Face) or a tiktoken file (required)")
+      ->required()
+      ->check(CLI::ExistingFile);
+  app.add_option("-i,--input", c.inputs, "refined JSONL(.zst) or text files, folders or globs (required)")->required();
+  app.add_option("-o,--output", c.output, "output prefix: writes PREFIX.bin, .idx, .docs, .stats.json (required)")
+      ->required();
+  app.add_flag("--append-eod", c.append_eod, "end every document with the tokenizer's end-of-document token");
+  app.add_option("-t,--threads", c.threads, "encoder threads (default: all cores)")->check(CLI::NonNegativeNumber);
+  app.add_option("--text-field", c.text_field, "JSONL field holding the text (default: text)");
+  app.add_flag("--overwrite", c.overwrite, "replace an earlier, different run's output at PREFIX");
+  app.add_option("--checkpoint-mb", checkpoint_mb, "persist a resume point after this many MB of tokens (default 64)")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--log-level", log_level, "debug, info, warn, error");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    int rc = app.exit(e);
+    return rc == 0 ? kExitOk : kExitUsage;
+  }
+  log_setup("tokenize", log_level);
+  c.checkpoint_bytes = std::max<uint64_t>(1, static_cast<uint64_t>(checkpoint_mb * (1 << 20)));
+
+  std::vector<std::string> files;
+  if (Status s = files_expand_inputs(c.inputs, files); !s) {
+    spdlog::error("{}", s.message());
+    return kExitUsage;
+  }
+  Tokenizer tok;
+  if (Status s = Tokenizer::load(tokenizer_path, tok); !s) {
+    spdlog::error("{}", s.message());
+    return kExitUsage;
+  }
+  if (c.append_eod && !tok.eod_id()) {
+    spdlog::error("{}: the tokenizer has no end-of-document token; drop --append-eod or use one that has it",
+                  tokenizer_path);
+    return kExitUsage;
+  }
+  TokenEncoder enc;
+  // special-token text inside a document is ordinary text: a page cannot forge an end-of-document
+  enc.encode = [&tok](std::string_view text, std::vector<uint32_t>& ids) { tok.encode(text, ids, false); };
+  enc.vocab_size = tok.vocab_size();
+  enc.eod_id = tok.eod_id();
+  enc.content_hash = tok.content_hash();
+  enc.path = tokenizer_path;
+
+  std::signal(SIGINT, on_signal);
+  std::signal(SIGTERM, on_signal);
+  TokenizeSummary summary;
+  Status s = tokenize_run(c, enc, summary);
+  if (!s) {
+    spdlog::error("{}", s.message());
+    return kExitFailure;
+  }
+  std::fputs(summary.text.c_str(), stderr);
+  return kExitOk;
 }
+
 }  // namespace smelt
