@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <cstdio>
 #include <filesystem>
 #include <string>
@@ -19,6 +20,7 @@
 #include "smelt/dataset/indexed.hpp"
 #include "smelt/dataset/lineage.hpp"
 #include "smelt/dataset/tokenize.hpp"
+#include "smelt/tokenizer/tokenizer.hpp"
 #include "test_files.hpp"
 
 namespace fs = std::filesystem;
@@ -331,6 +333,217 @@ TEST_F(TokenizeTest, StopRequestThenResume) {
   s = tokenize_run(c, byte_encoder(), sum);
   ASSERT_TRUE(s.is_ok()) << s.message();
   check_output(c.output, docs, IndexedDType::kUInt16, 0, 256u);
+}
+
+// ---- the real `smelt tokenize` binary with real tokenizer files ----
+
+const std::string kSmelt = SMELT_BINARY;
+const std::string kRefDir = std::string(SMELT_SOURCE_DIR) + "/tests/reference";
+
+// Builds a tokenizer file with the npm references (tests/reference/tok_ref.js), once per process:
+// "gpt2.json" (Hugging Face GPT-2, vocab 50257 -> uint16), "cl100k_base.tiktoken" (-> int32).
+// Empty when node or the npm packages are missing.
+std::string tokenizer_file(const std::string& name) {
+  struct TempDir {
+    std::string path = fs::temp_directory_path().string() + "/smelt_tokenize_tok_" + std::to_string(getpid());
+    TempDir() { fs::create_directories(path); }
+    ~TempDir() {
+      std::error_code ec;
+      fs::remove_all(path, ec);
+    }
+  };
+  static const TempDir tmp;
+  const std::string& dir = tmp.path;
+  std::string out = dir + "/" + name;
+  if (fs::exists(out)) return out;
+  if (!fs::exists(kRefDir + "/node_modules/tiktoken")) return "";
+  std::string args = name == "gpt2.json" ? "gpt2-hf" : "dump-tiktoken cl100k_base";
+  std::string cmd = "cd '" + kRefDir + "' && node tok_ref.js " + args + " '" + out + "' >/dev/null 2>&1";
+  if (std::system(cmd.c_str()) != 0 || !fs::exists(out)) return "";
+  return out;
+}
+
+int run_cli(const std::string& args, const fs::path& log) {
+  std::string cmd = kSmelt + " tokenize " + args + " >'" + log.string() + "' 2>&1";
+  int rc = std::system(cmd.c_str());
+  return WIFEXITED(rc) ? WEXITSTATUS(rc) : 128;
+}
+
+// Real text (Python docs and Chinese prose from tests/data/tokenizer), one paragraph per refined
+// document with quality.lang, `rounds` times over with a round number so documents differ.
+std::vector<Doc> write_real_inputs(const fs::path& dir, int rounds, bool with_bad_lines) {
+  std::vector<Doc> docs;
+  std::string data = std::string(SMELT_TEST_DATA) + "/tokenizer/";
+  std::vector<std::pair<std::string, std::vector<std::string>>> sources;
+  for (const auto& [file, lang] : {std::pair{"english.txt", "en"}, std::pair{"chinese.txt", "zh"}}) {
+    std::string text = test::read_file(data + file);
+    std::vector<std::string> paras;
+    size_t at = 0;
+    while (at < text.size()) {
+      size_t end = text.find("\n\n", at);
+      if (end == std::string::npos) end = text.size();
+      if (end > at) paras.push_back(text.substr(at, end - at));
+      at = end + 2;
+    }
+    sources.push_back({lang, paras});
+  }
+  std::string a, b;
+  for (int r = 0; r < rounds; ++r) {
+    for (const auto& [lang, paras] : sources) {
+      for (size_t i = 0; i < paras.size(); ++i) {
+        Doc d{lang + "-" + std::to_string(r) + "-" + std::to_string(i), paras[i] + " [" + std::to_string(r) + "]", lang};
+        json j = {{"id", d.id}, {"source", "test:" + std::to_string(i)}, {"text", d.text},
+                  {"quality", {{"lang", lang}, {"score", 0.8}}}};
+        (lang == "en" ? a : b) += j.dump() + "\n";
+        docs.push_back(d);
+      }
+    }
+  }
+  // file order: a.jsonl (English) then b.jsonl.zst (Chinese); put docs in that order
+  std::vector<Doc> ordered;
+  for (const auto& d : docs) if (d.lang == "en") ordered.push_back(d);
+  for (const auto& d : docs) if (d.lang == "zh") ordered.push_back(d);
+  if (with_bad_lines) a = "{\"id\": 1, \"text\": \n" + a + "[1, 2]\n";
+  test::write_file((dir / "a.jsonl").string(), a);
+  test::write_file((dir / "b.jsonl").string(), b);
+  EXPECT_EQ(std::system(("zstd -q --rm -f '" + (dir / "b.jsonl").string() + "'").c_str()), 0);
+  return ordered;
+}
+
+json numpy_tokens(const std::string& prefix) {
+  std::string out;
+  FILE* f = popen(("/usr/bin/python3 '" + kRefDir + "/mmidx_reader.py' '" + prefix + "'").c_str(), "r");
+  char buf[65536];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, f)) > 0) out.append(buf, n);
+  EXPECT_EQ(pclose(f), 0);
+  return json::parse(out);
+}
+
+TEST_F(TokenizeTest, CliGpt2EveryIdMatchesTokenizerAndNumpy) {
+  std::string tok_path = tokenizer_file("gpt2.json");
+  if (tok_path.empty()) GTEST_SKIP() << "no GPT-2 tokenizer file: node and tests/reference/node_modules are needed";
+  auto docs = write_real_inputs(dir_ / "in", 2, true);
+  std::string prefix = (dir_ / "out" / "gpt2").string();
+  ASSERT_EQ(run_cli("--tokenizer '" + tok_path + "' --input '" + (dir_ / "in").string() + "' --output '" + prefix +
+                        "' --append-eod --threads 2", dir_ / "log.txt"), 0)
+      << test::read_file((dir_ / "log.txt").string());
+  Tokenizer tok;
+  ASSERT_TRUE(Tokenizer::load(tok_path, tok).is_ok());
+  ASSERT_EQ(tok.vocab_size(), 50257u);
+  const uint32_t eod = *tok.eod_id();
+  EXPECT_EQ(eod, 50256u);
+
+  IndexedDataset ds;
+  ASSERT_TRUE(ds.open(prefix).is_ok());
+  EXPECT_EQ(ds.dtype(), IndexedDType::kUInt16);
+  ASSERT_EQ(ds.sequences(), docs.size());
+  LineageReader lin;
+  ASSERT_TRUE(lin.open(lineage_path(prefix)).is_ok());
+  ASSERT_EQ(lin.size(), docs.size());
+  json np = numpy_tokens(prefix);
+  EXPECT_EQ(np["dtype_code"], 8);
+  ASSERT_EQ(np["tokens"].size(), docs.size());
+  uint64_t total = 0;
+  for (size_t i = 0; i < docs.size(); ++i) {
+    std::vector<uint32_t> want;
+    tok.encode(docs[i].text, want, false);
+    want.push_back(eod);
+    total += want.size();
+    ASSERT_EQ(ds.sequence(i).to_vector(), want) << "document " << docs[i].id;
+    ASSERT_EQ(np["tokens"][i].get<std::vector<uint32_t>>(), want) << "document " << docs[i].id;
+    ASSERT_EQ(lin.id_of(i), docs[i].id);
+  }
+  json st = stats_of(prefix);
+  EXPECT_EQ(st["tokens"], total);
+  EXPECT_EQ(st["documents"], docs.size());
+  EXPECT_EQ(st["input_issues"]["invalid_json"], 2);
+  EXPECT_GT(st["languages"]["en"]["bytes_per_token"].get<double>(), st["languages"]["zh"]["bytes_per_token"].get<double>());
+  char hash[17];
+  std::snprintf(hash, sizeof hash, "%016llx", static_cast<unsigned long long>(tok.content_hash()));
+  EXPECT_EQ(st["tokenizer"]["content_hash"], hash);
+  std::string log = test::read_file((dir_ / "log.txt").string());
+  EXPECT_NE(log.find("bytes/token by language: en="), std::string::npos) << log;
+}
+
+TEST_F(TokenizeTest, CliCl100kIsInt32) {
+  std::string tok_path = tokenizer_file("cl100k_base.tiktoken");
+  if (tok_path.empty()) GTEST_SKIP() << "no cl100k tokenizer file: node and tests/reference/node_modules are needed";
+  auto docs = write_real_inputs(dir_ / "in", 1, false);
+  std::string prefix = (dir_ / "cl").string();
+  ASSERT_EQ(run_cli("--tokenizer '" + tok_path + "' --input '" + (dir_ / "in").string() + "' --output '" + prefix + "'",
+                    dir_ / "log.txt"), 0)
+      << test::read_file((dir_ / "log.txt").string());
+  Tokenizer tok;
+  ASSERT_TRUE(Tokenizer::load(tok_path, tok).is_ok());
+  json np = numpy_tokens(prefix);
+  EXPECT_EQ(np["dtype_code"], 4);
+  EXPECT_EQ(np["dtype"], "int32");
+  ASSERT_EQ(np["tokens"].size(), docs.size());
+  for (size_t i = 0; i < docs.size(); ++i) {
+    std::vector<uint32_t> want;
+    tok.encode(docs[i].text, want, false);  // no --append-eod
+    ASSERT_EQ(np["tokens"][i].get<std::vector<uint32_t>>(), want) << docs[i].id;
+  }
+}
+
+TEST_F(TokenizeTest, CliKillAndResumeIsIdentical) {
+  std::string tok_path = tokenizer_file("gpt2.json");
+  if (tok_path.empty()) GTEST_SKIP() << "no GPT-2 tokenizer file: node and tests/reference/node_modules are needed";
+  auto docs = write_real_inputs(dir_ / "in", 60, true);
+  const std::string in = (dir_ / "in").string();
+  const std::string straight = (dir_ / "straight").string(), killed = (dir_ / "killed").string();
+  ASSERT_EQ(run_cli("--tokenizer '" + tok_path + "' --input '" + in + "' --output '" + straight + "' --append-eod",
+                    dir_ / "log0.txt"), 0);
+  const std::string args = "--tokenizer '" + tok_path + "' --input '" + in + "' --output '" + killed +
+                           "' --append-eod --threads 1 --checkpoint-mb 0.02";
+  for (double frac : {0.2, 0.5}) {
+    pid_t pid = fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+      std::string cmd = kSmelt + " tokenize " + args + " >/dev/null 2>&1";
+      execl("/bin/sh", "sh", "-c", ("exec " + cmd).c_str(), static_cast<char*>(nullptr));
+      _exit(127);
+    }
+    bool killed_it = false;
+    for (int i = 0; i < 20000 && !killed_it; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      json st = json::parse(test::read_file(tokenize_state_path(killed)), nullptr, false);
+      if (!st.is_discarded() && st.value("sequences", 0.0) >= frac * docs.size()) {
+        kill(pid, SIGKILL);
+        killed_it = true;
+      }
+    }
+    int status = 0;
+    waitpid(pid, &status, 0);
+    ASSERT_TRUE(killed_it && WIFSIGNALED(status)) << "the run ended before " << frac << " of the documents";
+    EXPECT_FALSE(fs::exists(killed + ".idx"));
+  }
+  ASSERT_EQ(run_cli(args, dir_ / "log1.txt"), 0) << test::read_file((dir_ / "log1.txt").string());
+  EXPECT_NE(test::read_file((dir_ / "log1.txt").string()).find("resuming"), std::string::npos);
+  EXPECT_EQ(files_of(killed), files_of(straight));
+  json a = stats_of(killed), b = stats_of(straight);
+  a.erase("outputs");
+  b.erase("outputs");
+  EXPECT_EQ(a.dump(), b.dump());
+  // and once more: already complete
+  ASSERT_EQ(run_cli(args, dir_ / "log2.txt"), 0);
+  EXPECT_NE(test::read_file((dir_ / "log2.txt").string()).find("already complete"), std::string::npos);
+}
+
+TEST_F(TokenizeTest, CliExitCodes) {
+  std::string tok_path = tokenizer_file("gpt2.json");
+  if (tok_path.empty()) GTEST_SKIP() << "no GPT-2 tokenizer file: node and tests/reference/node_modules are needed";
+  write_inputs(1, 3);
+  const std::string in = (dir_ / "in").string(), out = (dir_ / "o").string();
+  EXPECT_EQ(run_cli("--tokenizer '" + tok_path + "' --input /nonexistent --output '" + out + "'", dir_ / "l"), 2);
+  EXPECT_EQ(run_cli("--tokenizer /nonexistent.json --input '" + in + "' --output '" + out + "'", dir_ / "l"), 2);
+  EXPECT_EQ(run_cli("--input '" + in + "' --output '" + out + "'", dir_ / "l"), 2);
+  EXPECT_EQ(run_cli("--tokenizer '" + tok_path + "' --input '" + in + "' --output '" + out + "' --bogus", dir_ / "l"), 2);
+  EXPECT_EQ(run_cli("--tokenizer '" + tok_path + "' --input '" + in + "' --output '" + out + "'", dir_ / "l"), 0);
+  // a different run at the same prefix fails (1) and says how to proceed
+  EXPECT_EQ(run_cli("--tokenizer '" + tok_path + "' --input '" + in + "' --output '" + out + "' --append-eod", dir_ / "l"), 1);
+  EXPECT_NE(test::read_file((dir_ / "l").string()).find("--overwrite"), std::string::npos);
 }
 
 }  // namespace
