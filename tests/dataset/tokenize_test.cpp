@@ -209,6 +209,7 @@ TEST_F(TokenizeTest, PlainTextAndZstdInputs) {
   EXPECT_EQ(ds.sequence(1).to_vector(), bytes_of("zstd doc", 0, 256u));
   LineageReader lin;
   ASSERT_TRUE(lin.open(lineage_path(c.output)).is_ok());
+  EXPECT_EQ(lin.id_of(0), (dir_ / "in" / "a.txt").string() + ":1");  // a text file's id: FILE:1
   EXPECT_EQ(lin.id_of(1), "z1");
   EXPECT_EQ(stats_of(c.output)["languages"]["unknown"]["documents"], 2);
 }
