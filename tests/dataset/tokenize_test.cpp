@@ -331,6 +331,11 @@ TEST_F(TokenizeTest, StopRequestThenResume) {
   stopper.join();
   ASSERT_FALSE(s.is_ok());
   EXPECT_NE(s.message().find("rerun the same command to resume"), std::string::npos) << s.message();
+  // the stop saved everything done so far: the resume point is where the run stopped
+  json st = json::parse(test::read_file(tokenize_state_path(c.output)));
+  EXPECT_GT(st["sequences"].get<uint64_t>(), 0u);
+  EXPECT_EQ(st["counters"]["documents"], st["sequences"]);
+  EXPECT_FALSE(fs::exists(c.output + ".idx"));
   s = tokenize_run(c, byte_encoder(), sum);
   ASSERT_TRUE(s.is_ok()) << s.message();
   check_output(c.output, docs, IndexedDType::kUInt16, 0, 256u);

@@ -131,6 +131,7 @@ class TokenizeRun {
   std::vector<std::string> files_;
   std::vector<uint64_t> file_sizes_;
   uint64_t total_bytes_ = 0;
+  int threads_ = 1;
   std::string fingerprint_;
 
   // writer state (persisted at checkpoints)
@@ -186,7 +187,10 @@ Status TokenizeRun::prepare_output(bool& complete) {
     return Status::error(fmt::format("{}: already exists but holds no resume state of this command; use another "
                                      "--output or --overwrite", indexed_idx_path(p)));
   }
-  // a fresh start: nothing of an earlier run may mix with this one
+  // a fresh start: nothing of an earlier run may mix with this one. An older complete output is
+  // replaced file by file at the end; its .idx goes now, so the old set never looks complete
+  // next to a new .docs.
+  fs::remove(indexed_idx_path(p), ec);
   resumed_ = false;
   pos_ = Position{};
   n_ = Counters{};
@@ -430,7 +434,7 @@ json TokenizeRun::stats_json(double seconds) const {
   double s = std::max(seconds, 1e-9);
   // timing is the one part that differs between identical runs
   j["timing"] = {{"seconds", seconds}, {"documents_per_s", n_.documents / s}, {"tokens_per_s", n_.tokens / s},
-                 {"text_mb_per_s", n_.text_bytes / 1e6 / s}, {"threads", c_.threads}, {"resumed", resumed_}};
+                 {"text_mb_per_s", n_.text_bytes / 1e6 / s}, {"threads", threads_}, {"resumed", resumed_}};
   return j;
 }
 
@@ -487,6 +491,7 @@ Status TokenizeRun::run(TokenizeSummary& out) {
                  pos_.file, pos_.rec);
 
   int threads = c_.threads > 0 ? c_.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  threads_ = threads;
   max_in_flight_ = 4ull * threads;
   work_ = std::make_unique<BoundedQueue<Chunk>>(2ull * threads);
   done_ = std::make_unique<BoundedQueue<Chunk>>(max_in_flight_ + 1);
@@ -531,9 +536,12 @@ Status TokenizeRun::run(TokenizeSummary& out) {
   double seconds = progress.elapsed_s();
 
   if (!status) return status;
-  if (g_stop)
-    return Status::error(fmt::format("interrupted after {} documents; rerun the same command to resume from the last "
-                                     "checkpoint", n_.documents));
+  if (g_stop) {
+    // everything committed so far is a contiguous prefix of the input: keep it
+    if (Status s = checkpoint(false); !s) return s;
+    return Status::error(fmt::format("interrupted after {} documents; rerun the same command to resume from there",
+                                     n_.documents));
+  }
 
   // completeness last: .docs, stats, then .bin and finally .idx
   if (Status s = docs_.finish(); !s) return s;
