@@ -341,6 +341,31 @@ TEST_F(TokenizeTest, StopRequestThenResume) {
   check_output(c.output, docs, IndexedDType::kUInt16, 0, 256u);
 }
 
+TEST_F(TokenizeTest, DamagedResumePointIsRefusedThenOverwritten) {
+  auto docs = write_inputs(2, 300);
+  TokenizeConfig c = config();
+  c.checkpoint_bytes = 2000;
+  std::thread stopper([] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    tokenize_request_stop();
+  });
+  TokenizeSummary sum;
+  Status s = tokenize_run(c, byte_encoder(1000), sum);
+  stopper.join();
+  ASSERT_FALSE(s.is_ok());
+  // the partial .bin lost its tail: resuming would produce a wrong shard
+  fs::resize_file(c.output + ".bin.partial", fs::file_size(c.output + ".bin.partial") / 2);
+  s = tokenize_run(c, byte_encoder(), sum);
+  ASSERT_FALSE(s.is_ok());
+  EXPECT_NE(s.message().find(c.output + ".bin.partial"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("--overwrite"), std::string::npos) << s.message();
+  c.overwrite = true;
+  s = tokenize_run(c, byte_encoder(), sum);
+  ASSERT_TRUE(s.is_ok()) << s.message();
+  EXPECT_FALSE(sum.resumed);
+  check_output(c.output, docs, IndexedDType::kUInt16, 0, 256u);
+}
+
 // ---- the real `smelt tokenize` binary with real tokenizer files ----
 
 const std::string kSmelt = SMELT_BINARY;
