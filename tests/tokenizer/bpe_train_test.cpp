@@ -14,6 +14,9 @@
 
 #include "../test_files.hpp"
 #include "smelt/common/utf8.hpp"
+#include "smelt/tokenizer/byte_level.hpp"
+#include "smelt/tokenizer/pretokenizer.hpp"
+#include "smelt/tokenizer/tokenizer.hpp"
 
 using namespace smelt;
 namespace fs = std::filesystem;
@@ -283,6 +286,26 @@ TEST(BpeMerge, ChineseFormsCharactersAndWords) {
   for (const char* w : {"内核", "代码", "开发", "我们", "一个", "可以", "函数"}) EXPECT_TRUE(vocab.count(w)) << w;
 }
 
+std::string ref_dir() { return std::string(SMELT_SOURCE_DIR) + "/tests/reference"; }
+bool have_node_reference() {
+  return fs::exists(ref_dir() + "/node_modules/tokenizers") && std::system("node --version >/dev/null 2>&1") == 0;
+}
+std::string tmp_path(const std::string& name) {
+  return (fs::temp_directory_path() / ("bpe_train_test_" + std::to_string(getpid()) + "_" + name)).string();
+}
+std::vector<std::pair<std::string, std::string>> hf_merges_of(const nlohmann::json& hf) {
+  std::vector<std::pair<std::string, std::string>> out;
+  for (const auto& m : hf["model"]["merges"]) {
+    if (m.is_array()) {
+      out.emplace_back(m[0].get<std::string>(), m[1].get<std::string>());
+    } else {
+      std::string s = m.get<std::string>();
+      out.emplace_back(s.substr(0, s.find(' ')), s.substr(s.find(' ') + 1));
+    }
+  }
+  return out;
+}
+
 // Same merges as Hugging Face's BpeTrainer (npm `tokenizers`) on the same words: ASCII text,
 // whitespace splitting on both sides, HF's default trainer (vocab 30000, alphabet = bytes seen).
 TEST(BpeMerge, EqualsHuggingFaceTrainer) {
@@ -324,4 +347,100 @@ TEST(BpeMerge, EqualsHuggingFaceTrainer) {
   EXPECT_EQ(first_diff, n) << "merge " << first_diff << ": ours '" << ours[first_diff].first << "' '"
                            << ours[first_diff].second << "', HF '" << hf_merges[first_diff].first << "' '"
                            << hf_merges[first_diff].second << "'";
+}
+
+// The real GPT-2 pre-tokenizer against HF's ByteLevel pre-tokenizer + BpeTrainer on real English
+// and Chinese text. HF's train(files) reads line by line (line ends kept), so our documents are
+// the same lines; its alphabet is the bytes seen, so our vocab size is shifted by the bytes unseen.
+TEST(BpeTrainEndToEnd, Gpt2MergesEqualHuggingFaceByteLevelTrainer) {
+  if (!have_node_reference()) GTEST_SKIP() << "node or tests/reference/node_modules/tokenizers missing";
+  std::vector<std::string> files = {kData + "en_coding_style.rst", kData + "zh_kernel_howto.rst"};
+  std::string out = tmp_path("hf_bytelevel.json");
+  std::string cmd = "node " + ref_dir() + "/hf_train_check.js bytelevel " + out;
+  for (auto& f : files) cmd += " " + f;
+  ASSERT_EQ(std::system((cmd + " >/dev/null 2>&1").c_str()), 0) << cmd;
+  auto hf = hf_merges_of(nlohmann::json::parse(test::read_file(out)));
+  fs::remove(out);
+
+  Status err;
+  auto pretok = Pretokenizer::create("gpt2", err);
+  ASSERT_TRUE(pretok) << err.message();
+  std::vector<std::string> lines;
+  std::set<unsigned char> seen;
+  for (auto& f : files) {
+    std::string s = test::read_file(f);
+    for (unsigned char c : s) seen.insert(c);
+    for (size_t p = 0; p < s.size();) {
+      size_t e = s.find('\n', p);
+      e = e == std::string::npos ? s.size() : e + 1;
+      lines.push_back(s.substr(p, e - p));
+      p = e;
+    }
+  }
+  PretokenTable t = count_docs(lines, [&](std::string_view x, std::vector<std::string_view>& o) { pretok->split(x, o); });
+  BpeModel m;
+  bpe_merge(t, {static_cast<uint32_t>(256 + 30000 - seen.size()), {}, 0}, m);
+  std::vector<std::pair<std::string, std::string>> ours;
+  for (auto [a, b] : m.merges) ours.emplace_back(byte_level_encode(m.vocab[a]), byte_level_encode(m.vocab[b]));
+  ASSERT_GT(hf.size(), 3000u);
+  EXPECT_EQ(ours.size(), hf.size());
+  size_t n = std::min(ours.size(), hf.size()), first_diff = n;
+  for (size_t i = 0; i < n && first_diff == n; ++i)
+    if (ours[i] != hf[i]) first_diff = i;
+  EXPECT_EQ(first_diff, n) << "merge " << first_diff << ": ours '" << ours[first_diff].first << "' '"
+                           << ours[first_diff].second << "', HF '" << hf[first_diff].first << "' '"
+                           << hf[first_diff].second << "'";
+}
+
+// Files -> bpe_train -> tokenizer.json: HF loads it and encodes held-out text to Smelt's ids;
+// decode(encode(x)) == x; the same bytes for 1 and 2 threads.
+TEST(BpeTrainEndToEnd, TokenizerJsonLoadsInHuggingFaceWithTheSameIds) {
+  Status err;
+  auto pretok = Pretokenizer::create("gpt2", err);
+  ASSERT_TRUE(pretok) << err.message();
+  BpeTrainConfig cfg;
+  cfg.inputs = {kData + "en_coding_style.rst", kData + "zh_kernel_howto.rst", kData + "zh_fortunes_head.u8"};
+  cfg.vocab_size = 3000;
+  cfg.special_tokens = {"<|endoftext|>", "<|pad|>"};
+  std::string json1, json2, info1, info2;
+  Tokenizer tok;
+  for (int threads : {1, 2}) {
+    cfg.threads = threads;
+    BpeModel m;
+    BpeTrainStats st;
+    ASSERT_TRUE(bpe_train(cfg, *pretok, m, st));
+    EXPECT_EQ(m.vocab.size(), 3000u);
+    EXPECT_EQ(st.documents, 3u);
+    EXPECT_EQ(m.info["corpus"]["hash"], st.corpus_hash);
+    (threads == 1 ? info1 : info2) = m.info.dump();
+    ASSERT_TRUE(Tokenizer::from_model(std::move(m), tok));
+    (threads == 1 ? json1 : json2) = tok.to_hf_json();
+  }
+  EXPECT_EQ(json1, json2);
+  EXPECT_EQ(info1, info2);
+  EXPECT_EQ(*tok.token_to_id("<|endoftext|>"), 0u);
+  EXPECT_EQ(*tok.token_to_id("<|pad|>"), 1u);
+
+  for (const char* held_out : {"en_submitting_patches.rst", "zh_coding_style.rst"}) {
+    std::string text = sample(held_out);
+    std::vector<uint32_t> ids;
+    tok.encode(text, ids);
+    std::string back;
+    tok.decode(ids.data(), ids.size(), back);
+    EXPECT_EQ(back, text) << held_out;
+    EXPECT_LT(ids.size(), text.size() / 2) << held_out;  // the merges compress
+    if (!have_node_reference()) continue;
+    std::string path = tmp_path("tok.json");
+    ASSERT_TRUE(tok.save_hf(path));
+    std::string ids_path = tmp_path("ids.json");
+    std::string cmd = "node " + ref_dir() + "/hf_train_check.js encode " + path + " " + kData + held_out + " > " + ids_path;
+    ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+    auto hf_ids = nlohmann::json::parse(test::read_file(ids_path)).get<std::vector<uint32_t>>();
+    EXPECT_TRUE(fs::exists(path + ".info.json"));
+    fs::remove(path);
+    fs::remove(path + ".info.json");
+    fs::remove(ids_path);
+    EXPECT_EQ(hf_ids.size(), ids.size()) << held_out;
+    EXPECT_TRUE(hf_ids == ids) << held_out;
+  }
 }

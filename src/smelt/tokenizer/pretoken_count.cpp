@@ -126,14 +126,17 @@ struct Chunk {
   std::vector<uint32_t> ends;  // [doc part] end offset in text
 };
 
-// A long document is cut only after a '\n' followed by an ASCII letter or digit: every
-// pre-tokenizer family (GPT-2, Llama-3, Qwen2) has a piece boundary there, so the pieces are the
-// same as without the cut.
+// A long document is cut only after a '\n' that follows a visible ASCII character and precedes
+// an ASCII letter or digit: every pre-tokenizer family (GPT-2, Llama-3, Qwen2) has piece
+// boundaries on both sides of such a newline, and it is a piece of its own whether or not the
+// text ends after it, so the pieces are the same as without the cut. (After a space it is not:
+// `\s+(?!\S)` would take "  \n" whole at the end of a text.)
 size_t safe_cut(std::string_view s, size_t from) {
-  for (size_t i = from; i + 1 < s.size(); ++i) {
+  auto alnum = [](unsigned char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9'); };
+  for (size_t i = std::max<size_t>(from, 1); i + 1 < s.size(); ++i) {
     if (s[i] == '\n') {
-      unsigned char c = static_cast<unsigned char>(s[i + 1]);
-      if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9')) return i + 1;
+      unsigned char p = static_cast<unsigned char>(s[i - 1]);
+      if (p >= 0x21 && p <= 0x7E && alnum(static_cast<unsigned char>(s[i + 1]))) return i + 1;
     }
   }
   return s.size();
