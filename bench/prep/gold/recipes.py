@@ -38,3 +38,19 @@ RECIPES.update({
 RECIPES.update({
     "zh_news_bbc": (["//h1", "//div[contains(@class,'story-body')]/div[@class='bodytext']"], []),
 })
+# Forum pages: the thread title and the text of every post. Not: authors, dates, post numbers, vote and
+# reply links, "in reply to" headers, signatures, avatars and user statistics, quick-reply and login
+# forms, hidden dialogs (FlaskBB's Markdown cheat sheet), sidebars, forum jumps.
+RECIPES.update({
+    "forum_hn_best_papers": (["//span[@class='titleline']", "//div[@class='toptext']",
+                              "//span[contains(@class,'commtext')]"], []),
+    "forum_mybb_sv_update": (["//td[@class='thead']/div[not(@class)]/strong",
+                              "//div[contains(@class,'post_body')]"], []),
+    "forum_flaskbb_install_windows": (["//div[contains(@class,'topic-header')]",
+                                       "//div[contains(@class,'post-content')]"],
+                                      ["//div[contains(@class,'post-signature')]"]),
+    "forum_rubychina_scripting": (["//div[contains(@class,'topic-detail')]//h1/span[@class='title']",
+                                   "//div[contains(@class,'topic-detail')]/div[contains(@class,'card-body')]",
+                                   "//div[@id='replies']//div[@class='markdown']"],
+                                  ["//div[contains(@class,'toc-container')]"]),
+})
