@@ -177,6 +177,7 @@ TEST_F(IndexedTest, ZeroDocuments) {
   EXPECT_EQ(ds.sequences(), 0u);
   EXPECT_EQ(ds.documents(), 0u);
   EXPECT_EQ(ds.tokens(), 0u);
+  EXPECT_EQ(ds.locate(0).sequence, 0u);
   TokenView v;
   Status s = ds.sequence_checked(0, v);
   EXPECT_FALSE(s.is_ok());

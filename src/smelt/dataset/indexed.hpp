@@ -156,7 +156,8 @@ class IndexedDataset {
     begin = static_cast<uint64_t>(document_index(d));
     end = static_cast<uint64_t>(document_index(d + 1));
   }
-  // The sequence holding global token index t (t < tokens()), by binary search over the pointers.
+  // The sequence holding global token index t (t < tokens(); {0, 0} for an empty dataset), by
+  // binary search over the pointers.
   TokenLocation locate(uint64_t t) const;
 
   const std::string& prefix() const { return prefix_; }

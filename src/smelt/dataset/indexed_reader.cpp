@@ -185,6 +185,7 @@ Status IndexedDataset::sequence_checked(uint64_t i, TokenView& out) const {
 TokenLocation IndexedDataset::locate(uint64_t t) const {
   // last sequence whose first token index <= t; empty sequences share a start with the next one,
   // so the search lands on the one that holds tokens
+  if (seq_count_ == 0) return TokenLocation{};
   const uint64_t item = indexed_dtype_size(dtype_);
   uint64_t lo = 0, hi = seq_count_;  // answer in [lo, hi)
   while (hi - lo > 1) {
