@@ -1,7 +1,8 @@
 // The tokenize stage. In-process runs use stand-in encoders whose output is obvious by construction
 // (token = byte value, or byte + 70000 for the int32 dtype), so every token, sequence, id and count
 // can be checked exactly; kill-and-resume SIGKILLs a forked run mid-way. The `smelt tokenize`
-// binary with a real tokenizer file is tested when tests/data/tokenizer/ holds one.
+// binary runs with real GPT-2 and cl100k files built by the npm references (tests/reference/
+// tok_ref.js); those tests skip, saying why, where node or its packages are missing.
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
