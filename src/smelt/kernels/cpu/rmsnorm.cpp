@@ -1,0 +1,84 @@
+// RMSNorm forward/backward [Zhang & Sennrich 2019], the Llama pre-norm. Not LayerNorm (no mean,
+// no bias). Backward adds into dinp: the norm's input is always the residual stream.
+#include <cmath>
+
+#include <omp.h>
+
+#include "smelt/kernels/kernels.hpp"
+
+namespace smelt {
+
+void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, int N, int C,
+                     float eps) {
+#pragma omp parallel for schedule(static)
+  for (int n = 0; n < N; n++) {
+    const float* x = inp + (int64_t)n * C;
+    float* o = out + (int64_t)n * C;
+    float ss = 0.0f;
+#pragma omp simd reduction(+ : ss)
+    for (int c = 0; c < C; c++) ss += x[c] * x[c];
+    float r = 1.0f / std::sqrt(ss / C + eps);
+    rstd[n] = r;
+#pragma omp simd
+    for (int c = 0; c < C; c++) o[c] = x[c] * r * weight[c];
+  }
+}
+
+// y = x*r*w, r = (mean(x^2)+eps)^-1/2:  dx = r*(dy*w) - x * r^3/C * sum(dy*w*x).
+// dweight is summed per channel range by row order (deterministic, no per-thread copies).
+void rmsnorm_backward(float* dinp, float* dweight, const float* dout, const float* inp,
+                      const float* weight, const float* rstd, int N, int C) {
+#pragma omp parallel
+  {
+#pragma omp for schedule(static)
+    for (int n = 0; n < N; n++) {
+      const float* x = inp + (int64_t)n * C;
+      const float* dy = dout + (int64_t)n * C;
+      float* dx = dinp + (int64_t)n * C;
+      float r = rstd[n];
+      float dot = 0.0f;
+#pragma omp simd reduction(+ : dot)
+      for (int c = 0; c < C; c++) dot += dy[c] * weight[c] * x[c];
+      float k = dot * r * r * r / C;
+#pragma omp simd
+      for (int c = 0; c < C; c++) dx[c] += r * dy[c] * weight[c] - k * x[c];
+    }
+    int nt = omp_get_num_threads(), id = omp_get_thread_num();
+    int c0 = (int)((int64_t)C * id / nt), c1 = (int)((int64_t)C * (id + 1) / nt);
+    for (int n = 0; n < N; n++) {
+      const float* x = inp + (int64_t)n * C;
+      const float* dy = dout + (int64_t)n * C;
+      float r = rstd[n];
+      for (int c = c0; c < c1; c++) dweight[c] += dy[c] * x[c] * r;
+    }
+  }
+}
+
+void rmsnorm_forward_ref(float* out, float* rstd, const float* inp, const float* weight, int N,
+                         int C, float eps) {
+  for (int n = 0; n < N; n++) {
+    double ss = 0;
+    for (int c = 0; c < C; c++) ss += (double)inp[n * C + c] * inp[n * C + c];
+    double r = 1.0 / std::sqrt(ss / C + eps);
+    rstd[n] = (float)r;
+    for (int c = 0; c < C; c++) out[n * C + c] = (float)(inp[n * C + c] * r * weight[c]);
+  }
+}
+
+// Composed from the chain rule term by term: y_c = w_c x_c r, dr/dx_j = -r^3 x_j / C.
+void rmsnorm_backward_ref(float* dinp, float* dweight, const float* dout, const float* inp,
+                          const float* weight, const float* rstd, int N, int C) {
+  for (int n = 0; n < N; n++) {
+    double r = rstd[n], dr = 0;
+    for (int c = 0; c < C; c++) {
+      dweight[c] += (float)((double)dout[n * C + c] * inp[n * C + c] * r);
+      dr += (double)dout[n * C + c] * weight[c] * inp[n * C + c];
+    }
+    for (int j = 0; j < C; j++) {
+      double x = inp[n * C + j];
+      dinp[n * C + j] += (float)(dout[n * C + j] * weight[j] * r - dr * r * r * r * x / C);
+    }
+  }
+}
+
+}  // namespace smelt

@@ -1,0 +1,140 @@
+// CPU kernels of the Llama-style decoder: pure functions over raw fp32 pointers with explicit
+// shapes, forward and backward side by side (one .cpp per op family in cpu/), each with a naive
+// `_ref` twin used as the test oracle. Not the model (model/), not the optimizer loop (train/).
+//
+// Conventions (docs/model.md):
+//  - Argument order: outputs, saved-for-backward buffers, inputs, weights, then dimensions.
+//    Gradient arguments carry a `d` prefix.
+//  - Dimension letters: B batch, T time, C channels, V vocab, NH query heads, NKV key/value heads,
+//    HS head size, H SwiGLU hidden size, N = B*T rows. Row-major; a weight (OC,IC) maps IC -> OC
+//    (out = inp @ weight^T, the PyTorch nn.Linear layout).
+//
+// THE GRADIENT CONTRACT
+//  - Parameter gradients ACCUMULATE (+=): micro-batch accumulation is free; zero them per step.
+//  - Activation gradients OVERWRITE, except on the residual stream: rmsnorm_backward and
+//    embedding-side callers ADD into `dinp` because its input is the residual stream, whose
+//    gradient already holds the skip connection's contribution.
+//  - A kernel never allocates on the heap, reads files, looks at configs or calls MPI. Fixed-size
+//    scratch lives on the stack; anything sized by the problem is passed in.
+//  - Threads: kernels parallelise with OpenMP over the current team size (omp_set_num_threads,
+//    set by the caller); GEMMs call single-threaded OpenBLAS inside OpenMP loops, so there is one
+//    thread pool. Every reduction has a fixed order independent of the thread count, so results
+//    are bit-identical for any number of threads.
+#pragma once
+#include <cstdint>
+
+namespace smelt {
+
+// Sets OpenMP to `threads` threads and OpenBLAS to 1 (one pool; see docs/model.md "Threads").
+void kernels_set_threads(int threads);
+
+// ---- embedding.cpp --------------------------------------------------------------------------
+// out (N,C) = wte[inp[n]]
+void embedding_forward(float* out, const int32_t* inp, const float* wte, int N, int C, int V);
+// dwte (V,C) += scatter of dout (N,C) by token (deterministic: each thread owns channel ranges)
+void embedding_backward(float* dwte, const float* dout, const int32_t* inp, int N, int C, int V);
+void embedding_forward_ref(float* out, const int32_t* inp, const float* wte, int N, int C, int V);
+void embedding_backward_ref(float* dwte, const float* dout, const int32_t* inp, int N, int C, int V);
+
+// ---- rmsnorm.cpp ----------------------------------------------------------------------------
+// out (N,C) = inp * rstd * weight, rstd (N) = 1/sqrt(mean(inp^2) + eps)  [Zhang & Sennrich 2019]
+void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, int N, int C,
+                     float eps);
+// dinp (N,C) += (residual stream), dweight (C) +=
+void rmsnorm_backward(float* dinp, float* dweight, const float* dout, const float* inp,
+                      const float* weight, const float* rstd, int N, int C);
+void rmsnorm_forward_ref(float* out, float* rstd, const float* inp, const float* weight, int N,
+                         int C, float eps);
+void rmsnorm_backward_ref(float* dinp, float* dweight, const float* dout, const float* inp,
+                          const float* weight, const float* rstd, int N, int C);
+
+// ---- rope.cpp -------------------------------------------------------------------------------
+// Rotary embedding [Su et al. 2021] in the Hugging Face Llama "rotate_half" layout: in each head,
+// element i pairs with i + HS/2, angle = pos * theta^(-2i/HS).
+// table (max_pos, HS/2, 2): cos, sin interleaved, filled once by rope_table.
+void rope_table(float* table, int max_pos, int HS, float theta);
+// x (N, row_stride): heads [0,nheads) of size HS start at column col0 of each row; rotated in
+// place. pos (N) positions (nullptr: n % T). Backward is the inverse rotation, also in place.
+void rope_forward(float* x, const int32_t* pos, const float* table, int N, int T, int row_stride,
+                  int col0, int nheads, int HS);
+void rope_backward(float* dx, const int32_t* pos, const float* table, int N, int T,
+                   int row_stride, int col0, int nheads, int HS);
+void rope_forward_ref(float* x, const int32_t* pos, int N, int T, int row_stride, int col0,
+                      int nheads, int HS, float theta);
+
+// ---- attention.cpp --------------------------------------------------------------------------
+// Causal grouped-query attention, flash-style [Dao et al. 2022]: key tiles with an online softmax;
+// memory linear in T (only the logsumexp is saved, never a (T,T) matrix).
+// qkv (B,T,(NH+2*NKV)*HS): q heads, then k heads, then v heads on each row (post-RoPE).
+// out (B,T,NH*HS); lse (B,NH,T) saved; seg (B,T) optional document ids: a query attends only to
+// keys of its own segment (nullptr: plain causal). Query head h reads kv head h / (NH/NKV).
+void attention_forward(float* out, float* lse, const float* qkv, const int32_t* seg, int B, int T,
+                       int NH, int NKV, int HS);
+// dqkv (B,T,(NH+2*NKV)*HS) overwritten. Two passes, no atomics: dq per query row, then dk/dv per
+// key row (summing the query heads of its group in order), so results do not depend on threads.
+void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out,
+                        const float* lse, const int32_t* seg, int B, int T, int NH, int NKV,
+                        int HS);
+// Reference: materialises the (T,T) probabilities per head; scratch (T*T) floats.
+void attention_forward_ref(float* out, const float* qkv, const int32_t* seg, float* scratch, int B,
+                           int T, int NH, int NKV, int HS);
+void attention_backward_ref(float* dqkv, const float* dout, const float* qkv, const int32_t* seg,
+                            float* scratch, int B, int T, int NH, int NKV, int HS);
+
+// ---- matmul.cpp -----------------------------------------------------------------------------
+// out (N,OC) = beta*out + inp (N,IC) @ weight(OC,IC)^T. beta 1 adds into out (the residual add).
+void matmul_forward(float* out, const float* inp, const float* weight, int N, int IC, int OC,
+                    float beta = 0.0f);
+// dinp (N,IC) = dout @ weight (overwrite; skipped when dinp is nullptr); dweight (OC,IC) +=
+// dout^T @ inp.
+void matmul_backward(float* dinp, float* dweight, const float* dout, const float* inp,
+                     const float* weight, int N, int IC, int OC);
+void matmul_forward_ref(float* out, const float* inp, const float* weight, int N, int IC, int OC,
+                        float beta = 0.0f);
+void matmul_backward_ref(float* dinp, float* dweight, const float* dout, const float* inp,
+                         const float* weight, int N, int IC, int OC);
+
+// ---- swiglu.cpp -----------------------------------------------------------------------------
+// SwiGLU [Shazeer 2020]: out (N,H) = silu(gu[:, :H]) * gu[:, H:], gu (N,2H) = [gate | up].
+void swiglu_forward(float* out, const float* gu, int N, int H);
+// dgu (N,2H) overwritten.
+void swiglu_backward(float* dgu, const float* dout, const float* gu, int N, int H);
+void swiglu_forward_ref(float* out, const float* gu, int N, int H);
+void swiglu_backward_ref(float* dgu, const float* dout, const float* gu, int N, int H);
+
+// ---- cross_entropy.cpp ----------------------------------------------------------------------
+// Softmax cross-entropy over V in one streaming pass per row (online max/sum, chunked over the
+// vocabulary): losses (N) (0 where target is -1), lse (N) saved. Logits are left untouched.
+void cross_entropy_forward(float* losses, float* lse, const float* logits, const int32_t* targets,
+                           int N, int V);
+// In place: logits (N,V) become dlogits = dloss * (softmax - onehot); rows with target -1 become 0.
+// No second (N,V) buffer.
+void cross_entropy_backward(float* logits, const float* lse, const int32_t* targets, float dloss,
+                            int N, int V);
+void cross_entropy_forward_ref(float* losses, const float* logits, const int32_t* targets, int N,
+                               int V);
+void cross_entropy_backward_ref(float* dlogits, const float* logits, const int32_t* targets,
+                                float dloss, int N, int V);
+
+// ---- adamw.cpp ------------------------------------------------------------------------------
+// One AdamW step [Loshchilov & Hutter 2019] on n elements, decoupled weight decay:
+//   m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2;  p -= lr * (m/(1-b1^t) / (sqrt(v/(1-b2^t)) + eps)
+//   + wd * p)   (torch.optim.AdamW order: decay applied to p before the Adam update).
+// grad_scale multiplies g first (gradient clipping folded in). step t starts at 1.
+void adamw_step(float* param, float* m, float* v, const float* grad, int64_t n, float lr,
+                float beta1, float beta2, float eps, float weight_decay, float grad_scale,
+                int64_t t);
+void adamw_step_ref(float* param, float* m, float* v, const float* grad, int64_t n, float lr,
+                    float beta1, float beta2, float eps, float weight_decay, float grad_scale,
+                    int64_t t);
+
+// ---- grad_norm.cpp --------------------------------------------------------------------------
+// Sum of squares of grad (n), in double over fixed 64Ki-element blocks summed in block order:
+// the same bits for any thread count.
+double grad_norm_squared(const float* grad, int64_t n);
+double grad_norm_squared_ref(const float* grad, int64_t n);
+// The factor that brings global norm `norm` to at most max_norm (1 when it is already below or
+// max_norm <= 0); torch.nn.utils.clip_grad_norm_ semantics (max_norm / (norm + 1e-6)).
+float grad_clip_scale(double norm, float max_norm);
+
+}  // namespace smelt
