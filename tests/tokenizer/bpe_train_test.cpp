@@ -444,3 +444,21 @@ TEST(BpeTrainEndToEnd, TokenizerJsonLoadsInHuggingFaceWithTheSameIds) {
     EXPECT_TRUE(hf_ids == ids) << held_out;
   }
 }
+
+// Long documents are cut into chunks (smaller with a smaller budget) only where the GPT-2 pieces
+// cannot change: the same pre-token counts whatever the chunk size.
+TEST(BpeTrainEndToEnd, ChunkCutsKeepTheGpt2Pieces) {
+  Status err;
+  auto pretok = Pretokenizer::create("gpt2", err);
+  ASSERT_TRUE(pretok) << err.message();
+  BpeSplitFn split = [&](std::string_view x, std::vector<std::string_view>& o) { pretok->split(x, o); };
+  std::vector<std::string> docs;
+  for (auto f : {"en_coding_style.rst", "en_submitting_patches.rst", "zh_kernel_howto.rst", "zh_coding_style.rst"})
+    docs.push_back(sample(f));
+  BpeTrainStats whole, cut;
+  PretokenTable a = count_docs(docs, split, 1, 1ull << 30, &whole);  // 1 MB chunks: no cuts
+  PretokenTable b = count_docs(docs, split, 2, 4ull << 20, &cut);    // 16 KB chunks: many cuts
+  EXPECT_EQ(cut.prunes, 0u);
+  EXPECT_EQ(whole.pieces, cut.pieces);
+  EXPECT_EQ(table_map(a), table_map(b));
+}
