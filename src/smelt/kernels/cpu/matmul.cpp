@@ -2,6 +2,7 @@
 // single-threaded; the OpenMP team splits the rows (one pool, see docs/model.md "Threads").
 // Not a GEMM implementation of our own.
 #include <algorithm>
+#include <cstdint>
 
 #include <cblas.h>
 #include <omp.h>
@@ -18,23 +19,20 @@ void kernels_set_threads(int threads) {
 }
 
 namespace {
-// Rows [r0,r1) of `rows` for thread id of nt, in blocks of 16 so GEMM panels stay whole.
-void split(int rows, int id, int nt, int& r0, int& r1) {
-  int blocks = (rows + 15) / 16;
-  r0 = std::min(rows, (int)((int64_t)blocks * id / nt) * 16);
-  r1 = std::min(rows, (int)((int64_t)blocks * (id + 1) / nt) * 16);
-}
+// GEMMs run on fixed blocks of kBlock rows, whatever the thread count: BLAS picks its kernel and
+// summation order from the call's shape, so equal shapes give equal bits for 1 or 2 threads.
+constexpr int kBlock = 64;
+inline int nblocks(int rows) { return (rows + kBlock - 1) / kBlock; }
+inline int block_rows(int rows, int b) { return rows - b * kBlock < kBlock ? rows - b * kBlock : kBlock; }
 }  // namespace
 
 void matmul_forward(float* out, const float* inp, const float* weight, int N, int IC, int OC,
                     float beta) {
-#pragma omp parallel
-  {
-    int r0, r1;
-    split(N, omp_get_thread_num(), omp_get_num_threads(), r0, r1);
-    if (r1 > r0)
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, r1 - r0, OC, IC, 1.0f,
-                  inp + (int64_t)r0 * IC, IC, weight, IC, beta, out + (int64_t)r0 * OC, OC);
+#pragma omp parallel for schedule(static)
+  for (int b = 0; b < nblocks(N); b++) {
+    int64_t r0 = (int64_t)b * kBlock;
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, block_rows(N, b), OC, IC, 1.0f,
+                inp + r0 * IC, IC, weight, IC, beta, out + r0 * OC, OC);
   }
 }
 
@@ -42,18 +40,22 @@ void matmul_backward(float* dinp, float* dweight, const float* dout, const float
                      const float* weight, int N, int IC, int OC) {
 #pragma omp parallel
   {
-    int id = omp_get_thread_num(), nt = omp_get_num_threads(), r0, r1;
     if (dinp) {
-      split(N, id, nt, r0, r1);
-      if (r1 > r0)
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, r1 - r0, IC, OC, 1.0f,
-                    dout + (int64_t)r0 * OC, OC, weight, IC, 0.0f, dinp + (int64_t)r0 * IC, IC);
+#pragma omp for schedule(static) nowait
+      for (int b = 0; b < nblocks(N); b++) {
+        int64_t r0 = (int64_t)b * kBlock;
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, block_rows(N, b), IC, OC, 1.0f,
+                    dout + r0 * OC, OC, weight, IC, 0.0f, dinp + r0 * IC, IC);
+      }
     }
-    // dweight rows [o0,o1) = dout[:, o0:o1]^T @ inp: each thread owns whole rows of dweight.
-    split(OC, id, nt, r0, r1);
-    if (r1 > r0)
-      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, r1 - r0, IC, N, 1.0f, dout + r0, OC,
-                  inp, IC, 1.0f, dweight + (int64_t)r0 * IC, IC);
+    // dweight rows [o0,o0+kBlock) = dout[:, o0:...]^T @ inp: each block owns whole rows of
+    // dweight, summed over all N in one call.
+#pragma omp for schedule(static)
+    for (int b = 0; b < nblocks(OC); b++) {
+      int64_t o0 = (int64_t)b * kBlock;
+      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, block_rows(OC, b), IC, N, 1.0f,
+                  dout + o0, OC, inp, IC, 1.0f, dweight + o0 * IC, IC);
+    }
   }
 }
 

@@ -1,0 +1,66 @@
+// The planned activation buffers of one forward/backward at batch (B,T): named slices of one
+// allocation, sized once from the config, with and without per-layer recomputation; and the memory
+// plan (parameters, gradients, optimizer state, activations) with its byte report and budget check.
+// Not the parameters (params.hpp).
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "smelt/common/status.hpp"
+#include "smelt/model/config.hpp"
+
+namespace smelt {
+
+// One layer's saved activations (N = B*T rows).
+struct LayerActs {
+  float* ln1;    // (N,C) input_layernorm output
+  float* rstd1;  // (N)
+  float* qkv;    // (N,QKV) q,k after RoPE, v
+  float* att;    // (N,NH*HS) attention output
+  float* lse;    // (B,NH,T) attention logsumexp
+  float* xmid;   // (N,C) residual after attention
+  float* ln2;    // (N,C)
+  float* rstd2;  // (N)
+  float* gu;     // (N,2H) [gate | up]
+  float* sw;     // (N,H) SwiGLU output
+};
+
+struct Activations {
+  int B = 0, T = 0;
+  bool recompute = false;
+  std::vector<float> buffer;         // the one allocation
+  std::vector<float*> resid;         // [layer 0..L] (N,C) residual stream entering each layer; [L] final
+  std::vector<LayerActs> layers;     // [layer]; all alias one set when recompute is on
+  float* lnf = nullptr;      // (N,C) final norm output
+  float* rstdf = nullptr;    // (N)
+  float* logits = nullptr;   // (N,V); becomes dlogits in backward (in place)
+  float* losses = nullptr;   // (N)
+  float* lse_ce = nullptr;   // (N) cross-entropy logsumexp
+  // gradient scratch (activation gradients, overwritten each layer)
+  float* dres = nullptr;     // (N,C) residual-stream gradient
+  float* dln = nullptr;      // (N,C)
+  float* dqkv = nullptr;     // (N,QKV)
+  float* datt = nullptr;     // (N,NH*HS)
+  float* dgu = nullptr;      // (N,2H)
+  float* dsw = nullptr;      // (N,H)
+  std::vector<std::pair<std::string, int64_t>> slices;  // [slice] name, floats (for the report)
+};
+
+// Floats the activations need at (B,T).
+int64_t activation_floats(const ModelConfig& c, int B, int T);
+// Allocates and slices (the only allocation of the training step's activations).
+void activations_init(Activations& a, const ModelConfig& c, int B, int T);
+
+struct MemoryPlan {
+  int64_t param_bytes = 0, grad_bytes = 0, optimizer_bytes = 0, activation_bytes = 0;
+  int64_t total() const { return param_bytes + grad_bytes + optimizer_bytes + activation_bytes; }
+  std::string report() const;  // one line per item, in MiB and bytes
+};
+
+// Plan for training at batch (B,T) with AdamW (two fp32 moments per parameter).
+MemoryPlan memory_plan(const ModelConfig& c, int B, int T);
+// Fails, naming every item and the budget, when the plan exceeds budget_bytes (<= 0: no limit).
+Status memory_plan_check(const MemoryPlan& p, int64_t budget_bytes);
+
+}  // namespace smelt

@@ -1,0 +1,200 @@
+// Llama-style decoder forward/backward over the planned buffers (docs/model.md): embedding;
+// per layer x += o(attn(rope(qkv(rmsnorm(x))))), x += down(swiglu(gate_up(rmsnorm(x))));
+// final rmsnorm; LM head (tied or untied); fused softmax cross-entropy.
+#include "smelt/model/model.hpp"
+
+#include <cmath>
+#include <cstring>
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include "smelt/kernels/kernels.hpp"
+
+namespace smelt {
+
+namespace {
+// splitmix64 + Box-Muller: the same init on every platform and standard library.
+struct InitRng {
+  uint64_t s;
+  uint64_t next() {
+    uint64_t z = (s += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+  }
+  double uniform() { return ((next() >> 11) + 0.5) * (1.0 / 9007199254740992.0); }
+  double normal() {
+    return std::sqrt(-2.0 * std::log(uniform())) * std::cos(6.283185307179586 * uniform());
+  }
+};
+}  // namespace
+
+Status Model::init(const ModelConfig& c, int B, int T, int threads, uint64_t seed,
+                   int64_t budget_bytes) {
+  if (auto s = model_config_validate(c); !s) return s;
+  if (B <= 0 || T <= 0 || T > c.max_seq_len)
+    return Status::error(fmt::format("[model] batch {}x{}: need B >= 1 and 1 <= T <= max_seq_len = {}",
+                                     B, T, c.max_seq_len));
+  cfg_ = c;
+  Bmax_ = B;
+  Tmax_ = T;
+  threads_ = threads;
+  layout_ = param_layout(c);
+  plan_ = memory_plan(c, B, T);
+  spdlog::info("[model] memory plan for batch {}x{} ({} parameters{}):\n{}", B, T, layout_.total,
+               c.recompute ? ", recompute on" : "", plan_.report());
+  if (auto s = memory_plan_check(plan_, budget_bytes); !s) return s;
+
+  params_.assign(layout_.total, 0.0f);
+  grads_.assign(layout_.total, 0.0f);
+  m_.assign(layout_.total, 0.0f);
+  v_.assign(layout_.total, 0.0f);
+  activations_init(acts_, c, B, T);
+  rope_.assign((size_t)c.max_seq_len * c.head_size(), 0.0f);
+  rope_table(rope_.data(), c.max_seq_len, c.head_size(), (float)c.rope_theta);
+
+  // Normal(0, init_std) matrices; the projections into the residual stream (o_proj, down_proj)
+  // scaled by 1/sqrt(2L) (GPT-2); norms start at 1.
+  InitRng rng{seed};
+  for (const auto& t : layout_.tensors) {
+    float* p = params_.data() + t.offset;
+    if (t.cols == 1) {
+      for (int64_t i = 0; i < t.size(); i++) p[i] = 1.0f;
+      continue;
+    }
+    bool resid = t.name.find("o_proj") != std::string::npos || t.name.find("down_proj") != std::string::npos;
+    double std = c.init_std * (resid ? 1.0 / std::sqrt(2.0 * c.n_layers) : 1.0);
+    for (int64_t i = 0; i < t.size(); i++) p[i] = (float)(std * rng.normal());
+  }
+  t_ = 0;
+  return Status::ok();
+}
+
+void Model::layer_forward(int l, int B, int T) {
+  const ModelConfig& c = cfg_;
+  const int N = B * T, C = c.d_model, H = c.ffn_hidden, HS = c.head_size();
+  const int NH = c.n_heads, NKV = c.n_kv_heads, QKV = c.qkv_size(), A = NH * HS;
+  const LayerOffsets& o = layout_.layers[l];
+  const float* w = params_.data();
+  const LayerActs& a = acts_.layers[l];
+  const int32_t* pos = batch_->positions.empty() ? nullptr : batch_->positions.data();
+  const int32_t* seg = batch_->segments.empty() ? nullptr : batch_->segments.data();
+  float* x = acts_.resid[l];
+
+  rmsnorm_forward(a.ln1, a.rstd1, x, w + o.ln1, N, C, (float)c.norm_eps);
+  matmul_forward(a.qkv, a.ln1, w + o.wqkv, N, C, QKV);
+  rope_forward(a.qkv, pos, rope_.data(), N, T, QKV, 0, NH, HS);
+  rope_forward(a.qkv, pos, rope_.data(), N, T, QKV, NH * HS, NKV, HS);
+  attention_forward(a.att, a.lse, a.qkv, seg, B, T, NH, NKV, HS);
+  std::memcpy(a.xmid, x, sizeof(float) * N * C);
+  matmul_forward(a.xmid, a.att, w + o.wo, N, A, C, 1.0f);
+  rmsnorm_forward(a.ln2, a.rstd2, a.xmid, w + o.ln2, N, C, (float)c.norm_eps);
+  matmul_forward(a.gu, a.ln2, w + o.wgu, N, C, 2 * H);
+  swiglu_forward(a.sw, a.gu, N, H);
+  float* y = acts_.resid[l + 1];
+  std::memcpy(y, a.xmid, sizeof(float) * N * C);
+  matmul_forward(y, a.sw, w + o.wdown, N, H, C, 1.0f);
+}
+
+Status Model::forward(const Batch& b, float& loss) {
+  const ModelConfig& c = cfg_;
+  if (b.B <= 0 || b.T <= 0 || b.B > Bmax_ || b.T > Tmax_)
+    return Status::error(fmt::format("[model] batch {}x{} does not fit the planned {}x{}", b.B, b.T,
+                                     Bmax_, Tmax_));
+  const int N = b.B * b.T, C = c.d_model, V = c.vocab_size;
+  if ((int64_t)b.inputs.size() < N || (int64_t)b.targets.size() < N ||
+      (!b.segments.empty() && (int64_t)b.segments.size() < N) ||
+      (!b.positions.empty() && (int64_t)b.positions.size() < N))
+    return Status::error("[model] batch buffers are smaller than B*T");
+  for (int n = 0; n < N; n++) {
+    if (b.inputs[n] < 0 || b.inputs[n] >= V || b.targets[n] < -1 || b.targets[n] >= V)
+      return Status::error(fmt::format("[model] batch position {}: token {} / target {} outside "
+                                       "the vocabulary [0, {})", n, b.inputs[n], b.targets[n], V));
+    if (!b.positions.empty() && (b.positions[n] < 0 || b.positions[n] >= c.max_seq_len))
+      return Status::error(fmt::format("[model] batch position {}: RoPE position {} outside "
+                                       "[0, max_seq_len = {})", n, b.positions[n], c.max_seq_len));
+  }
+  kernels_set_threads(threads_);
+  batch_ = &b;
+  const float* w = params_.data();
+  embedding_forward(acts_.resid[0], b.inputs.data(), w + layout_.wte, N, C, V);
+  for (int l = 0; l < c.n_layers; l++) layer_forward(l, b.B, b.T);
+  rmsnorm_forward(acts_.lnf, acts_.rstdf, acts_.resid[c.n_layers], w + layout_.lnf, N, C,
+                  (float)c.norm_eps);
+  matmul_forward(acts_.logits, acts_.lnf, w + layout_.lm_head, N, C, V);
+  cross_entropy_forward(acts_.losses, acts_.lse_ce, acts_.logits, b.targets.data(), N, V);
+  double sum = 0.0;  // in row order: deterministic
+  valid_ = 0;
+  for (int n = 0; n < N; n++)
+    if (b.targets[n] >= 0) {
+      sum += acts_.losses[n];
+      valid_++;
+    }
+  loss = valid_ ? (float)(sum / valid_) : 0.0f;
+  return Status::ok();
+}
+
+void Model::layer_backward(int l, int B, int T) {
+  const ModelConfig& c = cfg_;
+  const int N = B * T, C = c.d_model, H = c.ffn_hidden, HS = c.head_size();
+  const int NH = c.n_heads, NKV = c.n_kv_heads, QKV = c.qkv_size(), A = NH * HS;
+  const LayerOffsets& o = layout_.layers[l];
+  const float* w = params_.data();
+  float* g = grads_.data();
+  const LayerActs& a = acts_.layers[l];
+  const Activations& s = acts_;
+  const int32_t* pos = batch_->positions.empty() ? nullptr : batch_->positions.data();
+  const int32_t* seg = batch_->segments.empty() ? nullptr : batch_->segments.data();
+
+  // MLP block: y = xmid + down(swiglu(gate_up(rmsnorm(xmid)))); dres holds dy, becomes dxmid.
+  matmul_backward(s.dsw, g + o.wdown, s.dres, a.sw, w + o.wdown, N, H, C);
+  swiglu_backward(s.dgu, s.dsw, a.gu, N, H);
+  matmul_backward(s.dln, g + o.wgu, s.dgu, a.ln2, w + o.wgu, N, C, 2 * H);
+  rmsnorm_backward(s.dres, g + o.ln2, s.dln, a.xmid, w + o.ln2, a.rstd2, N, C);
+  // Attention block: xmid = x + o(attn(rope(qkv(rmsnorm(x))))); dres becomes dx.
+  matmul_backward(s.datt, g + o.wo, s.dres, a.att, w + o.wo, N, A, C);
+  attention_backward(s.dqkv, s.datt, a.qkv, a.att, a.lse, seg, B, T, NH, NKV, HS);
+  rope_backward(s.dqkv, pos, rope_.data(), N, T, QKV, 0, NH, HS);
+  rope_backward(s.dqkv, pos, rope_.data(), N, T, QKV, NH * HS, NKV, HS);
+  matmul_backward(s.dln, g + o.wqkv, s.dqkv, a.ln1, w + o.wqkv, N, C, QKV);
+  rmsnorm_backward(s.dres, g + o.ln1, s.dln, acts_.resid[l], w + o.ln1, a.rstd1, N, C);
+}
+
+void Model::backward(float dloss) {
+  const ModelConfig& c = cfg_;
+  const Batch& b = *batch_;
+  const int N = b.B * b.T, C = c.d_model, V = c.vocab_size;
+  kernels_set_threads(threads_);
+  const float* w = params_.data();
+  float* g = grads_.data();
+  if (dloss == 0.0f) dloss = valid_ ? 1.0f / (float)valid_ : 0.0f;
+  cross_entropy_backward(acts_.logits, acts_.lse_ce, b.targets.data(), dloss, N, V);
+  matmul_backward(acts_.dln, g + layout_.lm_head, acts_.logits, acts_.lnf, w + layout_.lm_head, N,
+                  C, V);
+  std::memset(acts_.dres, 0, sizeof(float) * N * C);
+  rmsnorm_backward(acts_.dres, g + layout_.lnf, acts_.dln, acts_.resid[c.n_layers],
+                   w + layout_.lnf, acts_.rstdf, N, C);
+  for (int l = c.n_layers - 1; l >= 0; l--) {
+    // Recompute rewrites resid[l+1] with the same bits it already holds (same kernels, inputs).
+    if (c.recompute) layer_forward(l, b.B, b.T);
+    layer_backward(l, b.B, b.T);
+  }
+  embedding_backward(g + layout_.wte, acts_.dres, b.inputs.data(), N, C, V);
+}
+
+void Model::zero_grad() { std::memset(grads_.data(), 0, sizeof(float) * grads_.size()); }
+
+float Model::optimizer_step(const AdamWConfig& h) {
+  kernels_set_threads(threads_);
+  t_++;
+  double norm = std::sqrt(grad_norm_squared(grads_.data(), layout_.total));
+  float scale = grad_clip_scale(norm, h.grad_clip);
+  for (const auto& t : layout_.tensors)
+    adamw_step(params_.data() + t.offset, m_.data() + t.offset, v_.data() + t.offset,
+               grads_.data() + t.offset, t.size(), h.lr, h.beta1, h.beta2, h.eps,
+               t.decay ? h.weight_decay : 0.0f, scale, t_);
+  return (float)norm;
+}
+
+}  // namespace smelt

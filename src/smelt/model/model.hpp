@@ -1,0 +1,70 @@
+// The Llama-style decoder for training on CPU: parameters, gradients and activations planned once
+// at init, forward(batch) -> loss, backward() accumulating parameter gradients, optional per-layer
+// recomputation, and the AdamW step over the flat buffers. Not the training loop (train/), not
+// inference with a KV cache.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "smelt/common/status.hpp"
+#include "smelt/dataset/batch.hpp"
+#include "smelt/model/activations.hpp"
+#include "smelt/model/config.hpp"
+#include "smelt/model/params.hpp"
+
+namespace smelt {
+
+struct AdamWConfig {
+  float lr = 3e-4f;
+  float beta1 = 0.9f;
+  float beta2 = 0.95f;
+  float eps = 1e-8f;
+  float weight_decay = 0.1f;  // only on tensors with ParamTensor::decay (not norms, embeddings)
+  float grad_clip = 1.0f;     // max global L2 norm; <= 0 disables clipping
+};
+
+class Model {
+ public:
+  // Plans memory for batches up to (B,T), logs the plan, refuses when it exceeds budget_bytes
+  // (<= 0: no limit), then allocates everything and initialises the weights from seed.
+  Status init(const ModelConfig& c, int B, int T, int threads, uint64_t seed,
+              int64_t budget_bytes = 0);
+
+  // Forward pass: logits (acts().logits) and the mean loss over targets != -1. Uses
+  // batch.segments (document masking) and batch.positions (RoPE) when they are non-empty.
+  Status forward(const Batch& batch, float& loss);
+  // Backward of the last forward: parameter gradients ADD into grads() (call zero_grad first).
+  // dloss: gradient of the objective per token loss; 0 means 1 / (targets != -1) of the batch
+  // (the gradient of the mean). Turns acts().logits into dlogits.
+  void backward(float dloss = 0.0f);
+  void zero_grad();
+  // Clips by the global gradient norm, then one AdamW step at step t+1; returns the norm
+  // before clipping.
+  float optimizer_step(const AdamWConfig& h);
+
+  const ModelConfig& config() const { return cfg_; }
+  const ParamLayout& layout() const { return layout_; }
+  float* params() { return params_.data(); }
+  float* grads() { return grads_.data(); }
+  const Activations& acts() const { return acts_; }
+  const MemoryPlan& plan() const { return plan_; }
+  int64_t step() const { return t_; }
+  void set_threads(int threads) { threads_ = threads; }
+
+ private:
+  void layer_forward(int l, int B, int T);
+  void layer_backward(int l, int B, int T);
+
+  ModelConfig cfg_;
+  ParamLayout layout_;
+  MemoryPlan plan_;
+  Activations acts_;
+  std::vector<float> params_, grads_, m_, v_;
+  std::vector<float> rope_;  // (max_seq_len, HS/2, 2)
+  int Bmax_ = 0, Tmax_ = 0, threads_ = 1;
+  int64_t t_ = 0;
+  const Batch* batch_ = nullptr;  // of the last forward
+  int64_t valid_ = 0;             // targets != -1 in the last forward
+};
+
+}  // namespace smelt

@@ -1,0 +1,324 @@
+// The whole decoder against an independent PyTorch reference (tests/reference/llama_ref.py, run
+// by Debian's /usr/bin/python3 in float64): logits, loss and every parameter gradient for several
+// configs, and the first AdamW steps vs torch.optim.AdamW; plus recompute == no recompute and
+// 1 thread == 2 threads bit for bit, and the memory plan.
+//
+// Tolerances (compared as max|c++ - torch| / max|torch| per tensor): the C++ side is fp32, the
+// reference fp64, so the error is fp32 rounding (2^-24 ~ 6e-8) grown through ~20 dependent ops
+// and sums of up to V = 512 terms: measured ~1e-6 for logits and ~1e-5 for the worst gradient.
+// We allow 1e-4 for logits and loss and 1e-3 for gradients (about 10-100x the measured error,
+// far below what a real bug gives: a wrong mask, RoPE pairing or missing term moves a gradient
+// by O(1) relative). After AdamW steps, Adam divides each gradient by its own RMS, so tiny
+// gradients whose fp32 noise is relatively large can move by up to ~lr: parameters are compared
+// with an absolute tolerance of lr * steps * 0.05 (see docs/model.md).
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <random>
+#include <string>
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include "smelt/common/config.hpp"
+#include "smelt/model/model.hpp"
+
+using namespace smelt;
+
+namespace {
+
+struct Tensor {
+  std::vector<float> f;
+  std::vector<int32_t> i;
+  std::vector<int64_t> dims;
+};
+using TensorMap = std::map<std::string, Tensor>;
+
+// Writes the "SMTN" tensor file documented in tests/reference/llama_ref.py.
+void write_smtn(const std::string& path, const std::vector<std::pair<std::string, Tensor>>& ts) {
+  std::ofstream f(path, std::ios::binary);
+  auto u32 = [&](uint32_t v) { f.write((const char*)&v, 4); };
+  f.write("SMTN", 4);
+  u32(1);
+  u32((uint32_t)ts.size());
+  for (const auto& [name, t] : ts) {
+    u32((uint32_t)name.size());
+    f.write(name.data(), name.size());
+    uint8_t dtype = t.f.empty() ? 1 : 0, ndim = (uint8_t)t.dims.size();
+    f.write((const char*)&dtype, 1);
+    f.write((const char*)&ndim, 1);
+    f.write((const char*)t.dims.data(), 8 * ndim);
+    if (dtype == 0) f.write((const char*)t.f.data(), 4 * t.f.size());
+    else f.write((const char*)t.i.data(), 4 * t.i.size());
+  }
+}
+
+TensorMap read_smtn(const std::string& path) {
+  TensorMap out;
+  std::ifstream f(path, std::ios::binary);
+  char magic[4];
+  uint32_t version = 0, count = 0;
+  f.read(magic, 4);
+  f.read((char*)&version, 4);
+  f.read((char*)&count, 4);
+  EXPECT_TRUE(f && std::memcmp(magic, "SMTN", 4) == 0 && version == 1) << path;
+  for (uint32_t k = 0; k < count && f; k++) {
+    uint32_t n;
+    f.read((char*)&n, 4);
+    std::string name(n, '\0');
+    f.read(name.data(), n);
+    uint8_t dtype, ndim;
+    f.read((char*)&dtype, 1);
+    f.read((char*)&ndim, 1);
+    Tensor t;
+    t.dims.resize(ndim);
+    f.read((char*)t.dims.data(), 8 * ndim);
+    int64_t numel = 1;
+    for (auto d : t.dims) numel *= d;
+    if (dtype == 0) { t.f.resize(numel); f.read((char*)t.f.data(), 4 * numel); }
+    else { t.i.resize(numel); f.read((char*)t.i.data(), 4 * numel); }
+    out[name] = std::move(t);
+  }
+  return out;
+}
+
+// max|a-b| / max|b|
+double rel_err(const float* a, const std::vector<float>& b) {
+  double m = 0, s = 1e-30;
+  for (size_t i = 0; i < b.size(); i++) {
+    s = std::max(s, (double)std::fabs(b[i]));
+    m = std::max(m, (double)std::fabs(a[i] - b[i]));
+  }
+  return m / s;
+}
+
+Batch make_batch(int B, int T, int V, bool segments, bool positions, uint64_t seed) {
+  Batch b;
+  b.B = B;
+  b.T = T;
+  std::mt19937_64 g(seed);
+  for (int n = 0; n < B * T; n++) {
+    b.inputs.push_back((int32_t)(g() % V));
+    b.targets.push_back(n % 11 == 5 ? -1 : (int32_t)(g() % V));  // some positions carry no loss
+  }
+  if (segments || positions) {
+    for (int r = 0; r < B; r++) {
+      int cut = T / 3 + r;  // a document boundary inside each row
+      for (int t = 0; t < T; t++) {
+        if (segments) b.segments.push_back(t < cut ? 0 : 1);
+        if (positions) b.positions.push_back(t < cut ? t : t - cut);
+      }
+    }
+  }
+  return b;
+}
+
+// Writes weights + batch, runs the reference, reads its answers.
+TensorMap run_reference(Model& m, const Batch& b, int steps, const AdamWConfig& h,
+                        const std::string& tag) {
+  const ModelConfig& c = m.config();
+  std::vector<std::pair<std::string, Tensor>> ts;
+  ts.push_back({"config.int", {{}, {c.vocab_size, c.d_model, c.n_layers, c.n_heads, c.n_kv_heads,
+                                    c.ffn_hidden, c.tie_embeddings ? 1 : 0, b.B, b.T, steps,
+                                    b.segments.empty() ? 0 : 1, b.positions.empty() ? 0 : 1},
+                               {12}}});
+  ts.push_back({"config.float", {{(float)c.rope_theta, (float)c.norm_eps, h.lr, h.beta1, h.beta2,
+                                  h.eps, h.weight_decay, h.grad_clip}, {}, {8}}});
+  ts.push_back({"inputs", {{}, b.inputs, {b.B, b.T}}});
+  ts.push_back({"targets", {{}, b.targets, {b.B, b.T}}});
+  if (!b.segments.empty()) ts.push_back({"segments", {{}, b.segments, {b.B, b.T}}});
+  if (!b.positions.empty()) ts.push_back({"positions", {{}, b.positions, {b.B, b.T}}});
+  for (const auto& t : m.layout().tensors) {
+    Tensor x;
+    x.f.assign(m.params() + t.offset, m.params() + t.offset + t.size());
+    x.dims = t.cols == 1 ? std::vector<int64_t>{t.rows} : std::vector<int64_t>{t.rows, t.cols};
+    ts.push_back({t.name, std::move(x)});
+  }
+  std::string dir = ::testing::TempDir();
+  std::string in = dir + "smelt_model_" + tag + "_" + std::to_string(getpid()) + ".in";
+  std::string out = dir + "smelt_model_" + tag + "_" + std::to_string(getpid()) + ".out";
+  write_smtn(in, ts);
+  std::string cmd = std::string("/usr/bin/python3 ") + SMELT_SOURCE_DIR +
+                    "/tests/reference/llama_ref.py " + in + " " + out;
+  int rc = std::system(cmd.c_str());
+  EXPECT_EQ(rc, 0) << cmd;
+  TensorMap r = read_smtn(out);
+  std::remove(in.c_str());
+  std::remove(out.c_str());
+  return r;
+}
+
+ModelConfig tiny(int nkv, bool tied, bool recompute) {
+  ModelConfig c;
+  c.vocab_size = 512;
+  c.d_model = 64;
+  c.n_layers = 2;
+  c.n_heads = 4;
+  c.n_kv_heads = nkv;
+  c.ffn_hidden = 176;
+  c.max_seq_len = 128;
+  c.tie_embeddings = tied;
+  c.recompute = recompute;
+  c.init_std = 0.1;  // larger than 0.02 so attention is far from uniform and every term matters
+  return c;
+}
+
+struct Case {
+  const char* name;
+  ModelConfig cfg;
+  int B, T;
+  bool segments, positions;
+};
+
+class VsPyTorch : public ::testing::TestWithParam<Case> {};
+
+TEST_P(VsPyTorch, LogitsLossAndEveryGradient) {
+  const Case& k = GetParam();
+  Model m;
+  ASSERT_TRUE(m.init(k.cfg, k.B, k.T, 2, 42).is_ok());
+  Batch b = make_batch(k.B, k.T, k.cfg.vocab_size, k.segments, k.positions, 7);
+  TensorMap ref = run_reference(m, b, 0, AdamWConfig{}, k.name);
+  ASSERT_TRUE(ref.count("logits") && ref.count("loss"));
+
+  float loss = 0;
+  ASSERT_TRUE(m.forward(b, loss).is_ok());
+  double e_logits = rel_err(m.acts().logits, ref["logits"].f);
+  EXPECT_LT(e_logits, 1e-4);
+  EXPECT_NEAR(loss, ref["loss"].f[0], 1e-4 * std::fabs(ref["loss"].f[0]));
+  m.zero_grad();
+  m.backward();
+  double worst = 0;
+  std::string worst_name;
+  for (const auto& t : m.layout().tensors) {
+    const auto& g = ref["grad." + t.name].f;
+    ASSERT_EQ((int64_t)g.size(), t.size()) << t.name;
+    double e = rel_err(m.grads() + t.offset, g);
+    EXPECT_LT(e, 1e-3) << t.name;
+    if (e > worst) { worst = e; worst_name = t.name; }
+  }
+  std::printf("[%s] loss %.6f (torch %.6f), logits err %.2e, worst gradient err %.2e (%s)\n",
+              k.name, loss, ref["loss"].f[0], e_logits, worst, worst_name.c_str());
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Model, VsPyTorch,
+    ::testing::Values(
+        Case{"gqa_tied_T37", tiny(2, true, false), 2, 37, false, false},
+        Case{"mha_untied_T64_docmask", tiny(4, false, false), 2, 64, true, true},
+        Case{"mqa_untied_T70_recompute", tiny(1, false, true), 1, 70, false, false}),
+    [](const auto& info) { return std::string(info.param.name); });
+
+// Recomputation reruns the same kernels on the same inputs: gradients are bit-identical.
+TEST(Model, RecomputeGivesIdenticalGradients) {
+  std::vector<float> grads[2];
+  float losses[2];
+  int64_t act_bytes[2];
+  for (int r = 0; r < 2; r++) {
+    Model m;
+    ASSERT_TRUE(m.init(tiny(2, false, r == 1), 2, 64, 2, 3).is_ok());
+    Batch b = make_batch(2, 64, 512, true, true, 9);
+    ASSERT_TRUE(m.forward(b, losses[r]).is_ok());
+    m.zero_grad();
+    m.backward();
+    grads[r].assign(m.grads(), m.grads() + m.layout().total);
+    act_bytes[r] = m.plan().activation_bytes;
+  }
+  EXPECT_EQ(losses[0], losses[1]);
+  EXPECT_TRUE(grads[0] == grads[1]);
+  EXPECT_LT(act_bytes[1], act_bytes[0]);
+}
+
+// The fixed reduction orders make the whole step independent of the thread count.
+TEST(Model, OneAndTwoThreadsGiveIdenticalGradients) {
+  std::vector<float> grads[2];
+  for (int k = 0; k < 2; k++) {
+    Model m;
+    ASSERT_TRUE(m.init(tiny(2, true, false), 2, 37, k + 1, 5).is_ok());
+    Batch b = make_batch(2, 37, 512, false, false, 11);
+    float loss;
+    ASSERT_TRUE(m.forward(b, loss).is_ok());
+    m.zero_grad();
+    m.backward();
+    grads[k].assign(m.grads(), m.grads() + m.layout().total);
+  }
+  EXPECT_TRUE(grads[0] == grads[1]);
+}
+
+// Three full steps (forward, backward, clip, AdamW) vs torch.optim.AdamW + clip_grad_norm_.
+TEST(Model, AdamWStepsMatchTorch) {
+  for (bool tied : {true, false}) {
+    Model m;
+    ASSERT_TRUE(m.init(tiny(2, tied, false), 2, 37, 2, 21).is_ok());
+    Batch b = make_batch(2, 37, 512, false, false, 13);
+    AdamWConfig h;
+    h.lr = 1e-3f;
+    h.weight_decay = 0.1f;
+    h.grad_clip = 0.5f;  // below the initial norm, so clipping is exercised
+    const int steps = 3;
+    TensorMap ref = run_reference(m, b, steps, h, tied ? "adamw_tied" : "adamw_untied");
+    for (int s = 0; s < steps; s++) {
+      float loss;
+      ASSERT_TRUE(m.forward(b, loss).is_ok());
+      EXPECT_NEAR(loss, ref["loss.step" + std::to_string(s)].f[0], 1e-4) << "step " << s;
+      m.zero_grad();
+      m.backward();
+      float norm = m.optimizer_step(h);
+      if (s == 0) {
+        EXPECT_GT(norm, h.grad_clip);
+      }
+    }
+    for (const auto& t : m.layout().tensors) {
+      const auto& p = ref["param." + t.name].f;
+      ASSERT_EQ((int64_t)p.size(), t.size()) << t.name;
+      double worst = 0;
+      for (int64_t i = 0; i < t.size(); i++)
+        worst = std::max(worst, (double)std::fabs(m.params()[t.offset + i] - p[i]));
+      EXPECT_LT(worst, h.lr * steps * 0.05) << t.name << (tied ? " tied" : " untied");
+    }
+  }
+}
+
+TEST(Model, MemoryPlanAndPresets) {
+  for (const char* name : {"tiny", "small", "125m", "350m", "1b", "7b"}) {
+    toml::table root;
+    std::string path = std::string(SMELT_SOURCE_DIR) + "/configs/model-" + name + ".toml";
+    ASSERT_TRUE(config_load(path, root).is_ok()) << path;
+    ModelConfig c;
+    Status s = model_config_read(root, c);
+    ASSERT_TRUE(s.is_ok()) << path << ": " << s.message();
+    MemoryPlan p = memory_plan(c, 1, c.max_seq_len);
+    EXPECT_GT(p.activation_bytes, 0);
+    EXPECT_EQ(p.optimizer_bytes, 2 * p.param_bytes);
+  }
+  // 7B at batch 4 x 2048 does not fit 64 GiB: refused with the numbers, before any allocation.
+  toml::table root;
+  ASSERT_TRUE(config_load(std::string(SMELT_SOURCE_DIR) + "/configs/model-7b.toml", root).is_ok());
+  ModelConfig c;
+  ASSERT_TRUE(model_config_read(root, c).is_ok());
+  Model m;
+  Status s = m.init(c, 4, 2048, 1, 1, int64_t(64) << 30);
+  ASSERT_FALSE(s.is_ok());
+  EXPECT_NE(s.message().find("MiB"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("parameters"), std::string::npos) << s.message();
+  // recompute lowers the activation bytes
+  ModelConfig r = c;
+  c.recompute = false;
+  r.recompute = true;
+  EXPECT_LT(memory_plan(r, 4, 2048).activation_bytes, memory_plan(c, 4, 2048).activation_bytes);
+}
+
+TEST(Model, ConfigErrorsNameKeyValueAndRule) {
+  toml::table root = toml::parse("[model]\nd_model = 64\nn_heads = 4\nn_kv_heads = 3\n");
+  ModelConfig c;
+  Status s = model_config_read(root, c);
+  ASSERT_FALSE(s.is_ok());
+  EXPECT_NE(s.message().find("n_kv_heads = 3"), std::string::npos) << s.message();
+  root = toml::parse("[model]\nd_modle = 64\n");
+  s = model_config_read(root, c);
+  ASSERT_FALSE(s.is_ok());
+  EXPECT_NE(s.message().find("d_modle"), std::string::npos) << s.message();
+}
+
+}  // namespace

@@ -1,0 +1,167 @@
+#!/usr/bin/python3
+"""Independent PyTorch reference of Smelt's Llama-style decoder (docs/model.md), for
+tests/model/model_test.cpp. Written from the architecture description, not from the C++ code:
+plain float64 tensor maths with a full (T,T) attention matrix, autograd for every gradient, and
+torch.optim.AdamW for optimizer steps.
+
+Usage: /usr/bin/python3 llama_ref.py IN.bin OUT.bin   (Debian's python3-torch)
+
+File format ("SMTN" tensor file, little-endian), used both ways:
+  magic  4 bytes  b"SMTN"
+  u32    version = 1
+  u32    number of tensors
+  per tensor:
+    u32  name length, then the name (UTF-8, no terminator)
+    u8   dtype: 0 = float32, 1 = int32
+    u8   ndim, then ndim x i64 dims
+    data dims-product elements of dtype, row-major
+Input tensors: "config.int" i32 [V, C, L, NH, NKV, H, tied, B, T, steps, segments, positions];
+"config.float" f32 [rope_theta, norm_eps, lr, beta1, beta2, eps, weight_decay, grad_clip];
+"inputs", "targets" i32 (B,T) (target -1 = no loss); optional "segments", "positions" i32 (B,T);
+every parameter under its Hugging Face Llama name (model.embed_tokens.weight, ...).
+Output tensors: "logits" f32 (B,T,V), "loss" f32 (1), "grad.<name>" for every parameter (from the
+initial weights), and when steps > 0: "loss.step<k>" f32 (1) for k in [0, steps) (the loss before
+step k) and "param.<name>" after the last step.
+"""
+import math
+import struct
+import sys
+
+import torch
+
+
+def read_tensors(path):
+    out = {}
+    with open(path, "rb") as f:
+        data = f.read()
+    assert data[:4] == b"SMTN", "not an SMTN file"
+    version, count = struct.unpack_from("<II", data, 4)
+    assert version == 1
+    off = 12
+    for _ in range(count):
+        (n,) = struct.unpack_from("<I", data, off); off += 4
+        name = data[off:off + n].decode(); off += n
+        dtype, ndim = struct.unpack_from("<BB", data, off); off += 2
+        dims = struct.unpack_from("<%dq" % ndim, data, off); off += 8 * ndim
+        numel = math.prod(dims)
+        dt = torch.float32 if dtype == 0 else torch.int32
+        t = torch.frombuffer(bytearray(data[off:off + 4 * numel]), dtype=dt).reshape(dims)
+        off += 4 * numel
+        out[name] = t.clone()
+    return out
+
+
+def write_tensors(path, tensors):
+    with open(path, "wb") as f:
+        f.write(b"SMTN" + struct.pack("<II", 1, len(tensors)))
+        for name, t in tensors.items():
+            t = t.detach().contiguous()
+            dtype = 1 if t.dtype == torch.int32 else 0
+            if dtype == 0:
+                t = t.to(torch.float32)
+            nb = name.encode()
+            f.write(struct.pack("<I", len(nb)) + nb + struct.pack("<BB", dtype, t.dim()))
+            f.write(struct.pack("<%dq" % t.dim(), *t.shape))
+            f.write(t.numpy().tobytes())
+
+
+def rms_norm(x, w, eps):
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w
+
+
+def rotate_half(x):
+    half = x.shape[-1] // 2
+    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+
+
+def rope(x, pos, theta):
+    # x (B, heads, T, HS); pos (B, T). HF Llama: angle = pos * theta^(-2i/HS), i < HS/2, duplicated.
+    hs = x.shape[-1]
+    inv_freq = theta ** (-torch.arange(0, hs, 2, dtype=torch.float64) / hs)
+    ang = pos.to(torch.float64)[..., None] * inv_freq          # (B, T, HS/2)
+    ang = torch.cat((ang, ang), dim=-1)[:, None]               # (B, 1, T, HS)
+    return x * ang.cos() + rotate_half(x) * ang.sin()
+
+
+def forward(p, cfg, batch):
+    V, C, L, NH, NKV, H, tied, B, T = cfg["int"][:9]
+    theta, eps = cfg["float"][0], cfg["float"][1]
+    HS = C // NH
+    inputs = batch["inputs"].long()
+    x = p["model.embed_tokens.weight"][inputs]                 # (B,T,C)
+    pos = batch.get("positions")
+    if pos is None:
+        pos = torch.arange(T)[None].expand(B, T)
+    causal = torch.ones(T, T, dtype=torch.bool).tril()
+    mask = causal[None].expand(B, T, T)
+    if "segments" in batch:
+        s = batch["segments"]
+        mask = mask & (s[:, :, None] == s[:, None, :])
+    for l in range(L):
+        pre = "model.layers.%d." % l
+        h = rms_norm(x, p[pre + "input_layernorm.weight"], eps)
+        q = (h @ p[pre + "self_attn.q_proj.weight"].T).view(B, T, NH, HS).transpose(1, 2)
+        k = (h @ p[pre + "self_attn.k_proj.weight"].T).view(B, T, NKV, HS).transpose(1, 2)
+        v = (h @ p[pre + "self_attn.v_proj.weight"].T).view(B, T, NKV, HS).transpose(1, 2)
+        q, k = rope(q, pos, theta), rope(k, pos, theta)
+        k = k.repeat_interleave(NH // NKV, dim=1)              # query head h uses kv head h // group
+        v = v.repeat_interleave(NH // NKV, dim=1)
+        att = (q @ k.transpose(-1, -2)) / math.sqrt(HS)        # (B,NH,T,T)
+        att = att.masked_fill(~mask[:, None], float("-inf")).softmax(-1)
+        y = (att @ v).transpose(1, 2).reshape(B, T, NH * HS)
+        x = x + y @ p[pre + "self_attn.o_proj.weight"].T
+        h = rms_norm(x, p[pre + "post_attention_layernorm.weight"], eps)
+        g = h @ p[pre + "mlp.gate_proj.weight"].T
+        u = h @ p[pre + "mlp.up_proj.weight"].T
+        x = x + (torch.nn.functional.silu(g) * u) @ p[pre + "mlp.down_proj.weight"].T
+    x = rms_norm(x, p["model.norm.weight"], eps)
+    head = p["model.embed_tokens.weight"] if tied else p["lm_head.weight"]
+    logits = x @ head.T
+    loss = torch.nn.functional.cross_entropy(logits.view(-1, V), batch["targets"].long().view(-1),
+                                             ignore_index=-1)
+    return logits, loss
+
+
+def main():
+    torch.set_num_threads(1)
+    t = read_tensors(sys.argv[1])
+    ci = [int(v) for v in t.pop("config.int").tolist()]
+    cf = [float(v) for v in t.pop("config.float").tolist()]
+    cfg = {"int": ci, "float": cf}
+    steps, use_seg, use_pos = ci[9], ci[10], ci[11]
+    batch = {"inputs": t.pop("inputs"), "targets": t.pop("targets")}
+    for key, use in (("segments", use_seg), ("positions", use_pos)):
+        if key in t:
+            v = t.pop(key)
+            if use:
+                batch[key] = v
+    names = list(t.keys())
+    p = {n: t[n].to(torch.float64).requires_grad_(True) for n in names}
+    logits, loss = forward(p, cfg, batch)
+    loss.backward()
+    out = {"logits": logits, "loss": loss.reshape(1)}
+    for n in names:
+        out["grad." + n] = p[n].grad.clone()
+    if steps > 0:
+        lr, b1, b2, eps, wd, clip = cf[2:8]
+        # Decay on matrices except the embedding (and so the tied head); none on norms.
+        decay = [p[n] for n in names if p[n].dim() == 2 and n != "model.embed_tokens.weight"]
+        no_decay = [p[n] for n in names if not (p[n].dim() == 2 and n != "model.embed_tokens.weight")]
+        opt = torch.optim.AdamW([{"params": decay, "weight_decay": wd},
+                                 {"params": no_decay, "weight_decay": 0.0}],
+                                lr=lr, betas=(b1, b2), eps=eps)
+        for k in range(steps):
+            opt.zero_grad()
+            _, loss = forward(p, cfg, batch)
+            loss.backward()
+            if clip > 0:
+                torch.nn.utils.clip_grad_norm_([p[n] for n in names], clip)
+            opt.step()
+            out["loss.step%d" % k] = loss.detach().reshape(1)
+        for n in names:
+            out["param." + n] = p[n].detach()
+    write_tensors(sys.argv[2], out)
+
+
+if __name__ == "__main__":
+    main()
