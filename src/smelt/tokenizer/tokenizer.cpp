@@ -3,6 +3,7 @@
 #include "smelt/tokenizer/tokenizer.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 
 #include "smelt/common/hash.hpp"
@@ -15,7 +16,7 @@ Tokenizer::~Tokenizer() = default;
 Tokenizer::Tokenizer(Tokenizer&&) noexcept = default;
 Tokenizer& Tokenizer::operator=(Tokenizer&&) noexcept = default;
 
-Status tokenizer_build(Tokenizer::Impl& im) {
+Status tokenizer_build(Tokenizer::Impl& im, const std::vector<uint32_t>* merged_ids) {
   BpeModel& m = im.model;
   Status err;
   im.pre = Pretokenizer::create(m.pretokenizer, err);
@@ -32,9 +33,14 @@ Status tokenizer_build(Tokenizer::Impl& im) {
     auto [a, b] = m.merges[i];
     if (a >= nv || b >= nv || m.vocab[a].empty() || m.vocab[b].empty())
       return Status::error("merge " + std::to_string(i) + " refers to an id outside the vocabulary");
-    cat = m.vocab[a];
-    cat += m.vocab[b];
-    uint32_t merged = t.tokens.find(cat);
+    uint32_t merged;
+    if (merged_ids) {
+      merged = (*merged_ids)[i];
+    } else {
+      cat = m.vocab[a];
+      cat += m.vocab[b];
+      merged = t.tokens.find(cat);
+    }
     if (merged == UINT32_MAX)
       return Status::error("merge " + std::to_string(i) + " (" + std::to_string(a) + ", " + std::to_string(b) +
                            ") yields a token that is not in the vocabulary");
@@ -63,21 +69,73 @@ Status tokenizer_build(Tokenizer::Impl& im) {
   return Status::ok();
 }
 
-Status Tokenizer::from_model(BpeModel model, Tokenizer& out) {
-  auto im = std::make_unique<Impl>();
+Status tokenizer_from_model(BpeModel model, const std::vector<uint32_t>* merged, Tokenizer& out) {
+  static std::atomic<uint64_t> serial{0};
+  auto im = std::make_unique<Tokenizer::Impl>();
   im->model = std::move(model);
-  if (Status s = tokenizer_build(*im); !s) return s;
+  if (Status s = tokenizer_build(*im, merged); !s) return s;
+  im->serial = ++serial;
   out.impl_ = std::move(im);
   return Status::ok();
 }
 
+Status Tokenizer::from_model(BpeModel model, Tokenizer& out) { return tokenizer_from_model(std::move(model), nullptr, out); }
+
 namespace {
+
+// A per-thread, direct-mapped cache of piece -> ids for short pieces (words repeat: most lookups
+// hit), one 64-byte line per entry. Keyed by the tokenizer's serial so tokenizers never mix.
+struct PieceCache {
+  static constexpr size_t kSlots = 1 << 14, kMaxBytes = 30, kMaxIds = 6;
+  struct alignas(64) Slot {
+    uint64_t tag;  // hash | 1; 0: empty
+    uint8_t len, nids;
+    char bytes[kMaxBytes];
+    uint32_t ids[kMaxIds];
+  };
+  uint64_t serial = 0;
+  std::vector<Slot> slots;
+};
+static_assert(sizeof(PieceCache::Slot) == 64);
+
 void encode_ordinary(const Tokenizer::Impl& im, std::string_view text, std::vector<uint32_t>& out) {
   thread_local std::vector<std::string_view> pieces;
+  thread_local PieceCache cache;
+  if (cache.serial != im.serial) {
+    cache.slots.assign(PieceCache::kSlots, PieceCache::Slot{});
+    cache.serial = im.serial;
+  }
   pieces.clear();
   im.pre->split(text, pieces);
-  for (std::string_view p : pieces) bpe_encode_piece(im.bpe, p, out);
+  for (std::string_view p : pieces) {
+    if (p.size() == 1) {
+      uint32_t id = im.bpe.byte_id[static_cast<unsigned char>(p[0])];
+      if (id != UINT32_MAX) out.push_back(id);
+      continue;
+    }
+    if (p.size() > PieceCache::kMaxBytes) {
+      bpe_encode_piece(im.bpe, p, out);
+      continue;
+    }
+    uint64_t h = hash64(p) | 1;
+    PieceCache::Slot& s = cache.slots[(h >> 7) & (PieceCache::kSlots - 1)];
+    if (s.tag == h && s.len == p.size() && std::memcmp(s.bytes, p.data(), p.size()) == 0) {
+      out.insert(out.end(), s.ids, s.ids + s.nids);
+      continue;
+    }
+    size_t before = out.size();
+    bpe_encode_piece(im.bpe, p, out);
+    size_t n = out.size() - before;
+    if (n <= PieceCache::kMaxIds) {
+      s.tag = h;
+      s.len = static_cast<uint8_t>(p.size());
+      s.nids = static_cast<uint8_t>(n);
+      std::memcpy(s.bytes, p.data(), p.size());
+      std::memcpy(s.ids, out.data() + before, n * sizeof(uint32_t));
+    }
+  }
 }
+
 }  // namespace
 
 void Tokenizer::encode(std::string_view text, std::vector<uint32_t>& out, bool allow_special) const {

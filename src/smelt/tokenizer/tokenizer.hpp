@@ -76,6 +76,7 @@ class Tokenizer {
   struct Impl;  // tokenizer_impl.hpp; public only so the tokenizer's own files can name it
 
  private:
+  friend Status tokenizer_from_model(BpeModel model, const std::vector<uint32_t>* merged, Tokenizer& out);
   std::unique_ptr<Impl> impl_;
 };
 

@@ -19,9 +19,12 @@ struct Tokenizer::Impl {
   std::vector<std::string> id_text;              // id -> decoded bytes (vocab, then special texts)
   uint32_t vocab_size = 0;
   uint64_t hash = 0;
+  uint64_t serial = 0;                           // unique per built tokenizer (keys the piece caches)
 };
 
 // Builds the tables of impl from impl.model (validates ids, the pre-tokenizer and merges).
-Status tokenizer_build(Tokenizer::Impl& impl);
+// merged: the id each merge yields, when the caller knows it (else looked up).
+Status tokenizer_build(Tokenizer::Impl& impl, const std::vector<uint32_t>* merged = nullptr);
+Status tokenizer_from_model(BpeModel model, const std::vector<uint32_t>* merged, Tokenizer& out);
 
 }  // namespace smelt

@@ -52,26 +52,27 @@ std::vector<SpecialToken> tiktoken_specials(const std::string& family, size_t n_
 
 // Every split of every token into two tokens, ordered as transformers' TikTokenConverter does
 // (by the merged token's rank, then the left and right ranks): the merges a BPE file needs.
-void merges_from_ranks(BpeModel& m) {
-  std::unordered_map<std::string_view, uint32_t> rank;
-  rank.reserve(m.vocab.size() * 2);
-  for (uint32_t id = 0; id < m.vocab.size(); id++)
-    if (!m.vocab[id].empty()) rank.emplace(m.vocab[id], id);
+// merged[k] is the id merges[k] yields.
+void merges_from_ranks(BpeModel& m, std::vector<uint32_t>& merged) {
+  TokenMap rank;
+  rank.build(m.vocab);
   m.merges.clear();
+  merged.clear();
   std::vector<std::pair<uint32_t, uint32_t>> local;
   for (uint32_t id = 0; id < m.vocab.size(); id++) {
     std::string_view t = m.vocab[id];
-    if (t.size() < 2) continue;
+    if (t.size() < 2 || rank.find(t) != id) continue;  // a duplicate's merges belong to its first id
     local.clear();
     for (size_t k = 1; k < t.size(); k++) {
-      auto l = rank.find(t.substr(0, k));
-      if (l == rank.end()) continue;
-      auto r = rank.find(t.substr(k));
-      if (r == rank.end()) continue;
-      local.emplace_back(l->second, r->second);
+      uint32_t l = rank.find(t.substr(0, k));
+      if (l == UINT32_MAX) continue;
+      uint32_t r = rank.find(t.substr(k));
+      if (r == UINT32_MAX) continue;
+      local.emplace_back(l, r);
     }
     std::sort(local.begin(), local.end());
     m.merges.insert(m.merges.end(), local.begin(), local.end());
+    merged.insert(merged.end(), local.size(), id);
   }
 }
 
@@ -113,9 +114,10 @@ Status load_tiktoken(const std::string& path, const std::string& text, std::stri
   m.specials = tiktoken_specials(family, m.vocab.size());
   m.ignore_merges = true;
   m.rank_priority = true;
-  merges_from_ranks(m);
+  std::vector<uint32_t> merged;
+  merges_from_ranks(m, merged);
   m.info = {{"source", path}, {"format", "tiktoken"}};
-  return Tokenizer::from_model(std::move(m), out);
+  return tokenizer_from_model(std::move(m), &merged, out);
 }
 
 Status load_hf(const std::string& path, const std::string& text, Tokenizer& out) {
