@@ -1,0 +1,291 @@
+// The prefetching loader: one planner (under the lock, cheap: it walks lengths), N fill threads
+// (copy tokens from the mapped shards into preallocated Batch buffers), an ordered ring of slots.
+// Also the [data] config and the latency window. Not here: the batch rules (packing.cpp).
+#include "smelt/dataset/loader.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+
+#include <fmt/format.h>
+
+#include "smelt/common/config.hpp"
+
+namespace smelt {
+
+// ---- config ----
+
+Status loader_config_validate(const LoaderConfig& c) {
+  std::vector<std::string> e;
+  if (c.sources.empty()) e.push_back("[data] sources: empty; expected \"PREFIX[:WEIGHT],...\"");
+  if (c.mode != "packed" && c.mode != "bucketed")
+    e.push_back(fmt::format("[data] mode = \"{}\": expected \"packed\" or \"bucketed\"", c.mode));
+  if (c.seq_len < 1 || c.seq_len > (1 << 24))
+    e.push_back(fmt::format("[data] seq_len = {}: expected 1 .. 16777216", c.seq_len));
+  if (c.batch_size < 1) e.push_back(fmt::format("[data] batch_size = {}: expected >= 1 (global rows)", c.batch_size));
+  if (c.mode == "packed" && c.batch_size < c.ranks)
+    e.push_back(fmt::format("[data] batch_size = {}: the global batch must have at least one row per rank ({} ranks)",
+                            c.batch_size, c.ranks));
+  if (c.buckets.empty()) e.push_back("[data] buckets: empty; expected ascending lengths, e.g. [128, 256, 512]");
+  for (size_t i = 0; i < c.buckets.size(); ++i)
+    if (c.buckets[i] < 1 || (i > 0 && c.buckets[i] <= c.buckets[i - 1])) {
+      e.push_back(fmt::format("[data] buckets: {} at index {}: expected positive, strictly ascending lengths",
+                              c.buckets[i], i));
+      break;
+    }
+  if (c.mode == "bucketed" && !c.buckets.empty() && c.buckets.back() > 0 &&
+      c.max_tokens_per_batch / static_cast<uint64_t>(c.buckets.back()) < static_cast<uint64_t>(c.ranks))
+    e.push_back(fmt::format("[data] max_tokens_per_batch = {}: the largest bucket ({}) must fit at least one row per "
+                            "rank ({} ranks), so at least {}",
+                            c.max_tokens_per_batch, c.buckets.back(), c.ranks,
+                            static_cast<uint64_t>(c.buckets.back()) * c.ranks));
+  if (c.append_eod && c.eod_id < 0 && c.stream_tokenizer.empty())
+    e.push_back("[data] append_eod = true needs eod_id >= 0 (or a tokenizer that has one); set append_eod = false "
+                "when the shards were written with `smelt tokenize --append-eod`");
+  if (c.prefetch_threads < 0 || c.prefetch_threads > 64)
+    e.push_back(fmt::format("[data] prefetch_threads = {}: expected 0 .. 64 (0 = on the caller's thread)",
+                            c.prefetch_threads));
+  if (c.prefetch_depth < 2 || c.prefetch_depth > 1024)
+    e.push_back(fmt::format("[data] prefetch_depth = {}: expected 2 .. 1024", c.prefetch_depth));
+  if (c.latency_window < 1) e.push_back(fmt::format("[data] latency_window = {}: expected >= 1", c.latency_window));
+  if (c.stream_threads < 1) e.push_back(fmt::format("[data] stream_threads = {}: expected >= 1", c.stream_threads));
+  if (c.ranks < 1 || c.rank < 0 || c.rank >= c.ranks)
+    e.push_back(fmt::format("data: rank {} of {} ranks is out of range", c.rank, c.ranks));
+  if (c.stream_tokenizer.empty() && !c.sources.empty()) {
+    std::vector<DataSource> s;
+    if (Status st = blend_parse_sources(c.sources, s); !st) e.push_back("[data] sources: " + st.message());
+  }
+  if (e.empty()) return Status::ok();
+  std::string m = e[0];
+  for (size_t i = 1; i < e.size(); ++i) m += "\n" + e[i];
+  return Status::error(m);
+}
+
+Status loader_config_read(const toml::table& root, LoaderConfig& c, toml::table* resolved) {
+  ConfigSection s(root, "data");
+  std::vector<std::string> errors;
+  // sources: a string "A:0.7,B:0.3" or an array of such strings
+  if (const toml::node* n = root.at_path("data.sources").node()) {
+    s.known("sources");
+    if (auto str = n->value<std::string>()) c.sources = *str;
+    else if (const toml::array* a = n->as_array()) {
+      std::string joined;
+      for (const auto& x : *a) {
+        auto v = x.value<std::string>();
+        if (!v) { errors.push_back("[data] sources: expected a string \"PREFIX[:WEIGHT],...\" or an array of them"); break; }
+        joined += (joined.empty() ? "" : ",") + *v;
+      }
+      c.sources = joined;
+    } else {
+      errors.push_back("[data] sources: expected a string \"PREFIX[:WEIGHT],...\" or an array of them");
+    }
+  }
+  s.get("mode", c.mode);
+  s.get("seq_len", c.seq_len);
+  s.get("batch_size", c.batch_size);
+  s.get("doc_mask", c.doc_mask);
+  if (const toml::node* n = root.at_path("data.buckets").node()) {
+    s.known("buckets");
+    std::vector<int> b;
+    bool ok = true;
+    if (const toml::array* a = n->as_array()) {
+      for (const auto& x : *a) {
+        if (!x.is_integer()) { ok = false; break; }
+        b.push_back(static_cast<int>(*x.value<int64_t>()));
+      }
+    } else if (auto str = n->value<std::string>()) {  // --set data.buckets=128,256 arrives as a string
+      size_t at = 0;
+      while (ok && at < str->size()) {
+        size_t end = str->find(',', at);
+        if (end == std::string::npos) end = str->size();
+        try { b.push_back(std::stoi(str->substr(at, end - at))); } catch (...) { ok = false; }
+        at = end + 1;
+      }
+    } else {
+      ok = false;
+    }
+    if (ok) c.buckets = b;
+    else errors.push_back("[data] buckets: expected an array of integers, e.g. [128, 256, 512, 1024, 2048]");
+  }
+  s.get("max_tokens_per_batch", c.max_tokens_per_batch);
+  s.get("seed", c.seed);
+  s.get("shuffle", c.shuffle);
+  s.get("append_eod", c.append_eod);
+  s.get("eod_id", c.eod_id);
+  s.get("prefetch_threads", c.prefetch_threads);
+  s.get("prefetch_depth", c.prefetch_depth);
+  s.get("latency_window", c.latency_window);
+  s.get("stream_tokenizer", c.stream_tokenizer);
+  s.get("stream_threads", c.stream_threads);
+  for (auto& e : s.finish()) errors.push_back(e);
+  if (resolved) {
+    toml::table t = s.resolved();
+    t.insert_or_assign("sources", c.sources);
+    toml::array b;
+    for (int x : c.buckets) b.push_back(x);
+    t.insert_or_assign("buckets", std::move(b));
+    *resolved = std::move(t);
+  }
+  if (!errors.empty()) {
+    std::string m = errors[0];
+    for (size_t i = 1; i < errors.size(); ++i) m += "\n" + errors[i];
+    return Status::error(m);
+  }
+  return loader_config_validate(c);
+}
+
+// ---- latency window ----
+
+LatencyWindow::LatencyWindow(size_t capacity) : ring_(std::max<size_t>(capacity, 1)) { scratch_.reserve(ring_.size()); }
+
+void LatencyWindow::add(double ms) {
+  ring_[next_] = ms;
+  next_ = (next_ + 1) % ring_.size();
+  size_ = std::min(size_ + 1, ring_.size());
+  ++total_;
+}
+
+void LatencyWindow::clear() { next_ = size_ = 0, total_ = 0; }
+
+LatencyWindow::Stats LatencyWindow::stats() const {
+  Stats s;
+  s.count = size_;
+  if (size_ == 0) return s;
+  scratch_.assign(ring_.begin(), ring_.begin() + static_cast<std::ptrdiff_t>(size_));
+  std::sort(scratch_.begin(), scratch_.end());
+  // nearest-rank percentile
+  auto pct = [&](double p) {
+    size_t k = static_cast<size_t>(std::ceil(p / 100.0 * static_cast<double>(size_)));
+    return scratch_[std::min(size_ - 1, k == 0 ? 0 : k - 1)];
+  };
+  s.p50 = pct(50), s.p95 = pct(95), s.p99 = pct(99), s.max = scratch_.back();
+  double sum = 0;
+  for (double x : scratch_) sum += x;
+  s.mean = sum / static_cast<double>(size_);
+  return s;
+}
+
+// ---- loader ----
+
+Loader::~Loader() { close(); }
+
+Status Loader::open(const LoaderConfig& c, const LoaderPosition* resume) {
+  close();
+  c_ = c;
+  if (Status s = loader_config_validate(c_); !s) return s;
+  if (!c_.stream_tokenizer.empty())
+    return Status::error("loader: streaming mode is opened with StreamLoader (stream_source.hpp)");
+  if (Status s = blend_parse_sources(c_.sources, sources_); !s) return s;
+  shards_.clear();
+  shards_.resize(sources_.size());
+  data_.clear();
+  for (size_t i = 0; i < sources_.size(); ++i) {
+    if (Status s = shards_[i].open(sources_[i].prefix); !s)
+      return Status::error(fmt::format("data source \"{}\": {}", sources_[i].name, s.message()));
+    data_.push_back(&shards_[i]);
+  }
+  PlannerOptions o;
+  o.mode = c_.mode == "bucketed" ? BatchMode::kBucketed : BatchMode::kPacked;
+  o.seq_len = c_.seq_len, o.batch_size = c_.batch_size, o.buckets = c_.buckets;
+  o.max_tokens_per_batch = c_.max_tokens_per_batch, o.seed = c_.seed, o.shuffle = c_.shuffle;
+  o.append_eod = c_.append_eod, o.eod_id = c_.eod_id, o.rank = c_.rank, o.ranks = c_.ranks;
+  if (Status s = planner_.init(o, sources_, data_, resume); !s) return s;
+  start_state_ = planner_.state();
+  fetch_ = LatencyWindow(static_cast<size_t>(c_.latency_window));
+
+  const int depth = c_.prefetch_threads == 0 ? 1 : c_.prefetch_depth;
+  const int rows = planner_.max_rows(), cols = planner_.max_cols();
+  slots_.clear();
+  for (int i = 0; i < depth; ++i) {
+    auto s = std::make_unique<Slot>();
+    loader_batch_reserve(s->batch, rows, cols);
+    // pieces per row: at most one per document touched, bounded by the row's tokens (+EOD each)
+    s->plan.pieces.reserve(static_cast<size_t>(rows) * 8);
+    s->state = start_state_;
+    slots_.push_back(std::move(s));
+  }
+  next_plan_ = consumed_ = 0;
+  held_ = nullptr;
+  stop_ = false;
+  for (int i = 0; i < c_.prefetch_threads; ++i) threads_.emplace_back([this] { worker(); });
+  return Status::ok();
+}
+
+void Loader::build(Slot& s) {
+  packing_fill(s.plan, data_, c_.eod_id, c_.doc_mask, s.batch);
+}
+
+void Loader::worker() {
+  const uint64_t depth = slots_.size();
+  for (;;) {
+    Slot* slot;
+    {
+      std::unique_lock lk(mu_);
+      // Slot of sequence q is free once the caller has moved past q - depth (it holds consumed_-1).
+      cv_free_.wait(lk, [&] { return stop_ || next_plan_ + 1 < consumed_ + depth; });
+      if (stop_) return;
+      uint64_t q = next_plan_++;
+      slot = slots_[q % depth].get();
+      slot->ready = false;
+      slot->seq = q;
+      planner_.next(slot->plan);  // cheap: walks lengths, touches no tokens
+      slot->state = planner_.state();
+    }
+    build(*slot);
+    {
+      std::lock_guard lk(mu_);
+      slot->ready = true;
+    }
+    cv_ready_.notify_all();
+  }
+}
+
+const Batch& Loader::next() {
+  auto t0 = std::chrono::steady_clock::now();
+  double wait_ms = 0;
+  if (threads_.empty()) {
+    Slot& s = *slots_[0];
+    planner_.next(s.plan);
+    s.state = planner_.state();
+    s.seq = consumed_;
+    build(s);
+    held_ = &s;
+    ++consumed_;
+    wait_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  } else {
+    std::unique_lock lk(mu_);
+    const uint64_t depth = slots_.size();
+    Slot* s = slots_[consumed_ % depth].get();
+    ++consumed_;  // releases the previously held slot
+    cv_free_.notify_all();
+    if (!(s->ready && s->seq == consumed_ - 1)) {
+      auto w0 = std::chrono::steady_clock::now();
+      cv_ready_.wait(lk, [&] { return s->ready && s->seq == consumed_ - 1; });
+      wait_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - w0).count();
+    }
+    held_ = s;
+  }
+  last_wait_ms_ = wait_ms;
+  last_fetch_ms_ = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  fetch_.add(last_fetch_ms_);
+  return held_->batch;
+}
+
+LoaderPosition Loader::position() const {
+  std::lock_guard lk(mu_);
+  return planner_.position(held_ ? held_->state : start_state_);
+}
+
+void Loader::close() {
+  {
+    std::lock_guard lk(mu_);
+    stop_ = true;
+  }
+  cv_free_.notify_all();
+  cv_ready_.notify_all();
+  for (auto& t : threads_) t.join();
+  threads_.clear();
+  held_ = nullptr;
+}
+
+}  // namespace smelt
