@@ -126,6 +126,83 @@ TEST(HtmlExtractPages, DumpModeKeepsEverythingVisible) {
   EXPECT_LT(all.link_text_ratio, 1.0);
 }
 
+// Forum threads: every post is kept, from every author, not the longest one alone; the thread's
+// title comes first; signatures, user statistics, post numbers, forms, hidden dialogs, side boxes
+// and footers stay out.
+TEST(HtmlExtractPages, ForumThreadKeepsEveryPost) {
+  HtmlExtractResult r = extract_page("forum_hn_best_papers.html");  // 100 nested comments
+  EXPECT_EQ(r.text.rfind("Ask HN: What are the best papers you read in your life?\n\n", 0), 0u) << r.text.substr(0, 200);
+  EXPECT_TRUE(has(r.text, "Any recommendation is highly appreciated ^^."));   // the question, toptext
+  EXPECT_TRUE(has(r.text, "Claude Shannon's \"A Mathematical Theory of Communication\"[1] is often"));  // 1st
+  EXPECT_TRUE(has(r.text, "In Praise of Idleness, Bertrand Russel"));           // a one-line comment
+  EXPECT_TRUE(has(r.text, "Lisanne Bainbridge, Ironies of Automation."));       // the last one
+  EXPECT_TRUE(has(r.text, "\n\n2. The maths is not pages of first principle"));  // its paragraphs stay apart
+  EXPECT_FALSE(has(r.text, "\nreply\n"));
+  EXPECT_FALSE(has(r.text, "225 points"));
+  EXPECT_FALSE(has(r.text, "Guidelines"));
+  EXPECT_GT(r.text.size(), 25000u);
+
+  r = extract_page("forum_mybb_sv_update.html");  // 4 posts, 2 authors
+  EXPECT_EQ(r.text.rfind("SV1, SV2, SV-TT update\n\nHi Guys\n\nBack when I designed", 0), 0u) << r.text.substr(0, 200);
+  EXPECT_TRUE(has(r.text, "SV1 and SV2 are now much smaller than they used to be"));  // #2, K O'Connor
+  EXPECT_TRUE(has(r.text, "Great news about the SV updates!"));                      // #3, DCarrer
+  EXPECT_TRUE(has(r.text, "It is kind of funny about Human interfaces"));            // #4
+  for (const char* bad : {"Posts: 486", "Joined:", "#2", "Find", "Forum Jump", "Come in where it's warm",
+                          "Lost Password", "Powered By MyBB", "Next Oldest"})
+    EXPECT_FALSE(has(r.text, bad)) << bad;
+
+  r = extract_page("forum_flaskbb_install_windows.html");  // 5 short posts, 3 authors
+  EXPECT_EQ(r.text.rfind("Need some help to Install FlaskBB on Windows\n\nHello i want to install", 0), 0u)
+      << r.text.substr(0, 200);
+  EXPECT_TRUE(has(r.text, "Could you elaborate a bit more on which steps you tried"));  // sh4nks
+  EXPECT_TRUE(has(r.text, "https://flaskbb.readthedocs.io/en/latest/installation.html"));  // a bare link
+  EXPECT_TRUE(has(r.text, "my comment goes here for the test"));  // mr_yemets, one short line
+  for (const char* bad : {"Cheers!", "Markdown Cheatsheet", "Are you sure", "Joined:", "Administrator", "#2",
+                          "powered by FlaskBB", "Reset Password"})
+    EXPECT_FALSE(has(r.text, bad)) << bad;
+
+  r = extract_page("forum_rubychina_scripting.html");  // the topic and 10 replies in one container
+  EXPECT_TRUE(has(r.text, "Ruby 的许多特性强烈地偏向对脚本语言的良好支持"));
+  EXPECT_TRUE(has(r.text, "Hope you are still using Ruby"));
+  EXPECT_TRUE(has(r.text, "除了速度，综合来讲可以完败其它语言"));
+  EXPECT_FALSE(has(r.text, "unemployed, pre SAP Lab"));  // the author's side card
+}
+
+TEST(HtmlExtract, ThreadTakesEveryPostBodyAndNothingElse) {
+  // four posts from one template ("post bg1"/"post bg2" are one shape); the longest holds under
+  // 2/3 of the thread's text. Expected: the title, then each post's body, short lines and links too.
+  auto post = [](int n, const char* who, const char* body, const char* extra) {
+    return std::string("<div class='post bg") + std::to_string(1 + n % 2) + "'><div class='author'>" + who +
+           "<br>Posts: " + std::to_string(n * 7) + "</div><div class='info'><a href='#p" + std::to_string(n) +
+           "'>#" + std::to_string(n) + "</a> 2024-01-0" + std::to_string(n) + "</div><div class='message'>" +
+           body + "</div>" + extra + "<div class='controls'><a href='/reply'>Reply</a></div></div>";
+  };
+  const std::string html =
+      "<html><head><title>Best tomato sauce? - Cooking Forum</title></head><body>"
+      "<nav><a href='/'>Home</a> <a href='/forums'>Forums</a></nav>"
+      "<div class='sidebar'><p>Welcome to the cooking forum, where people talk about food every day.</p></div>"
+      "<h2><a href='/t/1'>Best tomato sauce?</a></h2><div class='thread'>" +
+      post(1, "alice", "What is your favourite tomato sauce, and why does it work so well with fresh pasta?",
+           "<div class='signature'>Alice's kitchen, since 1999</div>") +
+      post(2, "bob", "Slow-cooked San Marzano tomatoes, a little garlic, olive oil and basil. Cook it for two "
+                     "hours, stirring now and then, and salt it at the end.<br>Nothing else.", "") +
+      post(3, "carol", "Agreed with bob.<br><a href='https://example.com/r'>https://example.com/r</a>", "") +
+      post(4, "dave", "Butter and onion, Marcella Hazan's recipe, every single time.", "") +
+      "</div><div class='quick-reply'><form><textarea>Write your reply</textarea><button>Post</button></form></div>"
+      "<div style='display: none'>Markdown help: to make text bold, wrap it in two asterisks, and so on.</div>"
+      "<div hidden>A hidden dialog that explains the forum rules at great length, with many words.</div>"
+      "<div aria-hidden='true'>Screen-reader-hidden text, long enough to count as a paragraph here.</div>"
+      "<template><p>Template text that is long enough to count as a paragraph, too.</p></template>"
+      "<footer>Powered by ForumSoft</footer></body></html>";
+  EXPECT_EQ(extract(html, true),
+            "Best tomato sauce?\n\n"
+            "What is your favourite tomato sauce, and why does it work so well with fresh pasta?\n\n"
+            "Slow-cooked San Marzano tomatoes, a little garlic, olive oil and basil. Cook it for two hours, "
+            "stirring now and then, and salt it at the end.\nNothing else.\n\n"
+            "Agreed with bob.\nhttps://example.com/r\n\n"
+            "Butter and onion, Marcella Hazan's recipe, every single time.");
+}
+
 TEST(HtmlExtract, BlocksLinesAndWhitespace) {
   EXPECT_EQ(extract("<p>one   two\n three</p><p>four</p>"), "one two three\n\nfour");
   EXPECT_EQ(extract("<div>a<br>b<br/>c</div>"), "a\nb\nc");
@@ -134,6 +211,7 @@ TEST(HtmlExtract, BlocksLinesAndWhitespace) {
   EXPECT_EQ(extract("<h2>Title</h2>text <b>bold</b> <i>it</i>alic"), "Title\n\ntext bold italic");
   EXPECT_EQ(extract("<ul><li>a<li>b</ul>"), "a\n\nb");
   EXPECT_EQ(extract("<table><tr><td>a</td><td>b</td></tr><tr><td>c</td></tr></table>"), "a | b\n\nc");
+  EXPECT_EQ(extract("<table><tr><td><p>a</p><p>b</p></td><td>c</td></tr></table>"), "a\n\nb | c");
   EXPECT_EQ(extract("<p>x<script>var a = '<p>no</p>';</script>y</p>"), "xy");
   EXPECT_EQ(extract("<p>x<style>p{color:red}</style><!-- c <p>no</p> -->y</p>"), "xy");
   EXPECT_EQ(extract("<p>a<svg><text>no</text></svg><noscript>no</noscript><template><p>no</template>b</p>"), "ab");

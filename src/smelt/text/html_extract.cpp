@@ -5,17 +5,31 @@
 // Selection, after the pass:
 //  1. Elements that are boilerplate by name (nav, aside, footer, menu, form controls) or by a
 //     class/id/role hint (navigation, menu, sidebar, breadcrumb, comment, share, related, cookie,
-//     advert, ...) contribute no text at all (Readability's "unlikely candidates").
+//     advert, signature, ...) contribute no text at all (Readability's "unlikely candidates"), nor
+//     do hidden ones (hidden, aria-hidden, style display:none, <template>).
 //  2. Each text block of 25+ weighted characters scores 1 + commas + min(3, length/100) for the
 //     parent of its element, half for the grandparent and a sixth above (Readability, Arc90 2009).
 //     A container's score starts from its tag and class/id hints (article/main/articleBody raise
 //     it) and is multiplied by (1 - link density). The best container wins; when three of the top
 //     five sit under one ancestor, that ancestor wins; siblings scoring near the winner join it.
-//  3. The winning blocks are classified as jusText does (Pomikálek 2011): link-dense blocks are
+//  3. Threads (forum posts, comment rows, replies): when the winner, or an ancestor at most 8
+//     levels up, has 3+ siblings of the same shape (tag and class, digits ignored) that each hold
+//     real text (15+ characters outside links, link density under 0.5), and it holds at most 2/3
+//     of their text, all of them are taken, not the longest one alone. Each post is cut as its
+//     template says: the element at the winner's place in the first post, found in every post by
+//     the same path of shapes, is the post's body and all its text is kept (short lines and bare
+//     links too, less lines that recur in half the posts: "reply"); the rest of a post (author,
+//     date, number, controls) is dropped. The thread's title (h1, or the block that repeats the
+//     page's <title>) and what lies between it and the posts (an opening post kept apart) join.
+//  4. The winning blocks are classified as jusText does (Pomikálek 2011): link-dense blocks are
 //     bad, long ones good, short ones keep or lose their place by their neighbours; a heading is
-//     kept when good text follows it; the page's h1 before the text is kept as the title.
+//     kept when good text follows it; the page's title before the text is kept (the last h1, or
+//     a block that repeats the <title>, with no long text between).
 // Lengths are in code points with each CJK character weighted 3, so Chinese pages score like
 // English ones without word splitting; Chinese commas and full stops count as punctuation.
+// A class hint can be wrong for a whole page: a discussion page is mostly "comment" elements. When
+// little survives, or eight times more was dropped for a class than kept, the page is read again
+// without class hints.
 #include "smelt/text/html_extract.hpp"
 
 #include <algorithm>
@@ -200,7 +214,7 @@ bool match_nocase(std::string_view s, size_t i, std::string_view word) {
 constexpr std::string_view kStrongNegativePrefixes[] = {
     "comment", "share", "sharing", "social", "related", "cookie", "advert", "promo", "sponsor",
     "newsletter", "subscri", "popup", "modal", "disqus", "outbrain", "taboola", "recommend", "gdpr",
-    "consent", "byline", "author", "caption", "credit", "headerlink"};
+    "consent", "byline", "author", "caption", "credit", "headerlink", "signature"};
 constexpr std::string_view kStrongNegativeWords[] = {"ad", "ads", "adv", "share", "embed", "print"};
 // Weak ones do the same unless the same class word also says "content" or "body" ("wy-nav-content"
 // holds a whole Read the Docs page), like Readability's "maybe candidate" rule, word by word.
@@ -294,6 +308,7 @@ struct Node {      // a block-level element
   int32_t end;     // index of its last descendant node
   uint32_t flags;  // TagFlag of its tag
   uint32_t class_hash;
+  uint32_t shape;  // tag name and class with digits left out: "post bg1" and "post bg2" match
   uint32_t text_cp = 0, link_cp = 0;  // kept text in its subtree
   uint32_t block_begin = 0, block_end = 0;  // its blocks: [block_begin, block_end) in blocks_
   float score = 0;
@@ -307,6 +322,7 @@ struct Block {         // one run of text between block boundaries
   uint32_t begin, end; // in text_
   int32_t owner;       // innermost block element
   int32_t row;         // enclosing <tr> node, or -1
+  int32_t cell;        // enclosing <td>/<th> node, or -1
   uint32_t cp = 0, cjk = 0, link_cp = 0, commas = 0, stops = 0;
   uint8_t heading = 0;
   bool pre = false;
@@ -318,7 +334,7 @@ struct Open {          // an element on the stack
   uint32_t name_hash;
   uint32_t flags;
   int32_t node;        // its Node if block-level, else -1
-  int32_t saved_row;
+  int32_t saved_row, saved_cell;
   uint8_t heading;     // its level if a heading
   bool boiler, boiler_class, hidden;
   // a main-content element inside class-hinted boilerplate: the depths it suspended
@@ -351,19 +367,24 @@ class Extractor {
   void line_break();
   // tree
   void open_element(const TagInfo* info, uint32_t hash, const Hints& hints, bool hidden,
-                    uint32_t class_hash, bool in_page_link);
+                    uint32_t class_hash, uint32_t shape, bool in_page_link);
   void pop_to(size_t k);
   void pop_implied(uint32_t flags);
   void finish_block();
   // selection
   void select(std::vector<uint32_t>& keep);
-  void classify(const std::vector<uint32_t>& cand, std::vector<uint32_t>& keep);
+  void classify(const std::vector<uint32_t>& cand, const std::vector<uint8_t>& post_text,
+                std::vector<uint32_t>& keep);
   void emit(const std::vector<uint32_t>& keep, std::string& out);
   double node_final(const Node& n) const {
     double ld = n.text_cp ? static_cast<double>(n.link_cp) / n.text_cp : 0.0;
     return n.score * (1.0 - ld);
   }
   void credit(int32_t node, double s);
+  int32_t find_thread(int32_t from) const;
+  bool repeats_title(const Block& b) const;
+  uint32_t find_title(uint32_t before, bool near) const;
+  void mark_post_text(int32_t post, int32_t body, std::vector<uint8_t>& post_text) const;
 
   std::string_view s_;
   const HtmlExtractOptions& opt_;
@@ -376,9 +397,9 @@ class Extractor {
   std::string title_;
   bool in_block_ = false;
   uint32_t block_begin_ = 0, block_link_ = 0;
-  int32_t block_owner_ = 0, block_row_ = -1;
+  int32_t block_owner_ = 0, block_row_ = -1, block_cell_ = -1;
   bool pending_space_ = false;
-  int32_t cur_node_ = 0, cur_row_ = -1;
+  int32_t cur_node_ = 0, cur_row_ = -1, cur_cell_ = -1;
   int link_depth_ = 0, boiler_depth_ = 0, hidden_depth_ = 0, pre_depth_ = 0;
   uint8_t heading_ = 0;
   uint64_t tag_count_ = 0, visible_bytes_ = 0, link_bytes_ = 0, dropped_by_class_ = 0;
@@ -562,7 +583,7 @@ size_t Extractor::start_tag(size_t i) {
 
   Hints hints;
   bool hidden = hidden_attr;
-  uint32_t class_hash = 0;
+  uint32_t class_hash = 0, shape = 0;
   if (!style.empty()) {
     for (size_t p = 0; (p = style.find("display", p)) != std::string_view::npos; p += 7) {
       size_t q = p + 7;
@@ -597,6 +618,11 @@ size_t Extractor::start_tag(size_t i) {
         hints.main_content = r == "main";
       }
     }
+    if (flags & kBlock) {
+      shape = hash_name(name);
+      for (char ch : cls)
+        if (ch < '0' || ch > '9') shape = (shape ^ static_cast<unsigned char>(lower(ch))) * 16777619u;
+    }
     if (!itemprop.empty() && match_nocase(itemprop, 0, "articlebody"))
       hints.strong_positive = hints.main_content = true;
     if (info && info->name == "main") hints.main_content = true;
@@ -606,7 +632,7 @@ size_t Extractor::start_tag(size_t i) {
   // a link within the page (permalink, footnote, back-reference) is not a way off the page: its
   // text does not count as link text
   const bool in_page = (flags & kLink) && !href.empty() && href[0] == '#';
-  open_element(info, hash_name(name), hints, hidden, class_hash, in_page);
+  open_element(info, hash_name(name), hints, hidden, class_hash, shape, in_page);
   if (info && (flags & kSvgLike) == 0 && self_closing && !(flags & kBlock)) {
     // "<span/>": HTML ignores the slash, but such pages rarely mean an open element; close it
     pop_to(stack_.size() - 1);
@@ -712,6 +738,7 @@ void Extractor::text(const char* p, const char* q) {
       block_link_ = 0;
       block_owner_ = cur_node_;
       block_row_ = cur_row_;
+      block_cell_ = cur_cell_;
     } else if (pending_space_ && !text_.empty() && text_.back() != '\n' &&
                text_.size() > block_begin_) {
       text_.push_back(' ');
@@ -737,6 +764,7 @@ void Extractor::append_cp(char32_t cp) {
     block_link_ = 0;
     block_owner_ = cur_node_;
     block_row_ = cur_row_;
+    block_cell_ = cur_cell_;
   } else if (pending_space_ && text_.size() > block_begin_ && text_.back() != '\n') {
     text_.push_back(' ');
   }
@@ -778,6 +806,7 @@ void Extractor::finish_block() {
   blk.end = static_cast<uint32_t>(text_.size());
   blk.owner = block_owner_;
   blk.row = block_row_;
+  blk.cell = block_cell_;
   blk.heading = heading_;
   blk.pre = pre_depth_ > 0;
   const unsigned char* t = reinterpret_cast<const unsigned char*>(text_.data());
@@ -840,7 +869,7 @@ void Extractor::pop_implied(uint32_t flags) {
 }
 
 void Extractor::open_element(const TagInfo* info, uint32_t hash, const Hints& hints, bool hidden,
-                             uint32_t class_hash, bool in_page_link) {
+                             uint32_t class_hash, uint32_t shape, bool in_page_link) {
   uint32_t flags = info ? info->flags : 0;
   if (in_page_link) flags &= ~kLink;
   pop_implied(flags);
@@ -853,6 +882,7 @@ void Extractor::open_element(const TagInfo* info, uint32_t hash, const Hints& hi
   o.flags = flags;
   o.node = -1;
   o.saved_row = cur_row_;
+  o.saved_cell = cur_cell_;
   const bool by_tag = remove_ && (flags & kBoilerTag);
   o.boiler = (hints.negative || by_tag) && !hints.strong_positive;
   // The author's own mark for the main content outranks a guess from an ancestor's class name
@@ -873,13 +903,18 @@ void Extractor::open_element(const TagInfo* info, uint32_t hash, const Hints& hi
     nd.end = static_cast<int32_t>(nodes_.size());
     nd.flags = flags;
     nd.class_hash = class_hash;
+    nd.shape = shape;
     nd.base = info ? info->base : 0;
     nd.weight = static_cast<int8_t>(std::clamp(hints.weight + (hints.strong_positive ? 25 : 0), -50, 50));
     nd.strong = hints.strong_positive;
     o.node = static_cast<int32_t>(nodes_.size());
     nodes_.push_back(nd);
     cur_node_ = o.node;
-    if (flags & kRow) cur_row_ = o.node;
+    if (flags & kRow) {
+      cur_row_ = o.node;
+      cur_cell_ = -1;
+    }
+    if (flags & kCell) cur_cell_ = o.node;
   }
   if (flags & kLink) ++link_depth_;
   if (o.boiler) {
@@ -921,6 +956,7 @@ void Extractor::pop_to(size_t k) {
       }
       cur_node_ = nd.parent >= 0 ? nd.parent : 0;
       cur_row_ = o.saved_row;
+      cur_cell_ = o.saved_cell;
     }
   }
 }
@@ -934,6 +970,131 @@ void Extractor::credit(int32_t node, double s) {
     n.score = static_cast<float>(n.base + n.weight);
   }
   n.score += static_cast<float>(s);
+}
+
+// Text of its own, beyond a header of links: a post of a thread (and not a link list).
+bool has_real_text(const Node& n) { return n.text_cp >= n.link_cp + 15 && n.link_cp * 2 < n.text_cp; }
+
+// A thread: 3+ siblings of one shape, each with real text, the winner inside one of them, which holds
+// at most 2/3 of their text. Returns that one (`from` or its first such ancestor, at most kThreadUp
+// levels up), or -1.
+int32_t Extractor::find_thread(int32_t from) const {
+  constexpr int kThreadUp = 8;
+  int32_t a = from;
+  for (int up = 0; up <= kThreadUp && a > 0; ++up, a = nodes_[static_cast<size_t>(a)].parent) {
+    const Node& an = nodes_[static_cast<size_t>(a)];
+    const int32_t p = an.parent;
+    if (p < 0 || !an.shape || (an.flags & (kPara | kHeading | kLi | kDtDd | kCell)) || !has_real_text(an)) continue;
+    const Node& pn = nodes_[static_cast<size_t>(p)];
+    uint32_t n = 0;
+    uint64_t group_text = 0;
+    for (int32_t c = p + 1; c <= pn.end; c = nodes_[static_cast<size_t>(c)].end + 1) {
+      const Node& cn = nodes_[static_cast<size_t>(c)];
+      if (cn.shape != an.shape) continue;
+      group_text += cn.text_cp;
+      n += has_real_text(cn);
+    }
+    if (n >= 3 && an.text_cp * 3 <= group_text * 2) return a;
+  }
+  return -1;
+}
+
+// The block is the page's <title>, or the part of it before or after a separator ("Topic - Forum").
+bool Extractor::repeats_title(const Block& b) const {
+  const std::string_view t(text_.data() + b.begin, b.end - b.begin), all(title_);
+  if (t.size() < 8 || t.size() > all.size() || !(is_alnum(t[0]) || static_cast<unsigned char>(t[0]) >= 0x80))
+    return false;
+  if (t.size() == all.size()) return t == all;
+  const size_t rest = all.size() - t.size();
+  // ASCII punctuation, or the lead byte of Latin-1 punctuation (·, ») or of U+2000..U+2FFF (–, —)
+  auto sep = [](char ch) {
+    const auto c = static_cast<unsigned char>(ch);
+    return c == 0xC2 || c == 0xE2 || (c < 0x80 && !is_alnum(ch) && !is_ws(ch));
+  };
+  if (all.substr(0, t.size()) == t) return all[t.size()] == ' ' && sep(all[t.size() + 1]);
+  return rest >= 2 && all.substr(rest) == t && all[rest - 1] == ' ' && sep(all[rest - 2]);
+}
+
+// The page's title before block `before`: the nearest h1 that is not a link, or block that repeats
+// the <title>. Near: none past 200 characters of text. Returns UINT32_MAX if none.
+uint32_t Extractor::find_title(uint32_t before, bool near) const {
+  for (uint32_t b = before; b-- > 0;) {
+    const Block& blk = blocks_[b];
+    if ((blk.heading == 1 && blk.link_density() < 0.5) || repeats_title(blk)) return b;
+    if (near && blk.weighted() >= 200) break;
+  }
+  return UINT32_MAX;
+}
+
+enum PostText : uint8_t { kNotPost = 0, kPostBody = 1, kPostChrome = 2 };  // [block] in a thread
+
+// The posts of a thread are made from one template: the element that holds the winning text in one
+// post (body, inside post) is found in every post of that shape by the same path of shapes, and
+// all its blocks are the post's text, short lines and bare links included. A line that recurs in
+// half the posts or more ("reply", "Quote") is the template's, not a post's.
+void Extractor::mark_post_text(int32_t post, int32_t body, std::vector<uint8_t>& post_text) const {
+  auto node = [&](int32_t k) -> const Node& { return nodes_[static_cast<size_t>(k)]; };
+  auto line_hash = [&](uint32_t b) {
+    return hash_name(std::string_view(text_.data() + blocks_[b].begin, blocks_[b].end - blocks_[b].begin));
+  };
+  // The winner is the parent of the post's paragraphs (or the post itself); when its text is all in
+  // child elements and one of them, not a paragraph, holds 2/3 of it, that one is the body (the
+  // rest: "#2", a date). A post with no body inside it is left to classify().
+  constexpr uint32_t kLeaf = kPara | kHeading | kLi | kDtDd | kPre | kTable | kListRoot | kRow | kCell;
+  for (bool deeper = true; deeper;) {
+    deeper = false;
+    const Node& w = node(body);
+    bool own_text = false;
+    for (uint32_t b = w.block_begin; b < w.block_end && !own_text; ++b) own_text = blocks_[b].owner == body;
+    if (own_text) break;
+    for (int32_t k = body + 1; k <= w.end; k = node(k).end + 1)
+      if (!(node(k).flags & kLeaf) && node(k).text_cp * 3 >= w.text_cp * 2 && node(k).text_cp > 0) {
+        body = k;
+        deeper = true;
+        break;
+      }
+  }
+  if (body == post) return;
+  std::vector<uint32_t> path;  // shapes from below the post down to the body
+  for (int32_t a = body; a != post; a = node(a).parent) path.push_back(node(a).shape);
+  std::reverse(path.begin(), path.end());
+  const int32_t parent = node(post).parent;
+  const uint32_t shape = node(post).shape;
+  post_text.assign(blocks_.size(), kNotPost);
+  std::vector<std::pair<uint32_t, uint32_t>> lines;  // (text hash, post number) of every body block
+  std::vector<int32_t> level, next;
+  uint32_t posts = 0;
+  for (int32_t c = parent + 1; c <= node(parent).end; c = node(c).end + 1) {
+    if (node(c).shape != shape) continue;
+    ++posts;
+    // every element at the body's place: children of the same shapes, level by level
+    level.assign(1, c);
+    for (size_t d = 0; d < path.size() && !level.empty(); ++d) {
+      next.clear();
+      for (int32_t a : level)
+        for (int32_t k = a + 1; k <= node(a).end; k = node(k).end + 1)
+          if (node(k).shape == path[d]) next.push_back(k);
+      level.swap(next);
+    }
+    if (level.empty()) continue;  // no body found: its blocks are judged as any others
+    for (uint32_t b = node(c).block_begin; b < node(c).block_end; ++b) post_text[b] = kPostChrome;
+    for (int32_t a : level)
+      for (uint32_t b = node(a).block_begin; b < node(a).block_end; ++b) {
+        post_text[b] = kPostBody;
+        lines.emplace_back(line_hash(b), posts);
+      }
+  }
+  std::sort(lines.begin(), lines.end());
+  std::vector<uint32_t> common;  // lines found in half the posts or more
+  for (size_t i = 0, j; i < lines.size(); i = j) {
+    uint32_t in = 1;
+    for (j = i + 1; j < lines.size() && lines[j].first == lines[i].first; ++j) in += lines[j].second != lines[j - 1].second;
+    if (in >= 3 && in * 2 >= posts) common.push_back(lines[i].first);
+  }
+  if (common.empty()) return;
+  for (uint32_t b = 0; b < blocks_.size(); ++b)
+    if (post_text[b] == kPostBody && std::binary_search(common.begin(), common.end(), line_hash(b)))
+      post_text[b] = kPostChrome;
 }
 
 void Extractor::select(std::vector<uint32_t>& keep) {
@@ -967,12 +1128,15 @@ void Extractor::select(std::vector<uint32_t>& keep) {
   std::vector<uint8_t> sel(nodes_.size(), 0);
   std::vector<uint32_t> cand;
   int32_t parent = -1;
+  bool thread = false;
+  std::vector<uint8_t> post_text;  // [block] text of a post's body, in a thread
   auto p_rule = [](uint32_t len, double ld) { return len > 80 && ld < 0.25; };
   if (best >= 0) {
     const size_t ntop = std::min<size_t>(5, top.size());
     std::partial_sort(top.begin(), top.begin() + static_cast<long>(ntop), top.end(),
                       [](const auto& x, const auto& y) { return x.first > y.first; });
     top.resize(ntop);
+    const int32_t post = find_thread(best), winner = best;
     std::vector<int32_t> close;
     for (auto& [f, i] : top)
       if (f >= 0.75 * best_score) close.push_back(i);
@@ -987,6 +1151,15 @@ void Extractor::select(std::vector<uint32_t>& keep) {
         }
       }
     }
+    // a thread: its posts are the selection, unless the ancestor found above already holds them all
+    if (post >= 0) {
+      thread = true;
+      const int32_t tp = nodes_[static_cast<size_t>(post)].parent;
+      if (!(best <= tp && tp <= nodes_[static_cast<size_t>(best)].end)) best = post;
+    }
+#ifdef SMELT_HTML_DEBUG
+    std::fprintf(stderr, "best=%d score=%.1f post=%d thread=%d\n", best, best_score, post, thread);
+#endif
     // 3. the winner and its siblings that score near it
     const double threshold = std::max(10.0, 0.2 * best_score);
     const Node& bn = nodes_[static_cast<size_t>(best)];
@@ -1004,7 +1177,7 @@ void Extractor::select(std::vector<uint32_t>& keep) {
       std::vector<uint8_t> taken;
       for (int32_t c = parent + 1; c <= pn.end; c = nodes_[static_cast<size_t>(c)].end + 1) {
         const Node& cn = nodes_[static_cast<size_t>(c)];
-        bool take = c == best;
+        bool take = c == best || (best == post && cn.shape == bn.shape);
         if (!take && cn.scored) {
           double bonus = (cn.class_hash && cn.class_hash == bn.class_hash) ? 0.2 * best_score : 0.0;
           take = node_final(cn) + bonus >= threshold;
@@ -1038,6 +1211,17 @@ void Extractor::select(std::vector<uint32_t>& keep) {
                                    (b >= gap_begin && b < gap_end && blk.link_density() < 0.5))))
         cand.push_back(b);
     }
+    // a thread: its title, what lies between the title and the posts (an opening post kept apart
+    // from the replies), and each post's body
+    if (thread && !cand.empty()) {
+      const uint32_t t = find_title(cand.front(), /*near=*/false);
+      if (t != UINT32_MAX) {
+        std::vector<uint32_t> head;
+        for (uint32_t b = t; b < cand.front(); ++b) head.push_back(b);
+        cand.insert(cand.begin(), head.begin(), head.end());
+      }
+      mark_post_text(post, winner, post_text);
+    }
   }
   uint64_t cand_w = 0;
   for (uint32_t b : cand) cand_w += blocks_[b].weighted();
@@ -1047,25 +1231,21 @@ void Extractor::select(std::vector<uint32_t>& keep) {
     cand.clear();
     for (uint32_t b = 0; b < blocks_.size(); ++b) cand.push_back(b);
   }
-  classify(cand, keep);
-  // 4. the page's title heading: the last h1 before the text, if no long text lies between
+  classify(cand, post_text, keep);
+  // 5. the page's title: the last h1 before the text, or a block that repeats the <title>, if no long
+  //    text lies between
   if (!keep.empty() && opt_.keep_headings) {
     bool has_h1 = false;
     for (uint32_t b : keep) has_h1 |= blocks_[b].heading == 1;
-    if (!has_h1) {
-      for (uint32_t b = keep.front(); b-- > 0;) {
-        const Block& blk = blocks_[b];
-        if (blk.heading == 1 && blk.link_density() < 0.5) {
-          keep.insert(keep.begin(), b);
-          break;
-        }
-        if (blk.weighted() >= 200) break;
-      }
+    if (!has_h1 && !repeats_title(blocks_[keep.front()])) {
+      const uint32_t t = find_title(keep.front(), /*near=*/true);
+      if (t != UINT32_MAX) keep.insert(keep.begin(), t);
     }
   }
 }
 
-void Extractor::classify(const std::vector<uint32_t>& cand, std::vector<uint32_t>& keep) {
+void Extractor::classify(const std::vector<uint32_t>& cand, const std::vector<uint8_t>& post_text,
+                         std::vector<uint32_t>& keep) {
   enum Cls : uint8_t { kNone, kBad, kShort, kNear, kGood, kHead };
   const size_t n = cand.size();
   std::vector<uint8_t> cls(n);
@@ -1073,7 +1253,10 @@ void Extractor::classify(const std::vector<uint32_t>& cand, std::vector<uint32_t
     const Block& b = blocks_[cand[i]];
     const uint32_t w = b.weighted();
     const double ld = b.link_density();
-    if (b.heading) cls[i] = ld > 0.5 ? kBad : kHead;
+    const uint8_t post = post_text.empty() ? uint8_t{kNotPost} : post_text[cand[i]];
+    if (post == kPostChrome) cls[i] = kBad;  // a post's header, author box, controls
+    else if (b.heading) cls[i] = ld > 0.5 ? kBad : kHead;
+    else if (post == kPostBody) cls[i] = kGood;
     else if (ld > (w >= 200 ? 0.35 : 0.2)) cls[i] = kBad;
     else if (w < 70) cls[i] = kShort;
     else if (w >= 200 || b.stops > 0 || b.pre) cls[i] = kGood;
@@ -1133,12 +1316,12 @@ void Extractor::classify(const std::vector<uint32_t>& cand, std::vector<uint32_t
 }
 
 void Extractor::emit(const std::vector<uint32_t>& keep, std::string& out) {
-  int32_t last_row = -1;
+  int32_t last_row = -1, last_cell = -1;
   paragraphs_ = 0;
   for (uint32_t b : keep) {
     const Block& blk = blocks_[b];
     if (!opt_.keep_headings && blk.heading) continue;
-    if (blk.row >= 0 && blk.row == last_row) {
+    if (blk.row >= 0 && blk.row == last_row && blk.cell != last_cell) {  // the next cell of a row
       out += " | ";
     } else if (!out.empty()) {
       out += out.back() == '\n' ? "\n" : "\n\n";
@@ -1148,6 +1331,7 @@ void Extractor::emit(const std::vector<uint32_t>& keep, std::string& out) {
     }
     out.append(text_, blk.begin, blk.end - blk.begin);
     last_row = blk.row;
+    last_cell = blk.cell;
   }
 }
 
@@ -1160,7 +1344,8 @@ void html_extract(std::string_view html, const HtmlExtractOptions& opt, HtmlExtr
     ex.run(out);
     // A class hint can be wrong for a whole page ("comments-enabled" on the body's wrapper): when
     // little survived and much was dropped for a class, read the page again without class hints.
-    if (opt.remove_boilerplate && out.text.size() < 400 && ex.dropped_by_class() > 2000) {
+    if (opt.remove_boilerplate && ex.dropped_by_class() > 2000 &&
+        (out.text.size() < 400 || ex.dropped_by_class() > 8 * out.text.size())) {
       HtmlExtractResult again;
       Extractor ex2(html, opt, /*use_class_hints=*/false);
       ex2.run(again);
