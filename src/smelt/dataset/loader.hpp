@@ -126,7 +126,7 @@ class Loader {
 // `smelt tokenize` writes them. Memory: at most 4 x threads chunks of 64 documents in flight.
 class StreamSource {
  public:
-  StreamSource() = default;
+  StreamSource();
   ~StreamSource();
   StreamSource(const StreamSource&) = delete;
   StreamSource& operator=(const StreamSource&) = delete;

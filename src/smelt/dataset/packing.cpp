@@ -82,10 +82,13 @@ Status Planner::init(const PlannerOptions& o, const std::vector<DataSource>& sou
       size_t src = sources_.size();
       for (size_t i = 0; i < sources_.size(); ++i)
         if (sources_[i].name == p.source) src = i;
-      // A pending document of a removed source leaves with its source; one whose bucket no longer
-      // exists goes to the smallest bucket that holds it.
-      if (src == sources_.size()) continue;
-      if (o_.mode != BatchMode::kBucketed) continue;
+      // A pending document of a removed source stays in the position with its source's cursor (it
+      // comes back when the source does); one whose bucket no longer exists goes to the smallest
+      // bucket that holds it.
+      if (src == sources_.size() || o_.mode != BatchMode::kBucketed) {
+        carried_.pending.push_back(p);
+        continue;
+      }
       if (bi == o_.buckets.end()) {
         int need = static_cast<int>(p.tokens + (p.eod ? 1 : 0)) - 1;
         bi = std::lower_bound(o_.buckets.begin(), o_.buckets.end(), need);
@@ -224,7 +227,6 @@ LoaderPosition Planner::position(const State& s) const {
   p.step = s.step;
   p.blend = blend_key(sources_);
   for (size_t i = 0; i < sources_.size(); ++i) p.sources[sources_[i].name] = s.cursors[i];
-  p.pending.clear();
   for (size_t b = 0; b < s.pending.size(); ++b)
     for (const auto& d : s.pending[b]) p.pending.push_back({o_.buckets[b], sources_[d.source].name, d.doc, d.tokens, d.eod});
   return p;

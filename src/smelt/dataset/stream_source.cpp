@@ -99,6 +99,7 @@ struct StreamSource::Impl {
   }
 };
 
+StreamSource::StreamSource() = default;
 StreamSource::~StreamSource() { close(); }
 
 Status StreamSource::open(const std::vector<std::string>& inputs, const Tokenizer& tok, int threads,
@@ -246,6 +247,7 @@ const Batch& StreamLoader::next() {
   // back to (epoch, docs, offset): epochs that started at or before g
   while (epoch_docs_.size() > 1 && epoch_docs_[1] <= g) epoch_docs_.erase(epoch_docs_.begin()), ++cur_.epoch;
   cur_.docs = g - epoch_docs_[0], cur_.offset = off;
+  cur_.units += static_cast<uint64_t>(GB);  // rows, as Loader counts them
   auto wait_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   packing_fill(plan_, [this](uint16_t, uint64_t doc, uint64_t begin, uint64_t count, int32_t* o) {
     const auto& d = docs_[doc - base_];
