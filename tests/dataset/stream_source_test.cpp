@@ -166,3 +166,24 @@ TEST_F(StreamTest, ResumeContinuesExactly) {
   ASSERT_TRUE(sl.open(stream_config(), &q).is_ok());
   for (int i = 13; i < 30; ++i) ASSERT_EQ(sl.next().inputs, whole[i]) << "step " << i;
 }
+
+TEST_F(StreamTest, ResumeAroundTheEpochEnd) {
+  IndexedDataset ds;
+  ASSERT_TRUE(ds.open((dir_ / "tokens").string()).is_ok());
+  const int k = static_cast<int>((ds.tokens() + ds.documents()) / (64 * 4));  // the step that crosses the end
+  std::vector<std::vector<int32_t>> whole;
+  std::vector<LoaderPosition> pos;
+  {
+    StreamLoader sl;
+    ASSERT_TRUE(sl.open(stream_config()).is_ok());
+    for (int i = 0; i < k + 4; ++i) {
+      whole.push_back(sl.next().inputs);
+      pos.push_back(sl.position());
+    }
+  }
+  for (int at = k - 1; at <= k + 1; ++at) {
+    StreamLoader sl;
+    ASSERT_TRUE(sl.open(stream_config(), &pos[at - 1]).is_ok());
+    for (int i = at; i < k + 4; ++i) ASSERT_EQ(sl.next().inputs, whole[i]) << "resumed after " << at << ", step " << i;
+  }
+}

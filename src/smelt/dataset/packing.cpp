@@ -41,6 +41,13 @@ Status Planner::init(const PlannerOptions& o, const std::vector<DataSource>& sou
     if (ds.documents() >= (1ull << 32))
       return Status::error(fmt::format("loader: source \"{}\" has {} documents; at most 2^32-1 are supported",
                                        sources_[i].name, ds.documents()));
+    if (o_.mode == BatchMode::kBucketed) {  // some document must give a row (L >= 2), or next() never ends
+      bool any = false;
+      for (uint64_t d = 0; d < ds.documents() && !any; ++d) any = indexed_doc_tokens(ds, d) + (o_.append_eod ? 1 : 0) >= 2;
+      if (!any)
+        return Status::error(fmt::format("loader: source \"{}\" ({}) has no document of 2 or more tokens (with EOD); "
+                                         "bucketed rows need at least one prediction", sources_[i].name, sources_[i].prefix));
+    }
     samplers_.push_back(std::make_unique<DocSampler>(o_.seed, sources_[i].name, ds.documents(), o_.shuffle));
     weights_.push_back(sources_[i].weight);
   }

@@ -9,6 +9,7 @@
 #include <thread>
 
 #include <fmt/format.h>
+#include <spdlog/spdlog.h>
 
 #include "smelt/common/files.hpp"
 #include "smelt/common/queue.hpp"
@@ -54,7 +55,10 @@ struct StreamSource::Impl {
     for (const auto& f : files) {
       Status err;
       auto r = doc_reader_open(f, ropt, err);
-      if (!r) continue;  // unreadable file: skipped, as smelt tokenize does
+      if (!r) {  // unreadable file: skipped, as smelt tokenize does
+        spdlog::warn("{}; the file was skipped", err.message());
+        continue;
+      }
       RawDoc d;
       while (r->next(d)) {
         if (d.is_html) continue;  // raw HTML is not refined text (smelt tokenize skips it too)
@@ -181,6 +185,9 @@ Status StreamLoader::open(const LoaderConfig& c, const LoaderPosition* resume) {
   base_ = read_ = cur_.docs;
   docs_.clear();
   if (Status s = src_.open(inputs_, *tok_, c_.stream_threads, cur_.docs); !s) return s;
+  if (!pull(cur_.docs))
+    return Status::error(fmt::format("[data] sources: the input {} holds no document{}", c_.sources,
+                                     cur_.docs ? fmt::format(" at or after the resume position (document {})", cur_.docs) : ""));
   fetch_ = LatencyWindow(static_cast<size_t>(c_.latency_window));
   loader_batch_reserve(batch_, c_.batch_size / c_.ranks + 1, c_.seq_len);
   return Status::ok();
