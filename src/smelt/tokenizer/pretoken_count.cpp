@@ -170,8 +170,8 @@ class RoundCounter {
       c.ends.push_back(static_cast<uint32_t>(c.text.size()));
       round_fill_ += end - pos;
       pos = end;
+      if (round_fill_ >= round_bytes_) flush();  // also inside a long document: rounds stay bounded
     }
-    if (round_fill_ >= round_bytes_) flush();
   }
 
   ~RoundCounter() { XXH3_freeState(hash_state_); }
@@ -272,6 +272,9 @@ Status bpe_count_inputs(const BpeTrainConfig& cfg, const BpeSplitFn& split, Pret
   RoundCounter rc(cfg, split, table, stats);
   ReaderOptions ro;
   ro.text_field = cfg.text_field;
+  // A plain text file is one document, read whole: allow large ones (a bigger file is skipped and
+  // reported; give such corpora as JSONL or split them).
+  ro.max_record_bytes = 1ull << 30;
   uint64_t done_bytes = 0;
   RawDoc doc;
   HtmlExtractResult html;
