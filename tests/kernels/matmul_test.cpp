@@ -1,14 +1,16 @@
 // BLAS-backed linear layers vs double-accumulated references (1e-5 of the tensor scale): forward
-// with beta 0 and 1 (residual add), dinp overwrite, dweight accumulate; rows not a multiple of 16.
+// with beta 0 and 1 (residual add), dinp overwrite, dweight accumulate; rows and output features
+// not multiples of the 256-row GEMM block; bit-identical for 1 and 2 threads.
 #include "kernel_check.hpp"
 #include "smelt/kernels/kernels.hpp"
 
 using namespace smelt;
 using namespace smelt::test;
 
-TEST(Matmul, MatchesReference) {
-  const int N = 74, IC = 40, OC = 51;
+TEST(Matmul, MatchesReferenceAndIsThreadInvariant) {
+  const int N = 600, IC = 40, OC = 301;
   auto x = randn((size_t)N * IC, 1), w = randn((size_t)OC * IC, 2), dy = randn((size_t)N * OC, 3);
+  std::vector<float> y_t[2], dx_t[2], dw_t[2];
   for (int threads : {1, 2}) {
     kernels_set_threads(threads);
     for (float beta : {0.0f, 1.0f}) {
@@ -16,6 +18,7 @@ TEST(Matmul, MatchesReference) {
       matmul_forward(y.data(), x.data(), w.data(), N, IC, OC, beta);
       matmul_forward_ref(y_ref.data(), x.data(), w.data(), N, IC, OC, beta);
       EXPECT_LT(max_err(y, y_ref), 1e-5);
+      y_t[threads - 1] = y;
     }
     std::vector<float> dx((size_t)N * IC, 7.0f), dx_ref((size_t)N * IC);
     std::vector<float> dw((size_t)OC * IC, 0.5f), dw_ref((size_t)OC * IC, 0.5f);
@@ -26,5 +29,10 @@ TEST(Matmul, MatchesReference) {
     std::vector<float> dw2((size_t)OC * IC, 0.5f);
     matmul_backward(nullptr, dw2.data(), dy.data(), x.data(), w.data(), N, IC, OC);
     EXPECT_EQ(dw, dw2);
+    dx_t[threads - 1] = dx;
+    dw_t[threads - 1] = dw;
   }
+  EXPECT_EQ(y_t[0], y_t[1]);
+  EXPECT_EQ(dx_t[0], dx_t[1]);
+  EXPECT_EQ(dw_t[0], dw_t[1]);
 }

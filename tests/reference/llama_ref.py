@@ -80,7 +80,8 @@ def rope(x, pos, theta):
     inv_freq = theta ** (-torch.arange(0, hs, 2, dtype=torch.float64) / hs)
     ang = pos.to(torch.float64)[..., None] * inv_freq          # (B, T, HS/2)
     ang = torch.cat((ang, ang), dim=-1)[:, None]               # (B, 1, T, HS)
-    return x * ang.cos() + rotate_half(x) * ang.sin()
+    cos, sin = ang.cos().to(x.dtype), ang.sin().to(x.dtype)   # float64 angles, x's precision
+    return x * cos + rotate_half(x) * sin
 
 
 def forward(p, cfg, batch):

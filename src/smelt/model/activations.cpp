@@ -2,6 +2,8 @@
 // slice the single allocation. Per-layer recomputation keeps only each layer's input.
 #include "smelt/model/activations.hpp"
 
+#include <unistd.h>
+
 #include <fmt/format.h>
 
 #include "smelt/model/params.hpp"
@@ -91,6 +93,10 @@ MemoryPlan memory_plan(const ModelConfig& c, int B, int T) {
   p.optimizer_bytes = 2 * n * 4;
   p.activation_bytes = activation_floats(c, B, T) * 4;
   return p;
+}
+
+int64_t memory_physical_bytes() {
+  return (int64_t)sysconf(_SC_PHYS_PAGES) * (int64_t)sysconf(_SC_PAGESIZE);
 }
 
 Status memory_plan_check(const MemoryPlan& p, int64_t budget_bytes) {

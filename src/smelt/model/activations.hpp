@@ -60,6 +60,8 @@ struct MemoryPlan {
 
 // Plan for training at batch (B,T) with AdamW (two fp32 moments per parameter).
 MemoryPlan memory_plan(const ModelConfig& c, int B, int T);
+// Physical memory of this machine in bytes (the natural budget for a single-process run).
+int64_t memory_physical_bytes();
 // Fails, naming every item and the budget, when the plan exceeds budget_bytes (<= 0: no limit).
 Status memory_plan_check(const MemoryPlan& p, int64_t budget_bytes);
 

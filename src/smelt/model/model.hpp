@@ -30,7 +30,8 @@ class Model {
   Status init(const ModelConfig& c, int B, int T, int threads, uint64_t seed,
               int64_t budget_bytes = 0);
 
-  // Forward pass: logits (acts().logits) and the mean loss over targets != -1. Uses
+  // Forward pass: logits (acts().logits) and the mean loss over targets != -1. The batch must
+  // stay alive and unchanged until backward() (it is read again there). Uses
   // batch.segments (document masking) and batch.positions (RoPE) when they are non-empty.
   Status forward(const Batch& batch, float& loss);
   // Backward of the last forward: parameter gradients ADD into grads() (call zero_grad first).
