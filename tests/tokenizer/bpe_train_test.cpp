@@ -462,3 +462,22 @@ TEST(BpeTrainEndToEnd, ChunkCutsKeepTheGpt2Pieces) {
   EXPECT_EQ(whole.pieces, cut.pieces);
   EXPECT_EQ(table_map(a), table_map(b));
 }
+
+// One document longer than a round (a big plain text file): rounds end inside it, pruning happens
+// between them, and the result is still the same for any thread count.
+TEST(BpeCount, RoundsEndInsideALongDocument) {
+  std::string big;
+  for (auto f : {"en_coding_style.rst", "zh_kernel_howto.rst", "en_submitting_patches.rst", "zh_coding_style.rst"})
+    big += sample(f);
+  BpeTrainStats whole, r1, r3;
+  count_docs({big}, split_words, 1, 1ull << 30, &whole);
+  PretokenTable t1 = count_docs({big}, split_words, 1, 64 << 10, &r1);
+  PretokenTable t3 = count_docs({big}, split_words, 3, 64 << 10, &r3);
+  EXPECT_EQ(whole.rounds, 1u);
+  EXPECT_GE(r1.rounds, 3u);
+  EXPECT_GT(r1.prunes, 0u);
+  EXPECT_EQ(r1.pieces, whole.pieces);
+  EXPECT_EQ(table_map(t1), table_map(t3));
+  BpeTrainConfig cfg;
+  EXPECT_EQ(bpe_train_info(cfg, r1).dump(), bpe_train_info(cfg, r3).dump());
+}
