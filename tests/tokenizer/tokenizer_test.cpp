@@ -20,6 +20,8 @@ struct Case {
   std::string ref_spec;    // encoding name, or a fixture file
 };
 
+void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
+
 std::vector<Case> cases() {
   return {
       {"gpt2_hf_vs_hf", "gpt2.json", "hf", "gpt2.json"},

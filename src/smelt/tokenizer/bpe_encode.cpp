@@ -155,7 +155,7 @@ void bpe_encode_piece(const BpeTables& t, std::string_view piece, std::vector<ui
     if (t.byte_id[b[0]] != UINT32_MAX) out.push_back(t.byte_id[b[0]]);
     return;
   }
-  if (t.ignore_merges) {
+  if (t.ignore_merges && n <= t.max_token_bytes) {
     uint32_t id = t.tokens.find(piece);
     if (id != UINT32_MAX) { out.push_back(id); return; }
   }

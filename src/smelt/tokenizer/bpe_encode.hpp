@@ -55,6 +55,7 @@ struct BpeTables {
   uint32_t byte_id[256];        // single-byte token ids (UINT32_MAX: missing)
   TokenMap tokens;
   PairMap pairs;
+  size_t max_token_bytes = 0;   // longest token: longer pieces skip the whole-piece look-up
   bool ignore_merges = false;   // a pre-token that is itself a token is emitted whole (tiktoken, Llama-3)
 };
 

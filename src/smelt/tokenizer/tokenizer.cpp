@@ -25,6 +25,8 @@ Status tokenizer_build(Tokenizer::Impl& im, const std::vector<uint32_t>* merged_
   BpeTables& t = im.bpe;
   t.ignore_merges = m.ignore_merges;
   t.tokens.build(m.vocab);
+  t.max_token_bytes = 0;
+  for (const auto& v : m.vocab) t.max_token_bytes = std::max(t.max_token_bytes, v.size());
   for (int b = 0; b < 256; b++) t.byte_id[b] = t.tokens.find(std::string(1, static_cast<char>(b)));
   t.pairs = PairMap();
   t.pairs.reserve(m.merges.size());

@@ -64,4 +64,6 @@ const Tables& tables() {
   return b->t;
 }
 
+const Tables* g_tables = &tables();
+
 }  // namespace smelt::uni

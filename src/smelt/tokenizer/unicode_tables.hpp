@@ -19,9 +19,10 @@ struct Tables {
   const uint16_t* stage2;
 };
 const Tables& tables();
+extern const Tables* g_tables;  // = &tables(), set during static initialisation
 
 inline uint16_t flags_of(char32_t cp) {
-  const Tables& t = tables();
+  const Tables& t = *g_tables;
   if (cp < 128) return t.ascii[cp];
   if (cp >= 0x110000) return 0;
   return t.stage2[(static_cast<uint32_t>(t.stage1[cp >> 8]) << 8) | (cp & 0xFF)];
@@ -32,7 +33,7 @@ inline uint16_t flags_of(char32_t cp) {
 // like punctuation for every pattern.
 inline uint16_t char_at(const unsigned char* s, size_t i, size_t n, int& len) {
   unsigned c = s[i];
-  if (c < 0x80) { len = 1; return tables().ascii[c]; }
+  if (c < 0x80) { len = 1; return g_tables->ascii[c]; }
   char32_t cp;
   if (c >= 0xC2 && c <= 0xDF) {
     if (i + 1 < n && (s[i + 1] & 0xC0) == 0x80) { len = 2; cp = ((c & 0x1F) << 6) | (s[i + 1] & 0x3F); return flags_of(cp); }
