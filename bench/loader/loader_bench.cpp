@@ -3,6 +3,7 @@
 // simulated training step, with and without prefetch threads.
 // Usage: loader_bench --data PREFIX[:W],... --eod ID [--seq 512] [--batch 4] [--steps 2000]
 //                     [--step-ms 50] [--threads 2] [--buckets 128,256,512,1024,2048] [--max-tokens 16384]
+//                     [--stream-input FILES --tokenizer FILE]   (streaming mode: the same latency table)
 // Not a test: it prints numbers for bench/RESULTS.md.
 #include <algorithm>
 #include <chrono>
@@ -36,7 +37,7 @@ struct Waste { double slots = 0, real = 0; };
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string data, buckets = "128,256,512,1024,2048";
+  std::string data, buckets = "128,256,512,1024,2048", stream_input, tokenizer;
   int64_t eod = -1;
   int seq = 512, batch = 4, steps = 2000, threads = 2;
   double step_ms = 50;
@@ -52,6 +53,8 @@ int main(int argc, char** argv) {
     else if (k == "--threads") threads = std::stoi(v);
     else if (k == "--buckets") buckets = v;
     else if (k == "--max-tokens") max_tokens = std::stoull(v);
+    else if (k == "--stream-input") stream_input = v;
+    else if (k == "--tokenizer") tokenizer = v;
     else { fmt::print(stderr, "unknown flag {}\n", k); return 2; }
   }
   if (data.empty() || eod < 0) {
@@ -173,6 +176,23 @@ int main(int argc, char** argv) {
     auto st = l.fetch_latency().stats();
     fmt::print("| {} | {:.4f} ms | {:.4f} ms | {:.4f} ms | {:.3f} ms | {:.4f}% |\n", th, st.p50, st.p95, st.p99, st.max,
                100 * wait / total);
+  }
+  if (!stream_input.empty()) {
+    LoaderConfig c = base;
+    c.sources = stream_input, c.stream_tokenizer = tokenizer, c.stream_threads = 1, c.latency_window = steps;
+    StreamLoader l;
+    if (Status s = l.open(c); !s) { fmt::print(stderr, "{}\n", s.message()); return 1; }
+    double wait = 0;
+    auto t0 = Clock::now();
+    for (int i = 0; i < steps; ++i) {
+      l.next();
+      wait += l.last_wait_ms();
+      simulated_step(step_ms);
+    }
+    double total = ms_since(t0);
+    auto st = l.fetch_latency().stats();
+    fmt::print("| streaming ({}; 1 tokenizer thread) | {:.4f} ms | {:.4f} ms | {:.4f} ms | {:.3f} ms | {:.4f}% |\n",
+               stream_input, st.p50, st.p95, st.p99, st.max, 100 * wait / total);
   }
   // Raw build rate: batches/s with no step at all (the loader alone).
   {
