@@ -1,17 +1,19 @@
-// Causal grouped-query self-attention, flash-style [Dao et al. 2022, FlashAttention]: keys in
-// tiles with an online softmax, only the logsumexp saved, so memory is linear in T per head in
-// both passes. Optional segment mask (document masking). Not RoPE, not the projections.
+// Causal grouped-query self-attention, flash-style [Dao et al. 2022, FlashAttention]: 64x64
+// query/key tiles, each product one small sgemm, an online softmax, only the logsumexp saved, so
+// memory is linear in T per head in both passes. Optional segment mask (document masking).
+// Not RoPE, not the projections.
 #include <cmath>
 #include <cstring>
 #include <limits>
+
+#include <cblas.h>
 
 #include "smelt/kernels/kernels.hpp"
 
 namespace smelt {
 
 namespace {
-constexpr int kTile = 64;      // keys per tile
-constexpr int kMaxHS = 512;    // head size bound for the stack accumulators (checked in model/)
+constexpr int kTile = 64;  // queries and keys per tile; every tile product is one small sgemm
 
 inline float dot(const float* a, const float* b, int n) {
   float s = 0.0f;
@@ -22,107 +24,166 @@ inline float dot(const float* a, const float* b, int n) {
 inline bool visible(const int32_t* seg, int64_t row0, int i, int j) {
   return j <= i && (!seg || seg[row0 + i] == seg[row0 + j]);
 }
+inline int tiles(int T) { return (T + kTile - 1) / kTile; }
+
+// S (qn,kn) = scale * Q K^T for query rows [i0,i0+qn), key rows [j0,j0+kn); masked entries -inf.
+// Returns false when every entry is masked.
+bool scores(float* S, const float* Q, const float* K, int ld, const int32_t* seg, int64_t row0,
+            int i0, int qn, int j0, int kn, int HS, float scale) {
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, qn, kn, HS, scale, Q, ld, K, ld, 0.0f, S,
+              kTile);
+  bool any = false;
+  for (int r = 0; r < qn; r++)
+    for (int c = 0; c < kn; c++) {
+      if (visible(seg, row0, i0 + r, j0 + c)) any = true;
+      else S[r * kTile + c] = -std::numeric_limits<float>::infinity();
+    }
+  return any;
+}
 }  // namespace
 
 void attention_forward(float* out, float* lse, const float* qkv, const int32_t* seg, int B, int T,
                        int NH, int NKV, int HS) {
-  const int QKV = (NH + 2 * NKV) * HS, group = NH / NKV;
+  const int QKV = (NH + 2 * NKV) * HS, group = NH / NKV, OC = NH * HS;
   const float scale = 1.0f / std::sqrt((float)HS);
   const float kNegInf = -std::numeric_limits<float>::infinity();
-#pragma omp parallel for collapse(2) schedule(dynamic, 8)
+  const int nt = tiles(T);
+#pragma omp parallel for collapse(2) schedule(dynamic, 1)
   for (int bh = 0; bh < B * NH; bh++) {
-    for (int i = 0; i < T; i++) {
+    for (int qt = 0; qt < nt; qt++) {
       int b = bh / NH, h = bh % NH, kvh = h / group;
       int64_t row0 = (int64_t)b * T;
-      const float* q = qkv + (row0 + i) * QKV + h * HS;
-      float acc[kMaxHS] = {0};
-      float s[kTile];
-      float m = kNegInf, l = 0.0f;
-      for (int j0 = 0; j0 <= i; j0 += kTile) {
-        int j1 = j0 + kTile <= i + 1 ? j0 + kTile : i + 1;
-        float cm = m;
-        for (int j = j0; j < j1; j++) {
-          float x = kNegInf;
-          if (visible(seg, row0, i, j)) x = dot(q, qkv + (row0 + j) * QKV + (NH + kvh) * HS, HS) * scale;
-          s[j - j0] = x;
-          cm = x > cm ? x : cm;
-        }
-        if (cm == kNegInf) continue;  // the whole tile is masked
-        float r = std::exp(m - cm);
-        l *= r;
-        for (int d = 0; d < HS; d++) acc[d] *= r;
-        for (int j = j0; j < j1; j++) {
-          if (s[j - j0] == kNegInf) continue;
-          float p = std::exp(s[j - j0] - cm);
-          l += p;
-          const float* v = qkv + (row0 + j) * QKV + (NH + NKV + kvh) * HS;
-#pragma omp simd
-          for (int d = 0; d < HS; d++) acc[d] += p * v[d];
-        }
-        m = cm;
+      int i0 = qt * kTile, qn = T - i0 < kTile ? T - i0 : kTile;
+      const float* Q = qkv + (row0 + i0) * QKV + h * HS;
+      float* O = out + (row0 + i0) * OC + h * HS;  // the accumulator, rescaled in place
+      float S[kTile * kTile], m[kTile], l[kTile];
+      for (int r = 0; r < qn; r++) {
+        m[r] = kNegInf;
+        l[r] = 0.0f;
+        std::memset(O + (int64_t)r * OC, 0, sizeof(float) * HS);
       }
-      float* o = out + (row0 + i) * NH * HS + h * HS;
-      for (int d = 0; d < HS; d++) o[d] = acc[d] / l;
-      lse[(int64_t)bh * T + i] = m + std::log(l);
+      for (int j0 = 0; j0 < i0 + qn; j0 += kTile) {
+        int kn = T - j0 < kTile ? T - j0 : kTile;
+        const float* K = qkv + (row0 + j0) * QKV + (NH + kvh) * HS;
+        const float* V = qkv + (row0 + j0) * QKV + (NH + NKV + kvh) * HS;
+        if (!scores(S, Q, K, QKV, seg, row0, i0, qn, j0, kn, HS, scale)) continue;
+        for (int r = 0; r < qn; r++) {
+          float* Sr = S + r * kTile;
+          float cm = m[r];
+          for (int c = 0; c < kn; c++) cm = Sr[c] > cm ? Sr[c] : cm;
+          if (cm == kNegInf) {  // nothing visible for this row in this tile
+            for (int c = 0; c < kn; c++) Sr[c] = 0.0f;
+            continue;
+          }
+          float alpha = std::exp(m[r] - cm), sum = 0.0f;
+          for (int c = 0; c < kn; c++) {
+            Sr[c] = std::exp(Sr[c] - cm);
+            sum += Sr[c];
+          }
+          l[r] = l[r] * alpha + sum;
+          m[r] = cm;
+          if (alpha != 1.0f) {
+            float* o = O + (int64_t)r * OC;
+            for (int d = 0; d < HS; d++) o[d] *= alpha;
+          }
+        }
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, qn, HS, kn, 1.0f, S, kTile, V, QKV,
+                    1.0f, O, OC);
+      }
+      for (int r = 0; r < qn; r++) {
+        float inv = 1.0f / l[r];
+        float* o = O + (int64_t)r * OC;
+        for (int d = 0; d < HS; d++) o[d] *= inv;
+        lse[(int64_t)bh * T + i0 + r] = m[r] + std::log(l[r]);
+      }
     }
   }
 }
 
-// With P = softmax(S), dS = P * (dP - D), D_i = sum_j P_ij dP_ij = dout_i . out_i.
+namespace {
+// P = exp(S - lse) (masked entries 0), then dS = P * (dP - D) * scale in dP. Rows of the tile.
+void softmax_grad(float* P, float* dP, const float* lse_rows, const float* D, int qn, int kn,
+                  float scale) {
+  for (int r = 0; r < qn; r++)
+    for (int c = 0; c < kn; c++) {
+      float p = std::exp(P[r * kTile + c] - lse_rows[r]);
+      P[r * kTile + c] = p;
+      dP[r * kTile + c] = p * (dP[r * kTile + c] - D[r]) * scale;
+    }
+}
+}  // namespace
+
+// With P = softmax(S), dS = P * (dP - D), D_i = sum_j P_ij dP_ij = dout_i . out_i. Two passes
+// over tiles (FlashAttention-2 order without atomics): dq per query tile, then dk/dv per key tile
+// summing its group's query heads in order, so results do not depend on the thread count.
 void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out,
                         const float* lse, const int32_t* seg, int B, int T, int NH, int NKV,
                         int HS) {
   const int QKV = (NH + 2 * NKV) * HS, group = NH / NKV, OC = NH * HS;
   const float scale = 1.0f / std::sqrt((float)HS);
-  // Pass 1: dq, one query row at a time.
-#pragma omp parallel for collapse(2) schedule(dynamic, 8)
+  const int nt = tiles(T);
+  // Pass 1: dq.
+#pragma omp parallel for collapse(2) schedule(dynamic, 1)
   for (int bh = 0; bh < B * NH; bh++) {
-    for (int i = 0; i < T; i++) {
+    for (int qt = 0; qt < nt; qt++) {
       int b = bh / NH, h = bh % NH, kvh = h / group;
       int64_t row0 = (int64_t)b * T;
-      const float* q = qkv + (row0 + i) * QKV + h * HS;
-      const float* dy = dout + (row0 + i) * OC + h * HS;
-      float Di = dot(dy, out + (row0 + i) * OC + h * HS, HS);
-      float z = lse[(int64_t)bh * T + i];
-      float dq[kMaxHS] = {0};
-      for (int j = 0; j <= i; j++) {
-        if (!visible(seg, row0, i, j)) continue;
-        const float* k = qkv + (row0 + j) * QKV + (NH + kvh) * HS;
-        const float* v = qkv + (row0 + j) * QKV + (NH + NKV + kvh) * HS;
-        float p = std::exp(dot(q, k, HS) * scale - z);
-        float ds = p * (dot(dy, v, HS) - Di) * scale;
-#pragma omp simd
-        for (int d = 0; d < HS; d++) dq[d] += ds * k[d];
+      int i0 = qt * kTile, qn = T - i0 < kTile ? T - i0 : kTile;
+      const float* Q = qkv + (row0 + i0) * QKV + h * HS;
+      const float* dO = dout + (row0 + i0) * OC + h * HS;
+      float* dQ = dqkv + (row0 + i0) * QKV + h * HS;
+      const float* L = lse + (int64_t)bh * T + i0;
+      float P[kTile * kTile], dP[kTile * kTile], D[kTile];
+      for (int r = 0; r < qn; r++) {
+        D[r] = dot(dO + (int64_t)r * OC, out + (row0 + i0 + r) * OC + h * HS, HS);
+        std::memset(dQ + (int64_t)r * QKV, 0, sizeof(float) * HS);
       }
-      std::memcpy(dqkv + (row0 + i) * QKV + h * HS, dq, sizeof(float) * HS);
+      for (int j0 = 0; j0 < i0 + qn; j0 += kTile) {
+        int kn = T - j0 < kTile ? T - j0 : kTile;
+        const float* K = qkv + (row0 + j0) * QKV + (NH + kvh) * HS;
+        const float* V = qkv + (row0 + j0) * QKV + (NH + NKV + kvh) * HS;
+        if (!scores(P, Q, K, QKV, seg, row0, i0, qn, j0, kn, HS, scale)) continue;
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, qn, kn, HS, 1.0f, dO, OC, V, QKV,
+                    0.0f, dP, kTile);
+        softmax_grad(P, dP, L, D, qn, kn, scale);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, qn, HS, kn, 1.0f, dP, kTile, K, QKV,
+                    1.0f, dQ, QKV);
+      }
     }
   }
-  // Pass 2: dk and dv, one key row at a time, its group's query heads in order.
-#pragma omp parallel for collapse(2) schedule(dynamic, 8)
+  // Pass 2: dk, dv.
+#pragma omp parallel for collapse(2) schedule(dynamic, 1)
   for (int bk = 0; bk < B * NKV; bk++) {
-    for (int j = 0; j < T; j++) {
+    for (int kt = 0; kt < nt; kt++) {
       int b = bk / NKV, kvh = bk % NKV;
       int64_t row0 = (int64_t)b * T;
-      const float* k = qkv + (row0 + j) * QKV + (NH + kvh) * HS;
-      const float* v = qkv + (row0 + j) * QKV + (NH + NKV + kvh) * HS;
-      float dk[kMaxHS] = {0}, dv[kMaxHS] = {0};
+      int j0 = kt * kTile, kn = T - j0 < kTile ? T - j0 : kTile;
+      const float* K = qkv + (row0 + j0) * QKV + (NH + kvh) * HS;
+      const float* V = qkv + (row0 + j0) * QKV + (NH + NKV + kvh) * HS;
+      float* dK = dqkv + (row0 + j0) * QKV + (NH + kvh) * HS;
+      float* dV = dqkv + (row0 + j0) * QKV + (NH + NKV + kvh) * HS;
+      for (int c = 0; c < kn; c++) {
+        std::memset(dK + (int64_t)c * QKV, 0, sizeof(float) * HS);
+        std::memset(dV + (int64_t)c * QKV, 0, sizeof(float) * HS);
+      }
+      float P[kTile * kTile], dP[kTile * kTile], D[kTile];
       for (int h = kvh * group; h < (kvh + 1) * group; h++) {
-        for (int i = j; i < T; i++) {
-          if (!visible(seg, row0, i, j)) continue;
-          const float* q = qkv + (row0 + i) * QKV + h * HS;
-          const float* dy = dout + (row0 + i) * OC + h * HS;
-          float Di = dot(dy, out + (row0 + i) * OC + h * HS, HS);
-          float p = std::exp(dot(q, k, HS) * scale - lse[((int64_t)b * NH + h) * T + i]);
-          float ds = p * (dot(dy, v, HS) - Di) * scale;
-#pragma omp simd
-          for (int d = 0; d < HS; d++) {
-            dv[d] += p * dy[d];
-            dk[d] += ds * q[d];
-          }
+        for (int i0 = j0; i0 < T; i0 += kTile) {
+          int qn = T - i0 < kTile ? T - i0 : kTile;
+          const float* Q = qkv + (row0 + i0) * QKV + h * HS;
+          const float* dO = dout + (row0 + i0) * OC + h * HS;
+          if (!scores(P, Q, K, QKV, seg, row0, i0, qn, j0, kn, HS, scale)) continue;
+          for (int r = 0; r < qn; r++)
+            D[r] = dot(dO + (int64_t)r * OC, out + (row0 + i0 + r) * OC + h * HS, HS);
+          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, qn, kn, HS, 1.0f, dO, OC, V, QKV,
+                      0.0f, dP, kTile);
+          softmax_grad(P, dP, lse + ((int64_t)b * NH + h) * T + i0, D, qn, kn, scale);
+          cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, kn, HS, qn, 1.0f, P, kTile, dO, OC,
+                      1.0f, dV, QKV);
+          cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, kn, HS, qn, 1.0f, dP, kTile, Q, QKV,
+                      1.0f, dK, QKV);
         }
       }
-      std::memcpy(dqkv + (row0 + j) * QKV + (NH + kvh) * HS, dk, sizeof(float) * HS);
-      std::memcpy(dqkv + (row0 + j) * QKV + (NH + NKV + kvh) * HS, dv, sizeof(float) * HS);
     }
   }
 }
