@@ -4,7 +4,10 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <atomic>
+#include <cstdlib>
 #include <map>
+#include <new>
 #include <set>
 #include <unistd.h>
 
@@ -13,6 +16,16 @@
 
 using namespace smelt;
 namespace fs = std::filesystem;
+
+// Counts heap allocations in this process (the "no allocation per step once warm" test).
+static std::atomic<uint64_t> g_allocs{0};
+void* operator new(size_t n) {
+  g_allocs.fetch_add(1, std::memory_order_relaxed);
+  if (void* p = std::malloc(n ? n : 1)) return p;
+  throw std::bad_alloc();
+}
+void operator delete(void* p) noexcept { std::free(p); }
+void operator delete(void* p, size_t) noexcept { std::free(p); }
 
 namespace {
 
@@ -289,6 +302,22 @@ TEST_F(LoaderTest, WaitAndLatencyAreRecorded) {
     EXPECT_GE(l.last_fetch_ms(), l.last_wait_ms());
   }
   EXPECT_EQ(l.fetch_latency().stats().count, 20u);
+}
+
+TEST_F(LoaderTest, NoAllocationPerStepOnceWarm) {
+  for (std::string mode : {"packed", "bucketed"})
+    for (int threads : {0, 2}) {
+      LoaderConfig c = config(spec({{0, 0.5}, {1, 0.3}, {2, 0.2}}));
+      c.mode = mode, c.buckets = {8, 16, 32}, c.max_tokens_per_batch = 96, c.prefetch_threads = threads;
+      Loader l;
+      ASSERT_TRUE(l.open(c).is_ok());
+      for (int i = 0; i < 200; ++i) l.next();  // warm: every buffer at its largest, permutations cached
+      uint64_t before = g_allocs.load();
+      uint64_t steps = 0;
+      for (int i = 0; i < 50; ++i) steps += l.next().step > 0;
+      uint64_t after = g_allocs.load();
+      EXPECT_EQ(after - before, 0u) << mode << ", " << threads << " threads (" << steps << " steps)";
+    }
 }
 
 TEST(LoaderConfigTest, ReadsTomlAndNamesBadKeys) {

@@ -202,6 +202,8 @@ Status Loader::open(const LoaderConfig& c, const LoaderPosition* resume) {
     // pieces per row: at most one per document touched, bounded by the row's tokens (+EOD each)
     s->plan.pieces.reserve(static_cast<size_t>(rows) * 8);
     s->state = start_state_;
+    // the pending lists reach at most a bucket's global rows: reserve so copying a state never allocates
+    for (auto& p : s->state.pending) p.reserve(static_cast<size_t>(rows) * static_cast<size_t>(c_.ranks));
     slots_.push_back(std::move(s));
   }
   next_plan_ = consumed_ = 0;
