@@ -11,15 +11,16 @@
 //
 // THE GRADIENT CONTRACT
 //  - Parameter gradients ACCUMULATE (+=): micro-batch accumulation is free; zero them per step.
-//  - Activation gradients OVERWRITE, except on the residual stream: rmsnorm_backward and
-//    embedding-side callers ADD into `dinp` because its input is the residual stream, whose
-//    gradient already holds the skip connection's contribution.
+//  - Activation gradients OVERWRITE, except on the residual stream: rmsnorm_backward ADDS into
+//    `dinp` because a norm's input is always the residual stream, whose gradient already holds the
+//    skip connection's contribution. (In the forward, matmul_forward with beta 1 is the residual
+//    add.) Cross-entropy backward turns the logits into dlogits in place.
 //  - A kernel never allocates on the heap, reads files, looks at configs or calls MPI. Fixed-size
 //    scratch lives on the stack; anything sized by the problem is passed in.
 //  - Threads: kernels parallelise with OpenMP over the current team size (omp_set_num_threads,
-//    set by the caller); GEMMs call single-threaded OpenBLAS inside OpenMP loops, so there is one
-//    thread pool. Every reduction has a fixed order independent of the thread count, so results
-//    are bit-identical for any number of threads.
+//    set by the caller); GEMMs call single-threaded OpenBLAS inside OpenMP loops on fixed blocks,
+//    so there is one thread pool. Every reduction has a fixed order and every GEMM a fixed shape
+//    independent of the thread count, so results are bit-identical for any number of threads.
 #pragma once
 #include <cstdint>
 
@@ -63,15 +64,17 @@ void rope_forward_ref(float* x, const int32_t* pos, int N, int T, int row_stride
                       int nheads, int HS, float theta);
 
 // ---- attention.cpp --------------------------------------------------------------------------
-// Causal grouped-query attention, flash-style [Dao et al. 2022]: key tiles with an online softmax;
-// memory linear in T (only the logsumexp is saved, never a (T,T) matrix).
+// Causal grouped-query attention, flash-style [Dao et al. 2022]: 64x64 query/key tiles (one small
+// sgemm per tile product) with an online softmax; memory linear in T (only the logsumexp is
+// saved, never a (T,T) matrix). T need not be a multiple of the tile.
 // qkv (B,T,(NH+2*NKV)*HS): q heads, then k heads, then v heads on each row (post-RoPE).
 // out (B,T,NH*HS); lse (B,NH,T) saved; seg (B,T) optional document ids: a query attends only to
 // keys of its own segment (nullptr: plain causal). Query head h reads kv head h / (NH/NKV).
 void attention_forward(float* out, float* lse, const float* qkv, const int32_t* seg, int B, int T,
                        int NH, int NKV, int HS);
-// dqkv (B,T,(NH+2*NKV)*HS) overwritten. Two passes, no atomics: dq per query row, then dk/dv per
-// key row (summing the query heads of its group in order), so results do not depend on threads.
+// dqkv (B,T,(NH+2*NKV)*HS) overwritten. Two passes over tiles, no atomics: dq per query tile,
+// then dk/dv per key tile (summing the query heads of its group in order), so results do not
+// depend on the thread count. Recomputes P from lse (FlashAttention-2).
 void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out,
                         const float* lse, const int32_t* seg, int B, int T, int NH, int NKV,
                         int HS);
