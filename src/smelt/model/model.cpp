@@ -193,7 +193,7 @@ float Model::optimizer_step(const AdamWConfig& h) {
   for (const auto& t : layout_.tensors)
     adamw_step(params_.data() + t.offset, m_.data() + t.offset, v_.data() + t.offset,
                grads_.data() + t.offset, t.size(), h.lr, h.beta1, h.beta2, h.eps,
-               t.decay ? h.weight_decay : 0.0f, scale, t_);
+               t.decay || h.decay_all ? h.weight_decay : 0.0f, scale, t_);
   return (float)norm;
 }
 

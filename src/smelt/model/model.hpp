@@ -20,6 +20,7 @@ struct AdamWConfig {
   float beta2 = 0.95f;
   float eps = 1e-8f;
   float weight_decay = 0.1f;  // only on tensors with ParamTensor::decay (not norms, embeddings)
+  bool decay_all = false;     // also decay norms and embeddings (off by default, as in GPT-3/Llama)
   float grad_clip = 1.0f;     // max global L2 norm; <= 0 disables clipping
 };
 
