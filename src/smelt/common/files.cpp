@@ -21,9 +21,14 @@ namespace {
 void add_path(const fs::path& p, std::vector<std::string>& out) {
   std::error_code ec;
   if (fs::is_directory(p, ec)) {
+    // hidden entries (".prep-state.json", ".git/") are tools' own state, never input
     for (auto it = fs::recursive_directory_iterator(p, fs::directory_options::skip_permission_denied, ec);
          it != fs::recursive_directory_iterator(); it.increment(ec)) {
       if (ec) break;
+      if (it->path().filename().string().rfind('.', 0) == 0) {
+        if (it->is_directory(ec)) it.disable_recursion_pending();
+        continue;
+      }
       if (it->is_regular_file(ec)) out.push_back(it->path().string());
     }
   } else if (fs::is_regular_file(p, ec)) {

@@ -10,8 +10,9 @@
 
 namespace smelt {
 
-// Expands files, folders (recursively) and glob patterns into a sorted, de-duplicated list of
-// regular files. A pattern that matches nothing is an error naming it.
+// Expands files, folders (recursively, skipping hidden entries such as ".prep-state.json") and
+// glob patterns into a sorted, de-duplicated list of regular files. A pattern that matches
+// nothing is an error naming it.
 Status files_expand_inputs(const std::vector<std::string>& patterns, std::vector<std::string>& out);
 
 // Writes to PATH.tmp-<pid>; commit() flushes, fsyncs and renames it over PATH, then fsyncs the
