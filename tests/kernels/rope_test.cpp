@@ -28,6 +28,10 @@ TEST(Rope, MatchesReferenceInverseAndFiniteDifferences) {
     rope_backward(back.data(), p, table.data(), N, T, QKV, 0, NH, HS);
     rope_backward(back.data(), p, table.data(), N, T, QKV, NH * HS, NKV, HS);
     EXPECT_LT(max_err(back, x), 1e-5);
+    auto back_ref = y;
+    rope_backward_ref(back_ref.data(), p, N, T, QKV, 0, NH, HS, theta);
+    rope_backward_ref(back_ref.data(), p, N, T, QKV, NH * HS, NKV, HS, theta);
+    EXPECT_LT(max_err(back_ref, back), 1e-5);
 
     auto dout = randn((size_t)N * QKV, 2);
     auto g = dout;

@@ -230,6 +230,31 @@ TEST(Model, RecomputeGivesIdenticalGradients) {
   EXPECT_LT(act_bytes[1], act_bytes[0]);
 }
 
+// The switch that runs every op on its naive `_ref` kernel (the oracle for new backends) gives
+// the same loss and gradients up to fp32 rounding (the references accumulate in double).
+TEST(Model, ReferenceKernelsMatchFastKernels) {
+  Batch b = make_batch(2, 70, 512, true, true, 17);
+  std::vector<float> grads[2], logits[2];
+  float losses[2];
+  for (int r = 0; r < 2; r++) {
+    Model m;
+    ASSERT_TRUE(m.init(tiny(2, false, false), 2, 70, 2, 8).is_ok());
+    m.set_reference(r == 1);
+    ASSERT_TRUE(m.forward(b, losses[r]).is_ok());
+    logits[r].assign(m.acts().logits, m.acts().logits + 2 * 70 * 512);
+    m.zero_grad();
+    m.backward();
+    grads[r].assign(m.grads(), m.grads() + m.layout().total);
+    for (const auto& t : m.layout().tensors) {
+      if (r == 0) continue;
+      std::vector<float> fast(grads[0].begin() + t.offset, grads[0].begin() + t.offset + t.size());
+      EXPECT_LT(rel_err(m.grads() + t.offset, fast), 1e-4) << t.name;
+    }
+  }
+  EXPECT_NEAR(losses[0], losses[1], 1e-5);
+  EXPECT_LT(rel_err(logits[0].data(), logits[1]), 1e-5);
+}
+
 // The fixed reduction orders make the whole step independent of the thread count.
 TEST(Model, OneAndTwoThreadsGiveIdenticalGradients) {
   std::vector<float> grads[2];

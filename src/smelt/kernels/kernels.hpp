@@ -62,6 +62,8 @@ void rope_backward(float* dx, const int32_t* pos, const float* table, int N, int
                    int row_stride, int col0, int nheads, int HS);
 void rope_forward_ref(float* x, const int32_t* pos, int N, int T, int row_stride, int col0,
                       int nheads, int HS, float theta);
+void rope_backward_ref(float* dx, const int32_t* pos, int N, int T, int row_stride, int col0,
+                       int nheads, int HS, float theta);
 
 // ---- attention.cpp --------------------------------------------------------------------------
 // Causal grouped-query attention, flash-style [Dao et al. 2022]: 64x64 query/key tiles (one small
@@ -78,7 +80,7 @@ void attention_forward(float* out, float* lse, const float* qkv, const int32_t* 
 void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out,
                         const float* lse, const int32_t* seg, int B, int T, int NH, int NKV,
                         int HS);
-// Reference: materialises the (T,T) probabilities per head; scratch (T*T) floats.
+// Reference: materialises the (T,T) probabilities per head; scratch (T*T) floats; T <= 4096.
 void attention_forward_ref(float* out, const float* qkv, const int32_t* seg, float* scratch, int B,
                            int T, int NH, int NKV, int HS);
 void attention_backward_ref(float* dqkv, const float* dout, const float* qkv, const int32_t* seg,

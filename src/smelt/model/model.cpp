@@ -82,19 +82,28 @@ void Model::layer_forward(int l, int B, int T) {
   const int32_t* seg = batch_->segments.empty() ? nullptr : batch_->segments.data();
   float* x = acts_.resid[l];
 
-  rmsnorm_forward(a.ln1, a.rstd1, x, w + o.ln1, N, C, (float)c.norm_eps);
-  matmul_forward(a.qkv, a.ln1, w + o.wqkv, N, C, QKV);
-  rope_forward(a.qkv, pos, rope_.data(), N, T, QKV, 0, NH, HS);
-  rope_forward(a.qkv, pos, rope_.data(), N, T, QKV, NH * HS, NKV, HS);
-  attention_forward(a.att, a.lse, a.qkv, seg, B, T, NH, NKV, HS);
+  const bool ref = reference_;
+  auto rmsnorm = ref ? rmsnorm_forward_ref : rmsnorm_forward;
+  auto matmul = ref ? matmul_forward_ref : matmul_forward;
+  rmsnorm(a.ln1, a.rstd1, x, w + o.ln1, N, C, (float)c.norm_eps);
+  matmul(a.qkv, a.ln1, w + o.wqkv, N, C, QKV, 0.0f);
+  if (ref) {
+    rope_forward_ref(a.qkv, pos, N, T, QKV, 0, NH, HS, (float)c.rope_theta);
+    rope_forward_ref(a.qkv, pos, N, T, QKV, NH * HS, NKV, HS, (float)c.rope_theta);
+    attention_forward_ref(a.att, a.qkv, seg, ref_scratch_.data(), B, T, NH, NKV, HS);
+  } else {
+    rope_forward(a.qkv, pos, rope_.data(), N, T, QKV, 0, NH, HS);
+    rope_forward(a.qkv, pos, rope_.data(), N, T, QKV, NH * HS, NKV, HS);
+    attention_forward(a.att, a.lse, a.qkv, seg, B, T, NH, NKV, HS);
+  }
   std::memcpy(a.xmid, x, sizeof(float) * N * C);
-  matmul_forward(a.xmid, a.att, w + o.wo, N, A, C, 1.0f);
-  rmsnorm_forward(a.ln2, a.rstd2, a.xmid, w + o.ln2, N, C, (float)c.norm_eps);
-  matmul_forward(a.gu, a.ln2, w + o.wgu, N, C, 2 * H);
-  swiglu_forward(a.sw, a.gu, N, H);
+  matmul(a.xmid, a.att, w + o.wo, N, A, C, 1.0f);
+  rmsnorm(a.ln2, a.rstd2, a.xmid, w + o.ln2, N, C, (float)c.norm_eps);
+  matmul(a.gu, a.ln2, w + o.wgu, N, C, 2 * H, 0.0f);
+  (ref ? swiglu_forward_ref : swiglu_forward)(a.sw, a.gu, N, H);
   float* y = acts_.resid[l + 1];
   std::memcpy(y, a.xmid, sizeof(float) * N * C);
-  matmul_forward(y, a.sw, w + o.wdown, N, H, C, 1.0f);
+  matmul(y, a.sw, w + o.wdown, N, H, C, 1.0f);
 }
 
 Status Model::forward(const Batch& b, float& loss) {
@@ -118,12 +127,16 @@ Status Model::forward(const Batch& b, float& loss) {
   kernels_set_threads(threads_);
   batch_ = &b;
   const float* w = params_.data();
-  embedding_forward(acts_.resid[0], b.inputs.data(), w + layout_.wte, N, C, V);
+  const bool ref = reference_;
+  (ref ? embedding_forward_ref : embedding_forward)(acts_.resid[0], b.inputs.data(),
+                                                    w + layout_.wte, N, C, V);
   for (int l = 0; l < c.n_layers; l++) layer_forward(l, b.B, b.T);
-  rmsnorm_forward(acts_.lnf, acts_.rstdf, acts_.resid[c.n_layers], w + layout_.lnf, N, C,
-                  (float)c.norm_eps);
-  matmul_forward(acts_.logits, acts_.lnf, w + layout_.lm_head, N, C, V);
-  cross_entropy_forward(acts_.losses, acts_.lse_ce, acts_.logits, b.targets.data(), N, V);
+  (ref ? rmsnorm_forward_ref : rmsnorm_forward)(acts_.lnf, acts_.rstdf, acts_.resid[c.n_layers],
+                                                w + layout_.lnf, N, C, (float)c.norm_eps);
+  (ref ? matmul_forward_ref : matmul_forward)(acts_.logits, acts_.lnf, w + layout_.lm_head, N, C,
+                                              V, 0.0f);
+  if (ref) cross_entropy_forward_ref(acts_.losses, acts_.logits, b.targets.data(), N, V);
+  else cross_entropy_forward(acts_.losses, acts_.lse_ce, acts_.logits, b.targets.data(), N, V);
   double sum = 0.0;  // in row order: deterministic
   valid_ = 0;
   for (int n = 0; n < N; n++)
@@ -148,17 +161,26 @@ void Model::layer_backward(int l, int B, int T) {
   const int32_t* seg = batch_->segments.empty() ? nullptr : batch_->segments.data();
 
   // MLP block: y = xmid + down(swiglu(gate_up(rmsnorm(xmid)))); dres holds dy, becomes dxmid.
-  matmul_backward(s.dsw, g + o.wdown, s.dres, a.sw, w + o.wdown, N, H, C);
-  swiglu_backward(s.dgu, s.dsw, a.gu, N, H);
-  matmul_backward(s.dln, g + o.wgu, s.dgu, a.ln2, w + o.wgu, N, C, 2 * H);
-  rmsnorm_backward(s.dres, g + o.ln2, s.dln, a.xmid, w + o.ln2, a.rstd2, N, C);
+  const bool ref = reference_;
+  auto matmul = ref ? matmul_backward_ref : matmul_backward;
+  auto rmsnorm = ref ? rmsnorm_backward_ref : rmsnorm_backward;
+  matmul(s.dsw, g + o.wdown, s.dres, a.sw, w + o.wdown, N, H, C);
+  (ref ? swiglu_backward_ref : swiglu_backward)(s.dgu, s.dsw, a.gu, N, H);
+  matmul(s.dln, g + o.wgu, s.dgu, a.ln2, w + o.wgu, N, C, 2 * H);
+  rmsnorm(s.dres, g + o.ln2, s.dln, a.xmid, w + o.ln2, a.rstd2, N, C);
   // Attention block: xmid = x + o(attn(rope(qkv(rmsnorm(x))))); dres becomes dx.
-  matmul_backward(s.datt, g + o.wo, s.dres, a.att, w + o.wo, N, A, C);
-  attention_backward(s.dqkv, s.datt, a.qkv, a.att, a.lse, seg, B, T, NH, NKV, HS);
-  rope_backward(s.dqkv, pos, rope_.data(), N, T, QKV, 0, NH, HS);
-  rope_backward(s.dqkv, pos, rope_.data(), N, T, QKV, NH * HS, NKV, HS);
-  matmul_backward(s.dln, g + o.wqkv, s.dqkv, a.ln1, w + o.wqkv, N, C, QKV);
-  rmsnorm_backward(s.dres, g + o.ln1, s.dln, acts_.resid[l], w + o.ln1, a.rstd1, N, C);
+  matmul(s.datt, g + o.wo, s.dres, a.att, w + o.wo, N, A, C);
+  if (ref) {
+    attention_backward_ref(s.dqkv, s.datt, a.qkv, seg, ref_scratch_.data(), B, T, NH, NKV, HS);
+    rope_backward_ref(s.dqkv, pos, N, T, QKV, 0, NH, HS, (float)c.rope_theta);
+    rope_backward_ref(s.dqkv, pos, N, T, QKV, NH * HS, NKV, HS, (float)c.rope_theta);
+  } else {
+    attention_backward(s.dqkv, s.datt, a.qkv, a.att, a.lse, seg, B, T, NH, NKV, HS);
+    rope_backward(s.dqkv, pos, rope_.data(), N, T, QKV, 0, NH, HS);
+    rope_backward(s.dqkv, pos, rope_.data(), N, T, QKV, NH * HS, NKV, HS);
+  }
+  matmul(s.dln, g + o.wqkv, s.dqkv, a.ln1, w + o.wqkv, N, C, QKV);
+  rmsnorm(s.dres, g + o.ln1, s.dln, acts_.resid[l], w + o.ln1, a.rstd1, N, C);
 }
 
 void Model::backward(float dloss) {
@@ -169,18 +191,37 @@ void Model::backward(float dloss) {
   const float* w = params_.data();
   float* g = grads_.data();
   if (dloss == 0.0f) dloss = valid_ ? 1.0f / (float)valid_ : 0.0f;
-  cross_entropy_backward(acts_.logits, acts_.lse_ce, b.targets.data(), dloss, N, V);
-  matmul_backward(acts_.dln, g + layout_.lm_head, acts_.logits, acts_.lnf, w + layout_.lm_head, N,
-                  C, V);
+  const bool ref = reference_;
+  if (ref) {
+    std::memcpy(ref_logits_.data(), acts_.logits, sizeof(float) * N * V);
+    cross_entropy_backward_ref(acts_.logits, ref_logits_.data(), b.targets.data(), dloss, N, V);
+  } else {
+    cross_entropy_backward(acts_.logits, acts_.lse_ce, b.targets.data(), dloss, N, V);
+  }
+  (ref ? matmul_backward_ref : matmul_backward)(acts_.dln, g + layout_.lm_head, acts_.logits,
+                                                acts_.lnf, w + layout_.lm_head, N, C, V);
   std::memset(acts_.dres, 0, sizeof(float) * N * C);
-  rmsnorm_backward(acts_.dres, g + layout_.lnf, acts_.dln, acts_.resid[c.n_layers],
-                   w + layout_.lnf, acts_.rstdf, N, C);
+  (ref ? rmsnorm_backward_ref : rmsnorm_backward)(acts_.dres, g + layout_.lnf, acts_.dln,
+                                                  acts_.resid[c.n_layers], w + layout_.lnf,
+                                                  acts_.rstdf, N, C);
   for (int l = c.n_layers - 1; l >= 0; l--) {
     // Recompute rewrites resid[l+1] with the same bits it already holds (same kernels, inputs).
     if (c.recompute) layer_forward(l, b.B, b.T);
     layer_backward(l, b.B, b.T);
   }
-  embedding_backward(g + layout_.wte, acts_.dres, b.inputs.data(), N, C, V);
+  (ref ? embedding_backward_ref : embedding_backward)(g + layout_.wte, acts_.dres,
+                                                      b.inputs.data(), N, C, V);
+}
+
+void Model::set_reference(bool on) {
+  reference_ = on;
+  if (on) {
+    ref_scratch_.assign((size_t)Tmax_ * Tmax_, 0.0f);
+    ref_logits_.assign((size_t)Bmax_ * Tmax_ * cfg_.vocab_size, 0.0f);
+  } else {
+    ref_scratch_ = {};
+    ref_logits_ = {};
+  }
 }
 
 void Model::zero_grad() { std::memset(grads_.data(), 0, sizeof(float) * grads_.size()); }
@@ -188,10 +229,11 @@ void Model::zero_grad() { std::memset(grads_.data(), 0, sizeof(float) * grads_.s
 float Model::optimizer_step(const AdamWConfig& h) {
   kernels_set_threads(threads_);
   t_++;
-  double norm = std::sqrt(grad_norm_squared(grads_.data(), layout_.total));
+  double norm = std::sqrt((reference_ ? grad_norm_squared_ref : grad_norm_squared)(
+      grads_.data(), layout_.total));
   float scale = grad_clip_scale(norm, h.grad_clip);
   for (const auto& t : layout_.tensors)
-    adamw_step(params_.data() + t.offset, m_.data() + t.offset, v_.data() + t.offset,
+    (reference_ ? adamw_step_ref : adamw_step)(params_.data() + t.offset, m_.data() + t.offset, v_.data() + t.offset,
                grads_.data() + t.offset, t.size(), h.lr, h.beta1, h.beta2, h.eps,
                t.decay || h.decay_all ? h.weight_decay : 0.0f, scale, t_);
   return (float)norm;

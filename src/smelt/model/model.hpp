@@ -52,6 +52,9 @@ class Model {
   const MemoryPlan& plan() const { return plan_; }
   int64_t step() const { return t_; }
   void set_threads(int threads) { threads_ = threads; }
+  // Runs every op on its naive `_ref` kernel (the oracle; slow, allocates its (T,T) and (N,V)
+  // scratch here, once). For tests and for checking a new backend, never for training.
+  void set_reference(bool on);
 
  private:
   void layer_forward(int l, int B, int T);
@@ -65,6 +68,8 @@ class Model {
   std::vector<float> rope_;  // (max_seq_len, HS/2, 2)
   int Bmax_ = 0, Tmax_ = 0, threads_ = 1;
   int64_t t_ = 0;
+  bool reference_ = false;
+  std::vector<float> ref_scratch_, ref_logits_;  // reference mode only
   const Batch* batch_ = nullptr;  // of the last forward
   int64_t valid_ = 0;             // targets != -1 in the last forward
 };

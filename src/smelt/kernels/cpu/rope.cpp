@@ -50,9 +50,10 @@ void rope_backward(float* dx, const int32_t* pos, const float* table, int N, int
   rope_apply(dx, pos, table, N, T, row_stride, col0, nheads, HS, -1.0f);
 }
 
-// The textbook form: x*cos + rotate_half(x)*sin, angles computed directly.
-void rope_forward_ref(float* x, const int32_t* pos, int N, int T, int row_stride, int col0,
-                      int nheads, int HS, float theta) {
+namespace {
+// The textbook form: x*cos + sign*rotate_half(x)*sin, angles computed directly.
+void rope_ref(float* x, const int32_t* pos, int N, int T, int row_stride, int col0, int nheads,
+              int HS, float theta, double sign) {
   int half = HS / 2;
   for (int n = 0; n < N; n++) {
     int p = pos ? pos[n] : n % T;
@@ -62,11 +63,23 @@ void rope_forward_ref(float* x, const int32_t* pos, int N, int T, int row_stride
       for (int i = 0; i < HS; i++) {
         double a = p * std::pow((double)theta, -2.0 * (i % half) / HS);
         double rot = i < half ? -v[i + half] : v[i - half];
-        tmp[i] = v[i] * std::cos(a) + rot * std::sin(a);
+        tmp[i] = v[i] * std::cos(a) + sign * rot * std::sin(a);
       }
       for (int i = 0; i < HS; i++) v[i] = (float)tmp[i];
     }
   }
+}
+
+}  // namespace
+
+void rope_forward_ref(float* x, const int32_t* pos, int N, int T, int row_stride, int col0,
+                      int nheads, int HS, float theta) {
+  rope_ref(x, pos, N, T, row_stride, col0, nheads, HS, theta, 1.0);
+}
+
+void rope_backward_ref(float* dx, const int32_t* pos, int N, int T, int row_stride, int col0,
+                       int nheads, int HS, float theta) {
+  rope_ref(dx, pos, N, T, row_stride, col0, nheads, HS, theta, -1.0);
 }
 
 }  // namespace smelt
