@@ -142,6 +142,7 @@ void encode_ordinary(const Tokenizer::Impl& im, std::string_view text, std::vect
 
 void Tokenizer::encode(std::string_view text, std::vector<uint32_t>& out, bool allow_special) const {
   const Impl& im = *impl_;
+  if (!im.pre) return;  // an empty Tokenizer (nothing loaded) encodes nothing
   if (!allow_special || im.specials_by_length.empty()) {
     encode_ordinary(im, text, out);
     return;
