@@ -16,6 +16,7 @@
 #include <cstring>
 #include <fstream>
 #include <map>
+#include <ostream>
 #include <random>
 #include <string>
 
@@ -171,6 +172,8 @@ struct Case {
   int B, T;
   bool segments, positions;
 };
+
+void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }  // readable ctest names
 
 class VsPyTorch : public ::testing::TestWithParam<Case> {};
 
