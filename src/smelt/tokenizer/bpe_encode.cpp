@@ -14,7 +14,7 @@ namespace smelt {
 
 namespace {
 thread_local uint64_t t_lookups = 0;
-constexpr size_t kShortPiece = 48;
+constexpr size_t kShortPiece = 128;
 }  // namespace
 
 uint64_t bpe_debug_pair_lookups() { return t_lookups; }
