@@ -599,9 +599,14 @@ Status PrepRun::run(PrepSummary& out) {
                            out.stats_path);
     return Status::ok();
   }
-  if (resumed_)
+  if (resumed_) {
     spdlog::info("resuming {}: {} part(s) done, continuing at input {} record {}", c_.output, parts_.size(),
                  pos_.file, pos_.rec);
+  } else if (Status s = persist_state(false); !s) {
+    // a state exists before the first part does, so a run killed right after renaming a part
+    // into place is still recognised as this run and resumed, not refused as a foreign folder
+    return s;
+  }
   writer_ = std::make_unique<ShardWriter>(c_.output, "part" + suffix_ + "-", c_.shard_mb << 20, c_.zstd_level,
                                           parts_.size());
 
