@@ -247,6 +247,21 @@ void ReaderBase::report_too_long(uint64_t line, uint64_t offset, uint64_t bytes,
                     "(raise max_record_bytes to keep it)", what, bytes, opt_.max_record_bytes));
 }
 
+bool ReaderBase::fill_whole(size_t& size, uint64_t line, const char* what) {
+  const uint64_t max = opt_.max_record_bytes;
+  size_t a = in_->fill(max + 1);
+  if (a > max) {  // too long: drain it without keeping it
+    uint64_t total = 0;
+    while (a > 0) { total += a; in_->consume(a); a = in_->fill(1); }
+    if (!in_->failed()) report_too_long(line, 0, total, what);
+    finish();
+    return false;
+  }
+  if (in_->failed()) { in_->consume(a); finish(); return false; }  // incomplete: dropped
+  size = a;
+  return true;
+}
+
 // ---- helpers ------------------------------------------------------------------------------
 
 bool text_utf8_valid(std::string_view s) { return simdjson::validate_utf8(s.data(), s.size()); }

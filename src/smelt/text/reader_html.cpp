@@ -14,16 +14,8 @@ class HtmlReader final : public ReaderBase {
   bool next(RawDoc& doc) override {
     if (done_) return false;
     done_ = true;
-    const uint64_t max = opt_.max_record_bytes;
-    size_t a = in_->fill(max + 1);
-    if (a > max) {  // too long: drain it without keeping it
-      uint64_t total = 0;
-      while (a > 0) { total += a; in_->consume(a); a = in_->fill(1); }
-      if (!in_->failed()) report_too_long(0, 0, total, "the page");
-      finish();
-      return false;
-    }
-    if (in_->failed()) { in_->consume(a); finish(); return false; }  // incomplete: dropped
+    size_t a = 0;
+    if (!fill_whole(a, 0, "the page")) return false;
     const std::string_view s(in_->data(), a);
     bool ok = false;
     if (text_looks_binary(s, false)) {

@@ -48,16 +48,8 @@ class TextReader final : public ReaderBase {
   bool next_file(RawDoc& doc) {
     if (done_) return false;
     done_ = true;
-    const uint64_t max = opt_.max_record_bytes;
-    size_t a = in_->fill(max + 1);
-    if (a > max) {  // too long: drain it without keeping it
-      uint64_t total = 0;
-      while (a > 0) { total += a; in_->consume(a); a = in_->fill(1); }
-      if (!in_->failed()) report_too_long(1, 0, total, "the file");
-      finish();
-      return false;
-    }
-    if (in_->failed()) { in_->consume(a); finish(); return false; }  // incomplete: dropped
+    size_t a = 0;
+    if (!fill_whole(a, 1, "the file")) return false;
     bool ok = make_doc(std::string_view(in_->data(), a), 1, 0, doc);
     in_->consume(a);
     finish();

@@ -94,6 +94,10 @@ class ReaderBase : public DocReader {
   void set_place(std::string& out, char sep, uint64_t n) const;
   // Reports a record that is longer than max_record_bytes.
   void report_too_long(uint64_t line, uint64_t offset, uint64_t bytes, const char* what);
+  // Buffers the whole (rest of the) input as one record and returns its size in `size`; false,
+  // with the input drained and finished, when it is over max_record_bytes (reported as `what`
+  // at `line`) or the stream is damaged (an incomplete record is dropped).
+  bool fill_whole(size_t& size, uint64_t line, const char* what);
 
   std::string path_;
   std::unique_ptr<InputBuffer> in_;
