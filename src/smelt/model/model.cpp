@@ -4,7 +4,9 @@
 #include "smelt/model/model.hpp"
 
 #include <cmath>
+#include <algorithm>
 #include <cstring>
+#include <vector>
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
@@ -52,6 +54,7 @@ Status Model::init(const ModelConfig& c, int B, int T, int threads, uint64_t see
   v_.assign(layout_.total, 0.0f);
   activations_init(acts_, c, B, T);
   rope_.assign((size_t)c.max_seq_len * c.head_size(), 0.0f);
+  sparsity_scratch_.assign(T, 0.0f);
   rope_table(rope_.data(), c.max_seq_len, c.head_size(), (float)c.rope_theta);
 
   // Normal(0, init_std) matrices; the projections into the residual stream (o_proj, down_proj)
@@ -211,6 +214,70 @@ void Model::backward(float dloss) {
   }
   (ref ? embedding_backward_ref : embedding_backward)(g + layout_.wte, acts_.dres,
                                                       b.inputs.data(), N, C, V);
+}
+
+double Model::prediction_entropy(int max_rows) const {
+  if (!batch_) return 0.0;
+  const int N = batch_->B * batch_->T, V = cfg_.vocab_size;
+  std::vector<int> rows;
+  for (int n = 0; n < N; n++)
+    if (batch_->targets[n] >= 0) rows.push_back(n);
+  if (rows.empty()) return 0.0;
+  const int take = std::min<int>(max_rows, (int)rows.size());
+  double total = 0.0;
+  for (int i = 0; i < take; i++) {
+    const float* z = acts_.logits + (size_t)rows[(size_t)i * rows.size() / take] * V;
+    float mx = z[0];
+    for (int j = 1; j < V; j++) mx = std::max(mx, z[j]);
+    double sum = 0.0, sz = 0.0;  // H = log(sum e) - sum(e * (z - mx)) / sum e
+    for (int j = 0; j < V; j++) {
+      double e = std::exp((double)z[j] - mx);
+      sum += e;
+      sz += e * ((double)z[j] - mx);
+    }
+    total += std::log(sum) - sz / sum;
+  }
+  return total / take;
+}
+
+double Model::attention_sparsity(int max_queries, float threshold) const {
+  if (!batch_) return 0.0;
+  const ModelConfig& c = cfg_;
+  const int B = batch_->B, T = batch_->T, HS = c.head_size(), NH = c.n_heads, QKV = c.qkv_size();
+  const int group = NH / c.n_kv_heads;
+  const int32_t* seg = batch_->segments.empty() ? nullptr : batch_->segments.data();
+  const float scale = 1.0f / std::sqrt((float)HS);
+  const int64_t queries = (int64_t)B * T * NH;
+  const int take = (int)std::min<int64_t>(max_queries, queries);
+  int64_t below = 0, total = 0;
+  const int first = (c.recompute || reference_) ? c.n_layers - 1 : 0;
+  for (int l = first; l < c.n_layers; l++) {
+    const LayerActs& a = acts_.layers[l];
+    for (int i = 0; i < take; i++) {
+      int64_t qi = i * queries / take;  // (b, t, h) flattened
+      const int h = (int)(qi % NH), t = (int)(qi / NH % T), b = (int)(qi / NH / T);
+      const float* q = a.qkv + ((size_t)b * T + t) * QKV + (size_t)h * HS;
+      const int kvh = h / group;
+      float* s = sparsity_scratch_.data();  // (Tmax), sized at init
+      float mx = -INFINITY;
+      for (int j = 0; j <= t; j++) {
+        if (seg && seg[(size_t)b * T + j] != seg[(size_t)b * T + t]) { s[j] = -INFINITY; continue; }
+        const float* k = a.qkv + ((size_t)b * T + j) * QKV + (size_t)(NH + kvh) * HS;
+        float d = 0;
+        for (int e = 0; e < HS; e++) d += q[e] * k[e];
+        s[j] = d * scale;
+        mx = std::max(mx, s[j]);
+      }
+      double sum = 0;
+      for (int j = 0; j <= t; j++) sum += std::isinf(s[j]) ? 0.0 : std::exp((double)s[j] - mx);
+      for (int j = 0; j <= t; j++) {
+        if (std::isinf(s[j])) continue;
+        total++;
+        if (std::exp((double)s[j] - mx) / sum < threshold) below++;
+      }
+    }
+  }
+  return total ? (double)below / (double)total : 0.0;
 }
 
 void Model::set_reference(bool on) {

@@ -44,6 +44,21 @@ class Model {
   // before clipping.
   float optimizer_step(const AdamWConfig& h);
 
+  // Health signals of the last forward (read them before backward(), which overwrites the logits):
+  // mean entropy (nats) of the predicted next-token distribution over up to max_rows evenly spaced
+  // rows with a target; the fraction of attention weights below `threshold` for up to max_queries
+  // evenly spaced (row, head) queries per layer (every layer, or only the last with recompute on,
+  // since recompute keeps one layer's activations).
+  double prediction_entropy(int max_rows = 128) const;
+  double attention_sparsity(int max_queries = 64, float threshold = 1e-3f) const;
+  // Per-token losses of the last forward (N = B*T; 0 where the target is -1).
+  const float* token_losses() const { return acts_.losses; }
+
+  // Optimizer state for checkpoints: the AdamW moments (same layout as params) and the step count.
+  float* adam_m() { return m_.data(); }
+  float* adam_v() { return v_.data(); }
+  void set_step(int64_t t) { t_ = t; }
+
   const ModelConfig& config() const { return cfg_; }
   const ParamLayout& layout() const { return layout_; }
   float* params() { return params_.data(); }
@@ -66,6 +81,7 @@ class Model {
   Activations acts_;
   std::vector<float> params_, grads_, m_, v_;
   std::vector<float> rope_;  // (max_seq_len, HS/2, 2)
+  mutable std::vector<float> sparsity_scratch_;  // (Tmax) attention_sparsity's scores
   int Bmax_ = 0, Tmax_ = 0, threads_ = 1;
   int64_t t_ = 0;
   bool reference_ = false;

@@ -1,0 +1,113 @@
+// Checkpoints (docs/checkpoint.md): a directory per step under RUN/checkpoints/, one safetensors
+// file per rank plus manifest.json (step, resolved config, tokenizer hash, tensor index, every
+// file's size and CRC32C, and the trainer's state: loader position, RNG, schedule, last metrics),
+// written into step_XXXXXXXX.tmp/, fsynced, renamed into place, then `latest` replaced atomically.
+// Verification, discovery of the newest valid checkpoint, tensor loading, retention.
+// Not the training loop (train/) and not what the trainer puts in `state` (it owns that JSON).
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "smelt/common/status.hpp"
+
+namespace smelt {
+
+// One tensor to save: fp32, row-major. The data must stay valid and unchanged until the save
+// call returns (the asynchronous writer copies it into its staging buffer before returning).
+struct CkptTensorRef {
+  std::string name;            // "model.layers.0.self_attn.q_proj.weight", "optim.m.<name>", ...
+  std::vector<int64_t> shape;  // e.g. {rows, cols} or {size}
+  const float* data = nullptr;
+};
+
+struct CkptSaveRequest {
+  int64_t step = 0;
+  int rank = 0, ranks = 1;
+  std::string config_toml;     // the run's fully resolved config (stored as config.toml too)
+  std::string tokenizer_path;  // copied into the checkpoint as tokenizer.json when non-empty
+  nlohmann::json state;        // trainer-defined: loader position, RNG, schedule, metrics, ...
+  std::vector<CkptTensorRef> tensors;  // this rank's tensors
+};
+
+struct CkptSaveStats {
+  std::string dir;         // the committed step directory
+  int64_t bytes = 0;       // bytes written (all files of this rank)
+  double stall_ms = 0;     // time the caller was blocked
+  double write_ms = 0;     // time spent writing + fsyncing
+  double write_mb_s = 0;   // bytes / write time
+};
+
+// "RUN/checkpoints/step_00000100"
+std::string ckpt_step_dir(const std::string& run_dir, int64_t step);
+
+// Synchronous save of one rank's shard and (rank 0, ranks == 1) the commit. With several ranks,
+// every rank calls it and the caller puts a barrier before ckpt_commit (see below).
+// Fails cleanly (disk full, permissions): the .tmp folder is removed and the previous checkpoint
+// and `latest` are untouched.
+Status ckpt_save(const std::string& run_dir, const CkptSaveRequest& r, CkptSaveStats* stats = nullptr);
+
+// Retention: keep the newest `keep_last` and every step divisible by `keep_every` (0: none);
+// never deletes the newest valid checkpoint. Returns the removed directories in `removed`.
+Status ckpt_retain(const std::string& run_dir, int keep_last, int64_t keep_every,
+                   std::vector<std::string>* removed = nullptr);
+
+struct CkptFile {
+  std::string name;   // relative to the step directory
+  int64_t size = 0;
+  uint32_t crc32c = 0;
+};
+struct CkptTensorInfo {
+  std::string name, file;      // file: the safetensors file holding it
+  std::vector<int64_t> shape;
+  int64_t offset = 0;          // byte offset of the data in the file
+  int64_t bytes = 0;
+};
+struct CkptManifest {
+  int version = 1;
+  int64_t step = 0;
+  int ranks = 1;
+  std::string config_toml;
+  std::string tokenizer_hash;  // xxh3 of tokenizer.json ("" when none)
+  nlohmann::json state;
+  std::vector<CkptFile> files;
+  std::vector<CkptTensorInfo> tensors;
+  const CkptTensorInfo* find(const std::string& name) const;
+};
+
+// Reads and checks the manifest's structure (not the file contents).
+Status ckpt_read_manifest(const std::string& step_dir, CkptManifest& m);
+// Full verification: manifest consistent, every file present with its size and CRC32C, every
+// tensor inside its file. The error names the bad file (and tensor when it can).
+Status ckpt_verify(const std::string& step_dir);
+
+struct CkptListEntry {
+  std::string dir;
+  int64_t step = -1;
+  int64_t bytes = 0;
+  bool valid = false;
+  std::string problem;  // why not valid
+};
+// Every step_* directory under RUN/checkpoints (not .tmp), newest first, each verified.
+std::vector<CkptListEntry> ckpt_list(const std::string& run_dir);
+// The newest checkpoint that verifies; each newer invalid one adds a warning saying why.
+// Not found is an error ("no valid checkpoint in RUN/checkpoints").
+Status ckpt_find_latest(const std::string& run_dir, std::string& step_dir,
+                        std::vector<std::string>* warnings = nullptr);
+
+// Reads one tensor's data (count floats) into out; the shape must match.
+Status ckpt_load_tensor(const std::string& step_dir, const CkptManifest& m, const std::string& name,
+                        float* out, int64_t count);
+
+// Tensor naming the trainer uses: parameters under their ParamLayout (Hugging Face) names, AdamW
+// moments as "optim.m.<name>" and "optim.v.<name>".
+// Loads the model of a checkpoint: [model] from its config, every parameter tensor into a flat
+// buffer in param_layout order. For eval, generate and export.
+struct ModelConfig;
+Status ckpt_load_model(const std::string& step_dir, ModelConfig& cfg, std::vector<float>& params,
+                       CkptManifest* manifest = nullptr);
+
+}  // namespace smelt
