@@ -7,5 +7,11 @@ int cli_prep(int argc, char** argv);
 int cli_tokenizer(int argc, char** argv);        // dispatches train | encode | decode
 int cli_tokenizer_train(int argc, char** argv);  // `smelt tokenizer train ...` (argv[0] = "train")
 int cli_tokenize(int argc, char** argv);
+int cli_train(int argc, char** argv);     // train_cmd.cpp
+int cli_eval(int argc, char** argv);      // eval_cmd.cpp
+int cli_generate(int argc, char** argv);  // generate_cmd.cpp
+int cli_ckpt(int argc, char** argv);      // ckpt_cmd.cpp: verify | list
+int cli_export(int argc, char** argv);    // export_cmd.cpp
+int cli_pipeline(int argc, char** argv);  // pipeline_cmd.cpp
 
 }  // namespace smelt
