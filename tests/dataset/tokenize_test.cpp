@@ -20,6 +20,7 @@
 
 #include "smelt/dataset/indexed.hpp"
 #include "smelt/dataset/lineage.hpp"
+#include "smelt/common/hash.hpp"
 #include "smelt/dataset/tokenize.hpp"
 #include "smelt/tokenizer/tokenizer.hpp"
 #include "test_files.hpp"
@@ -181,6 +182,34 @@ TEST_F(TokenizeTest, EveryTokenIdAndCount) {
   EXPECT_EQ(st["tokenizer"]["content_hash"], "0000000000001234");
   EXPECT_EQ(st["tokenizer"]["eod_id"], 256);
   EXPECT_NE(sum.text.find("bytes/token by language"), std::string::npos) << sum.text;
+}
+
+// --holdout: the two sides are disjoint, together they are the whole input (in input order), the
+// split follows the document id (not the thread count), and about the asked fraction is held out.
+TEST_F(TokenizeTest, HoldoutSplitIsDisjointAndComplete) {
+  auto docs = write_inputs(3, 60);
+  TokenizeConfig rest = config();
+  rest.holdout = 0.25;
+  rest.output = (dir_ / "out" / "rest").string();
+  TokenizeConfig held = rest;
+  held.take_holdout = true;
+  held.threads = 1;
+  held.output = (dir_ / "out" / "held").string();
+  TokenizeSummary a, b;
+  ASSERT_TRUE(tokenize_run(rest, byte_encoder(), a).is_ok());
+  ASSERT_TRUE(tokenize_run(held, byte_encoder(), b).is_ok());
+  std::vector<Doc> want_rest, want_held;
+  for (const auto& d : docs)
+    (hash_unit(hash64(d.id, 0x686f6c646f7574ull)) < 0.25 ? want_held : want_rest).push_back(d);
+  ASSERT_FALSE(want_held.empty());
+  ASSERT_FALSE(want_rest.empty());
+  check_output(rest.output, want_rest, IndexedDType::kUInt16, 0, 256u);
+  check_output(held.output, want_held, IndexedDType::kUInt16, 0, 256u);
+  EXPECT_EQ(a.documents + b.documents, docs.size());
+  EXPECT_NEAR((double)b.documents / docs.size(), 0.25, 0.12);
+  json st = stats_of(held.output);
+  EXPECT_EQ(st["holdout"]["side"], "holdout");
+  EXPECT_EQ(st["holdout"]["documents_in_other_side"], want_rest.size());
 }
 
 TEST_F(TokenizeTest, Int32WithoutEod) {

@@ -36,6 +36,12 @@ int cli_tokenize(int argc, char** argv) {
       ->required();
   app.add_flag("--append-eod", c.append_eod, "end every document with the tokenizer's end-of-document token");
   app.add_option("-t,--threads", c.threads, "encoder threads (default: all cores)")->check(CLI::NonNegativeNumber);
+  std::string side = "rest";
+  app.add_option("--holdout", c.holdout,
+                 "hold out this fraction of documents, chosen by a hash of the document id (default 0)")
+      ->check(CLI::Range(0.0, 0.999));
+  app.add_option("--side", side, "with --holdout: 'rest' writes the other documents, 'holdout' only the held-out ones")
+      ->check(CLI::IsMember({"rest", "holdout"}));
   app.add_option("--text-field", c.text_field, "JSONL field holding the text (default: text)");
   app.add_flag("--overwrite", c.overwrite, "replace an earlier, different run's output at PREFIX");
   app.add_option("--checkpoint-mb", checkpoint_mb, "persist a resume point after this many MB of tokens (default 64)")
@@ -48,6 +54,7 @@ int cli_tokenize(int argc, char** argv) {
     return rc == 0 ? kExitOk : kExitUsage;
   }
   log_setup("tokenize", log_level);
+  c.take_holdout = side == "holdout";
   c.checkpoint_bytes = std::max<uint64_t>(1, static_cast<uint64_t>(checkpoint_mb * (1 << 20)));
 
   std::vector<std::string> files;

@@ -46,12 +46,18 @@ constexpr size_t kChunkDocs = 64;
 constexpr size_t kChunkBytes = 4u << 20;
 constexpr size_t kMaxLoggedIssues = 50;
 constexpr int kStateVersion = 1;
+constexpr uint64_t kHoldoutSeed = 0x686f6c646f7574ull;  // "holdout"
+
+bool in_holdout_fraction(const std::string& id, double fraction) {
+  return hash_unit(hash64(id, kHoldoutSeed)) < fraction;
+}
 
 struct Item {
   uint32_t file = 0;
   uint64_t rec = 0;
   bool end_of_file = false;
   bool skip = false;                // counted in issues, written nowhere
+  bool other_split = false;         // belongs to the other side of the holdout split: not written
   std::vector<std::string> issues;  // reader issue reasons that came before this item
   std::string id, text, meta_json;
   // filled by an encoder
@@ -75,7 +81,7 @@ struct LangCount {
 
 // Deterministic counters (no timing), restored on resume.
 struct Counters {
-  uint64_t documents = 0, tokens = 0, eod_tokens = 0, text_bytes = 0, files_done = 0;
+  uint64_t documents = 0, tokens = 0, eod_tokens = 0, text_bytes = 0, files_done = 0, other_split = 0;
   std::map<std::string, uint64_t> issues;
   std::map<std::string, LangCount> langs;
 
@@ -83,7 +89,7 @@ struct Counters {
     json l = json::object();
     for (const auto& [k, v] : langs) l[k] = {v.documents, v.tokens, v.text_bytes};
     return {{"documents", documents}, {"tokens", tokens}, {"eod_tokens", eod_tokens}, {"text_bytes", text_bytes},
-            {"files_done", files_done}, {"issues", issues}, {"langs", l}};
+            {"files_done", files_done}, {"other_split", other_split}, {"issues", issues}, {"langs", l}};
   }
   void from_json(const json& j) {
     documents = j.at("documents");
@@ -91,6 +97,7 @@ struct Counters {
     eod_tokens = j.at("eod_tokens");
     text_bytes = j.at("text_bytes");
     files_done = j.at("files_done");
+    other_split = j.value("other_split", uint64_t{0});
     issues = j.at("issues").get<std::map<std::string, uint64_t>>();
     langs.clear();
     for (const auto& [k, v] : j.at("langs").items()) langs[k] = LangCount{v.at(0), v.at(1), v.at(2)};
@@ -333,8 +340,12 @@ void TokenizeRun::reader_main() {
         } else {
           chunk_bytes += doc.text.size();
           it.id = std::move(doc.id);
-          it.text = std::move(doc.text);
-          it.meta_json = std::move(doc.meta_json);
+          if (c_.holdout > 0 && in_holdout_fraction(it.id, c_.holdout) != c_.take_holdout) {
+            it.other_split = true;
+          } else {
+            it.text = std::move(doc.text);
+            it.meta_json = std::move(doc.meta_json);
+          }
         }
         doc = RawDoc{};
         chunk.items.push_back(std::move(it));
@@ -363,7 +374,7 @@ void TokenizeRun::worker_main() {
   simdjson::dom::parser parser;
   while (auto chunk = work_->pop()) {
     for (auto& it : chunk->items) {
-      if (it.end_of_file || it.skip) continue;
+      if (it.end_of_file || it.skip || it.other_split) continue;
       it.lang = lang_of(parser, it.meta_json);
       it.meta_json.clear();
       it.text_bytes = it.text.size();
@@ -384,6 +395,7 @@ Status TokenizeRun::commit_item(Item& it) {
   }
   pos_ = Position{it.file, it.rec + 1};
   if (it.skip) return Status::ok();
+  if (it.other_split) { n_.other_split++; return Status::ok(); }
   if (Status s = bin_.add_document(it.ids); !s) return s;
   if (Status s = docs_.add(it.id); !s) return s;
   const uint64_t eod = c_.append_eod ? 1 : 0;
@@ -417,6 +429,9 @@ json TokenizeRun::stats_json(double seconds) const {
   j["text_field"] = c_.text_field;
   j["documents"] = n_.documents;
   j["sequences"] = n_.documents;
+  if (c_.holdout > 0)
+    j["holdout"] = {{"fraction", c_.holdout}, {"side", c_.take_holdout ? "holdout" : "rest"},
+                    {"documents_in_other_side", n_.other_split}};
   j["tokens"] = n_.tokens;
   j["eod_tokens"] = n_.eod_tokens;
   j["text_bytes"] = n_.text_bytes;
@@ -474,6 +489,7 @@ Status TokenizeRun::run(TokenizeSummary& out) {
   std::string fp = fmt::format("tokenize v{}\ntokenizer {:016x} vocab {}\neod {} {}\nfield {}\n", kStateVersion,
                                enc_.content_hash, enc_.vocab_size, c_.append_eod, enc_.eod_id.value_or(0),
                                c_.text_field);
+  if (c_.holdout > 0) fp += fmt::format("holdout {} {}\n", c_.holdout, c_.take_holdout);
   for (size_t i = 0; i < files_.size(); ++i) fp += fmt::format("{}:{}\n", files_[i], file_sizes_[i]);
   fingerprint_ = fmt::format("{:016x}", hash64(fp));
 

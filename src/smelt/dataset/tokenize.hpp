@@ -22,6 +22,12 @@ struct TokenizeConfig {
   bool append_eod = false;          // end every sequence with the tokenizer's end-of-document id
   int threads = 0;                  // encoder threads; 0 = all cores
   std::string text_field = "text";  // JSONL field holding the text
+  // Held-out split by document id: a document is held out when hash(id) falls below `holdout`
+  // (a fraction in [0,1)); `take_holdout` false keeps the rest, true keeps only the held-out ones.
+  // Two runs with the same fraction and opposite sides give disjoint train and eval shards that do
+  // not depend on file order, thread count or resumes.
+  double holdout = 0.0;
+  bool take_holdout = false;
   bool overwrite = false;           // replace an earlier, different run's output at PREFIX
   uint64_t checkpoint_bytes = 64ull << 20;  // persist a resume point after this many .bin bytes
   double log_interval_s = 10;       // plain progress lines when stderr is not a terminal
