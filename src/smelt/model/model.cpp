@@ -3,6 +3,7 @@
 // final rmsnorm; LM head (tied or untied); fused softmax cross-entropy.
 #include "smelt/model/model.hpp"
 
+#include <chrono>
 #include <cmath>
 #include <algorithm>
 #include <cstring>
@@ -30,7 +31,37 @@ struct InitRng {
     return std::sqrt(-2.0 * std::log(uniform())) * std::cos(6.283185307179586 * uniform());
   }
 };
+// Op families of the profile (Model::set_profiling), in step order.
+enum ProfOp {
+  kPEmbedF, kPNormF, kPQkvF, kPRopeF, kPAttnF, kPOF, kPGateUpF, kPSwigluF, kPDownF, kPCopyF,
+  kPHeadF, kPCeF, kPCeB, kPHeadB, kPNormB, kPDownB, kPSwigluB, kPGateUpB, kPOB, kPAttnB, kPRopeB,
+  kPQkvB, kPEmbedB, kPZeroGrad, kPGradNorm, kPAdamW, kPCount
+};
+const char* const kProfNames[kPCount] = {
+  "fwd embedding", "fwd rmsnorm", "fwd qkv matmul", "fwd rope", "fwd attention", "fwd o matmul",
+  "fwd gate_up matmul", "fwd swiglu", "fwd down matmul", "fwd residual copy", "fwd lm_head matmul",
+  "fwd cross-entropy", "bwd cross-entropy", "bwd lm_head matmul", "bwd rmsnorm",
+  "bwd down matmul", "bwd swiglu", "bwd gate_up matmul", "bwd o matmul", "bwd attention",
+  "bwd rope", "bwd qkv matmul", "bwd embedding", "zero_grad", "grad norm", "adamw"};
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
 }  // namespace
+
+int Model::profile_count() { return kPCount; }
+const char* Model::profile_name(int op) { return op >= 0 && op < kPCount ? kProfNames[op] : ""; }
+void Model::profile_reset() {
+  for (double& x : prof_) x = 0;
+}
+void Model::prof_start() {
+  if (profiling_) prof_last_ = now_s();
+}
+void Model::prof_mark(int op) {
+  if (!profiling_) return;
+  double t = now_s();
+  prof_[op] += t - prof_last_;
+  prof_last_ = t;
+}
 
 Status Model::init(const ModelConfig& c, int B, int T, int threads, uint64_t seed,
                    int64_t budget_bytes) {
@@ -89,31 +120,45 @@ void Model::layer_forward(int l, int B, int T) {
   auto rmsnorm = ref ? rmsnorm_forward_ref : rmsnorm_forward;
   auto matmul = ref ? matmul_forward_ref : matmul_forward;
   rmsnorm(a.ln1, a.rstd1, x, w + o.ln1, N, C, (float)c.norm_eps);
+  prof_mark(kPNormF);
   matmul(a.qkv, a.ln1, w + o.wqkv, N, C, QKV, 0.0f);
+  prof_mark(kPQkvF);
   if (ref) {
     rope_forward_ref(a.qkv, pos, N, T, QKV, 0, NH, HS, (float)c.rope_theta);
     rope_forward_ref(a.qkv, pos, N, T, QKV, NH * HS, NKV, HS, (float)c.rope_theta);
+    prof_mark(kPRopeF);
     attention_forward_ref(a.att, a.qkv, seg, ref_scratch_.data(), B, T, NH, NKV, HS);
   } else {
     rope_forward(a.qkv, pos, rope_.data(), N, T, QKV, 0, NH, HS);
     rope_forward(a.qkv, pos, rope_.data(), N, T, QKV, NH * HS, NKV, HS);
+    prof_mark(kPRopeF);
     attention_forward(a.att, a.lse, a.qkv, seg, B, T, NH, NKV, HS);
   }
+  prof_mark(kPAttnF);
   std::memcpy(a.xmid, x, sizeof(float) * N * C);
+  prof_mark(kPCopyF);
   matmul(a.xmid, a.att, w + o.wo, N, A, C, 1.0f);
+  prof_mark(kPOF);
   rmsnorm(a.ln2, a.rstd2, a.xmid, w + o.ln2, N, C, (float)c.norm_eps);
+  prof_mark(kPNormF);
   matmul(a.gu, a.ln2, w + o.wgu, N, C, 2 * H, 0.0f);
+  prof_mark(kPGateUpF);
   (ref ? swiglu_forward_ref : swiglu_forward)(a.sw, a.gu, N, H);
+  prof_mark(kPSwigluF);
   float* y = acts_.resid[l + 1];
   std::memcpy(y, a.xmid, sizeof(float) * N * C);
+  prof_mark(kPCopyF);
   matmul(y, a.sw, w + o.wdown, N, H, C, 1.0f);
+  prof_mark(kPDownF);
 }
 
 Status Model::forward(const Batch& b, float& loss) {
   const ModelConfig& c = cfg_;
-  if (b.B <= 0 || b.T <= 0 || b.B > Bmax_ || b.T > Tmax_)
-    return Status::error(fmt::format("[model] batch {}x{} does not fit the planned {}x{}", b.B, b.T,
-                                     Bmax_, Tmax_));
+  // Every buffer is sized by rows N = B*T (and T for RoPE/attention scratch), so any batch with
+  // B*T <= Bmax*Tmax and T <= Tmax fits: bucketed batches trade rows for length.
+  if (b.B <= 0 || b.T <= 0 || (int64_t)b.B * b.T > (int64_t)Bmax_ * Tmax_ || b.T > Tmax_)
+    return Status::error(fmt::format("[model] batch {}x{} does not fit the planned {}x{} ({} rows, T <= {})",
+                                     b.B, b.T, Bmax_, Tmax_, (int64_t)Bmax_ * Tmax_, Tmax_));
   const int N = b.B * b.T, C = c.d_model, V = c.vocab_size;
   if ((int64_t)b.inputs.size() < N || (int64_t)b.targets.size() < N ||
       (!b.segments.empty() && (int64_t)b.segments.size() < N) ||
@@ -131,15 +176,20 @@ Status Model::forward(const Batch& b, float& loss) {
   batch_ = &b;
   const float* w = params_.data();
   const bool ref = reference_;
+  prof_start();
   (ref ? embedding_forward_ref : embedding_forward)(acts_.resid[0], b.inputs.data(),
                                                     w + layout_.wte, N, C, V);
+  prof_mark(kPEmbedF);
   for (int l = 0; l < c.n_layers; l++) layer_forward(l, b.B, b.T);
   (ref ? rmsnorm_forward_ref : rmsnorm_forward)(acts_.lnf, acts_.rstdf, acts_.resid[c.n_layers],
                                                 w + layout_.lnf, N, C, (float)c.norm_eps);
+  prof_mark(kPNormF);
   (ref ? matmul_forward_ref : matmul_forward)(acts_.logits, acts_.lnf, w + layout_.lm_head, N, C,
                                               V, 0.0f);
+  prof_mark(kPHeadF);
   if (ref) cross_entropy_forward_ref(acts_.losses, acts_.logits, b.targets.data(), N, V);
   else cross_entropy_forward(acts_.losses, acts_.lse_ce, acts_.logits, b.targets.data(), N, V);
+  prof_mark(kPCeF);
   double sum = 0.0;  // in row order: deterministic
   valid_ = 0;
   for (int n = 0; n < N; n++)
@@ -168,22 +218,32 @@ void Model::layer_backward(int l, int B, int T) {
   auto matmul = ref ? matmul_backward_ref : matmul_backward;
   auto rmsnorm = ref ? rmsnorm_backward_ref : rmsnorm_backward;
   matmul(s.dsw, g + o.wdown, s.dres, a.sw, w + o.wdown, N, H, C);
+  prof_mark(kPDownB);
   (ref ? swiglu_backward_ref : swiglu_backward)(s.dgu, s.dsw, a.gu, N, H);
+  prof_mark(kPSwigluB);
   matmul(s.dln, g + o.wgu, s.dgu, a.ln2, w + o.wgu, N, C, 2 * H);
+  prof_mark(kPGateUpB);
   rmsnorm(s.dres, g + o.ln2, s.dln, a.xmid, w + o.ln2, a.rstd2, N, C);
+  prof_mark(kPNormB);
   // Attention block: xmid = x + o(attn(rope(qkv(rmsnorm(x))))); dres becomes dx.
   matmul(s.datt, g + o.wo, s.dres, a.att, w + o.wo, N, A, C);
+  prof_mark(kPOB);
   if (ref) {
     attention_backward_ref(s.dqkv, s.datt, a.qkv, seg, ref_scratch_.data(), B, T, NH, NKV, HS);
+    prof_mark(kPAttnB);
     rope_backward_ref(s.dqkv, pos, N, T, QKV, 0, NH, HS, (float)c.rope_theta);
     rope_backward_ref(s.dqkv, pos, N, T, QKV, NH * HS, NKV, HS, (float)c.rope_theta);
   } else {
     attention_backward(s.dqkv, s.datt, a.qkv, a.att, a.lse, seg, B, T, NH, NKV, HS);
+    prof_mark(kPAttnB);
     rope_backward(s.dqkv, pos, rope_.data(), N, T, QKV, 0, NH, HS);
     rope_backward(s.dqkv, pos, rope_.data(), N, T, QKV, NH * HS, NKV, HS);
   }
+  prof_mark(kPRopeB);
   matmul(s.dln, g + o.wqkv, s.dqkv, a.ln1, w + o.wqkv, N, C, QKV);
+  prof_mark(kPQkvB);
   rmsnorm(s.dres, g + o.ln1, s.dln, acts_.resid[l], w + o.ln1, a.rstd1, N, C);
+  prof_mark(kPNormB);
 }
 
 void Model::backward(float dloss) {
@@ -195,18 +255,22 @@ void Model::backward(float dloss) {
   float* g = grads_.data();
   if (dloss == 0.0f) dloss = valid_ ? 1.0f / (float)valid_ : 0.0f;
   const bool ref = reference_;
+  prof_start();
   if (ref) {
     std::memcpy(ref_logits_.data(), acts_.logits, sizeof(float) * N * V);
     cross_entropy_backward_ref(acts_.logits, ref_logits_.data(), b.targets.data(), dloss, N, V);
   } else {
     cross_entropy_backward(acts_.logits, acts_.lse_ce, b.targets.data(), dloss, N, V);
   }
+  prof_mark(kPCeB);
   (ref ? matmul_backward_ref : matmul_backward)(acts_.dln, g + layout_.lm_head, acts_.logits,
                                                 acts_.lnf, w + layout_.lm_head, N, C, V);
+  prof_mark(kPHeadB);
   std::memset(acts_.dres, 0, sizeof(float) * N * C);
   (ref ? rmsnorm_backward_ref : rmsnorm_backward)(acts_.dres, g + layout_.lnf, acts_.dln,
                                                   acts_.resid[c.n_layers], w + layout_.lnf,
                                                   acts_.rstdf, N, C);
+  prof_mark(kPNormB);
   for (int l = c.n_layers - 1; l >= 0; l--) {
     // Recompute rewrites resid[l+1] with the same bits it already holds (same kernels, inputs).
     if (c.recompute) layer_forward(l, b.B, b.T);
@@ -214,6 +278,7 @@ void Model::backward(float dloss) {
   }
   (ref ? embedding_backward_ref : embedding_backward)(g + layout_.wte, acts_.dres,
                                                       b.inputs.data(), N, C, V);
+  prof_mark(kPEmbedB);
 }
 
 double Model::prediction_entropy(int max_rows) const {
@@ -291,18 +356,25 @@ void Model::set_reference(bool on) {
   }
 }
 
-void Model::zero_grad() { std::memset(grads_.data(), 0, sizeof(float) * grads_.size()); }
+void Model::zero_grad() {
+  prof_start();
+  std::memset(grads_.data(), 0, sizeof(float) * grads_.size());
+  prof_mark(kPZeroGrad);
+}
 
 float Model::optimizer_step(const AdamWConfig& h) {
   kernels_set_threads(threads_);
   t_++;
+  prof_start();
   double norm = std::sqrt((reference_ ? grad_norm_squared_ref : grad_norm_squared)(
       grads_.data(), layout_.total));
+  prof_mark(kPGradNorm);
   float scale = grad_clip_scale(norm, h.grad_clip);
   for (const auto& t : layout_.tensors)
     (reference_ ? adamw_step_ref : adamw_step)(params_.data() + t.offset, m_.data() + t.offset, v_.data() + t.offset,
                grads_.data() + t.offset, t.size(), h.lr, h.beta1, h.beta2, h.eps,
                t.decay || h.decay_all ? h.weight_decay : 0.0f, scale, t_);
+  prof_mark(kPAdamW);
   return (float)norm;
 }
 

@@ -26,7 +26,7 @@ struct AdamWConfig {
 
 class Model {
  public:
-  // Plans memory for batches up to (B,T), logs the plan, refuses when it exceeds budget_bytes
+  // Plans memory for batches of at most B*T rows with length at most T, logs the plan, refuses when it exceeds budget_bytes
   // (<= 0: no limit), then allocates everything and initialises the weights from seed.
   Status init(const ModelConfig& c, int B, int T, int threads, uint64_t seed,
               int64_t budget_bytes = 0);
@@ -71,7 +71,18 @@ class Model {
   // scratch here, once). For tests and for checking a new backend, never for training.
   void set_reference(bool on);
 
+  // Op-family timing for benchmarks (bench/train/model_bench): wall seconds per op, forward and
+  // backward apart, summed over the steps since profile_reset(). Off by default; when on, one
+  // clock read per op (no allocation).
+  void set_profiling(bool on) { profiling_ = on; }
+  void profile_reset();
+  static int profile_count();
+  static const char* profile_name(int op);
+  double profile_seconds(int op) const { return prof_[op]; }
+
  private:
+  void prof_start();
+  void prof_mark(int op);
   void layer_forward(int l, int B, int T);
   void layer_backward(int l, int B, int T);
 
@@ -86,6 +97,9 @@ class Model {
   int64_t t_ = 0;
   bool reference_ = false;
   std::vector<float> ref_scratch_, ref_logits_;  // reference mode only
+  bool profiling_ = false;
+  double prof_[32] = {};  // [op] seconds
+  double prof_last_ = 0;
   const Batch* batch_ = nullptr;  // of the last forward
   int64_t valid_ = 0;             // targets != -1 in the last forward
 };
