@@ -1,0 +1,86 @@
+// CRC32C: the SSE4.2 path (one crc32 instruction per 8 bytes, compiled for sse4.2 only in that
+// function, chosen at run time) and the slicing-by-8 software path (Intel's table method).
+// Both keep the reflected register inverted on entry and exit, as RFC 3720 specifies.
+#include "smelt/ckpt/crc32c.hpp"
+
+#include <nmmintrin.h>
+
+#include <array>
+#include <cstring>
+
+namespace smelt {
+
+namespace {
+
+constexpr uint32_t kPolyReflected = 0x82F63B78u;
+
+struct Tables {
+  std::array<std::array<uint32_t, 256>, 8> t{};
+  constexpr Tables() {
+    for (uint32_t i = 0; i < 256; ++i) {
+      uint32_t c = i;
+      for (int k = 0; k < 8; ++k) c = (c & 1) ? (c >> 1) ^ kPolyReflected : c >> 1;
+      t[0][i] = c;
+    }
+    for (uint32_t i = 0; i < 256; ++i)
+      for (int s = 1; s < 8; ++s) t[s][i] = (t[s - 1][i] >> 8) ^ t[0][t[s - 1][i] & 0xFF];
+  }
+};
+constexpr Tables kTables{};
+
+bool detect_hw() {
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("sse4.2");
+}
+
+}  // namespace
+
+uint32_t crc32c_update_sw(uint32_t crc, const void* data, size_t n) {
+  const auto& t = kTables.t;
+  const auto* p = static_cast<const uint8_t*>(data);
+  uint32_t c = ~crc;
+  while (n && (reinterpret_cast<uintptr_t>(p) & 7)) {
+    c = t[0][(c ^ *p++) & 0xFF] ^ (c >> 8);
+    --n;
+  }
+  while (n >= 8) {
+    uint64_t w;
+    std::memcpy(&w, p, 8);  // little-endian host (x86): byte 0 is the low byte
+    w ^= c;
+    c = t[7][w & 0xFF] ^ t[6][(w >> 8) & 0xFF] ^ t[5][(w >> 16) & 0xFF] ^ t[4][(w >> 24) & 0xFF] ^
+        t[3][(w >> 32) & 0xFF] ^ t[2][(w >> 40) & 0xFF] ^ t[1][(w >> 48) & 0xFF] ^ t[0][w >> 56];
+    p += 8;
+    n -= 8;
+  }
+  while (n--) c = t[0][(c ^ *p++) & 0xFF] ^ (c >> 8);
+  return ~c;
+}
+
+__attribute__((target("sse4.2"))) uint32_t crc32c_update_hw(uint32_t crc, const void* data, size_t n) {
+  const auto* p = static_cast<const uint8_t*>(data);
+  uint64_t c = ~crc;
+  while (n && (reinterpret_cast<uintptr_t>(p) & 7)) {
+    c = _mm_crc32_u8(static_cast<uint32_t>(c), *p++);
+    --n;
+  }
+  while (n >= 8) {
+    uint64_t w;
+    std::memcpy(&w, p, 8);
+    c = _mm_crc32_u64(c, w);
+    p += 8;
+    n -= 8;
+  }
+  while (n--) c = _mm_crc32_u8(static_cast<uint32_t>(c), *p++);
+  return ~static_cast<uint32_t>(c);
+}
+
+bool crc32c_hw_available() {
+  static const bool hw = detect_hw();  // function-local: safe from static-init order
+  return hw;
+}
+
+uint32_t crc32c_update(uint32_t crc, const void* data, size_t n) {
+  return crc32c_hw_available() ? crc32c_update_hw(crc, data, n) : crc32c_update_sw(crc, data, n);
+}
+
+}  // namespace smelt
