@@ -1,0 +1,60 @@
+// Next-token sampling from logits: temperature, top-k, top-p (nucleus, Holtzman et al. 2020),
+// greedy at temperature 0, over our own seeded xoshiro256** generator so a seed gives the same
+// tokens on every platform and standard library. Not the model (model/inference.hpp).
+#pragma once
+#include <cstdint>
+#include <utility>
+#include <vector>
+
+#include "smelt/common/status.hpp"
+
+namespace smelt {
+
+// xoshiro256** (Blackman & Vigna 2018), state filled by splitmix64 from the seed.
+class SampleRng {
+ public:
+  explicit SampleRng(uint64_t seed = 0) { seed_with(seed); }
+  void seed_with(uint64_t seed);
+  uint64_t next();
+  double uniform();  // [0, 1), 53 random bits
+
+ private:
+  uint64_t s_[4];
+};
+
+struct SamplingConfig {
+  float temperature = 1.0f;  // 0: greedy (argmax, lowest id on ties)
+  int top_k = 0;             // keep the k most likely tokens; 0: all
+  float top_p = 1.0f;        // keep the smallest most-likely set with mass >= top_p; 1: all
+  uint64_t seed = 0;
+};
+
+// Errors name the setting, its value and the allowed range.
+Status sampling_config_validate(const SamplingConfig& c);
+
+class Sampler {
+ public:
+  // Sizes the scratch for a vocabulary of V once (sampling then allocates nothing).
+  Status init(const SamplingConfig& c, int V);
+  // One token id from logits (V); advances the generator (not at temperature 0).
+  int32_t sample(const float* logits);
+  // The distribution sample() draws from: (id, probability) after temperature, top-k, top-p and
+  // renormalisation, most likely first (ties: lower id first). At temperature 0, the argmax with 1.
+  void distribution(const float* logits, std::vector<std::pair<int32_t, double>>& out);
+  const SamplingConfig& config() const { return cfg_; }
+
+ private:
+  int kept(const float* logits);  // fills idx_/prob_ (first n entries), returns n
+
+  SamplingConfig cfg_;
+  SampleRng rng_;
+  int V_ = 0;
+  bool sorted_ = true;        // idx_ is most likely first (false when nothing was filtered)
+  std::vector<int32_t> idx_;  // (V) candidate ids
+  std::vector<double> prob_;  // (V) their probabilities
+};
+
+// The argmax of logits (V), lowest id on ties.
+int32_t sampling_argmax(const float* logits, int V);
+
+}  // namespace smelt
