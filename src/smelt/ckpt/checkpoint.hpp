@@ -50,6 +50,12 @@ std::string ckpt_step_dir(const std::string& run_dir, int64_t step);
 // and `latest` are untouched.
 Status ckpt_save(const std::string& run_dir, const CkptSaveRequest& r, CkptSaveStats* stats = nullptr);
 
+// Multi-rank commit, called by rank 0 after every rank's ckpt_save returned (a barrier): merges the
+// ranks' parts (step_XXXXXXXX.tmp/rank-NNNNN.json) into manifest.json, renames the folder into
+// place and replaces `latest`. On failure the .tmp folder is removed. ckpt_save does this itself
+// when ranks == 1.
+Status ckpt_commit(const std::string& run_dir, int64_t step, int ranks, CkptSaveStats* stats = nullptr);
+
 // Retention: keep the newest `keep_last` and every step divisible by `keep_every` (0: none);
 // never deletes the newest valid checkpoint. Returns the removed directories in `removed`.
 Status ckpt_retain(const std::string& run_dir, int keep_last, int64_t keep_every,
@@ -65,6 +71,7 @@ struct CkptTensorInfo {
   std::vector<int64_t> shape;
   int64_t offset = 0;          // byte offset of the data in the file
   int64_t bytes = 0;
+  uint32_t crc32c = 0;         // of the data bytes: names the damaged tensor, checked on every load
 };
 struct CkptManifest {
   int version = 1;
