@@ -1,0 +1,145 @@
+// The background checkpoint writer: two staging slots, one thread, FIFO order by submit sequence.
+// Copies happen on the caller's thread (that copy is the whole stall); writing never does.
+#include "smelt/ckpt/async_writer.hpp"
+
+#include <chrono>
+#include <cstring>
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include "smelt/ckpt/safetensors.hpp"
+
+namespace smelt {
+
+CkptWriter::CkptWriter(std::string run_dir) : run_dir_(std::move(run_dir)) {
+  thread_ = std::thread([this] { run(); });
+}
+
+CkptWriter::~CkptWriter() {
+  Status s = wait();
+  if (!s) spdlog::error("[ckpt] {}", s.message());
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  thread_.join();
+}
+
+void CkptWriter::reserve(int64_t floats) {
+  std::unique_lock<std::mutex> lk(mu_);
+  for (Slot& s : slots_) {
+    cv_.wait(lk, [&] { return s.state == SlotState::kFree; });
+    if (static_cast<int64_t>(s.buf.size()) < floats) {
+      s.buf = std::vector<float>();
+      s.buf.resize(static_cast<size_t>(floats));  // zero-fill touches every page now, not in submit
+    }
+  }
+}
+
+Status CkptWriter::submit(const CkptSaveRequest& r) {
+  auto t0 = std::chrono::steady_clock::now();
+  int64_t total = 0;
+  for (const auto& t : r.tensors) {
+    int64_t n = safetensors_numel(t.shape);
+    if (n < 0) return Status::error(fmt::format("checkpoint step {}: tensor {} has an invalid shape", r.step, t.name));
+    if (n > 0 && !t.data) return Status::error(fmt::format("checkpoint step {}: tensor {} has no data", r.step, t.name));
+    total += n;
+  }
+  Slot* slot = nullptr;
+  {
+    std::unique_lock<std::mutex> lk(mu_);
+    cv_.wait(lk, [&] { return slots_[0].state == SlotState::kFree || slots_[1].state == SlotState::kFree; });
+    if (!error_) {  // checked after the wait: a save that failed while we waited is reported now
+      Status e = error_;
+      error_ = Status::ok();
+      return e;
+    }
+    slot = slots_[0].state == SlotState::kFree ? &slots_[0] : &slots_[1];
+    slot->state = SlotState::kFilling;
+  }
+  if (static_cast<int64_t>(slot->buf.size()) < total) {
+    slot->buf = std::vector<float>();
+    slot->buf.resize(static_cast<size_t>(total));
+  }
+  CkptSaveRequest& q = slot->req;
+  q.step = r.step;
+  q.rank = r.rank;
+  q.ranks = r.ranks;
+  q.config_toml = r.config_toml;
+  q.tokenizer_path = r.tokenizer_path;
+  q.state = r.state;
+  q.tensors.resize(r.tensors.size());
+  int64_t off = 0;
+  for (size_t i = 0; i < r.tensors.size(); ++i) {
+    const CkptTensorRef& t = r.tensors[i];
+    int64_t n = safetensors_numel(t.shape);
+    if (n > 0) std::memcpy(slot->buf.data() + off, t.data, static_cast<size_t>(n) * sizeof(float));
+    q.tensors[i].name = t.name;
+    q.tensors[i].shape = t.shape;
+    q.tensors[i].data = slot->buf.data() + off;
+    off += n;
+  }
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    slot->seq = next_seq_++;
+    slot->stall_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    slot->state = SlotState::kQueued;
+  }
+  cv_.notify_all();
+  return Status::ok();
+}
+
+Status CkptWriter::wait() {
+  std::unique_lock<std::mutex> lk(mu_);
+  cv_.wait(lk, [&] {
+    for (const Slot& s : slots_)
+      if (s.state == SlotState::kQueued || s.state == SlotState::kWriting) return false;
+    return true;
+  });
+  Status e = error_;
+  error_ = Status::ok();
+  return e;
+}
+
+CkptSaveStats CkptWriter::last_stats() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  return last_;
+}
+
+int64_t CkptWriter::completed() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  return completed_;
+}
+
+void CkptWriter::run() {
+  std::unique_lock<std::mutex> lk(mu_);
+  for (;;) {
+    Slot* next = nullptr;
+    cv_.wait(lk, [&] {
+      next = nullptr;
+      for (Slot& s : slots_)
+        if (s.state == SlotState::kQueued && (!next || s.seq < next->seq)) next = &s;
+      return next != nullptr || stop_;
+    });
+    if (!next) return;  // stop_ and nothing queued
+    next->state = SlotState::kWriting;
+    lk.unlock();
+    CkptSaveStats st;
+    Status s = ckpt_save(run_dir_, next->req, &st);
+    lk.lock();
+    if (s) {
+      st.stall_ms = next->stall_ms;
+      last_ = st;
+      ++completed_;
+    } else if (error_) {  // keep the first failure until someone reads it
+      error_ = Status::error(fmt::format("background checkpoint save of step {} failed: {}", next->req.step,
+                                         s.message()));
+    }
+    next->state = SlotState::kFree;
+    cv_.notify_all();
+  }
+}
+
+}  // namespace smelt

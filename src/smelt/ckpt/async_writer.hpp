@@ -1,0 +1,63 @@
+// CkptWriter: asynchronous checkpoints. submit() copies the tensors into one of two staging
+// buffers (allocated once, reused) and returns; a background thread runs ckpt_save from there
+// (write, CRC32C, fsync, commit). Not the save itself (checkpoint.cpp).
+#pragma once
+#include <condition_variable>
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "smelt/ckpt/checkpoint.hpp"
+#include "smelt/common/status.hpp"
+
+namespace smelt {
+
+class CkptWriter {
+ public:
+  explicit CkptWriter(std::string run_dir);
+  ~CkptWriter();  // finishes every submitted save (an error is logged), then stops the thread
+  CkptWriter(const CkptWriter&) = delete;
+  CkptWriter& operator=(const CkptWriter&) = delete;
+
+  // Allocates and touches both staging buffers for `floats` floats, so the first submit does not
+  // pay for page faults. Optional: submit grows a buffer that is too small.
+  void reserve(int64_t floats);
+
+  // Copies r (tensor data included) and returns; r's memory may change as soon as it returns.
+  // Blocks only while both staging buffers are busy (one being written, one queued).
+  // A failure of an earlier background save is returned here (once) and r is not taken.
+  // With ranks > 1 it saves this rank's part only: wait() on every rank, barrier, then rank 0
+  // calls ckpt_commit.
+  Status submit(const CkptSaveRequest& r);
+  // Blocks until every submitted save is done; returns the first background failure (once).
+  Status wait();
+
+  CkptSaveStats last_stats() const;  // of the last completed save; stall_ms = its submit's blocking
+  int64_t completed() const;         // saves finished successfully
+
+ private:
+  enum class SlotState { kFree, kFilling, kQueued, kWriting };
+  struct Slot {
+    std::vector<float> buf;
+    CkptSaveRequest req;
+    SlotState state = SlotState::kFree;
+    uint64_t seq = 0;
+    double stall_ms = 0;
+  };
+  void run();
+
+  std::string run_dir_;
+  Slot slots_[2];
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  bool stop_ = false;
+  uint64_t next_seq_ = 0;
+  Status error_;
+  CkptSaveStats last_;
+  int64_t completed_ = 0;
+  std::thread thread_;
+};
+
+}  // namespace smelt
