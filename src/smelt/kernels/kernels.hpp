@@ -74,9 +74,10 @@ void rope_backward_ref(float* dx, const int32_t* pos, int N, int T, int row_stri
 // keys of its own segment (nullptr: plain causal). Query head h reads kv head h / (NH/NKV).
 void attention_forward(float* out, float* lse, const float* qkv, const int32_t* seg, int B, int T,
                        int NH, int NKV, int HS);
-// dqkv (B,T,(NH+2*NKV)*HS) overwritten. Two passes over tiles, no atomics: dq per query tile,
-// then dk/dv per key tile (summing the query heads of its group in order), so results do not
-// depend on the thread count. Recomputes P from lse (FlashAttention-2).
+// dqkv (B,T,(NH+2*NKV)*HS) overwritten. One pass over tiles per (batch, kv head) task, which owns
+// the dq rows of its group's query heads and its dk, dv rows: no atomics, no second pass, sums in
+// a fixed order, so results do not depend on the thread count. Recomputes P from lse
+// (FlashAttention-2).
 void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out,
                         const float* lse, const int32_t* seg, int B, int T, int NH, int NKV,
                         int HS);

@@ -8,12 +8,16 @@
 
 #include <cblas.h>
 
+#include "smelt/kernels/cpu/vec_math.hpp"
 #include "smelt/kernels/kernels.hpp"
 
 namespace smelt {
 
 namespace {
-constexpr int kTile = 64;  // queries and keys per tile; every tile product is one small sgemm
+#ifndef SMELT_ATTN_TILE
+#define SMELT_ATTN_TILE 64
+#endif
+constexpr int kTile = SMELT_ATTN_TILE;  // queries and keys per tile; each tile product is one sgemm
 
 inline float dot(const float* a, const float* b, int n) {
   float s = 0.0f;
@@ -32,6 +36,7 @@ bool scores(float* S, const float* Q, const float* K, int ld, const int32_t* seg
             int i0, int qn, int j0, int kn, int HS, float scale) {
   cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, qn, kn, HS, scale, Q, ld, K, ld, 0.0f, S,
               kTile);
+  if (!seg && j0 + kn - 1 <= i0) return true;  // wholly below the diagonal: nothing masked
   bool any = false;
   for (int r = 0; r < qn; r++)
     for (int c = 0; c < kn; c++) {
@@ -69,17 +74,13 @@ void attention_forward(float* out, float* lse, const float* qkv, const int32_t* 
         if (!scores(S, Q, K, QKV, seg, row0, i0, qn, j0, kn, HS, scale)) continue;
         for (int r = 0; r < qn; r++) {
           float* Sr = S + r * kTile;
-          float cm = m[r];
-          for (int c = 0; c < kn; c++) cm = Sr[c] > cm ? Sr[c] : cm;
+          float cm = vmath::max_of(Sr, kn, m[r]);
           if (cm == kNegInf) {  // nothing visible for this row in this tile
             for (int c = 0; c < kn; c++) Sr[c] = 0.0f;
             continue;
           }
-          float alpha = std::exp(m[r] - cm), sum = 0.0f;
-          for (int c = 0; c < kn; c++) {
-            Sr[c] = std::exp(Sr[c] - cm);
-            sum += Sr[c];
-          }
+          float alpha = vmath::exp1(m[r] - cm);
+          float sum = vmath::exp_sub_sum(Sr, Sr, cm, kn);
           l[r] = l[r] * alpha + sum;
           m[r] = cm;
           if (alpha != 1.0f) {
@@ -104,74 +105,62 @@ namespace {
 // P = exp(S - lse) (masked entries 0), then dS = P * (dP - D) * scale in dP. Rows of the tile.
 void softmax_grad(float* P, float* dP, const float* lse_rows, const float* D, int qn, int kn,
                   float scale) {
-  for (int r = 0; r < qn; r++)
-    for (int c = 0; c < kn; c++) {
-      float p = std::exp(P[r * kTile + c] - lse_rows[r]);
-      P[r * kTile + c] = p;
-      dP[r * kTile + c] = p * (dP[r * kTile + c] - D[r]) * scale;
+  const __m256 vscale = _mm256_set1_ps(scale);
+  for (int r = 0; r < qn; r++) {
+    float* Pr = P + r * kTile;
+    float* dPr = dP + r * kTile;
+    const __m256 vl = _mm256_set1_ps(lse_rows[r]), vD = _mm256_set1_ps(D[r]);
+    int c = 0;
+    for (; c + 8 <= kn; c += 8) {
+      __m256 p = vmath::exp8(_mm256_sub_ps(_mm256_loadu_ps(Pr + c), vl));
+      _mm256_storeu_ps(Pr + c, p);
+      __m256 d = _mm256_mul_ps(_mm256_sub_ps(_mm256_loadu_ps(dPr + c), vD), vscale);
+      _mm256_storeu_ps(dPr + c, _mm256_mul_ps(p, d));
     }
+    for (; c < kn; c++) {
+      float p = vmath::exp1(Pr[c] - lse_rows[r]);
+      Pr[c] = p;
+      dPr[c] = p * ((dPr[c] - D[r]) * scale);
+    }
+  }
 }
 }  // namespace
 
-// With P = softmax(S), dS = P * (dP - D), D_i = sum_j P_ij dP_ij = dout_i . out_i. Two passes
-// over tiles (FlashAttention-2 order without atomics): dq per query tile, then dk/dv per key tile
-// summing its group's query heads in order, so results do not depend on the thread count.
+// With P = softmax(S), dS = P * (dP - D), D_i = sum_j P_ij dP_ij = dout_i . out_i. One pass per
+// (batch, kv head) task, which owns the dq rows of its group's query heads and its own dk, dv
+// rows: for each key tile, for each query head of the group, for each query tile at or after it,
+// five tile products (S, dP, dV += P^T dO, dK += dS^T Q, dQ += dS K). No atomics and no
+// recomputation of S and dP for a second pass; every sum runs in a fixed order, so results do
+// not depend on the thread count. P is recomputed from the saved logsumexp (FlashAttention-2).
 void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out,
                         const float* lse, const int32_t* seg, int B, int T, int NH, int NKV,
                         int HS) {
   const int QKV = (NH + 2 * NKV) * HS, group = NH / NKV, OC = NH * HS;
   const float scale = 1.0f / std::sqrt((float)HS);
   const int nt = tiles(T);
-  // Pass 1: dq.
-#pragma omp parallel for collapse(2) schedule(dynamic, 1)
-  for (int bh = 0; bh < B * NH; bh++) {
-    for (int qt = 0; qt < nt; qt++) {
-      int b = bh / NH, h = bh % NH, kvh = h / group;
-      int64_t row0 = (int64_t)b * T;
-      int i0 = qt * kTile, qn = T - i0 < kTile ? T - i0 : kTile;
-      const float* Q = qkv + (row0 + i0) * QKV + h * HS;
-      const float* dO = dout + (row0 + i0) * OC + h * HS;
-      float* dQ = dqkv + (row0 + i0) * QKV + h * HS;
-      const float* L = lse + (int64_t)bh * T + i0;
-      float P[kTile * kTile], dP[kTile * kTile], D[kTile];
-      for (int r = 0; r < qn; r++) {
-        D[r] = dot(dO + (int64_t)r * OC, out + (row0 + i0 + r) * OC + h * HS, HS);
-        std::memset(dQ + (int64_t)r * QKV, 0, sizeof(float) * HS);
-      }
-      for (int j0 = 0; j0 < i0 + qn; j0 += kTile) {
-        int kn = T - j0 < kTile ? T - j0 : kTile;
-        const float* K = qkv + (row0 + j0) * QKV + (NH + kvh) * HS;
-        const float* V = qkv + (row0 + j0) * QKV + (NH + NKV + kvh) * HS;
-        if (!scores(P, Q, K, QKV, seg, row0, i0, qn, j0, kn, HS, scale)) continue;
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, qn, kn, HS, 1.0f, dO, OC, V, QKV,
-                    0.0f, dP, kTile);
-        softmax_grad(P, dP, L, D, qn, kn, scale);
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, qn, HS, kn, 1.0f, dP, kTile, K, QKV,
-                    1.0f, dQ, QKV);
-      }
-    }
-  }
-  // Pass 2: dk, dv.
-#pragma omp parallel for collapse(2) schedule(dynamic, 1)
+#pragma omp parallel for schedule(dynamic, 1)
   for (int bk = 0; bk < B * NKV; bk++) {
+    int b = bk / NKV, kvh = bk % NKV;
+    int64_t row0 = (int64_t)b * T;
+    for (int t = 0; t < T; t++) {
+      float* r = dqkv + (row0 + t) * QKV;
+      std::memset(r + (NH + kvh) * HS, 0, sizeof(float) * HS);
+      std::memset(r + (NH + NKV + kvh) * HS, 0, sizeof(float) * HS);
+      for (int h = kvh * group; h < (kvh + 1) * group; h++) std::memset(r + h * HS, 0, sizeof(float) * HS);
+    }
+    float P[kTile * kTile], dP[kTile * kTile], D[kTile];
     for (int kt = 0; kt < nt; kt++) {
-      int b = bk / NKV, kvh = bk % NKV;
-      int64_t row0 = (int64_t)b * T;
       int j0 = kt * kTile, kn = T - j0 < kTile ? T - j0 : kTile;
       const float* K = qkv + (row0 + j0) * QKV + (NH + kvh) * HS;
       const float* V = qkv + (row0 + j0) * QKV + (NH + NKV + kvh) * HS;
       float* dK = dqkv + (row0 + j0) * QKV + (NH + kvh) * HS;
       float* dV = dqkv + (row0 + j0) * QKV + (NH + NKV + kvh) * HS;
-      for (int c = 0; c < kn; c++) {
-        std::memset(dK + (int64_t)c * QKV, 0, sizeof(float) * HS);
-        std::memset(dV + (int64_t)c * QKV, 0, sizeof(float) * HS);
-      }
-      float P[kTile * kTile], dP[kTile * kTile], D[kTile];
       for (int h = kvh * group; h < (kvh + 1) * group; h++) {
         for (int i0 = j0; i0 < T; i0 += kTile) {
           int qn = T - i0 < kTile ? T - i0 : kTile;
           const float* Q = qkv + (row0 + i0) * QKV + h * HS;
           const float* dO = dout + (row0 + i0) * OC + h * HS;
+          float* dQ = dqkv + (row0 + i0) * QKV + h * HS;
           if (!scores(P, Q, K, QKV, seg, row0, i0, qn, j0, kn, HS, scale)) continue;
           for (int r = 0; r < qn; r++)
             D[r] = dot(dO + (int64_t)r * OC, out + (row0 + i0 + r) * OC + h * HS, HS);
@@ -182,6 +171,8 @@ void attention_backward(float* dqkv, const float* dout, const float* qkv, const 
                       1.0f, dV, QKV);
           cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, kn, HS, qn, 1.0f, dP, kTile, Q, QKV,
                       1.0f, dK, QKV);
+          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, qn, HS, kn, 1.0f, dP, kTile, K,
+                      QKV, 1.0f, dQ, QKV);
         }
       }
     }

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <limits>
 
+#include "smelt/kernels/cpu/vec_math.hpp"
 #include "smelt/kernels/kernels.hpp"
 
 namespace smelt {
@@ -19,12 +20,9 @@ void cross_entropy_forward(float* losses, float* lse, const float* logits, const
     float m = -std::numeric_limits<float>::infinity(), s = 0.0f;
     for (int v0 = 0; v0 < V; v0 += kChunk) {
       int v1 = v0 + kChunk < V ? v0 + kChunk : V;
-      float cm = m;
-      for (int v = v0; v < v1; v++) cm = l[v] > cm ? l[v] : cm;
-      float cs = 0.0f;
-#pragma omp simd reduction(+ : cs)
-      for (int v = v0; v < v1; v++) cs += std::exp(l[v] - cm);
-      s = s * std::exp(m - cm) + cs;
+      float cm = vmath::max_of(l + v0, v1 - v0, m);
+      float cs = vmath::exp_sub_sum(l + v0, cm, v1 - v0);
+      s = s * vmath::exp1(m - cm) + cs;
       m = cm;
     }
     float z = m + std::log(s);
@@ -44,9 +42,12 @@ void cross_entropy_backward(float* logits, const float* lse, const int32_t* targ
       for (int v = 0; v < V; v++) l[v] = 0.0f;
       continue;
     }
-    float z = lse[n];
-#pragma omp simd
-    for (int v = 0; v < V; v++) l[v] = std::exp(l[v] - z) * dloss;
+    const float z = lse[n];
+    const __m256 vz = _mm256_set1_ps(z), vd = _mm256_set1_ps(dloss);
+    int v = 0;
+    for (; v + 8 <= V; v += 8)
+      _mm256_storeu_ps(l + v, _mm256_mul_ps(vmath::exp8(_mm256_sub_ps(_mm256_loadu_ps(l + v), vz)), vd));
+    for (; v < V; v++) l[v] = vmath::exp1(l[v] - z) * dloss;
     l[t] -= dloss;
   }
 }

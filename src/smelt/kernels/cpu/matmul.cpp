@@ -19,43 +19,64 @@ void kernels_set_threads(int threads) {
 }
 
 namespace {
-// GEMMs run on fixed blocks of kBlock rows, whatever the thread count: BLAS picks its kernel and
-// summation order from the call's shape, so equal shapes give equal bits for 1 or 2 threads.
-constexpr int kBlock = 256;  // 64 spent ~14% of a small-config step re-packing the weight per block
-inline int nblocks(int rows) { return (rows + kBlock - 1) / kBlock; }
-inline int block_rows(int rows, int b) { return rows - b * kBlock < kBlock ? rows - b * kBlock : kBlock; }
+// A GEMM's output is cut into a fixed number of tiles along its longer side, chosen from the
+// shape alone (never from the thread count), one single-threaded sgemm per tile; OpenMP threads
+// take tiles dynamically. BLAS picks its kernel and summation order from the call's shape, so
+// equal shapes give equal bits for any thread count. Fewer, larger tiles re-pack the other operand
+// less often (256-row blocks cost ~6% of the small config's GEMM time in packing; measured with
+// bench/train/sgemm_bench); 4 tiles still let 2 threads balance under load.
+#ifndef SMELT_MATMUL_TILES
+#define SMELT_MATMUL_TILES 4
+#endif
+constexpr int kTiles = SMELT_MATMUL_TILES;
+constexpr int kAlign = 16;  // tile edges on multiples of the sgemm micro-kernel's 16 rows
+
+struct Cut {
+  bool rows;  // cut C's rows (else its columns)
+  int step, count;
+};
+inline Cut cut(int M, int N) {
+  Cut c;
+  c.rows = M >= N;
+  int len = c.rows ? M : N;
+  c.step = ((len + kTiles - 1) / kTiles + kAlign - 1) / kAlign * kAlign;
+  c.count = (len + c.step - 1) / c.step;
+  return c;
+}
+
+// Tile k of C (M,N) = alpha op(A) op(B) + beta C, row-major.
+inline void gemm_tile(const Cut& c, int k, bool ta, bool tb, int M, int N, int K, const float* A,
+                      int lda, const float* B, int ldb, float beta, float* C, int ldc) {
+  int x0 = k * c.step, len = c.rows ? M : N, n = len - x0 < c.step ? len - x0 : c.step;
+  CBLAS_TRANSPOSE TA = ta ? CblasTrans : CblasNoTrans, TB = tb ? CblasTrans : CblasNoTrans;
+  if (c.rows) {
+    const float* a = ta ? A + x0 : A + (int64_t)x0 * lda;
+    cblas_sgemm(CblasRowMajor, TA, TB, n, N, K, 1.0f, a, lda, B, ldb, beta, C + (int64_t)x0 * ldc, ldc);
+  } else {
+    const float* b = tb ? B + (int64_t)x0 * ldb : B + x0;
+    cblas_sgemm(CblasRowMajor, TA, TB, M, n, K, 1.0f, A, lda, b, ldb, beta, C + x0, ldc);
+  }
+}
 }  // namespace
 
 void matmul_forward(float* out, const float* inp, const float* weight, int N, int IC, int OC,
                     float beta) {
-#pragma omp parallel for schedule(static)
-  for (int b = 0; b < nblocks(N); b++) {
-    int64_t r0 = (int64_t)b * kBlock;
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, block_rows(N, b), OC, IC, 1.0f,
-                inp + r0 * IC, IC, weight, IC, beta, out + r0 * OC, OC);
-  }
+  const Cut c = cut(N, OC);
+#pragma omp parallel for schedule(dynamic, 1)
+  for (int k = 0; k < c.count; k++)
+    gemm_tile(c, k, false, true, N, OC, IC, inp, IC, weight, IC, beta, out, OC);
 }
 
 void matmul_backward(float* dinp, float* dweight, const float* dout, const float* inp,
                      const float* weight, int N, int IC, int OC) {
-#pragma omp parallel
-  {
-    if (dinp) {
-#pragma omp for schedule(static) nowait
-      for (int b = 0; b < nblocks(N); b++) {
-        int64_t r0 = (int64_t)b * kBlock;
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, block_rows(N, b), IC, OC, 1.0f,
-                    dout + r0 * OC, OC, weight, IC, 0.0f, dinp + r0 * IC, IC);
-      }
-    }
-    // dweight rows [o0,o0+kBlock) = dout[:, o0:...]^T @ inp: each block owns whole rows of
-    // dweight, summed over all N in one call.
-#pragma omp for schedule(static)
-    for (int b = 0; b < nblocks(OC); b++) {
-      int64_t o0 = (int64_t)b * kBlock;
-      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, block_rows(OC, b), IC, N, 1.0f,
-                  dout + o0, OC, inp, IC, 1.0f, dweight + o0 * IC, IC);
-    }
+  // dinp (N,IC) = dout (N,OC) @ weight (OC,IC); dweight (OC,IC) += dout^T @ inp: one task list,
+  // dinp tiles first, so threads balance across both GEMMs.
+  const Cut ci = cut(N, IC), cw = cut(OC, IC);
+  const int ni = dinp ? ci.count : 0;
+#pragma omp parallel for schedule(dynamic, 1)
+  for (int k = 0; k < ni + cw.count; k++) {
+    if (k < ni) gemm_tile(ci, k, false, false, N, IC, OC, dout, OC, weight, IC, 0.0f, dinp, IC);
+    else gemm_tile(cw, k - ni, true, false, OC, IC, N, dout, OC, inp, IC, 1.0f, dweight, IC);
   }
 }
 
