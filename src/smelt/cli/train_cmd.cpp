@@ -1,14 +1,111 @@
-// `smelt train`: not built yet (in progress); the file is replaced by its implementation.
+// `smelt train --config run.toml [--set key=value ...]` with the everyday overrides as plain flags
+// (--data, --steps, --threads, --run-dir, --seed, --resume). Not the loop (train/trainer.hpp).
+#include <csignal>
 #include <cstdio>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
 
 #include "smelt/cli/commands.hpp"
+#include "smelt/common/config.hpp"
+#include "smelt/common/log.hpp"
 #include "smelt/common/status.hpp"
+#include "smelt/model/activations.hpp"
+#include "smelt/train/train_config.hpp"
+#include "smelt/train/trainer.hpp"
 
 namespace smelt {
 
-int cli_train(int, char**) {
-  std::fputs("smelt train: not available in this build\n", stderr);
-  return kExitFailure;
+namespace {
+void on_signal(int) { train_request_stop(); }
+}  // namespace
+
+int cli_train(int argc, char** argv) {
+  CLI::App app{"smelt train: train the Llama-style decoder on token shards (docs/train.md)"};
+  app.name("smelt train");
+  std::string config_path, data, run_dir, log_level = "info";
+  std::vector<std::string> sets;
+  int64_t steps = -1;
+  int threads = -1;
+  int64_t seed = -1;
+  bool resume = false, print_config = false, dry_run = false, json_out = false;
+  app.add_option("-c,--config", config_path, "run config (TOML): [model] [data] [train] [optim] [eval] [ckpt]")
+      ->check(CLI::ExistingFile);
+  app.add_option("--set", sets, "override a config key: section.key=value (repeatable)");
+  app.add_option("--data", data, "token shards: [NAME=]PREFIX[:WEIGHT],... (data.sources)");
+  app.add_option("--steps", steps, "optimizer steps (train.steps)")->check(CLI::NonNegativeNumber);
+  app.add_option("--threads", threads, "threads (train.threads; 0 = every core)")->check(CLI::NonNegativeNumber);
+  app.add_option("--run-dir", run_dir, "run folder: metrics.jsonl, checkpoints/, config.toml (train.run_dir)");
+  app.add_option("--seed", seed, "seed of the weight init and the data order (train.seed and data.seed)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_flag("--resume", resume, "continue from the newest valid checkpoint in the run folder");
+  app.add_flag("--print-config", print_config, "print the resolved configuration and exit");
+  app.add_flag("--dry-run", dry_run, "plan the memory, check the data and exit");
+  app.add_flag("--json", json_out, "print the summary as JSON on stdout");
+  app.add_option("--log-level", log_level, "debug, info, warn, error");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    int rc = app.exit(e);
+    return rc == 0 ? kExitOk : kExitUsage;
+  }
+  log_setup("train", log_level);
+  toml::table root;
+  if (Status s = config_load(config_path, root); !s) {
+    spdlog::error("{}", s.message());
+    return kExitUsage;
+  }
+  if (!data.empty()) sets.push_back("data.sources=\"" + data + "\"");
+  if (steps >= 0) sets.push_back(fmt::format("train.steps={}", steps));
+  if (threads >= 0) sets.push_back(fmt::format("train.threads={}", threads));
+  if (!run_dir.empty()) sets.push_back("train.run_dir=\"" + run_dir + "\"");
+  if (seed >= 0) {
+    sets.push_back(fmt::format("train.seed={}", seed));
+    sets.push_back(fmt::format("data.seed={}", seed));
+  }
+  for (const auto& s : sets)
+    if (Status st = config_apply_set(root, s); !st) {
+      spdlog::error("--set {}: {}", s, st.message());
+      return kExitUsage;
+    }
+  TrainConfig c;
+  if (Status s = train_config_read(root, c); !s) {
+    spdlog::error("{}", s.message());
+    return kExitUsage;
+  }
+  c.resume = resume;
+  if (print_config) {
+    std::fputs(train_config_to_string(c).c_str(), stdout);
+    return kExitOk;
+  }
+  if (dry_run) {
+    // Model::init prints the plan and refuses what does not fit; nothing is allocated before that.
+    int B = 1, T = 1;
+    train_batch_shape(c.data, B, T);
+    MemoryPlan p = memory_plan(c.model, B, T);
+    const int64_t budget = c.train.memory_mb > 0 ? c.train.memory_mb << 20 : memory_physical_bytes();
+    std::printf("memory plan for batch %dx%d:\n%s", B, T, p.report().c_str());
+    if (Status s = memory_plan_check(p, budget); !s) {
+      spdlog::error("{}", s.message());
+      return kExitFailure;
+    }
+    std::printf("fits in %.1f GiB\n", budget / 1073741824.0);
+    return kExitOk;
+  }
+  std::signal(SIGINT, on_signal);
+  std::signal(SIGTERM, on_signal);
+  TrainSummary sum;
+  Status s = train_run(c, sum);
+  if (!s) {
+    spdlog::error("{}", s.message());
+    return kExitFailure;
+  }
+  std::fputs(sum.text.c_str(), stderr);
+  if (json_out) std::printf("%s\n", sum.json.dump(2).c_str());
+  return kExitOk;
 }
 
 }  // namespace smelt

@@ -1,0 +1,67 @@
+// The run configuration of `smelt train`: [model], [data], [train], [optim], [eval] and [ckpt]
+// read from TOML (+ --set overrides and the plain flags) into typed structs, validated before any
+// work starts, and written back fully resolved into the run folder and every checkpoint.
+// Not the loop (trainer.hpp).
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include <toml++/toml.h>
+
+#include "smelt/common/status.hpp"
+#include "smelt/dataset/loader.hpp"
+#include "smelt/model/config.hpp"
+#include "smelt/model/model.hpp"
+#include "smelt/train/schedule.hpp"
+
+namespace smelt {
+
+struct TrainOptions {            // [train]
+  std::string run_dir = "runs/default";
+  int64_t steps = 1000;          // stop after this many optimizer steps (0: only max_tokens stops)
+  int64_t max_tokens = 0;        // stop once this many target tokens were trained on (0: no limit)
+  int grad_accum = 1;            // micro-batches per optimizer step
+  int threads = 0;               // 0: every core
+  uint64_t seed = 1234;          // weight init (the loader's order comes from [data] seed)
+  std::string tokenizer;         // optional: EOD id, hash in checkpoints, a copy for generate
+  int64_t memory_mb = 0;         // refuse a model whose plan exceeds this (0: physical memory)
+  int log_every = 1;             // metrics.jsonl line every N steps
+  int sparsity_every = 50;       // attention sparsity sampled every K steps (0: never)
+  int entropy_rows = 128;        // rows sampled for the prediction entropy
+  double peak_gflops = 0;        // MFU denominator; 0 = measure sgemm at start
+  double status_interval_s = 10; // console status lines when stderr is not a terminal
+};
+
+struct EvalOptions {             // [eval]
+  std::string data;              // held-out prefix(es), "[NAME=]PREFIX,..." ("" = no evaluation)
+  int every = 0;                 // evaluate every N steps (0: only at the start and the end)
+  int64_t tokens = 65536;        // target tokens per evaluation (capped at the data's size)
+};
+
+struct CkptOptions {             // [ckpt]
+  int64_t save_every = 0;        // save every N steps (0: only at the end and on SIGINT/SIGTERM)
+  int keep_last = 3;             // retention: the newest K
+  int64_t keep_every = 0;        //            and every step divisible by M (0: none)
+  bool save_at_end = true;
+};
+
+struct TrainConfig {
+  ModelConfig model;
+  LoaderConfig data;
+  TrainOptions train;
+  AdamWConfig optim;
+  LrSchedule schedule;
+  EvalOptions eval;
+  CkptOptions ckpt;
+  bool resume = false;           // --resume (not a TOML key)
+  toml::table resolved;          // every key with its final value
+};
+
+// Reads every section of root (unknown keys and sections are errors) and validates.
+Status train_config_read(const toml::table& root, TrainConfig& c);
+// Cross-section checks (vocab vs data, batch vs accumulation, ...).
+Status train_config_validate(const TrainConfig& c);
+// The resolved config as TOML text.
+std::string train_config_to_string(const TrainConfig& c);
+
+}  // namespace smelt

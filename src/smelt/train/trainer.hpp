@@ -1,0 +1,53 @@
+// The training loop of `smelt train` (docs/train.md): model + loader + schedule + AdamW, gradient
+// accumulation, periodic evaluation, metrics.jsonl with health signals, a live console status,
+// checkpoints (every N steps, at the end, on SIGINT/SIGTERM) and --resume. Also the evaluation
+// used by `smelt eval`. Not the config parsing (train_config.hpp) nor checkpoint files (ckpt/).
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "smelt/common/status.hpp"
+#include "smelt/dataset/loader.hpp"
+#include "smelt/model/model.hpp"
+#include "smelt/train/train_config.hpp"
+
+namespace smelt {
+
+struct TrainSummary {
+  int64_t start_step = 0, steps = 0;  // steps: optimizer steps completed in total
+  uint64_t tokens = 0;                // target tokens trained on (whole run, resumes included)
+  double first_loss = 0, last_loss = 0;
+  double eval_first = -1, eval_last = -1;  // -1: no evaluation
+  double tokens_per_s = 0, mfu = 0, sgemm_gflops = 0, seconds = 0;
+  double data_wait_fraction = 0;      // data wait / step time over this process's steps
+  std::string checkpoint;             // the last committed checkpoint ("" if none)
+  bool stopped_by_signal = false;
+  std::string text;                   // the human-readable summary
+  nlohmann::json json;                // the same as JSON (also RUN/summary.json)
+};
+
+// Runs training as configured. Returns an error before any step for a bad setup (data, memory
+// plan, resume mismatch); a SIGINT/SIGTERM (train_request_stop) ends it after the current step with
+// a checkpoint and an ok status.
+Status train_run(const TrainConfig& c, TrainSummary& out);
+void train_request_stop();
+
+struct EvalResult {
+  double loss = 0, perplexity = 0;
+  uint64_t tokens = 0;
+  int batches = 0;
+};
+// Mean loss over the first max_tokens target tokens of `sources` (file order, packed rows shaped
+// like base's), on the model's current weights.
+Status evaluate(Model& m, const LoaderConfig& base, const std::string& sources, int64_t max_tokens, EvalResult& r);
+
+// The model's planned batch (rows B, length T) for the largest batch the loader hands one rank.
+void train_batch_shape(const LoaderConfig& d, int& B, int& T);
+// FLOPs per token of a training step: 6 x matmul parameters + 12 x layers x d_model x T.
+double train_flops_per_token(const ModelConfig& c, int T);
+// Best of a few sgemm runs at a square size through our matmul path, in GFLOP/s, on `threads`.
+double measure_sgemm_gflops(int threads, int n = 1024);
+
+}  // namespace smelt

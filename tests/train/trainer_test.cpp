@@ -1,0 +1,320 @@
+// The training loop end to end on real text (byte tokens of the English and Chinese test texts):
+// the loss falls, metrics.jsonl carries every field, gradient accumulation matches a bigger batch,
+// a resume from a checkpoint reproduces the uninterrupted run's metrics bit for bit, bucketed and
+// streaming data work, the memory plan refuses what does not fit, and bad configs name the key.
+// The CLI side (SIGTERM save, --resume, smelt eval) is in tests/cli/train_cmd_test.cpp.
+#include <unistd.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "smelt/ckpt/checkpoint.hpp"
+#include "smelt/common/config.hpp"
+#include "smelt/dataset/indexed.hpp"
+#include "smelt/train/schedule.hpp"
+#include "smelt/train/train_config.hpp"
+#include "smelt/train/trainer.hpp"
+#include "test_files.hpp"
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+using namespace smelt;
+
+namespace {
+
+// One document per non-empty line, one token per byte, no EOD in the shard (the loader adds 256).
+void write_byte_shard(const std::string& prefix, const std::vector<std::string>& files) {
+  IndexedWriter w;
+  ASSERT_TRUE(w.open(prefix, IndexedDType::kUInt16).is_ok());
+  for (const auto& f : files) {
+    std::istringstream in(test::read_file(f));
+    std::string line;
+    while (std::getline(in, line)) {
+      if (line.size() < 8) continue;
+      std::vector<uint32_t> ids(line.begin(), line.end());
+      for (auto& x : ids) x &= 0xFF;
+      ASSERT_TRUE(w.add_document(ids).is_ok());
+    }
+  }
+  ASSERT_TRUE(w.finish().is_ok());
+}
+
+class TrainerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("smelt_trainer_" + std::to_string(::getpid()) + "_" +
+                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+    const std::string d = SMELT_TEST_DATA;
+    write_byte_shard((dir_ / "en").string(), {d + "/tokenizer/english.txt", d + "/tokenizer_train/en_coding_style.rst"});
+    write_byte_shard((dir_ / "zh").string(), {d + "/tokenizer/chinese.txt"});
+    write_byte_shard((dir_ / "valid").string(), {d + "/tokenizer_train/en_submitting_patches.rst"});
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  TrainConfig config(const std::string& extra = "") {
+    std::string text = fmt::format(R"(
+[model]
+vocab_size = 260
+d_model = 64
+n_layers = 2
+n_heads = 4
+n_kv_heads = 2
+ffn_hidden = 176
+max_seq_len = 64
+tie_embeddings = false
+[data]
+sources = "en={}:0.7,zh={}:0.3"
+seq_len = 64
+batch_size = 4
+eod_id = 256
+prefetch_threads = 1
+[train]
+run_dir = "{}"
+steps = 40
+threads = 2
+peak_gflops = 50
+sparsity_every = 5
+[optim]
+lr = 1e-2
+warmup_steps = 5
+[eval]
+data = "{}"
+every = 20
+tokens = 2048
+[ckpt]
+save_every = 0
+)", (dir_ / "en").string(), (dir_ / "zh").string(), (dir_ / "run").string(), (dir_ / "valid").string());
+    toml::table root = toml::parse(text);
+    std::istringstream sets(extra);
+    std::string s;
+    while (sets >> s) EXPECT_TRUE(config_apply_set(root, s).is_ok()) << s;
+    TrainConfig c;
+    Status st = train_config_read(root, c);
+    EXPECT_TRUE(st.is_ok()) << st.message();
+    return c;
+  }
+
+  static std::vector<json> metrics(const std::string& run_dir) {
+    std::vector<json> out;
+    std::istringstream in(test::read_file(run_dir + "/metrics.jsonl"));
+    std::string line;
+    while (std::getline(in, line)) out.push_back(json::parse(line));
+    return out;
+  }
+  // The fields that must be identical between identical runs (everything but timing).
+  static json deterministic(json j) {
+    for (const char* k : {"tokens_per_s", "mfu", "step_ms", "data_wait_ms", "fetch_ms"}) j.erase(k);
+    return j;
+  }
+
+  fs::path dir_;
+};
+
+TEST(Schedule, WarmupCosineWsdConstantRestart) {
+  LrSchedule s;
+  s.lr = 1.0, s.min_lr = 0.1, s.warmup_steps = 10, s.total_steps = 110;
+  EXPECT_DOUBLE_EQ(lr_at(s, 0), 0.1);
+  EXPECT_DOUBLE_EQ(lr_at(s, 9), 1.0);
+  EXPECT_DOUBLE_EQ(lr_at(s, 10), 1.0);
+  EXPECT_NEAR(lr_at(s, 60), 0.55, 1e-12);  // half way: the cosine's midpoint
+  EXPECT_NEAR(lr_at(s, 110), 0.1, 1e-12);
+  EXPECT_NEAR(lr_at(s, 500), 0.1, 1e-12);  // past the end stays at the floor
+  for (int64_t t = 10; t < 110; t++) EXPECT_LE(lr_at(s, t + 1), lr_at(s, t) + 1e-15);
+  s.kind = "wsd";
+  s.decay_fraction = 0.2;  // the last 22 steps decay
+  EXPECT_DOUBLE_EQ(lr_at(s, 50), 1.0);
+  EXPECT_DOUBLE_EQ(lr_at(s, 88), 1.0);
+  EXPECT_NEAR(lr_at(s, 99), 1.0 - 0.9 * 11.0 / 22.0, 1e-12);
+  EXPECT_NEAR(lr_at(s, 110), 0.1, 1e-12);
+  s.kind = "constant";
+  EXPECT_DOUBLE_EQ(lr_at(s, 100), 1.0);
+  s.kind = "cosine";
+  s.restart_step = 60;  // entropy-collapse rule: a new schedule from 30% of the peak
+  EXPECT_NEAR(lr_at(s, 59), 0.55 + 0.45 * std::cos(M_PI * 49 / 100.0) - 0.45 * std::cos(M_PI * 0.5), 0.02);
+  EXPECT_LT(lr_at(s, 60), 0.3 * 0.2);  // warming up again
+  EXPECT_NEAR(lr_at(s, 69), 0.3, 1e-12);
+  EXPECT_FALSE(lr_schedule_validate(LrSchedule{.kind = "linear"}).is_ok());
+}
+
+TEST_F(TrainerTest, BadConfigNamesKeyValueAndAllowed) {
+  auto err = [&](const std::string& set) {
+    toml::table root = toml::parse(fmt::format("[data]\nsources = \"{}\"\nseq_len = 128\neod_id = 256\n", (dir_ / "en").string()));
+    EXPECT_TRUE(config_apply_set(root, set).is_ok());
+    TrainConfig c;
+    Status s = train_config_read(root, c);
+    EXPECT_FALSE(s.is_ok()) << set;
+    return s.message();
+  };
+  EXPECT_NE(err("train.stepz=3").find("stepz"), std::string::npos);
+  EXPECT_NE(err("optim.schedule=\"linear\"").find("\"cosine\", \"wsd\", \"constant\""), std::string::npos);
+  EXPECT_NE(err("train.grad_accum=0").find("grad_accum = 0"), std::string::npos);
+  EXPECT_NE(err("model.n_kv_heads=3").find("n_kv_heads = 3"), std::string::npos);
+  EXPECT_NE(err("data.seq_len=1024").find("max_seq_len"), std::string::npos);
+  EXPECT_NE(err("optim.min_lr=1.0").find("min_lr = 1"), std::string::npos);
+  EXPECT_NE(err("wrong.key=1").find("[wrong]: unknown section"), std::string::npos);
+}
+
+TEST_F(TrainerTest, LossFallsAndMetricsCarryEveryField) {
+  TrainConfig c = config();
+  TrainSummary sum;
+  Status s = train_run(c, sum);
+  ASSERT_TRUE(s.is_ok()) << s.message();
+  auto m = metrics(c.train.run_dir);
+  ASSERT_EQ(m.size(), 41u);  // the step-0 evaluation, then 40 steps
+  EXPECT_EQ(m[0]["step"], 0);
+  EXPECT_TRUE(m[0].contains("eval_loss"));
+  for (int i = 1; i <= 40; i++) {
+    const json& j = m[i];
+    EXPECT_EQ(j["step"], i);
+    for (const char* k : {"loss", "lr", "grad_norm", "grad_norm_ratio", "tokens", "tokens_per_s", "mfu", "step_ms",
+                          "data_wait_ms", "token_entropy", "loss_by_source", "fetch_ms"})
+      EXPECT_TRUE(j.contains(k)) << "step " << i << " lacks " << k;
+    EXPECT_EQ(j["tokens"], 4 * 64 * i);
+    EXPECT_EQ(j.contains("attn_sparsity"), i % 5 == 0) << i;
+    if (i % 5 == 0) {
+      EXPECT_GE(j["attn_sparsity"].get<double>(), 0.0);
+      EXPECT_LE(j["attn_sparsity"].get<double>(), 1.0);
+    }
+    EXPECT_TRUE(j["loss_by_source"].contains("en"));
+    EXPECT_EQ(j.contains("eval_loss"), i % 20 == 0) << i;
+    EXPECT_GT(j["fetch_ms"]["p95"].get<double>(), 0.0);
+  }
+  // Uniform prediction over 260 tokens has entropy log(260) = 5.56; it must fall as the model learns.
+  EXPECT_NEAR(m[1]["token_entropy"].get<double>(), std::log(260.0), 0.05);
+  EXPECT_LT(m[40]["token_entropy"].get<double>(), 4.5);
+  EXPECT_NEAR(m[1]["loss"].get<double>(), std::log(260.0), 0.1);
+  double last5 = 0;
+  for (int i = 36; i <= 40; i++) last5 += m[i]["loss"].get<double>() / 5;
+  EXPECT_LT(last5, m[1]["loss"].get<double>() - 1.5) << "training did not learn";
+  EXPECT_LT(m[40]["eval_loss"].get<double>(), m[0]["eval_loss"].get<double>() - 1.0);
+  EXPECT_DOUBLE_EQ(m[5]["lr"].get<double>(), 1e-2);  // end of warmup
+  EXPECT_LT(m[40]["lr"].get<double>(), 2e-3);
+  // The blend: about 70% of the tokens from en; both sources seen.
+  EXPECT_TRUE(m[40]["loss_by_source"].contains("zh") || m[39]["loss_by_source"].contains("zh"));
+  EXPECT_EQ(sum.steps, 40);
+  EXPECT_EQ(sum.tokens, 40u * 4 * 64);
+  EXPECT_LT(sum.eval_last, sum.eval_first);
+  json j = json::parse(test::read_file(c.train.run_dir + "/summary.json"));
+  EXPECT_EQ(j["steps"], 40);
+  EXPECT_TRUE(fs::exists(c.train.run_dir + "/config.toml"));
+  // The end-of-run checkpoint verifies and holds the model and both AdamW moments.
+  ASSERT_FALSE(sum.checkpoint.empty());
+  ASSERT_TRUE(ckpt_verify(sum.checkpoint).is_ok());
+  CkptManifest man;
+  ASSERT_TRUE(ckpt_read_manifest(sum.checkpoint, man).is_ok());
+  EXPECT_EQ(man.step, 40);
+  EXPECT_NE(man.find("lm_head.weight"), nullptr);
+  EXPECT_NE(man.find("optim.v.model.norm.weight"), nullptr);
+}
+
+TEST_F(TrainerTest, ResumeReproducesTheUninterruptedRun) {
+  TrainConfig full = config("train.steps=12 ckpt.save_every=4 ckpt.keep_last=10 eval.every=6");
+  TrainSummary a;
+  ASSERT_TRUE(train_run(full, a).is_ok());
+  auto want = metrics(full.train.run_dir);
+  // Interrupted copy: keep only step 4's checkpoint, then resume.
+  const std::string cut = (dir_ / "cut").string();
+  fs::copy(full.train.run_dir, cut, fs::copy_options::recursive);
+  fs::remove_all(cut + "/checkpoints/step_00000008");
+  fs::remove_all(cut + "/checkpoints/step_00000012");
+  TrainConfig resumed = full;
+  resumed.train.run_dir = cut;
+  resumed.resume = true;
+  TrainSummary b;
+  Status s = train_run(resumed, b);
+  ASSERT_TRUE(s.is_ok()) << s.message();
+  EXPECT_EQ(b.start_step, 4);
+  auto got = metrics(cut);
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < want.size(); i++)
+    EXPECT_EQ(deterministic(got[i]).dump(), deterministic(want[i]).dump()) << "line " << i;
+  // The final weights are the same bits.
+  CkptManifest ma, mb;
+  ASSERT_TRUE(ckpt_read_manifest(a.checkpoint, ma).is_ok());
+  ASSERT_TRUE(ckpt_read_manifest(b.checkpoint, mb).is_ok());
+  for (const auto& t : ma.tensors) {
+    std::vector<float> x(t.bytes / 4), y(t.bytes / 4);
+    ASSERT_TRUE(ckpt_load_tensor(a.checkpoint, ma, t.name, x.data(), x.size()).is_ok());
+    ASSERT_TRUE(ckpt_load_tensor(b.checkpoint, mb, t.name, y.data(), y.size()).is_ok());
+    EXPECT_EQ(x, y) << t.name;
+  }
+}
+
+TEST_F(TrainerTest, GradAccumulationMatchesTheBiggerBatch) {
+  TrainConfig big = config("train.steps=6 eval.data=\"\" data.batch_size=8");
+  TrainConfig acc = config("train.steps=6 eval.data=\"\" data.batch_size=4 train.grad_accum=2");
+  acc.train.run_dir = (dir_ / "acc").string();
+  TrainSummary a, b;
+  ASSERT_TRUE(train_run(big, a).is_ok());
+  Status s = train_run(acc, b);
+  ASSERT_TRUE(s.is_ok()) << s.message();
+  auto x = metrics(big.train.run_dir), y = metrics(acc.train.run_dir);
+  ASSERT_EQ(x.size(), 6u);
+  ASSERT_EQ(y.size(), 6u);
+  for (int i = 0; i < 6; i++) {
+    EXPECT_EQ(x[i]["tokens"], y[i]["tokens"]);
+    // Same rows in the same order, gradients summed in another order: fp32 rounding only.
+    EXPECT_NEAR(x[i]["loss"].get<double>(), y[i]["loss"].get<double>(), 1e-4) << i;
+    EXPECT_NEAR(x[i]["grad_norm"].get<double>(), y[i]["grad_norm"].get<double>(), 1e-3 * x[i]["grad_norm"].get<double>()) << i;
+  }
+}
+
+TEST_F(TrainerTest, SameSeedSameBitsAndThreadCountDoesNotMatter) {
+  TrainConfig one = config("train.steps=5 train.threads=1 eval.every=5");
+  TrainConfig two = config("train.steps=5 train.threads=2 eval.every=5");
+  two.train.run_dir = (dir_ / "two").string();
+  TrainSummary a, b;
+  ASSERT_TRUE(train_run(one, a).is_ok());
+  ASSERT_TRUE(train_run(two, b).is_ok());
+  auto x = metrics(one.train.run_dir), y = metrics(two.train.run_dir);
+  ASSERT_EQ(x.size(), y.size());
+  for (size_t i = 0; i < x.size(); i++) EXPECT_EQ(deterministic(x[i]).dump(), deterministic(y[i]).dump());
+}
+
+TEST_F(TrainerTest, BucketedAndStopByTokens) {
+  TrainConfig c = config("data.mode=\"bucketed\" data.buckets=16,32,64 data.max_tokens_per_batch=256 "
+                         "train.steps=0 train.max_tokens=2000 eval.data=\"\"");
+  TrainSummary s;
+  Status st = train_run(c, s);
+  ASSERT_TRUE(st.is_ok()) << st.message();
+  EXPECT_GE(s.tokens, 2000u);
+  auto m = metrics(c.train.run_dir);
+  ASSERT_FALSE(m.empty());
+  ASSERT_GE(m.size(), 2u);
+  EXPECT_GE(m.back()["tokens"].get<uint64_t>(), 2000u);
+  EXPECT_LT(m[m.size() - 2]["tokens"].get<uint64_t>(), 2000u);  // stopped at the first step past the budget
+  // Bucketed batches vary in shape; every one fits the planned rows.
+  EXPECT_EQ(m.back()["step"].get<int64_t>(), s.steps);
+}
+
+TEST_F(TrainerTest, MemoryPlanRefusesBeforeTraining) {
+  TrainConfig c = config("train.memory_mb=1");
+  TrainSummary s;
+  Status st = train_run(c, s);
+  ASSERT_FALSE(st.is_ok());
+  EXPECT_NE(st.message().find("MiB"), std::string::npos) << st.message();
+  EXPECT_FALSE(fs::exists(c.train.run_dir + "/metrics.jsonl"));
+}
+
+TEST_F(TrainerTest, ResumeRefusesAnotherModel) {
+  TrainConfig c = config("train.steps=2 eval.data=\"\"");
+  TrainSummary s;
+  ASSERT_TRUE(train_run(c, s).is_ok());
+  TrainConfig d = config("train.steps=4 eval.data=\"\" model.d_model=128");
+  d.resume = true;
+  Status st = train_run(d, s);
+  ASSERT_FALSE(st.is_ok());
+  EXPECT_NE(st.message().find("[model] differs"), std::string::npos) << st.message();
+}
+
+}  // namespace
