@@ -482,10 +482,11 @@ Status Trainer::run(TrainSummary& out) {
     prev_grad_norm_ = grad_norm;
 
     const bool last = done();
-    if (evaluating && ((c_.eval.every > 0 && step_ % c_.eval.every == 0) || last || g_stop)) {
+    // A signal adds nothing to the metrics (a resumed run's file equals an uninterrupted run's).
+    if (evaluating && ((c_.eval.every > 0 && step_ % c_.eval.every == 0) || last)) {
       if (Status s = eval_now(step_, &line); !s) return s;
     }
-    if (step_ % c_.train.log_every == 0 || last || g_stop) metrics_ << line.dump() << "\n" << std::flush;
+    if (step_ % c_.train.log_every == 0 || last) metrics_ << line.dump() << "\n" << std::flush;
     status_line(step_, loss, tok_s, mfu, wait_ms, false);
     if (!std::isfinite(loss)) spdlog::warn("step {}: loss is {}", step_, loss);
     const bool periodic = c_.ckpt.save_every > 0 && step_ % c_.ckpt.save_every == 0;
