@@ -1,0 +1,258 @@
+// `smelt train`, `smelt eval` and `smelt pipeline` as a user runs them, as real processes: SIGTERM
+// finishes the step, saves and exits 0, and --resume then reproduces the uninterrupted run's
+// metrics; eval reproduces the trainer's validation loss; exit codes and messages for bad configs
+// and models that do not fit; a whole pipeline on the test texts, from raw text to a sample.
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "smelt/ckpt/checkpoint.hpp"
+#include "smelt/dataset/indexed.hpp"
+#include "test_files.hpp"
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+using namespace smelt;
+
+namespace {
+
+struct CmdRun {
+  int rc = -1;
+  std::string out, err;
+};
+
+CmdRun run(const std::string& args, const fs::path& dir) {
+  const std::string out = (dir / "cmd.out").string(), err = (dir / "cmd.err").string();
+  int st = std::system((std::string(SMELT_BINARY) + " " + args + " > " + out + " 2> " + err).c_str());
+  return {WIFEXITED(st) ? WEXITSTATUS(st) : -1, test::read_file(out), test::read_file(err)};
+}
+
+void write_byte_shard(const std::string& prefix, const std::string& file, size_t skip, size_t every) {
+  IndexedWriter w;
+  ASSERT_TRUE(w.open(prefix, IndexedDType::kUInt16).is_ok());
+  std::istringstream in(test::read_file(file));
+  std::string line;
+  for (size_t n = 0; std::getline(in, line); n++) {
+    if (line.size() < 8 || n % every != skip) continue;
+    std::vector<uint32_t> ids(line.begin(), line.end());
+    for (auto& x : ids) x &= 0xFF;
+    ASSERT_TRUE(w.add_document(ids).is_ok());
+  }
+  ASSERT_TRUE(w.finish().is_ok());
+}
+
+std::vector<json> metrics(const fs::path& run_dir) {
+  std::vector<json> out;
+  std::istringstream in(test::read_file((run_dir / "metrics.jsonl").string()));
+  std::string line;
+  while (std::getline(in, line)) {
+    json j = json::parse(line);
+    for (const char* k : {"tokens_per_s", "mfu", "step_ms", "data_wait_ms", "fetch_ms"}) j.erase(k);
+    out.push_back(j);
+  }
+  return out;
+}
+
+class TrainCmdTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("smelt_train_cmd_" + std::to_string(::getpid()) + "_" +
+                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+    const std::string en = std::string(SMELT_TEST_DATA) + "/tokenizer/english.txt";
+    write_byte_shard((dir_ / "train").string(), en, 0, 1);
+    write_byte_shard((dir_ / "valid").string(), std::string(SMELT_TEST_DATA) + "/tokenizer_train/en_coding_style.rst",
+                     0, 1);
+    test::write_file((dir_ / "run.toml").string(), R"(
+[model]
+vocab_size = 260
+d_model = 64
+n_layers = 2
+n_heads = 4
+n_kv_heads = 2
+ffn_hidden = 176
+max_seq_len = 32
+[data]
+seq_len = 32
+batch_size = 2
+eod_id = 256
+[train]
+steps = 300
+threads = 1
+peak_gflops = 50
+[optim]
+lr = 3e-3
+warmup_steps = 10
+[eval]
+every = 100
+tokens = 1024
+[ckpt]
+save_every = 100
+)");
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  std::string base(const std::string& run_dir) {
+    return fmt::format("train --config {} --data {} --set eval.data=\\\"{}\\\" --run-dir {}", (dir_ / "run.toml").string(),
+                       (dir_ / "train").string(), (dir_ / "valid").string(), (dir_ / run_dir).string());
+  }
+  fs::path dir_;
+};
+
+TEST_F(TrainCmdTest, SigtermSavesAndResumeMatchesTheUninterruptedRun) {
+  CmdRun full = run(base("full"), dir_);
+  ASSERT_EQ(full.rc, 0) << full.err;
+  const auto want = metrics(dir_ / "full");
+  ASSERT_EQ(want.size(), 301u);
+
+  // Start, let it run some steps, SIGTERM between two checkpoints.
+  const std::string cmd = std::string(SMELT_BINARY) + " " + base("cut") + " 2> " + (dir_ / "cut.err").string();
+  pid_t pid = fork();
+  if (pid == 0) {
+    execl("/bin/sh", "sh", "-c", ("exec " + cmd).c_str(), (char*)nullptr);
+    _exit(127);
+  }
+  const fs::path m = dir_ / "cut" / "metrics.jsonl";
+  for (int i = 0; i < 6000; i++) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    std::ifstream in(m);
+    if (in && std::count(std::istreambuf_iterator<char>(in), {}, '\n') > 130) break;
+  }
+  kill(pid, SIGTERM);
+  int st = 0;
+  waitpid(pid, &st, 0);
+  ASSERT_TRUE(WIFEXITED(st));
+  EXPECT_EQ(WEXITSTATUS(st), 0) << test::read_file((dir_ / "cut.err").string());
+  auto cut = metrics(dir_ / "cut");
+  ASSERT_GE(cut.size(), 2u);
+  const int64_t stopped = cut.back()["step"];
+  ASSERT_LT(stopped, 300) << "the run finished before the signal";
+  // The signal's checkpoint is the newest, at the last step written, and it verifies.
+  std::string latest;
+  ASSERT_TRUE(ckpt_find_latest((dir_ / "cut").string(), latest).is_ok());
+  EXPECT_EQ(fs::path(latest).filename().string(), fmt::format("step_{:08d}", stopped));
+  EXPECT_NE(test::read_file((dir_ / "cut.err").string()).find("stopped by a signal"), std::string::npos);
+
+  CmdRun res = run(base("cut") + " --resume", dir_);
+  ASSERT_EQ(res.rc, 0) << res.err;
+  EXPECT_NE(res.err.find(fmt::format("resuming from {}", latest)), std::string::npos) << res.err;
+  auto got = metrics(dir_ / "cut");
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < want.size(); i++) EXPECT_EQ(got[i].dump(), want[i].dump()) << "line " << i;
+
+  // smelt eval on the final checkpoint gives the trainer's last validation loss.
+  CmdRun ev = run(fmt::format("eval --checkpoint {} --data {} --max-tokens 1024", (dir_ / "full").string(),
+                           (dir_ / "valid").string()),
+               dir_);
+  ASSERT_EQ(ev.rc, 0) << ev.err;
+  json e = json::parse(ev.out);
+  EXPECT_EQ(e["step"], 300);
+  EXPECT_EQ(e["tokens"], 1024);
+  EXPECT_NEAR(e["loss"].get<double>(), want.back()["eval_loss"].get<double>(), 1e-9);
+  EXPECT_NEAR(e["perplexity"].get<double>(), std::exp(e["loss"].get<double>()), 1e-9);
+  EXPECT_LT(want.back()["eval_loss"].get<double>(), want.front()["eval_loss"].get<double>() - 1.0);
+}
+
+TEST_F(TrainCmdTest, ExitCodesAndMessages) {
+  CmdRun r = run(base("x") + " --set train.stepz=3", dir_);
+  EXPECT_EQ(r.rc, 2);
+  EXPECT_NE(r.err.find("stepz"), std::string::npos) << r.err;
+  r = run(base("x") + " --set optim.lr=-1", dir_);
+  EXPECT_EQ(r.rc, 2);
+  EXPECT_NE(r.err.find("[optim] lr = -1"), std::string::npos) << r.err;
+  r = run("train --config " + (dir_ / "run.toml").string() + " --data " + (dir_ / "missing").string() +
+              " --run-dir " + (dir_ / "x").string(),
+          dir_);
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_NE(r.err.find("missing"), std::string::npos) << r.err;
+  // A model that does not fit the memory budget is refused before training, with the numbers.
+  r = run(base("x") + " --set train.memory_mb=1", dir_);
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_NE(r.err.find("activations"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("MiB"), std::string::npos) << r.err;
+  EXPECT_FALSE(fs::exists(dir_ / "x" / "metrics.jsonl"));
+  r = run("train --config " + std::string(SMELT_SOURCE_DIR) + "/configs/model-7b.toml --data x --dry-run "
+          "--set train.memory_mb=16384 --set data.seq_len=256 --set data.eod_id=0", dir_);
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_NE(r.err.find("the memory plan needs"), std::string::npos) << r.err;
+  r = run(base("x") + " --print-config", dir_);
+  EXPECT_EQ(r.rc, 0);
+  EXPECT_NE(r.out.find("[optim]"), std::string::npos);
+  EXPECT_NE(r.out.find("warmup_steps = 10"), std::string::npos) << r.out;
+  EXPECT_EQ(run("train --bogus", dir_).rc, 2);
+  EXPECT_EQ(run("eval --checkpoint " + (dir_ / "nothing").string() + " --data x", dir_).rc, 1);
+}
+
+TEST_F(TrainCmdTest, PipelineFromRawTextToASample) {
+  const std::string d = SMELT_TEST_DATA;
+  test::write_file((dir_ / "pipe.toml").string(), fmt::format(R"(
+[pipeline]
+inputs = ["{}/tokenizer_train", "{}/tokenizer/english.txt", "{}/tokenizer/chinese.txt"]
+workdir = "{}"
+[prep.read]
+text_unit = "paragraph"
+[prep.sample]
+threshold = 0.0
+[tokenizer]
+vocab_size = 600
+[tokenize]
+holdout = 0.1
+[model]
+vocab_size = 600
+d_model = 64
+n_layers = 2
+n_heads = 4
+n_kv_heads = 2
+ffn_hidden = 176
+max_seq_len = 64
+[data]
+seq_len = 64
+batch_size = 4
+[train]
+steps = 40
+peak_gflops = 50
+[optim]
+lr = 1e-2
+warmup_steps = 5
+[eval]
+every = 20
+tokens = 2048
+[generate]
+prompt = "The"
+max_new_tokens = 12
+)", d, d, d, (dir_ / "work").string()));
+  CmdRun r = run("pipeline " + (dir_ / "pipe.toml").string() + " --threads 2", dir_);
+  ASSERT_EQ(r.rc, 0) << r.err;
+  const fs::path w = dir_ / "work";
+  for (const char* f : {"refined/stats.json", "tokenizer.json", "tokens.bin", "tokens.idx", "valid.idx",
+                        "run/metrics.jsonl", "run/summary.json", "sample.txt", "pipeline.json", "pipeline.toml"})
+    EXPECT_TRUE(fs::exists(w / f)) << f;
+  json j = json::parse(test::read_file((w / "pipeline.json").string()));
+  for (const char* s : {"prep", "tokenizer", "tokenize", "tokenize_holdout", "train", "generate"})
+    EXPECT_EQ(j["stages"][s]["exit_code"], 0) << s;
+  EXPECT_LT(j["train"]["eval_last"].get<double>(), j["train"]["eval_first"].get<double>());
+  EXPECT_FALSE(test::read_file((w / "sample.txt").string()).empty());
+  EXPECT_NE(r.err.find("validation     loss"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("MFU"), std::string::npos) << r.err;
+  // A bad stage name is a usage error naming the allowed ones.
+  r = run("pipeline " + (dir_ / "pipe.toml").string() + " --set pipeline.stages=[\\\"trian\\\"]", dir_);
+  EXPECT_EQ(r.rc, 2);
+  EXPECT_NE(r.err.find("allowed: prep, tokenizer"), std::string::npos) << r.err;
+}
+
+}  // namespace
