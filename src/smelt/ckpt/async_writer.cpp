@@ -2,6 +2,7 @@
 // Copies happen on the caller's thread (that copy is the whole stall); writing never does.
 #include "smelt/ckpt/async_writer.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 
@@ -12,7 +13,29 @@
 
 namespace smelt {
 
-CkptWriter::CkptWriter(std::string run_dir) : run_dir_(std::move(run_dir)) {
+namespace {
+
+struct CopySeg {
+  float* dst;
+  const float* src;
+  int64_t n;  // floats
+};
+
+// Copies floats [begin, end) of the concatenation of segs.
+void copy_span(const std::vector<CopySeg>& segs, int64_t begin, int64_t end) {
+  int64_t pos = 0;
+  for (const CopySeg& s : segs) {
+    int64_t lo = std::max(begin, pos), hi = std::min(end, pos + s.n);
+    if (lo < hi) std::memcpy(s.dst + (lo - pos), s.src + (lo - pos), static_cast<size_t>(hi - lo) * sizeof(float));
+    pos += s.n;
+    if (pos >= end) break;
+  }
+}
+
+}  // namespace
+
+CkptWriter::CkptWriter(std::string run_dir, int copy_threads)
+    : run_dir_(std::move(run_dir)), copy_threads_(std::max(1, copy_threads)) {
   thread_ = std::thread([this] { run(); });
 }
 
@@ -71,11 +94,25 @@ Status CkptWriter::submit(const CkptSaveRequest& r) {
   q.tokenizer_path = r.tokenizer_path;
   q.state = r.state;
   q.tensors.resize(r.tensors.size());
+  std::vector<CopySeg> segs;
+  segs.reserve(r.tensors.size());
   int64_t off = 0;
+  for (const auto& t : r.tensors) {
+    int64_t n = safetensors_numel(t.shape);
+    if (n > 0) segs.push_back({slot->buf.data() + off, t.data, n});
+    off += n;
+  }
+  // split the copy by bytes: a 1 MiB minimum share keeps small states on the caller's thread
+  int threads = static_cast<int>(std::min<int64_t>(copy_threads_, std::max<int64_t>(1, total / (1 << 18))));
+  std::vector<std::thread> helpers;
+  for (int k = 1; k < threads; ++k)
+    helpers.emplace_back(copy_span, std::cref(segs), total * k / threads, total * (k + 1) / threads);
+  copy_span(segs, 0, total / threads);
+  for (auto& h : helpers) h.join();
+  off = 0;
   for (size_t i = 0; i < r.tensors.size(); ++i) {
     const CkptTensorRef& t = r.tensors[i];
     int64_t n = safetensors_numel(t.shape);
-    if (n > 0) std::memcpy(slot->buf.data() + off, t.data, static_cast<size_t>(n) * sizeof(float));
     q.tensors[i].name = t.name;
     q.tensors[i].shape = t.shape;
     q.tensors[i].data = slot->buf.data() + off;

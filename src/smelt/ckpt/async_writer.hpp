@@ -16,7 +16,9 @@ namespace smelt {
 
 class CkptWriter {
  public:
-  explicit CkptWriter(std::string run_dir);
+  // copy_threads: threads that copy into the staging buffer during submit (the caller's thread is
+  // one of them); the copy is memory-bound and the caller is blocked anyway.
+  explicit CkptWriter(std::string run_dir, int copy_threads = 2);
   ~CkptWriter();  // finishes every submitted save (an error is logged), then stops the thread
   CkptWriter(const CkptWriter&) = delete;
   CkptWriter& operator=(const CkptWriter&) = delete;
@@ -49,6 +51,7 @@ class CkptWriter {
   void run();
 
   std::string run_dir_;
+  int copy_threads_ = 2;
   Slot slots_[2];
   mutable std::mutex mu_;
   std::condition_variable cv_;

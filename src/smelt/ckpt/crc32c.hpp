@@ -12,6 +12,10 @@ namespace smelt {
 // crc32c_update(0, "123456789", 9) == 0xE3069283.
 uint32_t crc32c_update(uint32_t crc, const void* data, size_t n);
 
+// CRC32C of A followed by B from crc_a = CRC32C(A), crc_b = CRC32C(B) and len_b = |B| (zlib's
+// crc32_combine method, GF(2) polynomial arithmetic): O(log len_b), independent of the data.
+uint32_t crc32c_combine(uint32_t crc_a, uint32_t crc_b, uint64_t len_b);
+
 // The two implementations, for tests and benchmarks. crc32c_update_hw needs crc32c_hw_available().
 uint32_t crc32c_update_sw(uint32_t crc, const void* data, size_t n);
 uint32_t crc32c_update_hw(uint32_t crc, const void* data, size_t n);

@@ -97,8 +97,10 @@ Status SafetensorsWriter::write_bytes(const void* data, int64_t n, uint32_t* ten
   const char* p = static_cast<const char*>(data);
   while (n > 0) {
     int64_t c = std::min(n, kChunk);
-    if (tensor_crc) *tensor_crc = crc32c_update(*tensor_crc, p, static_cast<size_t>(c));
-    file_crc_ = crc32c_update(file_crc_, p, static_cast<size_t>(c));
+    // one CRC pass per chunk; the tensor's and the file's running CRCs are extended by combining
+    uint32_t cc = crc32c_update(0, p, static_cast<size_t>(c));
+    if (tensor_crc) *tensor_crc = crc32c_combine(*tensor_crc, cc, static_cast<uint64_t>(c));
+    file_crc_ = crc32c_combine(file_crc_, cc, static_cast<uint64_t>(c));
     int64_t done = 0;
     while (done < c) {
       ssize_t w = ::write(fd_, p + done, static_cast<size_t>(c - done));

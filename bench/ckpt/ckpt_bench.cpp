@@ -1,0 +1,147 @@
+// Checkpoint benchmark (bench/RESULTS.md, "ckpt"): the disk's own sequential write ceiling
+// (write + fsync of one large file), then the same state saved synchronously (ckpt_save) and
+// through CkptWriter (submit = the stall, the background write timed apart). Prints the stall of
+// each, their ratio (target: async <= 10% of sync) and the write rate against the ceiling
+// (target >= 80%). Not a test: numbers depend on the machine and on what else runs.
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+#include "smelt/ckpt/async_writer.hpp"
+#include "smelt/ckpt/checkpoint.hpp"
+#include "smelt/ckpt/crc32c.hpp"
+
+namespace fs = std::filesystem;
+using namespace smelt;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+double ms_since(Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// write(2) in 4 MiB pieces + fsync: what the disk gives a plain sequential writer.
+double disk_ceiling_mb_s(const std::string& path, int64_t bytes) {
+  std::vector<char> buf(4 << 20);
+  for (size_t i = 0; i < buf.size(); ++i) buf[i] = static_cast<char>(i * 131 + 7);
+  auto t0 = Clock::now();
+  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (fd < 0) return 0;
+  for (int64_t left = bytes; left > 0;) {
+    size_t n = static_cast<size_t>(std::min<int64_t>(left, static_cast<int64_t>(buf.size())));
+    if (::write(fd, buf.data(), n) != static_cast<ssize_t>(n)) break;
+    left -= static_cast<int64_t>(n);
+  }
+  ::fsync(fd);
+  ::close(fd);
+  double ms = ms_since(t0);
+  ::unlink(path.c_str());
+  return bytes / 1e6 / (ms / 1e3);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"ckpt_bench: synchronous vs asynchronous checkpoint saves against the disk's write ceiling"};
+  std::string dir = (fs::temp_directory_path() / "smelt_ckpt_bench").string();
+  double mb = 400;
+  int n_tensors = 64, reps = 3;
+  app.add_option("--dir", dir, "scratch folder on the disk to measure (removed at the end)");
+  app.add_option("--mb", mb, "checkpoint size in MB (default 400)");
+  app.add_option("--tensors", n_tensors, "number of tensors (default 64)");
+  app.add_option("--reps", reps, "repetitions of each measurement; medians are printed (default 3)");
+  CLI11_PARSE(app, argc, argv);
+
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  int64_t total_floats = static_cast<int64_t>(mb * 1e6 / 4);
+  int64_t per = total_floats / n_tensors;
+  std::vector<float> state(static_cast<size_t>(per * n_tensors));
+  for (size_t i = 0; i < state.size(); ++i) state[i] = static_cast<float>(i % 65521) * 1e-3f;
+  int64_t bytes = static_cast<int64_t>(state.size()) * 4;
+  CkptSaveRequest req;
+  req.config_toml = "[model]\n";
+  req.state = {{"bench", true}};
+  for (int k = 0; k < n_tensors; ++k)
+    req.tensors.push_back({"t." + std::to_string(k), {per}, state.data() + k * per});
+  std::printf("checkpoint: %d tensors, %.1f MB; crc32c %s; %d reps (medians)\n", n_tensors, bytes / 1e6,
+              crc32c_hw_available() ? "sse4.2" : "software", reps);
+
+  {  // memory copy rate: the floor of the async stall
+    std::vector<float> dst(state.size());
+    std::memcpy(dst.data(), state.data(), static_cast<size_t>(bytes));  // fault pages in
+    auto t0 = Clock::now();
+    std::memcpy(dst.data(), state.data(), static_cast<size_t>(bytes));
+    std::printf("memcpy:            %8.0f MB/s\n", bytes / 1e6 / (ms_since(t0) / 1e3));
+    t0 = Clock::now();
+    volatile uint32_t crc = crc32c_update(0, state.data(), static_cast<size_t>(bytes));
+    (void)crc;
+    std::printf("crc32c:            %8.0f MB/s\n", bytes / 1e6 / (ms_since(t0) / 1e3));
+  }
+  std::vector<double> ceil;
+  for (int i = 0; i < reps; ++i) ceil.push_back(disk_ceiling_mb_s(dir + "/ceiling.bin", bytes));
+  double ceiling = median(ceil);
+  std::printf("disk ceiling:      %8.0f MB/s  (write + fsync of one %.0f MB file)\n", ceiling, bytes / 1e6);
+
+  std::string run = dir + "/run";
+  std::vector<double> sync_ms, sync_rate;
+  for (int i = 0; i < reps; ++i) {
+    req.step = i + 1;
+    CkptSaveStats st;
+    auto t0 = Clock::now();
+    if (Status s = ckpt_save(run, req, &st); !s) {
+      std::fprintf(stderr, "%s\n", s.message().c_str());
+      return 1;
+    }
+    sync_ms.push_back(ms_since(t0));
+    sync_rate.push_back(st.write_mb_s);
+    ckpt_retain(run, 1, 0);
+  }
+  double sync_stall = median(sync_ms);
+  std::printf("sync save:         %8.1f ms stall, %6.0f MB/s = %5.1f%% of the disk ceiling\n", sync_stall,
+              median(sync_rate), 100 * median(sync_rate) / ceiling);
+
+  std::vector<double> async_ms, async_rate, async_write_ms;
+  {
+    CkptWriter w(run);
+    w.reserve(static_cast<int64_t>(state.size()));
+    for (int i = 0; i < reps; ++i) {
+      req.step = 100 + i;
+      auto t0 = Clock::now();
+      if (Status s = w.submit(req); !s) {
+        std::fprintf(stderr, "%s\n", s.message().c_str());
+        return 1;
+      }
+      async_ms.push_back(ms_since(t0));
+      if (Status s = w.wait(); !s) {  // the trainer would be computing here
+        std::fprintf(stderr, "%s\n", s.message().c_str());
+        return 1;
+      }
+      CkptSaveStats st = w.last_stats();
+      async_rate.push_back(st.write_mb_s);
+      async_write_ms.push_back(st.write_ms);
+      ckpt_retain(run, 1, 0);
+    }
+  }
+  double async_stall = median(async_ms);
+  std::printf("async submit:      %8.1f ms stall (copy into staging); background save %.0f ms, %6.0f MB/s = %5.1f%% "
+              "of the disk ceiling\n",
+              async_stall, median(async_write_ms), median(async_rate), 100 * median(async_rate) / ceiling);
+  std::printf("stall ratio async/sync: %.1f%% (target <= 10%%); async write rate %.1f%% of ceiling (target >= 80%%)\n",
+              100 * async_stall / sync_stall, 100 * median(async_rate) / ceiling);
+  fs::remove_all(dir);
+  return 0;
+}
