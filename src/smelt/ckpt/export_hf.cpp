@@ -1,0 +1,239 @@
+// Hugging Face Llama export: our parameter names already are LlamaForCausalLM's and our weights
+// are nn.Linear (out, in); RoPE uses the same rotate_half pairing (i <-> i + HS/2) as HF's
+// apply_rotary_pos_emb, so q_proj/k_proj are copied without the row permutation that converting
+// Meta's interleaved-pair checkpoints needs. Not the safetensors format itself (safetensors.cpp).
+#include "smelt/ckpt/export_hf.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include "smelt/ckpt/checkpoint.hpp"
+#include "smelt/ckpt/safetensors.hpp"
+#include "smelt/common/files.hpp"
+#include "smelt/model/model.hpp"
+#include "smelt/model/params.hpp"
+#include "smelt/tokenizer/tokenizer.hpp"
+
+namespace fs = std::filesystem;
+
+namespace smelt {
+
+namespace {
+std::vector<int64_t> shape_of(const ParamTensor& t) {
+  return t.cols == 1 ? std::vector<int64_t>{t.rows} : std::vector<int64_t>{t.rows, t.cols};
+}
+}  // namespace
+
+nlohmann::ordered_json export_hf_config(const ModelConfig& c, int64_t eod_id) {
+  nlohmann::ordered_json j = {
+      {"architectures", {"LlamaForCausalLM"}},
+      {"model_type", "llama"},
+      {"hidden_size", c.d_model},
+      {"intermediate_size", c.ffn_hidden},
+      {"num_attention_heads", c.n_heads},
+      {"num_key_value_heads", c.n_kv_heads},
+      {"num_hidden_layers", c.n_layers},
+      {"head_dim", c.head_size()},
+      {"vocab_size", c.vocab_size},
+      {"rms_norm_eps", c.norm_eps},
+      {"rope_theta", c.rope_theta},
+      {"rope_scaling", nullptr},
+      {"max_position_embeddings", c.max_seq_len},
+      {"tie_word_embeddings", c.tie_embeddings},
+      {"hidden_act", "silu"},
+      {"attention_bias", false},
+      {"mlp_bias", false},
+      {"initializer_range", c.init_std},
+      {"torch_dtype", "float32"},
+      {"use_cache", true},
+  };
+  if (eod_id >= 0) {
+    j["bos_token_id"] = eod_id;
+    j["eos_token_id"] = eod_id;
+  }
+  return j;
+}
+
+Status export_hf(const std::string& step_dir, const std::string& out_dir,
+                 const std::string& tokenizer_path, HfExportStats* stats) {
+  CkptManifest m;
+  if (Status s = ckpt_read_manifest(step_dir, m); !s) return s;
+  ModelConfig c;
+  try {
+    toml::table root = toml::parse(m.config_toml);
+    if (Status s = model_config_read(root, c); !s)
+      return Status::error(fmt::format("{}/manifest.json config_toml: {}", step_dir, s.message()));
+  } catch (const toml::parse_error& e) {
+    return Status::error(fmt::format("{}/manifest.json: config_toml line {}: {}", step_dir,
+                                     e.source().begin.line, e.description()));
+  }
+  std::error_code ec;
+  fs::create_directories(out_dir, ec);
+  if (ec) return Status::error(fmt::format("--output {}: cannot create: {}", out_dir, ec.message()));
+
+  // Tokenizer first (it gives config.json its eos id).
+  std::string tok_src = tokenizer_path.empty() ? (fs::path(step_dir) / "tokenizer.json").string() : tokenizer_path;
+  int64_t eod = -1;
+  bool have_tok = fs::exists(tok_src, ec);
+  if (!have_tok && !tokenizer_path.empty())
+    return Status::error(fmt::format("--tokenizer {}: no such file", tokenizer_path));
+  std::string tok_text;
+  if (have_tok) {
+    Tokenizer tok;
+    if (Status s = Tokenizer::load(tok_src, tok); !s) return Status::error(fmt::format("{}: {}", tok_src, s.message()));
+    if ((int64_t)tok.vocab_size() > c.vocab_size)
+      return Status::error(fmt::format("{}: tokenizer vocabulary {} exceeds the model's vocab_size {}", tok_src,
+                                       tok.vocab_size(), c.vocab_size));
+    if (auto e = tok.eod_id()) eod = *e;
+    tok_text = tok.to_hf_json();
+  } else {
+    spdlog::warn("{}: no tokenizer.json in the checkpoint and no --tokenizer; exporting the model only", step_dir);
+  }
+
+  // model.safetensors, one tensor at a time through one buffer the size of the largest tensor.
+  ParamLayout layout = param_layout(c);
+  std::vector<SafetensorsTensor> header;
+  int64_t largest = 0;
+  for (const auto& t : layout.tensors) {
+    header.push_back({t.name, "F32", shape_of(t)});
+    largest = std::max(largest, t.size());
+    const CkptTensorInfo* info = m.find(t.name);
+    if (!info)
+      return Status::error(fmt::format("{}: no tensor {}, which the checkpoint's [model] config needs", step_dir,
+                                       t.name));
+    if (info->bytes != 4 * t.size())
+      return Status::error(fmt::format("{}: tensor {} holds {} bytes, the [model] config needs shape [{}] ({} bytes)",
+                                       step_dir, t.name, info->bytes, fmt::join(shape_of(t), ", "), 4 * t.size()));
+  }
+  const std::string st_path = (fs::path(out_dir) / "model.safetensors").string();
+  const std::string st_tmp = st_path + ".tmp";
+  std::vector<float> buf((size_t)largest);
+  {
+    SafetensorsWriter w;
+    Status s = w.open(st_tmp, header, {{"format", "pt"}, {"producer", "smelt export"}});
+    for (size_t i = 0; s && i < layout.tensors.size(); i++) {
+      const ParamTensor& t = layout.tensors[i];
+      s = ckpt_load_tensor(step_dir, m, t.name, buf.data(), t.size());
+      if (s) s = w.write_next(buf.data());
+    }
+    if (s) s = w.finish();
+    if (!s) {
+      fs::remove(st_tmp, ec);
+      return s;
+    }
+    if (stats) stats->bytes = w.file_bytes();
+  }
+  if (std::rename(st_tmp.c_str(), st_path.c_str()) != 0) {
+    fs::remove(st_tmp, ec);
+    return Status::error(fmt::format("{}: cannot rename into place: {}", st_path, std::strerror(errno)));
+  }
+  if (Status s = files_write_atomic((fs::path(out_dir) / "config.json").string(),
+                                    export_hf_config(c, eod).dump(2) + "\n");
+      !s)
+    return s;
+  if (have_tok)
+    if (Status s = files_write_atomic((fs::path(out_dir) / "tokenizer.json").string(), tok_text); !s) return s;
+  if (Status s = files_fsync_dir(out_dir); !s) return s;
+  if (stats) {
+    stats->tensors = (int)layout.tensors.size();
+    stats->largest_tensor = 4 * largest;
+    stats->tokenizer = have_tok;
+  }
+  return Status::ok();
+}
+
+Status export_hf_load(const std::string& out_dir, ModelConfig& c, std::vector<float>& params) {
+  const std::string cfg_path = (fs::path(out_dir) / "config.json").string();
+  std::string text;
+  if (Status s = files_read_small(cfg_path, text); !s) return s;
+  try {
+    auto j = nlohmann::json::parse(text);
+    c = ModelConfig{};
+    c.d_model = j.at("hidden_size").get<int>();
+    c.ffn_hidden = j.at("intermediate_size").get<int>();
+    c.n_heads = j.at("num_attention_heads").get<int>();
+    c.n_kv_heads = j.value("num_key_value_heads", c.n_heads);
+    c.n_layers = j.at("num_hidden_layers").get<int>();
+    c.vocab_size = j.at("vocab_size").get<int>();
+    c.norm_eps = j.at("rms_norm_eps").get<double>();
+    c.rope_theta = j.value("rope_theta", 10000.0);
+    c.max_seq_len = j.at("max_position_embeddings").get<int>();
+    c.tie_embeddings = j.value("tie_word_embeddings", false);
+    if (j.contains("head_dim") && j["head_dim"].get<int>() != c.d_model / c.n_heads)
+      return Status::error(fmt::format("{}: head_dim {} != hidden_size / num_attention_heads = {}", cfg_path,
+                                       j["head_dim"].get<int>(), c.d_model / c.n_heads));
+  } catch (const nlohmann::json::exception& e) {
+    return Status::error(fmt::format("{}: {}", cfg_path, e.what()));
+  }
+  if (Status s = model_config_validate(c); !s) return Status::error(fmt::format("{}: {}", cfg_path, s.message()));
+
+  const std::string st_path = (fs::path(out_dir) / "model.safetensors").string();
+  SafetensorsReader r;
+  if (Status s = r.open(st_path); !s) return s;
+  ParamLayout layout = param_layout(c);
+  params.assign((size_t)layout.total, 0.0f);
+  for (const auto& t : layout.tensors) {
+    const SafetensorsTensor* x = r.find(t.name);
+    if (!x) return Status::error(fmt::format("{}: no tensor {}", st_path, t.name));
+    if (x->dtype != "F32" || x->shape != shape_of(t))
+      return Status::error(fmt::format("{}: tensor {} is {} [{}], config.json needs F32 [{}]", st_path, t.name,
+                                       x->dtype, fmt::join(x->shape, ", "), fmt::join(shape_of(t), ", ")));
+    if (Status s = r.read_at(x->begin, params.data() + t.offset, 4 * t.size()); !s) return s;
+  }
+  if (r.tensors().size() != layout.tensors.size())
+    return Status::error(fmt::format("{}: {} tensors, config.json describes {}", st_path, r.tensors().size(),
+                                     layout.tensors.size()));
+  return Status::ok();
+}
+
+Status export_hf_check(const std::string& step_dir, const std::string& out_dir, double* max_abs_diff) {
+  ModelConfig ca, cb;
+  std::vector<float> pa, pb;
+  if (Status s = ckpt_load_model(step_dir, ca, pa); !s) return s;
+  if (Status s = export_hf_load(out_dir, cb, pb); !s) return s;
+  auto same = [](const ModelConfig& a, const ModelConfig& b) {
+    return a.vocab_size == b.vocab_size && a.d_model == b.d_model && a.n_layers == b.n_layers &&
+           a.n_heads == b.n_heads && a.n_kv_heads == b.n_kv_heads && a.ffn_hidden == b.ffn_hidden &&
+           a.max_seq_len == b.max_seq_len && a.rope_theta == b.rope_theta && a.norm_eps == b.norm_eps &&
+           a.tie_embeddings == b.tie_embeddings;
+  };
+  if (!same(ca, cb))
+    return Status::error(fmt::format("{}/config.json describes a different model than {}", out_dir, step_dir));
+  Batch b;
+  b.B = 2;
+  b.T = std::min(32, ca.max_seq_len);
+  uint64_t x = 12345;
+  for (int n = 0; n < b.B * b.T; n++) {
+    x = x * 6364136223846793005ull + 1442695040888963407ull;
+    b.inputs.push_back((int32_t)((x >> 33) % (uint64_t)ca.vocab_size));
+    b.targets.push_back(-1);
+  }
+  Model model;
+  ModelConfig run = ca;
+  run.recompute = true;  // keep one layer's activations: the check runs forward only
+  if (Status s = model.init(run, b.B, b.T, 1, 0); !s) return s;
+  const size_t nl = (size_t)b.B * b.T * ca.vocab_size;
+  float loss;
+  std::copy(pa.begin(), pa.end(), model.params());
+  if (Status s = model.forward(b, loss); !s) return s;
+  std::vector<float> la(model.acts().logits, model.acts().logits + nl);
+  std::copy(pb.begin(), pb.end(), model.params());
+  if (Status s = model.forward(b, loss); !s) return s;
+  double diff = 0;
+  for (size_t i = 0; i < nl; i++) diff = std::max(diff, (double)std::fabs(la[i] - model.acts().logits[i]));
+  bool nan = false;
+  for (size_t i = 0; i < nl; i++) nan |= std::isnan(la[i]) || std::isnan(model.acts().logits[i]);
+  if (max_abs_diff) *max_abs_diff = diff;
+  if (diff != 0.0 || nan)
+    return Status::error(fmt::format("{}: logits of a fixed batch differ from the checkpoint's by up to {} "
+                                     "(must be identical: the export copies the same fp32 values){}",
+                                     out_dir, diff, nan ? "; NaN logits" : ""));
+  return Status::ok();
+}
+
+}  // namespace smelt

@@ -1,0 +1,46 @@
+// Export of a checkpoint to the Hugging Face Llama layout (docs/generate.md): model.safetensors
+// (LlamaForCausalLM names and (out, in) shapes, F32), config.json and tokenizer.json, streamed one
+// tensor at a time so peak memory stays near the largest tensor; the read-back for --check.
+// Not the checkpoint format (checkpoint.hpp), not GGUF.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "smelt/common/status.hpp"
+#include "smelt/model/config.hpp"
+
+namespace smelt {
+
+struct HfExportStats {
+  int tensors = 0;
+  int64_t bytes = 0;           // model.safetensors size
+  int64_t largest_tensor = 0;  // bytes: the one buffer export holds
+  bool tokenizer = false;      // tokenizer.json written
+};
+
+// config.json of LlamaForCausalLM for c; eos/bos ids when the tokenizer has an end-of-document
+// token (eod_id < 0: none).
+nlohmann::ordered_json export_hf_config(const ModelConfig& c, int64_t eod_id);
+
+// step_dir -> out_dir/{model.safetensors, config.json, tokenizer.json}. tokenizer_path: the
+// tokenizer to copy ("" = the checkpoint's tokenizer.json; none there: no tokenizer.json, a
+// warning in the log). Each file is written beside its name and renamed into place, so a failure
+// leaves no half-written file where a good one was. A tied head writes no lm_head.weight
+// (tie_word_embeddings = true), as Hugging Face does.
+Status export_hf(const std::string& step_dir, const std::string& out_dir,
+                 const std::string& tokenizer_path, HfExportStats* stats = nullptr);
+
+// Reads an exported folder back: config.json into c, model.safetensors into a flat buffer in
+// param_layout(c) order. Errors name the file, the tensor and the expected shape.
+Status export_hf_load(const std::string& out_dir, ModelConfig& c, std::vector<float>& params);
+
+// --check: the checkpoint's weights and the exported ones, read back, run one fixed batch (2 rows
+// of up to 32 tokens) through Model; fails when config or logits differ. The export is a copy of
+// the same fp32 values, so the logits must be bit-identical (max_abs_diff = 0).
+Status export_hf_check(const std::string& step_dir, const std::string& out_dir,
+                       double* max_abs_diff = nullptr);
+
+}  // namespace smelt
