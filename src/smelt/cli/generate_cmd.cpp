@@ -7,7 +7,6 @@
 #include <cstdio>
 #include <filesystem>
 #include <limits>
-#include <thread>
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
@@ -51,7 +50,7 @@ int cli_generate(int argc, char** argv) {
                "streams to stdout, a summary goes to stderr (or one JSON object to stdout with --json)"};
   app.name("smelt generate");
   std::string ckpt, prompt, tok_path, log_level = "warn";
-  int max_new = 128, top_k = 0, threads = 0;
+  int max_new = 128, top_k = 0, threads = 1;
   float temperature = 1.0f, top_p = 1.0f;
   uint64_t seed = 0;
   bool json = false, no_stop = false;
@@ -67,7 +66,8 @@ int cli_generate(int argc, char** argv) {
   app.add_option("--top-p", top_p, "nucleus: the smallest most-likely set with mass >= p; 1: all")
       ->check(CLI::Range(0.0f, 1.0f));
   app.add_option("--seed", seed, "sampling seed (same seed, checkpoint and flags: same text)");
-  app.add_option("--threads", threads, "threads (default: all cores)")->check(CLI::NonNegativeNumber);
+  app.add_option("--threads", threads, "threads (default 1: one-row decoding has ~60 thread barriers per "
+                 "token, which a busy machine turns into waits; see docs/generate.md)")->check(CLI::PositiveNumber);
   app.add_option("--tokenizer", tok_path, "tokenizer.json (default: the checkpoint's copy)");
   app.add_flag("--json", json, "print one JSON object (text, ids, counts, speed) instead of streaming");
   app.add_flag("--ignore-eos", no_stop, "keep going past the end-of-document token");
@@ -84,7 +84,6 @@ int cli_generate(int argc, char** argv) {
     spdlog::error("{}", s.message());
     return kExitUsage;
   }
-  if (threads <= 0) threads = (int)std::max(1u, std::thread::hardware_concurrency());
 
   std::string step_dir;
   if (Status s = cli_resolve_checkpoint(ckpt, step_dir); !s) {
