@@ -15,11 +15,7 @@ namespace smelt {
 
 namespace {
 
-struct CopySeg {
-  float* dst;
-  const float* src;
-  int64_t n;  // floats
-};
+using CopySeg = CkptCopySeg;
 
 // Copies floats [begin, end) of the concatenation of segs.
 void copy_span(const std::vector<CopySeg>& segs, int64_t begin, int64_t end) {
@@ -32,6 +28,21 @@ void copy_span(const std::vector<CopySeg>& segs, int64_t begin, int64_t end) {
   }
 }
 
+// Copies with `threads` threads (the calling one included), split by bytes; a 1 MiB minimum share
+// keeps small states on one thread.
+void copy_parallel(const std::vector<CopySeg>& segs, int64_t total, int threads) {
+  threads = static_cast<int>(std::min<int64_t>(threads, std::max<int64_t>(1, total / (1 << 18))));
+  std::vector<std::thread> helpers;
+  for (int k = 1; k < threads; ++k)
+    helpers.emplace_back(copy_span, std::cref(segs), total * k / threads, total * (k + 1) / threads);
+  copy_span(segs, 0, total / threads);
+  for (auto& h : helpers) h.join();
+}
+
+double ms_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
 }  // namespace
 
 CkptWriter::CkptWriter(std::string run_dir, int copy_threads)
@@ -40,7 +51,7 @@ CkptWriter::CkptWriter(std::string run_dir, int copy_threads)
 }
 
 CkptWriter::~CkptWriter() {
-  Status s = wait();
+  Status s = wait();  // joins a deferred copy first
   if (!s) spdlog::error("[ckpt] {}", s.message());
   {
     std::lock_guard<std::mutex> lk(mu_);
@@ -61,8 +72,9 @@ void CkptWriter::reserve(int64_t floats) {
   }
 }
 
-Status CkptWriter::submit(const CkptSaveRequest& r) {
+Status CkptWriter::submit(const CkptSaveRequest& r, CkptCopy copy) {
   auto t0 = std::chrono::steady_clock::now();
+  staged();  // a previous deferred copy must be in its slot before this one takes a slot
   int64_t total = 0;
   for (const auto& t : r.tensors) {
     int64_t n = safetensors_numel(t.shape);
@@ -97,38 +109,54 @@ Status CkptWriter::submit(const CkptSaveRequest& r) {
   std::vector<CopySeg> segs;
   segs.reserve(r.tensors.size());
   int64_t off = 0;
-  for (const auto& t : r.tensors) {
-    int64_t n = safetensors_numel(t.shape);
-    if (n > 0) segs.push_back({slot->buf.data() + off, t.data, n});
-    off += n;
-  }
-  // split the copy by bytes: a 1 MiB minimum share keeps small states on the caller's thread
-  int threads = static_cast<int>(std::min<int64_t>(copy_threads_, std::max<int64_t>(1, total / (1 << 18))));
-  std::vector<std::thread> helpers;
-  for (int k = 1; k < threads; ++k)
-    helpers.emplace_back(copy_span, std::cref(segs), total * k / threads, total * (k + 1) / threads);
-  copy_span(segs, 0, total / threads);
-  for (auto& h : helpers) h.join();
-  off = 0;
   for (size_t i = 0; i < r.tensors.size(); ++i) {
     const CkptTensorRef& t = r.tensors[i];
     int64_t n = safetensors_numel(t.shape);
+    if (n > 0) segs.push_back({slot->buf.data() + off, t.data, n});
     q.tensors[i].name = t.name;
     q.tensors[i].shape = t.shape;
     q.tensors[i].data = slot->buf.data() + off;
     off += n;
   }
-  {
-    std::lock_guard<std::mutex> lk(mu_);
-    slot->seq = next_seq_++;
-    slot->stall_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-    slot->state = SlotState::kQueued;
+  if (copy == CkptCopy::kNow) {
+    copy_parallel(segs, total, copy_threads_);
+    enqueue(slot, ms_since(t0));
+  } else {  // the caller keeps computing; staged() joins before it changes the tensors
+    deferred_segs_ = std::move(segs);
+    double stall = ms_since(t0);
+    copier_ = std::thread([this, slot, total, stall] {
+      copy_parallel(deferred_segs_, total, copy_threads_);
+      enqueue(slot, stall);
+    });
   }
-  cv_.notify_all();
   return Status::ok();
 }
 
+void CkptWriter::enqueue(Slot* slot, double stall_ms) {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    slot->seq = next_seq_++;
+    slot->stall_ms = stall_ms;
+    slot->state = SlotState::kQueued;
+  }
+  cv_.notify_all();
+}
+
+void CkptWriter::staged() {
+  if (!copier_.joinable()) return;
+  auto t0 = std::chrono::steady_clock::now();
+  copier_.join();
+  std::lock_guard<std::mutex> lk(mu_);
+  staged_wait_ms_ = ms_since(t0);
+}
+
+double CkptWriter::last_staged_wait_ms() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  return staged_wait_ms_;
+}
+
 Status CkptWriter::wait() {
+  staged();
   std::unique_lock<std::mutex> lk(mu_);
   cv_.wait(lk, [&] {
     for (const Slot& s : slots_)

@@ -14,6 +14,18 @@
 
 namespace smelt {
 
+// kNow: submit copies before returning. kDeferred: submit returns at once and a helper thread
+// copies while the caller computes; the caller must call staged() before it changes any tensor
+// (in a trainer: submit after the optimizer step, forward/backward of the next step only read the
+// parameters, staged() before the next optimizer step), so the copy hides behind compute.
+enum class CkptCopy { kNow, kDeferred };
+
+struct CkptCopySeg {  // one tensor's copy into the staging buffer (internal)
+  float* dst;
+  const float* src;
+  int64_t n;  // floats
+};
+
 class CkptWriter {
  public:
   // copy_threads: threads that copy into the staging buffer during submit (the caller's thread is
@@ -32,7 +44,11 @@ class CkptWriter {
   // A failure of an earlier background save is returned here (once) and r is not taken.
   // With ranks > 1 it saves this rank's part only: wait() on every rank, barrier, then rank 0
   // calls ckpt_commit.
-  Status submit(const CkptSaveRequest& r);
+  Status submit(const CkptSaveRequest& r, CkptCopy copy = CkptCopy::kNow);
+  // Blocks until a kDeferred submit's copy is done (no-op otherwise); from then on the caller may
+  // change its tensors. submit and wait call it first.
+  void staged();
+  double last_staged_wait_ms() const;  // how long the last staged() blocked
   // Blocks until every submitted save is done; returns the first background failure (once).
   Status wait();
 
@@ -49,6 +65,7 @@ class CkptWriter {
     double stall_ms = 0;
   };
   void run();
+  void enqueue(Slot* slot, double stall_ms);
 
   std::string run_dir_;
   int copy_threads_ = 2;
@@ -60,6 +77,9 @@ class CkptWriter {
   Status error_;
   CkptSaveStats last_;
   int64_t completed_ = 0;
+  double staged_wait_ms_ = 0;
+  std::vector<CkptCopySeg> deferred_segs_;  // the pending kDeferred copy (copier_ reads it)
+  std::thread copier_;
   std::thread thread_;
 };
 
