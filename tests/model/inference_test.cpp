@@ -133,14 +133,14 @@ TEST(Inference, ChunkedPrefillAndTokenByTokenPrefillMatchFullForward) {
   const int n = 300, V = c.vocab_size;
   ASSERT_GT(n, InferenceSession::kChunk);
   Model m;
-  ASSERT_TRUE(m.init(c, 1, n, 2, 7));
+  ASSERT_TRUE(m.init(c, 1, n, 1, 7));
   std::vector<int32_t> ids;
   for (int i = 0; i < n; i++) ids.push_back((int32_t)((i * 53 + 3) % V));
   std::vector<float> full, kv(V), one(V);
   full_logits(m, ids, full);
 
   InferenceSession s;
-  ASSERT_TRUE(s.init(c, m.params(), n, 2));
+  ASSERT_TRUE(s.init(c, m.params(), n, 1));  // 1 thread: 300 one-row steps stay fast on a busy machine
   ASSERT_TRUE(s.prefill(ids.data(), n, kv.data()));
   EXPECT_LE(rel_err(kv.data(), full.data(), V), kTol);
 

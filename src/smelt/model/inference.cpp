@@ -18,6 +18,8 @@ namespace {
 // Output rows per block of a one-row linear layer: the OpenMP team splits the weight's rows (a
 // single input row has no rows to split); fixed, so bits do not depend on the thread count.
 constexpr int kGemvBlock = 128;
+// Fewer rows than this: norms, RoPE, SwiGLU and the embedding run on one thread.
+constexpr int kWideRows = 16;
 }  // namespace
 
 Status InferenceSession::init(const ModelConfig& c, const float* params, int max_tokens,
@@ -79,10 +81,17 @@ void InferenceSession::layer(int l, int n) {
   const LayerOffsets& o = layout_.layers[l];
   const float eps = (float)c.norm_eps;
 
+  // Row-wise kernels on a few rows run on one thread: a parallel region costs a barrier, which
+  // is most of a one-row norm's time (and far more on a busy machine).
+  const int row_threads = n < kWideRows ? 1 : threads_;
+  kernels_set_threads(row_threads);
   rmsnorm_forward(ln_.data(), rstd_.data(), x_.data(), w_ + o.ln1, n, C, eps);
+  kernels_set_threads(threads_);
   linear(qkv_.data(), ln_.data(), w_ + o.wqkv, n, C, QKV, 0.0f);
+  kernels_set_threads(row_threads);
   rope_forward(qkv_.data(), posbuf_.data(), rope_.data(), n, n, QKV, 0, NH, HS);
   rope_forward(qkv_.data(), posbuf_.data(), rope_.data(), n, n, QKV, A, NKV, HS);
+  kernels_set_threads(threads_);
   float* kc = kcache_.data() + (size_t)l * max_tokens_ * KV;
   float* vc = vcache_.data() + (size_t)l * max_tokens_ * KV;
   for (int i = 0; i < n; i++) {
@@ -129,9 +138,13 @@ void InferenceSession::layer(int l, int n) {
     }
 
   linear(x_.data(), att_.data(), w_ + o.wo, n, A, C, 1.0f);  // residual add (beta 1)
+  kernels_set_threads(row_threads);
   rmsnorm_forward(ln_.data(), rstd_.data(), x_.data(), w_ + o.ln2, n, C, eps);
+  kernels_set_threads(threads_);
   linear(gu_.data(), ln_.data(), w_ + o.wgu, n, C, 2 * H, 0.0f);
+  kernels_set_threads(row_threads);
   swiglu_forward(sw_.data(), gu_.data(), n, H);
+  kernels_set_threads(threads_);
   linear(x_.data(), sw_.data(), w_ + o.wdown, n, H, C, 1.0f);
 }
 
@@ -151,14 +164,18 @@ Status InferenceSession::prefill(const int32_t* ids, int n, float* logits_out) {
   for (int done = 0; done < n;) {
     const int m = std::min(rows_, n - done);
     for (int i = 0; i < m; i++) posbuf_[i] = pos_ + i;
+    kernels_set_threads(m < kWideRows ? 1 : threads_);
     embedding_forward(x_.data(), ids + done, w_ + layout_.wte, m, C, V);
+    kernels_set_threads(threads_);
     for (int l = 0; l < c.n_layers; l++) layer(l, m);
     pos_ += m;
     done += m;
     if (done == n && logits_out) {
       // Only the last row needs the final norm and the LM head.
       const float* last = x_.data() + (size_t)(m - 1) * C;
+      kernels_set_threads(1);
       rmsnorm_forward(ln_.data(), rstd_.data(), last, w_ + layout_.lnf, 1, C, (float)c.norm_eps);
+      kernels_set_threads(threads_);
       linear(logits_out, ln_.data(), w_ + layout_.lm_head, 1, C, V, 0.0f);
     }
   }
