@@ -61,7 +61,7 @@ std::vector<json> metrics(const fs::path& run_dir) {
   std::string line;
   while (std::getline(in, line)) {
     json j = json::parse(line);
-    for (const char* k : {"tokens_per_s", "mfu", "step_ms", "data_wait_ms", "fetch_ms"}) j.erase(k);
+    for (const char* k : {"tokens_per_s", "mfu", "step_ms", "data_wait_ms", "fetch_ms", "ckpt_stall_ms", "ckpt_write_mb_s"}) j.erase(k);
     out.push_back(j);
   }
   return out;

@@ -113,7 +113,7 @@ save_every = 0
   }
   // The fields that must be identical between identical runs (everything but timing).
   static json deterministic(json j) {
-    for (const char* k : {"tokens_per_s", "mfu", "step_ms", "data_wait_ms", "fetch_ms"}) j.erase(k);
+    for (const char* k : {"tokens_per_s", "mfu", "step_ms", "data_wait_ms", "fetch_ms", "ckpt_stall_ms", "ckpt_write_mb_s"}) j.erase(k);
     return j;
   }
 

@@ -26,10 +26,10 @@ Status train_config_read(const toml::table& root, TrainConfig& c) {
   std::vector<std::string> errors;
   for (const auto& [k, v] : root) {
     std::string key(k.str());
-    static const std::set<std::string> mine = {"model", "data", "train", "optim", "eval", "ckpt"};
+    static const std::set<std::string> mine = {"model", "data", "train", "optim", "eval", "ckpt", "health"};
     if (!mine.count(key) && !kOtherStages.count(key))
       errors.push_back(fmt::format("[{}]: unknown section; `smelt train` reads [model], [data], [train], [optim], "
-                                   "[eval] and [ckpt]", key));
+                                   "[eval], [ckpt] and [health]", key));
   }
   toml::table resolved;
   if (Status s = model_config_read(root, c.model); !s) errors.push_back(s.message());
@@ -96,8 +96,13 @@ Status train_config_read(const toml::table& root, TrainConfig& c) {
   k.get("keep_last", c.ckpt.keep_last);
   k.get("keep_every", c.ckpt.keep_every);
   k.get("save_at_end", c.ckpt.save_at_end);
+  k.get("async", c.ckpt.async);
+  k.get("on_error", c.ckpt.on_error);
   collect(k, errors);
   config_insert(resolved, "ckpt", k.resolved());
+  if (c.ckpt.on_error != "stop" && c.ckpt.on_error != "continue")
+    errors.push_back(fmt::format("[ckpt] on_error = \"{}\": allowed are \"stop\" and \"continue\"", c.ckpt.on_error));
+  health_config_read(root, c.health, resolved, errors);
 
   if (!errors.empty()) {
     std::string m = errors[0];

@@ -1,4 +1,4 @@
-// The run configuration of `smelt train`: [model], [data], [train], [optim], [eval] and [ckpt]
+// The run configuration of `smelt train`: [model], [data], [train], [optim], [eval], [ckpt], [health]
 // read from TOML (+ --set overrides and the plain flags) into typed structs, validated before any
 // work starts, and written back fully resolved into the run folder and every checkpoint.
 // Not the loop (trainer.hpp).
@@ -12,6 +12,7 @@
 #include "smelt/dataset/loader.hpp"
 #include "smelt/model/config.hpp"
 #include "smelt/model/model.hpp"
+#include "smelt/train/health.hpp"
 #include "smelt/train/schedule.hpp"
 
 namespace smelt {
@@ -43,6 +44,8 @@ struct CkptOptions {             // [ckpt]
   int keep_last = 3;             // retention: the newest K
   int64_t keep_every = 0;        //            and every step divisible by M (0: none)
   bool save_at_end = true;
+  bool async = true;             // the step pays for a copy into a staging buffer; a thread writes
+  std::string on_error = "stop"; // a failed save (disk full, ...): "stop" the run or "continue"
 };
 
 struct TrainConfig {
@@ -53,6 +56,7 @@ struct TrainConfig {
   LrSchedule schedule;
   EvalOptions eval;
   CkptOptions ckpt;
+  HealthConfig health;
   bool resume = false;           // --resume (not a TOML key)
   toml::table resolved;          // every key with its final value
 };

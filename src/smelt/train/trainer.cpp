@@ -18,6 +18,7 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "smelt/ckpt/async_writer.hpp"
 #include "smelt/ckpt/checkpoint.hpp"
 #include "smelt/common/config.hpp"
 #include "smelt/common/files.hpp"
@@ -170,6 +171,7 @@ Status evaluate(Model& m, const LoaderConfig& base, const std::string& sources, 
     const Batch& b = loader.next();
     float loss = 0;
     if (Status s = m.forward(b, loss); !s) return s;
+    r.entropy += m.prediction_entropy(128);
     const float* losses = m.token_losses();
     const int N = b.B * b.T;
     for (int n = 0; n < N && r.tokens < limit; n++)
@@ -181,6 +183,7 @@ Status evaluate(Model& m, const LoaderConfig& base, const std::string& sources, 
   }
   if (r.tokens == 0) return Status::error(fmt::format("[eval] {}: no tokens to evaluate", sources));
   r.loss = sum / (double)r.tokens;
+  r.entropy /= r.batches;
   r.perplexity = std::exp(r.loss);
   return Status::ok();
 }
@@ -195,8 +198,11 @@ class Trainer {
  private:
   Status setup();
   Status resume_from_checkpoint();
-  Status save(int64_t step, const char* why);
+  Status save(int64_t step, const char* why, ojson* line);
   Status eval_now(int64_t step, ojson* line);
+  Status rollback(int64_t step);
+  void event(ojson e);
+  Status load_checkpoint_weights(const std::string& dir, const CkptManifest& m);
   void status_line(int64_t step, double loss, double tok_s, double mfu, double wait_ms, bool final);
   json state_json() const;
 
@@ -218,6 +224,14 @@ class Trainer {
   double last_status_s_ = 0, run_start_s_ = 0;
   double sum_step_ms_ = 0, sum_wait_ms_ = 0;
   uint64_t tokens_this_run_ = 0;
+  // checkpoints
+  std::unique_ptr<CkptWriter> writer_;
+  int64_t saves_failed_ = 0;
+  // health
+  SpikeDetector spike_{HealthConfig{}};
+  int64_t nonfinite_skipped_ = 0, rollbacks_ = 0, lr_restarts_ = 0;
+  int low_entropy_evals_ = 0;
+  Batch injected_;  // fault injection only
 };
 
 Status Trainer::setup() {
@@ -267,6 +281,11 @@ json Trainer::state_json() const {
   s["last_loss"] = std::isfinite(last_loss_) ? json(last_loss_) : json(nullptr);
   s["eval_first"] = eval_first_;
   s["eval_last"] = eval_last_;
+  s["health"] = {{"spike", spike_.to_json()},
+                 {"nonfinite_skipped", nonfinite_skipped_},
+                 {"rollbacks", rollbacks_},
+                 {"lr_restarts", lr_restarts_},
+                 {"low_entropy_evals", low_entropy_evals_}};
   return s;
 }
 
@@ -294,23 +313,25 @@ Status Trainer::resume_from_checkpoint() {
       config_to_string(toml::table{{"model", model_config_to_toml(c_.model)}}))
     return Status::error(fmt::format("{}: the checkpoint's [model] differs from this run's; resume with the same "
                                      "[model] section (stored in {}/config.toml)", dir, dir));
-  const ParamLayout& lay = model_.layout();
-  for (const auto& t : lay.tensors) {
-    if (Status s = ckpt_load_tensor(dir, m, t.name, model_.params() + t.offset, t.size()); !s) return s;
-    if (Status s = ckpt_load_tensor(dir, m, "optim.m." + t.name, model_.adam_m() + t.offset, t.size()); !s) return s;
-    if (Status s = ckpt_load_tensor(dir, m, "optim.v." + t.name, model_.adam_v() + t.offset, t.size()); !s) return s;
-  }
+  if (Status s = load_checkpoint_weights(dir, m); !s) return s;
   const json& st = m.state;
   try {
     step_ = st.at("step").get<int64_t>();
     tokens_ = st.at("tokens").get<uint64_t>();
-    model_.set_step(st.at("optimizer_step").get<int64_t>());
     prev_grad_norm_ = st.at("prev_grad_norm").get<double>();
     if (!st.at("first_loss").is_null()) first_loss_ = st["first_loss"].get<double>();
     if (!st.at("last_loss").is_null()) last_loss_ = st["last_loss"].get<double>();
     eval_first_ = st.value("eval_first", -1.0);
     eval_last_ = st.value("eval_last", -1.0);
     c_.schedule.restart_step = st.at("schedule").value("restart_step", (int64_t)-1);
+    if (st.contains("health")) {
+      const json& h = st["health"];
+      spike_.from_json(h.value("spike", json::object()));
+      nonfinite_skipped_ = h.value("nonfinite_skipped", (int64_t)0);
+      rollbacks_ = h.value("rollbacks", (int64_t)0);
+      lr_restarts_ = h.value("lr_restarts", (int64_t)0);
+      low_entropy_evals_ = h.value("low_entropy_evals", 0);
+    }
     if (Status s = LoaderPosition::from_json(st.at("loader"), loader_pos_); !s)
       return Status::error(fmt::format("{}: loader position: {}", dir, s.message()));
   } catch (const std::exception& e) {
@@ -323,7 +344,26 @@ Status Trainer::resume_from_checkpoint() {
   return truncate_metrics(metrics_path_, step_);
 }
 
-Status Trainer::save(int64_t step, const char* why) {
+Status Trainer::load_checkpoint_weights(const std::string& dir, const CkptManifest& m) {
+  const ParamLayout& lay = model_.layout();
+  for (const auto& t : lay.tensors) {
+    if (Status s = ckpt_load_tensor(dir, m, t.name, model_.params() + t.offset, t.size()); !s) return s;
+    if (Status s = ckpt_load_tensor(dir, m, "optim.m." + t.name, model_.adam_m() + t.offset, t.size()); !s) return s;
+    if (Status s = ckpt_load_tensor(dir, m, "optim.v." + t.name, model_.adam_v() + t.offset, t.size()); !s) return s;
+  }
+  try {
+    model_.set_step(m.state.at("optimizer_step").get<int64_t>());
+  } catch (const std::exception& e) {
+    return Status::error(fmt::format("{}/manifest.json: trainer state: {}", dir, e.what()));
+  }
+  return Status::ok();
+}
+
+void Trainer::event(ojson e) {
+  metrics_ << e.dump() << "\n" << std::flush;
+}
+
+Status Trainer::save(int64_t step, const char* why, ojson* line) {
   CkptSaveRequest r;
   r.step = step;
   r.config_toml = config_text_;
@@ -333,11 +373,42 @@ Status Trainer::save(int64_t step, const char* why) {
   for (const auto& t : lay.tensors) r.tensors.push_back({t.name, shape_of(t), model_.params() + t.offset});
   for (const auto& t : lay.tensors) r.tensors.push_back({"optim.m." + t.name, shape_of(t), model_.adam_m() + t.offset});
   for (const auto& t : lay.tensors) r.tensors.push_back({"optim.v." + t.name, shape_of(t), model_.adam_v() + t.offset});
-  CkptSaveStats st;
-  if (Status s = ckpt_save(run_dir_, r, &st); !s) return Status::error(fmt::format("checkpoint at step {}: {}", step, s.message()));
-  last_ckpt_ = st.dir;
-  spdlog::info("checkpoint ({}) {}: {:.1f} MB in {:.0f} ms ({:.0f} MB/s)", why, st.dir, st.bytes / 1e6, st.stall_ms,
-               st.write_mb_s);
+  Status saved;
+  double stall_ms = 0;
+  if (c_.ckpt.async) {
+    if (!writer_) writer_ = std::make_unique<CkptWriter>(run_dir_, threads_);
+    const double t0 = now_s();
+    saved = writer_->submit(r);  // also reports a failure of the previous background save
+    stall_ms = (now_s() - t0) * 1e3;
+    if (saved) {
+      last_ckpt_ = ckpt_step_dir(run_dir_, step);
+      const CkptSaveStats ls = writer_->last_stats();
+      spdlog::info("checkpoint ({}) step {} handed to the writer in {:.1f} ms{}", why, step, stall_ms,
+                   ls.bytes > 0 ? fmt::format("; the last one wrote {:.1f} MB at {:.0f} MB/s", ls.bytes / 1e6, ls.write_mb_s)
+                                : std::string());
+      if (line && ls.bytes > 0) (*line)["ckpt_write_mb_s"] = ls.write_mb_s;
+    }
+  } else {
+    CkptSaveStats st;
+    const double t0 = now_s();
+    saved = ckpt_save(run_dir_, r, &st);
+    stall_ms = (now_s() - t0) * 1e3;
+    if (saved) {
+      last_ckpt_ = st.dir;
+      spdlog::info("checkpoint ({}) {}: {:.1f} MB in {:.0f} ms ({:.0f} MB/s)", why, st.dir, st.bytes / 1e6, stall_ms,
+                   st.write_mb_s);
+      if (line) (*line)["ckpt_write_mb_s"] = st.write_mb_s;
+    }
+  }
+  if (line) (*line)["ckpt_stall_ms"] = stall_ms;
+  if (!saved) {
+    saves_failed_++;
+    Status e = Status::error(fmt::format("checkpoint at step {}: {}", step, saved.message()));
+    if (c_.ckpt.on_error == "stop") return e;
+    spdlog::warn("{}; training continues ([ckpt] on_error = \"continue\"), the previous checkpoint is kept", e.message());
+    event({{"step", step}, {"event", "checkpoint_failed"}, {"error", saved.message()}});
+    return Status::ok();
+  }
   std::vector<std::string> removed;
   if (Status s = ckpt_retain(run_dir_, c_.ckpt.keep_last, c_.ckpt.keep_every, &removed); !s)
     spdlog::warn("checkpoint retention: {}", s.message());
@@ -355,8 +426,61 @@ Status Trainer::eval_now(int64_t step, ojson* line) {
     (*line)["eval_ppl"] = r.perplexity;
     (*line)["eval_tokens"] = r.tokens;
   }
-  spdlog::info("eval at step {}: loss {:.4f}, perplexity {:.2f} over {} tokens ({:.1f} s)", step, r.loss,
-               r.perplexity, r.tokens, now_s() - t0);
+  if (line) (*line)["eval_entropy"] = r.entropy;
+  spdlog::info("eval at step {}: loss {:.4f}, perplexity {:.2f}, token entropy {:.3f} over {} tokens ({:.1f} s)", step,
+               r.loss, r.perplexity, r.entropy, r.tokens, now_s() - t0);
+  const HealthConfig& h = c_.health;
+  if (h.entropy_floor > 0 && step > 0) {
+    low_entropy_evals_ = r.entropy < h.entropy_floor ? low_entropy_evals_ + 1 : 0;
+    if (low_entropy_evals_ >= h.entropy_evals) {
+      c_.schedule.restart_step = step;
+      c_.schedule.restart_scale = h.lr_restart_scale;
+      lr_restarts_++;
+      low_entropy_evals_ = 0;
+      spdlog::warn("token entropy {:.3f} < {} for {} evaluations: the LR schedule restarts at step {} from {:.3g}",
+                   r.entropy, h.entropy_floor, h.entropy_evals, step, c_.schedule.lr * h.lr_restart_scale);
+      event({{"step", step}, {"event", "lr_restart"}, {"eval_entropy", r.entropy}, {"peak_lr", c_.schedule.lr * h.lr_restart_scale}});
+    }
+  }
+  return Status::ok();
+}
+
+Status Trainer::rollback(int64_t step) {
+  if (writer_) {
+    if (Status s = writer_->wait(); !s) spdlog::warn("checkpoint writer: {}", s.message());
+  }
+  std::string dir;
+  std::vector<std::string> warnings;
+  Status found = ckpt_find_latest(run_dir_, dir, &warnings);
+  for (const auto& w : warnings) spdlog::warn("{}", w);
+  if (!found) {
+    spdlog::warn("step {}: {} loss spikes in a row but no checkpoint to roll back to; training continues", step,
+                 c_.health.spike_repeats);
+    event({{"step", step}, {"event", "spike_no_checkpoint"}});
+    return Status::ok();
+  }
+  CkptManifest m;
+  if (Status s = ckpt_read_manifest(dir, m); !s) return s;
+  if (Status s = load_checkpoint_weights(dir, m); !s) return s;
+  // The data since that checkpoint is skipped: the loader keeps its position, and the window's
+  // documents go to quarantine.jsonl.
+  LoaderPosition from;
+  if (Status s = LoaderPosition::from_json(m.state.at("loader"), from); !s) return s;
+  std::vector<DataSource> sources;
+  if (!feed_.streaming) sources = feed_.shards.sources();
+  json q = quarantine_window(sources, c_.data.seed, c_.data.shuffle, from, loader_pos_, m.step, step);
+  q["rolled_back_to"] = dir;
+  {
+    std::ofstream out((fs::path(run_dir_) / "quarantine.jsonl").string(), std::ios::app);
+    out << q.dump() << "\n";
+    if (!out) return Status::error(fmt::format("{}/quarantine.jsonl: cannot write", run_dir_));
+  }
+  rollbacks_++;
+  spike_.reset_run();
+  spdlog::warn("step {}: {} loss spikes in a row; rolled back to {} and skipped the data of steps {}-{} ({} documents "
+               "quarantined in {}/quarantine.jsonl)", step, c_.health.spike_repeats, dir, m.step + 1, step,
+               q["documents"].size(), run_dir_);
+  event({{"step", step}, {"event", "rollback"}, {"to", dir}, {"to_step", m.step}, {"documents", q["documents"].size()}});
   return Status::ok();
 }
 
@@ -424,8 +548,17 @@ Status Trainer::run(TrainSummary& out) {
     std::fill(src_n.begin(), src_n.end(), 0.0);
     int T_step = T_;
     for (int micro = 0; micro < c_.train.grad_accum; micro++) {
-      const Batch& b = feed_.next();
+      const Batch* bp = &feed_.next();
       wait_ms += feed_.last_wait_ms();
+      if (std::find(c_.health.inject_bad_data_steps.begin(), c_.health.inject_bad_data_steps.end(), step_ + 1) !=
+          c_.health.inject_bad_data_steps.end()) {
+        // Fault injection: targets scrambled, as a corrupt shard would give.
+        injected_ = *bp;
+        for (auto& t : injected_.targets)
+          if (t >= 0) t = (int32_t)(((int64_t)t * 7919 + 13) % c_.model.vocab_size);
+        bp = &injected_;
+      }
+      const Batch& b = *bp;
       float loss = 0;
       if (Status s = model_.forward(b, loss); !s)
         return Status::error(fmt::format("step {}: {}", step_ + 1, s.message()));
@@ -443,9 +576,21 @@ Status Trainer::run(TrainSummary& out) {
       model_.backward(b.target_tokens ? 1.0f / ((float)b.target_tokens * c_.train.grad_accum) : 0.0f);
     }
     const double loss = loss_sum / c_.train.grad_accum;
-    AdamWConfig h = c_.optim;
-    h.lr = (float)lr;
-    const double grad_norm = model_.optimizer_step(h);
+    const HealthConfig& hc = c_.health;
+    if (std::find(hc.inject_nan_steps.begin(), hc.inject_nan_steps.end(), step_ + 1) != hc.inject_nan_steps.end())
+      model_.grads()[model_.layout().total / 2] = NAN;  // fault injection
+    bool finite = std::isfinite(loss);
+    if (hc.skip_nonfinite && finite) finite = std::isfinite(grad_norm_squared(model_.grads(), model_.layout().total));
+    double grad_norm = NAN;
+    if (finite || !hc.skip_nonfinite) {
+      AdamWConfig h = c_.optim;
+      h.lr = (float)lr;
+      grad_norm = model_.optimizer_step(h);
+    } else {
+      nonfinite_skipped_++;
+      spdlog::warn("step {}: non-finite loss or gradient; the update was skipped ({} so far)", step_ + 1,
+                   nonfinite_skipped_);
+    }
     loader_pos_ = feed_.position();
     step_++;
     tokens_ += step_tokens;
@@ -461,10 +606,15 @@ Status Trainer::run(TrainSummary& out) {
 
     ojson line;
     line["step"] = step_;
-    line["loss"] = loss;
+    line["loss"] = std::isfinite(loss) ? json(loss) : json(nullptr);
     line["lr"] = lr;
-    line["grad_norm"] = grad_norm;
-    line["grad_norm_ratio"] = prev_grad_norm_ > 0 ? grad_norm / prev_grad_norm_ : 1.0;
+    if (std::isfinite(grad_norm)) {
+      line["grad_norm"] = grad_norm;
+      line["grad_norm_ratio"] = prev_grad_norm_ > 0 ? grad_norm / prev_grad_norm_ : 1.0;
+    } else {
+      line["grad_norm"] = nullptr;
+      line["skipped"] = "nonfinite";
+    }
     line["tokens"] = tokens_;
     line["token_entropy"] = entropy / c_.train.grad_accum;
     if (sparsity >= 0) line["attn_sparsity"] = sparsity;
@@ -479,19 +629,32 @@ Status Trainer::run(TrainSummary& out) {
     line["data_wait_ms"] = wait_ms;
     const auto lat = feed_.latency().stats();
     line["fetch_ms"] = {{"p50", lat.p50}, {"p95", lat.p95}, {"p99", lat.p99}};
-    prev_grad_norm_ = grad_norm;
+    if (std::isfinite(grad_norm)) prev_grad_norm_ = grad_norm;
 
     const bool last = done();
     // A signal adds nothing to the metrics (a resumed run's file equals an uninterrupted run's).
     if (evaluating && ((c_.eval.every > 0 && step_ % c_.eval.every == 0) || last)) {
       if (Status s = eval_now(step_, &line); !s) return s;
     }
+    const bool spike = finite && spike_.observe(step_, loss);
+    if (spike) line["loss_spike"] = spike_.consecutive();
+    const bool roll = spike && spike_.consecutive() >= hc.spike_repeats;
+    // No periodic checkpoint in the middle of a spike run: it could become the rollback target.
+    const bool periodic = c_.ckpt.save_every > 0 && step_ % c_.ckpt.save_every == 0 && spike_.consecutive() == 0;
+    if (periodic || g_stop || (last && c_.ckpt.save_at_end)) {
+      if (Status s = save(step_, g_stop ? "signal" : periodic ? "periodic" : "end", &line); !s) return s;
+    }
     if (step_ % c_.train.log_every == 0 || last) metrics_ << line.dump() << "\n" << std::flush;
     status_line(step_, loss, tok_s, mfu, wait_ms, false);
-    if (!std::isfinite(loss)) spdlog::warn("step {}: loss is {}", step_, loss);
-    const bool periodic = c_.ckpt.save_every > 0 && step_ % c_.ckpt.save_every == 0;
-    if (periodic || g_stop || (last && c_.ckpt.save_at_end)) {
-      if (Status s = save(step_, g_stop ? "signal" : periodic ? "periodic" : "end"); !s) return s;
+    if (roll)
+      if (Status s = rollback(step_); !s) return s;
+  }
+  if (writer_) {
+    // Every submitted checkpoint is durable before the summary names it.
+    if (Status s = writer_->wait(); !s) {
+      if (c_.ckpt.on_error == "stop") return Status::error("checkpoint: " + s.message());
+      spdlog::warn("checkpoint: {}", s.message());
+      last_ckpt_.clear();
     }
   }
   status_line(step_, last_loss_, last_tok_s, last_mfu, last_wait, true);

@@ -36,6 +36,7 @@ void train_request_stop();
 
 struct EvalResult {
   double loss = 0, perplexity = 0;
+  double entropy = 0;  // mean entropy (nats) of the predictions, 128 sampled rows per batch
   uint64_t tokens = 0;
   int batches = 0;
 };
