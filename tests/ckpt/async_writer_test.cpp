@@ -124,6 +124,25 @@ TEST_F(AsyncWriterTest, QuickSubmitsAllCommitInOrder) {
   EXPECT_EQ(test::read_file(run_ + "/checkpoints/latest"), "step_00000500\n");
 }
 
+TEST_F(AsyncWriterTest, ASynchronousSaveMeanwhileLeavesTheBackgroundOneAlone) {
+  // a synchronous save removes leftover .tmp folders; the one the background thread is writing
+  // right now is not a leftover (a 40 MB state keeps it busy while the foreground save runs)
+  std::vector<float> big(10 << 20, 1.5f);
+  CkptSaveRequest r;
+  r.step = 1;
+  r.config_toml = "[model]\n";
+  r.tensors = {{"big", {static_cast<int64_t>(big.size())}, big.data()}};
+  Data small;
+  fill(small, 2);
+  CkptWriter w(run_);
+  ASSERT_TRUE(w.submit(r).is_ok());
+  ASSERT_TRUE(ckpt_save(run_, small.req).is_ok());
+  Status s = w.wait();
+  ASSERT_TRUE(s.is_ok()) << s.message();
+  EXPECT_TRUE(ckpt_verify(ckpt_step_dir(run_, 1)).is_ok());
+  expect_saved(run_, small);
+}
+
 TEST_F(AsyncWriterTest, BackgroundFailureIsReportedOnTheNextCall) {
   test::write_file(run_, "a file where the run folder should be");
   CkptWriter w(run_);

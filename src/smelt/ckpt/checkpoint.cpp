@@ -13,6 +13,7 @@
 #include <chrono>
 #include <cstring>
 #include <filesystem>
+#include <mutex>
 #include <set>
 
 #include <fmt/format.h>
@@ -118,14 +119,34 @@ Status crc_of_file(const std::string& path, int64_t offset, int64_t bytes, std::
   return Status::ok();
 }
 
+// .tmp folders this process is writing right now (a CkptWriter in the background and a
+// synchronous save in the foreground must not delete each other's work).
+std::mutex g_active_mu;
+std::set<std::string> g_active;
+
+struct ActiveTmp {
+  std::string path;
+  explicit ActiveTmp(std::string p) : path(std::move(p)) {
+    std::lock_guard<std::mutex> lk(g_active_mu);
+    g_active.insert(path);
+  }
+  ~ActiveTmp() {
+    std::lock_guard<std::mutex> lk(g_active_mu);
+    g_active.erase(path);
+  }
+};
+
 // Removes leftovers of interrupted saves, deletions and `latest` updates: step_*.tmp folders
-// (all of them, or all but `keep`) and latest.tmp-* files.
+// (all of them but `keep` and those this process is writing) and latest.tmp-* files of other
+// processes.
 void remove_leftovers(const std::string& root, const std::string& keep) {
   std::error_code ec;
+  std::string own_latest = fmt::format("latest.tmp-{}", getpid());
+  std::lock_guard<std::mutex> lk(g_active_mu);
   for (const auto& e : fs::directory_iterator(root, ec)) {
     std::string n = e.path().filename().string();
-    bool tmp_dir = n.rfind("step_", 0) == 0 && n.size() > 4 && n.ends_with(".tmp");
-    bool tmp_latest = n.rfind("latest.tmp-", 0) == 0;
+    bool tmp_dir = n.rfind("step_", 0) == 0 && n.ends_with(".tmp") && !g_active.count(e.path().string());
+    bool tmp_latest = n.rfind("latest.tmp-", 0) == 0 && n != own_latest;
     if ((tmp_dir && n != keep) || tmp_latest) {
       spdlog::warn("[ckpt] removing {} left by an interrupted save", e.path().string());
       fs::remove_all(e.path(), ec);
@@ -429,6 +450,7 @@ Status ckpt_save(const std::string& run_dir, const CkptSaveRequest& r, CkptSaveS
   std::error_code ec;
   fs::create_directories(root, ec);
   if (ec) return Status::error(fmt::format("{}: cannot create: {}", root, ec.message()));
+  ActiveTmp active(tmp);
   if (r.ranks == 1) {
     remove_leftovers(root, "");
   } else if (r.rank == 0) {
