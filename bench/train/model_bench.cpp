@@ -1,29 +1,52 @@
-// Forward+backward(+AdamW) throughput of the decoder on random tokens: tokens/s per thread count.
-// Usage: model_bench CONFIG.toml [--threads N] [--steps S] [--no-optim]
-// CONFIG has [model] and [bench] batch, seq_len (configs/bench-small.toml). Not a trainer.
+// Forward+backward(+AdamW) throughput of the decoder on random tokens: tokens/s, CPU seconds,
+// MFU against a given sgemm rate, and a per-op time breakdown of Smelt's step.
+// Usage: model_bench CONFIG.toml [--threads N] [--steps S] [--no-optim] [--profile]
+//                    [--sgemm-gflops G]
+// CONFIG has [model] and [bench] batch, seq_len (configs/bench-small.toml). Not a trainer; the
+// side-by-side run with PyTorch and the sgemm ceiling is bench/train/run.
+//
+// FLOPs per token (the PaLM / nanoGPT count, so MFU compares with other reports): 6 x matmul
+// parameters (every linear layer and the LM head, not the embedding or norms) + 12 x L x C x T
+// (attention scores and values, forward and backward, counted as if not causal).
+#include <time.h>
+
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <random>
 #include <string>
+#include <vector>
 
 #include "smelt/common/config.hpp"
 #include "smelt/model/model.hpp"
 
 using namespace smelt;
 
+namespace {
+double cpu_seconds() {
+  timespec ts;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+}  // namespace
+
 int main(int argc, char** argv) {
   if (argc < 2) {
-    std::fprintf(stderr, "usage: model_bench CONFIG.toml [--threads N] [--steps S] [--no-optim]\n");
+    std::fprintf(stderr, "usage: model_bench CONFIG.toml [--threads N] [--steps S] [--no-optim] "
+                         "[--profile] [--sgemm-gflops G]\n");
     return 2;
   }
   int threads = 1, steps = 5;
-  bool optim = true;
+  bool optim = true, profile = false;
+  double sgemm_gflops = 0;
   for (int i = 2; i < argc; i++) {
     if (!std::strcmp(argv[i], "--threads") && i + 1 < argc) threads = std::atoi(argv[++i]);
     else if (!std::strcmp(argv[i], "--steps") && i + 1 < argc) steps = std::atoi(argv[++i]);
     else if (!std::strcmp(argv[i], "--no-optim")) optim = false;
+    else if (!std::strcmp(argv[i], "--profile")) profile = true;
+    else if (!std::strcmp(argv[i], "--sgemm-gflops") && i + 1 < argc) sgemm_gflops = std::atof(argv[++i]);
   }
   toml::table root;
   if (auto s = config_load(argv[1], root); !s) { std::fprintf(stderr, "%s\n", s.message().c_str()); return 1; }
@@ -44,9 +67,22 @@ int main(int argc, char** argv) {
     b.inputs.push_back((int32_t)(g() % c.vocab_size));
     b.targets.push_back((int32_t)(g() % c.vocab_size));
   }
+  // matmul parameters: everything in the layout that is a matrix, except the embedding (a
+  // gather) unless it is tied to the head (then it is the head's matrix)
+  int64_t matmul_params = 0;
+  for (const auto& t : m.layout().tensors)
+    if (t.cols > 1 && (t.name != "model.embed_tokens.weight" || c.tie_embeddings)) matmul_params += t.size();
+  const double flop_per_token = 6.0 * matmul_params + 12.0 * c.n_layers * c.d_model * T;
+  const double flop_per_step = flop_per_token * B * T;
+
   AdamWConfig h;
-  double best = 1e30, total = 0;
+  double best = 1e30, total = 0, cpu_total = 0;
   for (int s = 0; s <= steps; s++) {  // step 0 warms up
+    if (s == 1) {
+      m.set_profiling(profile);
+      m.profile_reset();
+    }
+    double c0 = cpu_seconds();
     auto t0 = std::chrono::steady_clock::now();
     float loss;
     if (auto st = m.forward(b, loss); !st) { std::fprintf(stderr, "%s\n", st.message().c_str()); return 1; }
@@ -54,10 +90,29 @@ int main(int argc, char** argv) {
     m.backward();
     if (optim) m.optimizer_step(h);
     double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    if (s > 0) { best = std::min(best, dt); total += dt; }
-    std::printf("step %d loss %.4f %.3f s\n", s, loss, dt);
+    double dc = cpu_seconds() - c0;
+    if (s > 0) { best = std::min(best, dt); total += dt; cpu_total += dc; }
+    std::printf("step %d loss %.4f %.3f s (cpu %.3f s)\n", s, loss, dt, dc);
+    std::fflush(stdout);
   }
-  std::printf("threads %d batch %dx%d: mean %.0f tokens/s, best %.0f tokens/s (%s)\n", threads, B,
-              T, B * T * steps / total, B * T / best, optim ? "fwd+bwd+adamw" : "fwd+bwd");
+  if (profile) {
+    double sum = 0;
+    for (int i = 0; i < Model::profile_count(); i++) sum += m.profile_seconds(i);
+    std::printf("per-op wall time, mean of %d steps (%.3f s per step timed):\n", steps, sum / steps);
+    for (int i = 0; i < Model::profile_count(); i++)
+      std::printf("  %-22s %8.1f ms  %5.1f%%\n", Model::profile_name(i),
+                  m.profile_seconds(i) / steps * 1e3, 100.0 * m.profile_seconds(i) / sum);
+  }
+  double tps_best = B * T / best, tps_mean = B * T * steps / total;
+  std::printf("flops: %.1f MFLOP per token (6 x %.2f M matmul params + 12 x L x C x T), "
+              "%.1f GFLOP per step\n", flop_per_token * 1e-6, matmul_params * 1e-6,
+              flop_per_step * 1e-9);
+  std::printf("threads %d batch %dx%d: mean %.0f tokens/s, best %.0f tokens/s, cpu %.2f s per "
+              "step (%s)\n", threads, B, T, tps_mean, tps_best, cpu_total / steps,
+              optim ? "fwd+bwd+adamw" : "fwd+bwd");
+  double achieved = flop_per_step / best * 1e-9;
+  std::printf("result smelt threads %d best_tps %.1f mean_tps %.1f cpu_s_per_step %.3f "
+              "gflops %.1f mfu %.3f\n", threads, tps_best, tps_mean, cpu_total / steps, achieved,
+              sgemm_gflops > 0 ? achieved / sgemm_gflops : 0.0);
   return 0;
 }

@@ -2,6 +2,8 @@
 """PyTorch side of bench/train/model_bench: the same decoder (tests/reference/llama_ref.py's
 forward, eager float32) at the same sizes, forward + backward + AdamW on random tokens, tokens/s.
 Usage: /usr/bin/python3 model_bench_torch.py CONFIG.toml [threads] [steps]
+Debian's torch runs its GEMMs on OpenBLAS, whose own thread pool follows OPENBLAS_NUM_THREADS, not
+torch.set_num_threads: bench/train/run sets it, so "1 thread" really is one core.
 """
 import os
 import sys
@@ -47,20 +49,26 @@ def main():
              "targets": torch.randint(0, V, (B, T), generator=g, dtype=torch.int32)}
     c = {"int": [V, C, L, NH, NKV, H, int(tied), B, T], "float": [m.get("rope_theta", 1e4), m.get("norm_eps", 1e-5)]}
     opt = torch.optim.AdamW(list(p.values()), lr=3e-4, betas=(0.9, 0.95), weight_decay=0.1)
-    times = []
+    times, cpu = [], 0.0
     for s in range(steps + 1):
         t0 = time.perf_counter()
+        c0 = time.process_time()
         opt.zero_grad()
         _, loss = llama_ref.forward(p, c, batch)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(list(p.values()), 1.0)
         opt.step()
         dt = time.perf_counter() - t0
-        print("step %d loss %.4f %.3f s" % (s, loss.item(), dt))
+        dc = time.process_time() - c0
+        print("step %d loss %.4f %.3f s (cpu %.3f s)" % (s, loss.item(), dt, dc), flush=True)
         if s > 0:
             times.append(dt)
+            cpu += dc
     print("torch threads %d batch %dx%d: mean %.0f tokens/s, best %.0f tokens/s" %
           (threads, B, T, B * T * len(times) / sum(times), B * T / min(times)))
+    print("result torch threads %d best_tps %.1f mean_tps %.1f cpu_s_per_step %.3f blas_threads %s" %
+          (threads, B * T / min(times), B * T * len(times) / sum(times), cpu / len(times),
+           os.environ.get("OPENBLAS_NUM_THREADS", "default")))
 
 
 if __name__ == "__main__":

@@ -1,14 +1,20 @@
 // BLAS-backed linear layers vs double-accumulated references (1e-5 of the tensor scale): forward
 // with beta 0 and 1 (residual add), dinp overwrite, dweight accumulate; rows and output features
-// not multiples of the 256-row GEMM block; bit-identical for 1 and 2 threads.
+// not multiples of the tile edges, one and two tiles per GEMM; bit-identical for 1 and 2 threads.
+#include <array>
+
 #include "kernel_check.hpp"
 #include "smelt/kernels/kernels.hpp"
 
 using namespace smelt;
 using namespace smelt::test;
 
-TEST(Matmul, MatchesReferenceAndIsThreadInvariant) {
-  const int N = 600, IC = 40, OC = 301;
+class Matmul : public ::testing::TestWithParam<std::array<int, 3>> {};
+
+// {N, IC, OC}: one tile everywhere; then sides >= 1024, cut in two tiles (forward by columns,
+// dinp by rows, dweight by rows), so 2 threads split every GEMM.
+TEST_P(Matmul, MatchesReferenceAndIsThreadInvariant) {
+  const int N = GetParam()[0], IC = GetParam()[1], OC = GetParam()[2];
   auto x = randn((size_t)N * IC, 1), w = randn((size_t)OC * IC, 2), dy = randn((size_t)N * OC, 3);
   std::vector<float> y_t[2], dx_t[2], dw_t[2];
   for (int threads : {1, 2}) {
@@ -36,3 +42,7 @@ TEST(Matmul, MatchesReferenceAndIsThreadInvariant) {
   EXPECT_EQ(dx_t[0], dx_t[1]);
   EXPECT_EQ(dw_t[0], dw_t[1]);
 }
+
+INSTANTIATE_TEST_SUITE_P(Shapes, Matmul,
+                         ::testing::Values(std::array<int, 3>{600, 40, 301},
+                                           std::array<int, 3>{1100, 40, 1030}));

@@ -263,9 +263,10 @@ TEST(Model, OneAndTwoThreadsGiveIdenticalGradients) {
   std::vector<float> grads[2];
   for (int k = 0; k < 2; k++) {
     Model m;
-    // N = 400 rows: two GEMM row blocks, so threads really split the work
-    ASSERT_TRUE(m.init(tiny(2, true, false), 4, 100, k + 1, 5).is_ok());
-    Batch b = make_batch(4, 100, 512, true, true, 11);
+    // N = 1024 rows: the GEMMs over rows are cut in two tiles (kernels/cpu/matmul.cpp), so
+    // threads really split the work; T = 128 is two attention tiles
+    ASSERT_TRUE(m.init(tiny(2, true, false), 8, 128, k + 1, 5).is_ok());
+    Batch b = make_batch(8, 128, 512, true, true, 11);
     float loss;
     ASSERT_TRUE(m.forward(b, loss).is_ok());
     m.zero_grad();

@@ -1,5 +1,5 @@
 // Linear layers through BLAS: out = inp @ weight^T and its two backward GEMMs. OpenBLAS runs
-// single-threaded; the OpenMP team splits the rows (one pool, see docs/model.md "Threads").
+// single-threaded; the OpenMP team takes shape-fixed tiles (one pool, docs/model.md "Threads").
 // Not a GEMM implementation of our own.
 #include <algorithm>
 #include <cstdint>
@@ -19,27 +19,25 @@ void kernels_set_threads(int threads) {
 }
 
 namespace {
-// A GEMM's output is cut into a fixed number of tiles along its longer side, chosen from the
-// shape alone (never from the thread count), one single-threaded sgemm per tile; OpenMP threads
-// take tiles dynamically. BLAS picks its kernel and summation order from the call's shape, so
-// equal shapes give equal bits for any thread count. Fewer, larger tiles re-pack the other operand
-// less often (256-row blocks cost ~6% of the small config's GEMM time in packing; measured with
-// bench/train/sgemm_bench); 4 tiles still let 2 threads balance under load.
-#ifndef SMELT_MATMUL_TILES
-#define SMELT_MATMUL_TILES 4
-#endif
-constexpr int kTiles = SMELT_MATMUL_TILES;
+// A GEMM's output is cut into tiles along its longer side, chosen from the shape alone (never
+// from the thread count), one single-threaded sgemm per tile; OpenMP threads take tiles
+// dynamically. BLAS picks its kernel and summation order from the call's shape, so equal shapes
+// give equal bits for any thread count. Every tile re-packs the whole other operand, so tiles are
+// few and large (bench/train/sgemm_bench, small config, 1 thread: the step's linear layers run at
+// 63 GFLOP/s as 1 tile each, 60 as 2, 56 as 4, 55 as 8): 2 tiles along a side of at least
+// kMinSide, else 1, and 1 for a very deep K (the LM head's dinp, K = V) where 2 lost 25%.
+constexpr int kMinSide = 1024, kDeepK = 8192;
 constexpr int kAlign = 16;  // tile edges on multiples of the sgemm micro-kernel's 16 rows
 
 struct Cut {
   bool rows;  // cut C's rows (else its columns)
   int step, count;
 };
-inline Cut cut(int M, int N) {
+inline Cut cut(int M, int N, int K) {
   Cut c;
   c.rows = M >= N;
-  int len = c.rows ? M : N;
-  c.step = ((len + kTiles - 1) / kTiles + kAlign - 1) / kAlign * kAlign;
+  int len = c.rows ? M : N, parts = len >= kMinSide && K < kDeepK ? 2 : 1;
+  c.step = ((len + parts - 1) / parts + kAlign - 1) / kAlign * kAlign;
   c.count = (len + c.step - 1) / c.step;
   return c;
 }
@@ -61,7 +59,7 @@ inline void gemm_tile(const Cut& c, int k, bool ta, bool tb, int M, int N, int K
 
 void matmul_forward(float* out, const float* inp, const float* weight, int N, int IC, int OC,
                     float beta) {
-  const Cut c = cut(N, OC);
+  const Cut c = cut(N, OC, IC);
 #pragma omp parallel for schedule(dynamic, 1)
   for (int k = 0; k < c.count; k++)
     gemm_tile(c, k, false, true, N, OC, IC, inp, IC, weight, IC, beta, out, OC);
@@ -69,14 +67,20 @@ void matmul_forward(float* out, const float* inp, const float* weight, int N, in
 
 void matmul_backward(float* dinp, float* dweight, const float* dout, const float* inp,
                      const float* weight, int N, int IC, int OC) {
-  // dinp (N,IC) = dout (N,OC) @ weight (OC,IC); dweight (OC,IC) += dout^T @ inp: one task list,
-  // dinp tiles first, so threads balance across both GEMMs.
-  const Cut ci = cut(N, IC), cw = cut(OC, IC);
-  const int ni = dinp ? ci.count : 0;
+  // dweight (OC,IC) += dout^T @ inp and dinp (N,IC) = dout (N,OC) @ weight (OC,IC): one task
+  // list, largest tiles first, so 2 threads balance across both GEMMs (a 1-tile GEMM against
+  // the other's 2 half tiles). Tiles write disjoint outputs: the order never changes the bits.
+  const Cut cw = cut(OC, IC, N), ci = cut(N, IC, OC);
+  const int nw = cw.count, ni = dinp ? ci.count : 0, nt = nw + ni;
+  const double fw = 1.0 / nw, fi = 1.0 / (ni ? ni : 1);  // work per tile: both GEMMs are N*IC*OC
+  int order[8];
+  for (int k = 0; k < nt; k++) order[k] = k;  // nt <= 4
+  std::stable_sort(order, order + nt, [&](int a, int b) { return (a < nw ? fw : fi) > (b < nw ? fw : fi); });
 #pragma omp parallel for schedule(dynamic, 1)
-  for (int k = 0; k < ni + cw.count; k++) {
-    if (k < ni) gemm_tile(ci, k, false, false, N, IC, OC, dout, OC, weight, IC, 0.0f, dinp, IC);
-    else gemm_tile(cw, k - ni, true, false, OC, IC, N, dout, OC, inp, IC, 1.0f, dweight, IC);
+  for (int t = 0; t < nt; t++) {
+    int k = order[t];
+    if (k < nw) gemm_tile(cw, k, true, false, OC, IC, N, dout, OC, inp, IC, 1.0f, dweight, IC);
+    else gemm_tile(ci, k - nw, false, false, N, IC, OC, dout, OC, weight, IC, 0.0f, dinp, IC);
   }
 }
 
