@@ -171,7 +171,7 @@ int main(int argc, char** argv) {
   auto tc = Clock::now();
   compute(threads, iters);
   iters = static_cast<int64_t>(iters * step_ms / std::max(1.0, ms_since(tc)));
-  std::vector<double> alone, with_now, with_def;
+  std::vector<double> alone, with_now, with_def, def_blocked;
   {
     CkptWriter w(run);
     w.reserve(static_cast<int64_t>(state.size()));
@@ -189,10 +189,12 @@ int main(int argc, char** argv) {
         compute(threads, iters);
         w.staged();
         (mode == CkptCopy::kNow ? with_now : with_def).push_back(ms_since(t0));
+        double staged_ms = w.last_staged_wait_ms();
         if (Status s = w.wait(); !s) {
           std::fprintf(stderr, "%s\n", s.message().c_str());
           return 1;
         }
+        if (mode == CkptCopy::kDeferred) def_blocked.push_back(w.last_stats().stall_ms + staged_ms);
         ckpt_retain(run, 1, 0);
       }
     }
@@ -202,6 +204,8 @@ int main(int argc, char** argv) {
   std::printf("busy-core step:    %8.0f ms alone on %d threads; with a save behind it: +%.0f ms (submit kNow, %.0f%% of "
               "sync), +%.0f ms (kDeferred, %.0f%% of sync)\n",
               median(alone), threads, over_now, 100 * over_now / sync_stall, over_def, 100 * over_def / sync_stall);
+  std::printf("deferred submit:   %8.2f ms the caller was blocked (submit + staged()), %.1f%% of sync\n",
+              median(def_blocked), 100 * median(def_blocked) / sync_stall);
   std::printf("stall ratio async/sync: %.1f%% (target <= 10%%); async write rate %.1f%% of ceiling (target >= 80%%)\n",
               100 * async_stall / sync_stall, 100 * median(async_rate) / ceiling);
   fs::remove_all(dir);
