@@ -129,6 +129,12 @@ void export_and_compare(const fs::path& dir, const std::string& tok_path, const 
   ASSERT_TRUE(Tokenizer::load(tok_path, a));
   ASSERT_TRUE(Tokenizer::load((fs::path(out) / "tokenizer.json").string(), b));
   EXPECT_EQ(a.content_hash(), b.content_hash());
+  auto tc = nlohmann::json::parse([&] {
+    std::ifstream f(fs::path(out) / "tokenizer_config.json");
+    return std::string(std::istreambuf_iterator<char>(f), {});
+  }());
+  EXPECT_EQ(tc["tokenizer_class"], "PreTrainedTokenizerFast");
+  EXPECT_EQ(tc["eos_token"], "<|endoftext|>");
 
   // A fixed batch through Smelt and through the independent reader of the export.
   Batch batch;

@@ -82,14 +82,18 @@ Status export_hf(const std::string& step_dir, const std::string& out_dir,
   bool have_tok = fs::exists(tok_src, ec);
   if (!have_tok && !tokenizer_path.empty())
     return Status::error(fmt::format("--tokenizer {}: no such file", tokenizer_path));
-  std::string tok_text;
+  std::string tok_text, eod_text;
   if (have_tok) {
     Tokenizer tok;
     if (Status s = Tokenizer::load(tok_src, tok); !s) return Status::error(fmt::format("{}: {}", tok_src, s.message()));
     if ((int64_t)tok.vocab_size() > c.vocab_size)
       return Status::error(fmt::format("{}: tokenizer vocabulary {} exceeds the model's vocab_size {}", tok_src,
                                        tok.vocab_size(), c.vocab_size));
-    if (auto e = tok.eod_id()) eod = *e;
+    if (auto e = tok.eod_id()) {
+      eod = *e;
+      for (const auto& sp : tok.model().specials)
+        if (sp.id == *e) eod_text = sp.text;
+    }
     tok_text = tok.to_hf_json();
   } else {
     spdlog::warn("{}: no tokenizer.json in the checkpoint and no --tokenizer; exporting the model only", step_dir);
@@ -136,8 +140,16 @@ Status export_hf(const std::string& step_dir, const std::string& out_dir,
                                     export_hf_config(c, eod).dump(2) + "\n");
       !s)
     return s;
-  if (have_tok)
+  if (have_tok) {
     if (Status s = files_write_atomic((fs::path(out_dir) / "tokenizer.json").string(), tok_text); !s) return s;
+    // Without it AutoTokenizer would pick LlamaTokenizerFast from model_type (and prepend a BOS).
+    nlohmann::ordered_json tc = {{"tokenizer_class", "PreTrainedTokenizerFast"},
+                                 {"model_max_length", c.max_seq_len},
+                                 {"clean_up_tokenization_spaces", false}};
+    if (!eod_text.empty()) tc["eos_token"] = tc["bos_token"] = eod_text;
+    if (Status s = files_write_atomic((fs::path(out_dir) / "tokenizer_config.json").string(), tc.dump(2) + "\n"); !s)
+      return s;
+  }
   if (Status s = files_fsync_dir(out_dir); !s) return s;
   if (stats) {
     stats->tensors = (int)layout.tensors.size();

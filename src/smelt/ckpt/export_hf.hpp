@@ -25,7 +25,8 @@ struct HfExportStats {
 // token (eod_id < 0: none).
 nlohmann::ordered_json export_hf_config(const ModelConfig& c, int64_t eod_id);
 
-// step_dir -> out_dir/{model.safetensors, config.json, tokenizer.json}. tokenizer_path: the
+// step_dir -> out_dir/{model.safetensors, config.json, tokenizer.json, tokenizer_config.json
+// (PreTrainedTokenizerFast, the end-of-document token as eos/bos)}. tokenizer_path: the
 // tokenizer to copy ("" = the checkpoint's tokenizer.json; none there: no tokenizer.json, a
 // warning in the log). Each file is written beside its name and renamed into place, so a failure
 // leaves no half-written file where a good one was. A tied head writes no lm_head.weight
