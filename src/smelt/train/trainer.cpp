@@ -237,6 +237,7 @@ class Trainer {
 Status Trainer::setup() {
   threads_ = c_.train.threads > 0 ? c_.train.threads : (int)std::max(1u, std::thread::hardware_concurrency());
   run_dir_ = c_.train.run_dir;
+  spike_ = SpikeDetector(c_.health);
   std::error_code ec;
   fs::create_directories(run_dir_, ec);
   if (ec) return Status::error(fmt::format("{}: cannot create the run folder: {}", run_dir_, ec.message()));
