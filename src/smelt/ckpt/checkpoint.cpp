@@ -380,7 +380,8 @@ Status manifest_from_json(const std::string& path, const nlohmann::json& j, Ckpt
                         t.at("bytes").get<int64_t>(), 0};
       if (!parse_hex32(t.at("crc32c").get<std::string>(), ti.crc32c))
         return bad(fmt::format("tensor {}: bad crc32c", ti.name));
-      if (!files.count(ti.file)) return bad(fmt::format("tensor {}: file {} is not listed", ti.name, ti.file));
+      if (!files.count(ti.file) || !ti.file.ends_with(".safetensors"))
+        return bad(fmt::format("tensor {}: file {} is not a listed .safetensors file", ti.name, ti.file));
       int64_t n = safetensors_numel(ti.shape);
       if (n < 0 || ti.bytes != 4 * n || ti.offset < 0)
         return bad(fmt::format("tensor {}: {} bytes at offset {} do not match an F32 shape", ti.name, ti.bytes,
@@ -448,8 +449,9 @@ Status ckpt_save(const std::string& run_dir, const CkptSaveRequest& r, CkptSaveS
   std::string root = ckpt_root(run_dir);
   std::string tmp = ckpt_step_dir(run_dir, r.step) + ".tmp";
   std::error_code ec;
-  fs::create_directories(root, ec);
+  bool created = fs::create_directories(root, ec);
   if (ec) return Status::error(fmt::format("{}: cannot create: {}", root, ec.message()));
+  if (created) files_fsync_dir(fs::path(root).parent_path().string());  // the new checkpoints/ entry
   ActiveTmp active(tmp);
   if (r.ranks == 1) {
     remove_leftovers(root, "");
