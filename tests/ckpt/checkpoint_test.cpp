@@ -1,8 +1,8 @@
 // Checkpoints: round trip (layout, manifest fields, every tensor, the model through param_layout),
 // damage (a flipped byte in a shard or the manifest, a truncated or deleted shard, a deleted
 // manifest) named by ckpt_verify with find_latest falling back to the previous step, leftover
-// .tmp folders, retention, re-saving a step, the two-rank commit, and a full disk: a 2 MiB tmpfs
-// mounted in a user+mount namespace (`unshare --user --map-root-user --mount`), or where that is
+// .tmp folders, retention, re-saving a step (and a crash in the middle of it), the two-rank
+// commit, and a full disk: a 2 MiB tmpfs mounted in a user+mount namespace (`unshare --user --map-root-user --mount`), or where that is
 // not allowed, a child process with RLIMIT_FSIZE = 2 MiB and SIGXFSZ ignored (the test says which).
 #include <signal.h>
 #include <sys/resource.h>
@@ -280,6 +280,23 @@ TEST_F(CheckpointTest, ResavingAStepReplacesIt) {
   EXPECT_EQ(params, b.params);
   for (const auto& e : fs::directory_iterator(fs::path(run_) / "checkpoints"))
     EXPECT_FALSE(contains(e.path().filename().string(), ".tmp")) << e.path();
+}
+
+TEST_F(CheckpointTest, CrashWhileReSavingAStepKeepsTheOlderCopy) {
+  State a = make_state(1.0f);
+  save(a, 100);
+  // the state a crash between "move the old step_100 aside" and "rename the new one in" leaves
+  std::string d = ckpt_step_dir(run_, 100);
+  fs::rename(d, d + ".old.tmp");
+  fs::create_directories(d + ".tmp");
+  test::write_file(d + ".tmp/rank-00000.safetensors", "half");
+  std::string found;
+  ASSERT_TRUE(ckpt_find_latest(run_, found).is_ok());
+  EXPECT_EQ(found, d);
+  EXPECT_FALSE(fs::exists(d + ".old.tmp"));
+  save(a, 200);  // and the next save clears the half-written one
+  EXPECT_FALSE(fs::exists(d + ".tmp"));
+  EXPECT_TRUE(ckpt_verify(d).is_ok());
 }
 
 TEST_F(CheckpointTest, RetentionKeepsLastEveryMthAndNewestValid) {

@@ -136,10 +136,26 @@ struct ActiveTmp {
   }
 };
 
+// A crash while re-saving a step can leave the older copy moved aside (step_X.old.tmp) and the new
+// one not yet renamed into place: put the older copy back rather than lose it.
+void restore_replaced(const std::string& root) {
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(root, ec)) {
+    std::string n = e.path().filename().string();
+    if (n.rfind("step_", 0) != 0 || !n.ends_with(".old.tmp")) continue;
+    fs::path back = e.path().parent_path() / n.substr(0, n.size() - 8);
+    if (!fs::exists(back, ec) && std::rename(e.path().c_str(), back.c_str()) == 0) {
+      spdlog::warn("[ckpt] restored {} that an interrupted save had moved aside", back.string());
+      files_fsync_dir(root);
+    }
+  }
+}
+
 // Removes leftovers of interrupted saves, deletions and `latest` updates: step_*.tmp folders
 // (all of them but `keep` and those this process is writing) and latest.tmp-* files of other
 // processes.
 void remove_leftovers(const std::string& root, const std::string& keep) {
+  restore_replaced(root);
   std::error_code ec;
   std::string own_latest = fmt::format("latest.tmp-{}", getpid());
   std::lock_guard<std::mutex> lk(g_active_mu);
@@ -587,6 +603,7 @@ std::vector<CkptListEntry> ckpt_list(const std::string& run_dir) {
 }
 
 Status ckpt_find_latest(const std::string& run_dir, std::string& step_dir, std::vector<std::string>* warnings) {
+  restore_replaced(ckpt_root(run_dir));
   for (const auto& d : scan_steps(run_dir)) {
     Status s = ckpt_verify(d.dir);
     if (s) {
