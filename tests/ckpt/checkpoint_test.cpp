@@ -2,8 +2,9 @@
 // damage (a flipped byte in a shard or the manifest, a truncated or deleted shard, a deleted
 // manifest) named by ckpt_verify with find_latest falling back to the previous step, leftover
 // .tmp folders, retention, re-saving a step (and a crash in the middle of it), the two-rank
-// commit, and a full disk: a 2 MiB tmpfs mounted in a user+mount namespace (`unshare --user --map-root-user --mount`), or where that is
-// not allowed, a child process with RLIMIT_FSIZE = 2 MiB and SIGXFSZ ignored (the test says which).
+// commit, and a full disk: a 2 MiB tmpfs mounted in a user+mount namespace (`unshare --user
+// --map-root-user --mount`, used on this machine), or where that is not allowed, a child process
+// with RLIMIT_FSIZE = 2 MiB and SIGXFSZ ignored (the test prints which).
 #include <signal.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
