@@ -255,4 +255,65 @@ max_new_tokens = 12
   EXPECT_NE(r.err.find("allowed: prep, tokenizer"), std::string::npos) << r.err;
 }
 
+// A full disk: the run folder on a 2.6 MB tmpfs (mounted in a user+mount namespace) holds the first
+// checkpoint (1.5 MB) but not a second. With [ckpt] on_error = "stop" the run exits 1 naming the
+// file and ENOSPC; with "continue" it trains to the end and logs the failed saves as events. Either
+// way the first checkpoint stays valid and `latest` names it.
+TEST_F(TrainCmdTest, DiskFullStopsOrContinuesAsConfigured) {
+  if (std::system("unshare --user --map-root-user --mount true 2>/dev/null") != 0)
+    GTEST_SKIP() << "user namespaces are not allowed here (the checkpoint layer's disk-full test covers ENOSPC/EFBIG)";
+  const fs::path mnt = dir_ / "mnt";  // one small tmpfs per run
+  fs::create_directories(mnt / "stop");
+  fs::create_directories(mnt / "cont");
+  const std::string smelt = SMELT_BINARY;
+  auto train = [&](const std::string& run, const std::string& on_error) {
+    return fmt::format("{} train --config {} --data {} --run-dir {}/{} --steps 8 --set ckpt.save_every=2 "
+                       "--set ckpt.keep_last=1 --set ckpt.on_error=\\\"{}\\\" --set model.tie_embeddings=false "
+                       "> {}/{}.log 2>&1; echo {}_rc=$?",
+                       smelt, (dir_ / "run.toml").string(), (dir_ / "train").string(), mnt.string(), run, on_error,
+                       dir_.string(), run, run);
+  };
+  const std::string script = fmt::format(
+      "mount -t tmpfs -o size=2600k tmpfs {m}/stop || exit 3; mount -t tmpfs -o size=2600k tmpfs {m}/cont || exit 3; "
+      "{a}; {b}; "
+      "{s} ckpt verify {m}/stop/checkpoints/step_00000002 > /dev/null 2>&1; echo verify_stop=$?; "
+      "{s} ckpt verify {m}/cont/checkpoints/step_00000002 > /dev/null 2>&1; echo verify_cont=$?; "
+      "cat {m}/stop/checkpoints/latest; echo; cat {m}/cont/checkpoints/latest; echo; "
+      "cp {m}/cont/metrics.jsonl {d}/cont.metrics",
+      fmt::arg("m", mnt.string()), fmt::arg("a", train("stop", "stop")), fmt::arg("b", train("cont", "continue")),
+      fmt::arg("s", smelt), fmt::arg("d", dir_.string()));
+  test::write_file((dir_ / "script.sh").string(), script + "\n");
+  const std::string log = (dir_ / "script.log").string();
+  int st = std::system(("unshare --user --map-root-user --mount sh " + (dir_ / "script.sh").string() + " > " + log +
+                        " 2>&1").c_str());
+  const std::string out = test::read_file(log);
+  ASSERT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << out;
+  EXPECT_NE(out.find("stop_rc=1"), std::string::npos) << out;
+  EXPECT_NE(out.find("cont_rc=0"), std::string::npos) << out;
+  EXPECT_NE(out.find("verify_stop=0"), std::string::npos) << out;
+  EXPECT_NE(out.find("verify_cont=0"), std::string::npos) << out;
+  const size_t first = out.find("step_00000002");  // both `latest` files still name the first checkpoint
+  ASSERT_NE(first, std::string::npos) << out;
+  EXPECT_NE(out.find("step_00000002", first + 1), std::string::npos) << out;
+  const std::string stop_log = test::read_file((dir_ / "stop.log").string());
+  EXPECT_NE(stop_log.find("No space left on device"), std::string::npos) << stop_log;
+  EXPECT_NE(stop_log.find("checkpoint at step"), std::string::npos) << stop_log;
+  // The continuing run trained every step and recorded each failed save.
+  std::istringstream in(test::read_file((dir_ / "cont.metrics").string()));
+  std::string line;
+  int failed = 0, last_step = 0;
+  while (std::getline(in, line)) {
+    json j = json::parse(line);
+    if (j.value("event", "") == "checkpoint_failed") {
+      failed++;
+      EXPECT_NE(j["error"].get<std::string>().find("No space left on device"), std::string::npos) << line;
+    } else if (!j.contains("event")) {
+      last_step = j["step"];
+    }
+  }
+  EXPECT_EQ(last_step, 8);
+  EXPECT_GE(failed, 1);
+}
+
 }  // namespace
+
