@@ -267,8 +267,8 @@ TEST_F(TrainCmdTest, DiskFullStopsOrContinuesAsConfigured) {
   fs::create_directories(mnt / "cont");
   const std::string smelt = SMELT_BINARY;
   auto train = [&](const std::string& run, const std::string& on_error) {
-    return fmt::format("{} train --config {} --data {} --run-dir {}/{} --steps 8 --set ckpt.save_every=2 "
-                       "--set ckpt.keep_last=1 --set ckpt.on_error=\\\"{}\\\" --set model.tie_embeddings=false "
+    return fmt::format("{} train --config {} --data {} --run-dir {}/{} --steps 8 "
+                       "--save-every 2 --set ckpt.keep_last=1 --set ckpt.on_error=\\\"{}\\\" --set model.tie_embeddings=false "
                        "> {}/{}.log 2>&1; echo {}_rc=$?",
                        smelt, (dir_ / "run.toml").string(), (dir_ / "train").string(), mnt.string(), run, on_error,
                        dir_.string(), run, run);

@@ -28,7 +28,7 @@ int cli_train(int argc, char** argv) {
   app.name("smelt train");
   std::string config_path, data, run_dir, log_level = "info";
   std::vector<std::string> sets;
-  int64_t steps = -1;
+  int64_t steps = -1, save_every = -1;
   int threads = -1;
   int64_t seed = -1;
   bool resume = false, print_config = false, dry_run = false, json_out = false;
@@ -40,6 +40,8 @@ int cli_train(int argc, char** argv) {
   app.add_option("--threads", threads, "threads (train.threads; 0 = every core)")->check(CLI::NonNegativeNumber);
   app.add_option("--run-dir", run_dir, "run folder: metrics.jsonl, checkpoints/, config.toml (train.run_dir)");
   app.add_option("--seed", seed, "seed of the weight init and the data order (train.seed and data.seed)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--save-every", save_every, "checkpoint every N steps (ckpt.save_every; 0: at the end and on a signal)")
       ->check(CLI::NonNegativeNumber);
   app.add_flag("--resume", resume, "continue from the newest valid checkpoint in the run folder");
   app.add_flag("--print-config", print_config, "print the resolved configuration and exit");
@@ -61,6 +63,7 @@ int cli_train(int argc, char** argv) {
   if (!data.empty()) sets.push_back("data.sources=\"" + data + "\"");
   if (steps >= 0) sets.push_back(fmt::format("train.steps={}", steps));
   if (threads >= 0) sets.push_back(fmt::format("train.threads={}", threads));
+  if (save_every >= 0) sets.push_back(fmt::format("ckpt.save_every={}", save_every));
   if (!run_dir.empty()) sets.push_back("train.run_dir=\"" + run_dir + "\"");
   if (seed >= 0) {
     sets.push_back(fmt::format("train.seed={}", seed));
