@@ -1,6 +1,7 @@
 // safetensors writer and reader: a file written tensor by tensor is read back by our reader and by
 // an independent numpy reader (tests/reference/safetensors_read.py, written from the format spec)
-// with every value equal; CRC32Cs match the bytes; damaged headers are rejected with their place.
+// with every value equal; CRC32Cs match the bytes, also for files larger than the write buffers;
+// damaged headers are rejected with their place.
 #include <unistd.h>
 
 #include <cmath>
@@ -103,6 +104,41 @@ TEST_F(SafetensorsTest, IndependentNumpyReaderAgrees) {
     std::vector<double> v = t["values"].get<std::vector<double>>();
     ASSERT_EQ(v.size(), data[k].size()) << specs[k].name;
     for (size_t i = 0; i < v.size(); ++i) EXPECT_EQ(v[i], static_cast<double>(data[k][i])) << specs[k].name << "[" << i << "]";
+  }
+}
+
+TEST_F(SafetensorsTest, LargeOddSizedTensorsCrossWriteBufferBoundaries) {
+  // ~21 MB over 8 MiB write buffers: tensors straddle buffers, the last write is padded for
+  // O_DIRECT and the file truncated back to its exact size
+  std::vector<int64_t> sizes = {3000001, 7, 2333333};
+  std::vector<std::vector<float>> data;
+  std::vector<SafetensorsTensor> specs;
+  for (size_t k = 0; k < sizes.size(); ++k) {
+    std::vector<float> v(static_cast<size_t>(sizes[k]));
+    for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<float>((i * 2654435761u + k) % 1000003);
+    data.push_back(std::move(v));
+    SafetensorsTensor t;
+    t.name = "big." + std::to_string(k);
+    t.shape = {sizes[k]};
+    specs.push_back(t);
+  }
+  std::string path = (dir_ / "big.safetensors").string();
+  SafetensorsWriter w;
+  ASSERT_TRUE(w.open(path, specs, {}).is_ok());
+  for (const auto& v : data) ASSERT_TRUE(w.write_next(v.data()).is_ok());
+  ASSERT_TRUE(w.finish().is_ok());
+  std::string bytes = test::read_file(path);
+  ASSERT_EQ(static_cast<int64_t>(bytes.size()), w.file_bytes());
+  EXPECT_EQ(crc32c_update(0, bytes.data(), bytes.size()), w.file_crc32c());
+  SafetensorsReader rd;
+  ASSERT_TRUE(rd.open(path).is_ok());
+  for (size_t k = 0; k < data.size(); ++k) {
+    const SafetensorsTensor* t = rd.find("big." + std::to_string(k));
+    ASSERT_NE(t, nullptr);
+    std::vector<float> back(data[k].size());
+    ASSERT_TRUE(rd.read_at(t->begin, back.data(), t->bytes()).is_ok());
+    EXPECT_TRUE(back == data[k]) << t->name;
+    EXPECT_EQ(crc32c_update(0, back.data(), back.size() * 4), w.tensors()[k].crc32c);
   }
 }
 

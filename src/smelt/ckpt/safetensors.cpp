@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 
 #include <fmt/format.h>
@@ -20,11 +21,10 @@ namespace smelt {
 
 namespace {
 
-// Bytes handed to one write(2): large enough for full disk bandwidth, small enough that the CRC
-// pass and the copy into the page cache both hit the same cache-warm bytes.
-constexpr int64_t kChunk = 4 << 20;
-// Ask the kernel to start writeback every this many bytes so the final fsync has little left.
-constexpr int64_t kWritebackEvery = 64 << 20;
+// Bounce buffer size: one O_DIRECT write each; big enough for full device bandwidth, small enough
+// that the copy and the CRC pass stay in cache.
+constexpr size_t kBounce = 8 << 20;
+constexpr size_t kAlign = 4096;  // O_DIRECT alignment of memory, offsets and lengths
 constexpr int64_t kMaxHeader = 100 << 20;
 
 int dtype_size(const std::string& d) {
@@ -48,17 +48,28 @@ int64_t safetensors_numel(const std::vector<int64_t>& shape) {
 }
 
 SafetensorsWriter::~SafetensorsWriter() {
+  close_file();
+  std::free(bounce_[0]);
+  std::free(bounce_[1]);
+}
+
+void SafetensorsWriter::close_file() {
+  if (io_.joinable()) io_.join();
   if (fd_ >= 0) ::close(fd_);
+  fd_ = -1;
 }
 
 Status SafetensorsWriter::open(const std::string& path, const std::vector<SafetensorsTensor>& tensors,
                                const std::map<std::string, std::string>& metadata) {
-  if (fd_ >= 0) ::close(fd_);
+  close_file();
   path_ = path;
   tensors_ = tensors;
   next_ = 0;
-  pos_ = synced_ = 0;
+  pos_ = flushed_ = 0;
+  fill_ = 0;
+  cur_ = 0;
   file_crc_ = 0;
+  io_status_ = Status::ok();
   nlohmann::ordered_json h = nlohmann::ordered_json::object();
   if (!metadata.empty()) {
     auto& m = h["__metadata__"] = nlohmann::ordered_json::object();
@@ -84,7 +95,12 @@ Status SafetensorsWriter::open(const std::string& path, const std::vector<Safete
   int64_t data_start = 8 + static_cast<int64_t>(js.size());
   for (auto& t : tensors_) t.begin += data_start, t.end += data_start;
 
-  fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  for (char*& b : bounce_)
+    if (!b && !(b = static_cast<char*>(std::aligned_alloc(kAlign, kBounce))))
+      return Status::error(fmt::format("{}: cannot allocate {} MiB of write buffers", path, 2 * kBounce >> 20));
+  fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_DIRECT, 0644);
+  direct_ = fd_ >= 0;
+  if (fd_ < 0 && errno == EINVAL) fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd_ < 0) return Status::error(fmt::format("{}: cannot create: {}", path, std::strerror(errno)));
   uint64_t n = js.size();
   uint8_t len[8];
@@ -96,28 +112,64 @@ Status SafetensorsWriter::open(const std::string& path, const std::vector<Safete
 Status SafetensorsWriter::write_bytes(const void* data, int64_t n, uint32_t* tensor_crc) {
   const char* p = static_cast<const char*>(data);
   while (n > 0) {
-    int64_t c = std::min(n, kChunk);
-    // one CRC pass per chunk; the tensor's and the file's running CRCs are extended by combining
-    uint32_t cc = crc32c_update(0, p, static_cast<size_t>(c));
-    if (tensor_crc) *tensor_crc = crc32c_combine(*tensor_crc, cc, static_cast<uint64_t>(c));
-    file_crc_ = crc32c_combine(file_crc_, cc, static_cast<uint64_t>(c));
-    int64_t done = 0;
-    while (done < c) {
-      ssize_t w = ::write(fd_, p + done, static_cast<size_t>(c - done));
-      if (w < 0 && errno == EINTR) continue;
-      if (w <= 0)
-        return Status::error(fmt::format("{}: write failed at byte {}: {}", path_, pos_ + done,
-                                         w < 0 ? std::strerror(errno) : "wrote nothing"));
-      done += w;
-    }
+    size_t c = std::min(static_cast<size_t>(n), kBounce - fill_);
+    char* dst = bounce_[cur_] + fill_;
+    std::memcpy(dst, p, c);
+    // one CRC pass over the copy while it is in cache; the tensor's and the file's running CRCs
+    // are extended by combining
+    uint32_t cc = crc32c_update(0, dst, c);
+    if (tensor_crc) *tensor_crc = crc32c_combine(*tensor_crc, cc, c);
+    file_crc_ = crc32c_combine(file_crc_, cc, c);
+    fill_ += c;
     p += c;
-    n -= c;
-    pos_ += c;
-    if (pos_ - synced_ >= kWritebackEvery) {
-      ::sync_file_range(fd_, synced_, pos_ - synced_, SYNC_FILE_RANGE_WRITE);  // a hint; fsync decides
-      synced_ = pos_;
-    }
+    n -= static_cast<int64_t>(c);
+    pos_ += static_cast<int64_t>(c);
+    if (fill_ == kBounce)
+      if (Status s = flush(false); !s) return s;
   }
+  return Status::ok();
+}
+
+Status SafetensorsWriter::join_io() {
+  if (io_.joinable()) io_.join();
+  return io_status_;
+}
+
+// Hands the current bounce buffer to the io thread (after the previous write finished) and
+// switches to the other one. The last, partial buffer is zero-padded to the O_DIRECT alignment;
+// finish() truncates the file back to its size.
+Status SafetensorsWriter::flush(bool last) {
+  if (Status s = join_io(); !s) return s;
+  if (fill_ == 0) return Status::ok();
+  size_t len = fill_;
+  if (last && direct_ && len % kAlign) {
+    size_t padded = (len + kAlign - 1) / kAlign * kAlign;
+    std::memset(bounce_[cur_] + len, 0, padded - len);
+    len = padded;
+  }
+  const char* buf = bounce_[cur_];
+  int64_t off = flushed_;
+  io_ = std::thread([this, buf, len, off] {
+    size_t done = 0;
+    while (done < len) {
+      ssize_t w = ::pwrite(fd_, buf + done, len - done, off + static_cast<int64_t>(done));
+      if (w < 0 && errno == EINTR) continue;
+      if (w < 0 && errno == EINVAL && direct_) {  // the filesystem refused O_DIRECT after all
+        ::fcntl(fd_, F_SETFL, ::fcntl(fd_, F_GETFL) & ~O_DIRECT);
+        direct_ = false;
+        continue;
+      }
+      if (w <= 0) {
+        io_status_ = Status::error(fmt::format("{}: write failed at byte {}: {}", path_, off + static_cast<int64_t>(done),
+                                               w < 0 ? std::strerror(errno) : "wrote nothing"));
+        return;
+      }
+      done += static_cast<size_t>(w);
+    }
+  });
+  flushed_ += static_cast<int64_t>(fill_);
+  fill_ = 0;
+  cur_ ^= 1;
   return Status::ok();
 }
 
@@ -133,13 +185,14 @@ Status SafetensorsWriter::finish() {
   if (fd_ < 0) return Status::error(fmt::format("{}: not open", path_));
   if (next_ != tensors_.size())
     return Status::error(fmt::format("{}: {} of {} tensors written", path_, next_, tensors_.size()));
-  int rc = ::fsync(fd_);
-  int err = errno;
-  rc |= ::close(fd_);
-  if (rc != 0 && err == 0) err = errno;
+  Status s = flush(true);
+  if (s) s = join_io();
+  if (s && ::ftruncate(fd_, pos_) != 0)  // drop the O_DIRECT padding
+    s = Status::error(fmt::format("{}: truncate to {} bytes failed: {}", path_, pos_, std::strerror(errno)));
+  if (s && ::fsync(fd_) != 0) s = Status::error(fmt::format("{}: fsync failed: {}", path_, std::strerror(errno)));
+  if (::close(fd_) != 0 && s) s = Status::error(fmt::format("{}: close failed: {}", path_, std::strerror(errno)));
   fd_ = -1;
-  if (rc != 0) return Status::error(fmt::format("{}: fsync failed: {}", path_, std::strerror(err)));
-  return Status::ok();
+  return s;
 }
 
 SafetensorsReader::~SafetensorsReader() {

@@ -1,12 +1,13 @@
 // safetensors files (https://github.com/huggingface/safetensors, "Format"): 8-byte little-endian
 // header length N, N bytes of JSON {name: {dtype, shape, data_offsets: [begin, end]}, "__metadata__":
 // {string: string}} padded with spaces to 8-byte alignment, then the data. The writer streams one
-// tensor at a time straight from the caller's memory, CRC32C-ing each chunk on the way; the reader
-// checks the header against the file. Not the checkpoint layout (checkpoint.cpp) and not export.
+// tensor at a time from the caller's memory through two aligned bounce buffers (CRC32C on the way)
+// written with O_DIRECT where the filesystem allows it; the reader checks the header against the file. Not the checkpoint layout (checkpoint.cpp) and not export.
 #pragma once
 #include <cstdint>
 #include <map>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "smelt/common/status.hpp"
@@ -47,12 +48,23 @@ class SafetensorsWriter {
 
  private:
   Status write_bytes(const void* p, int64_t n, uint32_t* tensor_crc);
+  Status flush(bool last);
+  Status join_io();
+  void close_file();
   std::string path_;
   int fd_ = -1;
+  bool direct_ = false;  // O_DIRECT: the filesystem took it (tmpfs and some others do not)
   std::vector<SafetensorsTensor> tensors_;
   size_t next_ = 0;
-  int64_t pos_ = 0, synced_ = 0;
+  int64_t pos_ = 0;      // bytes accepted
+  int64_t flushed_ = 0;  // bytes handed to the io thread
   uint32_t file_crc_ = 0;
+  // Two aligned bounce buffers: one fills (copy + CRC) while the io thread writes the other.
+  char* bounce_[2] = {nullptr, nullptr};
+  int cur_ = 0;
+  size_t fill_ = 0;
+  std::thread io_;
+  Status io_status_;
 };
 
 class SafetensorsReader {
