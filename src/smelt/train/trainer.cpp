@@ -232,6 +232,7 @@ class Trainer {
   int64_t nonfinite_skipped_ = 0, rollbacks_ = 0, lr_restarts_ = 0;
   int low_entropy_evals_ = 0;
   Batch injected_;  // fault injection only
+  double line_extra_stall_ms_ = 0;
 };
 
 Status Trainer::setup() {
@@ -379,7 +380,9 @@ Status Trainer::save(int64_t step, const char* why, ojson* line) {
   if (c_.ckpt.async) {
     if (!writer_) writer_ = std::make_unique<CkptWriter>(run_dir_, threads_);
     const double t0 = now_s();
-    saved = writer_->submit(r);  // also reports a failure of the previous background save
+    // Deferred copy: the staging copy runs while the next step's forward/backward only read the
+    // tensors; staged() before the next optimizer step waits for it.
+    saved = writer_->submit(r, CkptCopy::kDeferred);  // also reports an earlier background failure
     stall_ms = (now_s() - t0) * 1e3;
     if (saved) {
       last_ckpt_ = ckpt_step_dir(run_dir_, step);
@@ -401,7 +404,7 @@ Status Trainer::save(int64_t step, const char* why, ojson* line) {
       if (line) (*line)["ckpt_write_mb_s"] = st.write_mb_s;
     }
   }
-  if (line) (*line)["ckpt_stall_ms"] = stall_ms;
+  if (line) (*line)["ckpt_stall_ms"] = line->value("ckpt_stall_ms", 0.0) + stall_ms;
   if (!saved) {
     saves_failed_++;
     Status e = Status::error(fmt::format("checkpoint at step {}: {}", step, saved.message()));
@@ -583,6 +586,10 @@ Status Trainer::run(TrainSummary& out) {
     bool finite = std::isfinite(loss);
     if (hc.skip_nonfinite && finite) finite = std::isfinite(grad_norm_squared(model_.grads(), model_.layout().total));
     double grad_norm = NAN;
+    if (writer_) {
+      writer_->staged();  // a deferred checkpoint copy must finish before the weights change
+      if (writer_->last_staged_wait_ms() > 0.01) line_extra_stall_ms_ = writer_->last_staged_wait_ms();
+    }
     if (finite || !hc.skip_nonfinite) {
       AdamWConfig h = c_.optim;
       h.lr = (float)lr;
@@ -630,6 +637,10 @@ Status Trainer::run(TrainSummary& out) {
     line["data_wait_ms"] = wait_ms;
     const auto lat = feed_.latency().stats();
     line["fetch_ms"] = {{"p50", lat.p50}, {"p95", lat.p95}, {"p99", lat.p99}};
+    if (line_extra_stall_ms_ > 0) {
+      line["ckpt_stall_ms"] = line_extra_stall_ms_;  // waiting for the previous save's staging copy
+      line_extra_stall_ms_ = 0;
+    }
     if (std::isfinite(grad_norm)) prev_grad_norm_ = grad_norm;
 
     const bool last = done();
