@@ -125,7 +125,7 @@ Status CkptWriter::submit(const CkptSaveRequest& r, CkptCopy copy) {
     deferred_segs_ = std::move(segs);
     double stall = ms_since(t0);
     copier_ = std::thread([this, slot, total, stall] {
-      copy_parallel(deferred_segs_, total, copy_threads_);
+      copy_parallel(deferred_segs_, total, 1);  // one thread: it hides behind compute, not races it
       enqueue(slot, stall);
     });
   }
