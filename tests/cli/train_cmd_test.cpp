@@ -249,6 +249,17 @@ max_new_tokens = 12
   EXPECT_FALSE(test::read_file((w / "sample.txt").string()).empty());
   EXPECT_NE(r.err.find("validation     loss"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("MFU"), std::string::npos) << r.err;
+  // Streaming mode: the refined text tokenized on the fly instead of the token shards.
+  r = run(fmt::format("train --config {}/pipeline.toml --data \"{}/refined/part-*.jsonl.zst\" --run-dir {}/stream --steps 6 "
+                      "--set data.stream_tokenizer=\\\"{}/tokenizer.json\\\" --set train.tokenizer=\\\"{}/tokenizer.json\\\" "
+                      "--set eval.data=\\\"{}/valid\\\" --set data.append_eod=true",
+                      w.string(), w.string(), w.string(), w.string(), w.string(), w.string()),
+          dir_);
+  ASSERT_EQ(r.rc, 0) << r.err;
+  auto sm = metrics(w / "stream");
+  ASSERT_EQ(sm.size(), 7u);  // the evaluation before training + 6 steps
+  EXPECT_TRUE(sm[6]["loss_by_source"].contains("stream"));
+  EXPECT_LT(sm[6]["eval_loss"].get<double>(), sm[0]["eval_loss"].get<double>());
   // A bad stage name is a usage error naming the allowed ones.
   r = run("pipeline " + (dir_ / "pipe.toml").string() + " --set pipeline.stages=[\\\"trian\\\"]", dir_);
   EXPECT_EQ(r.rc, 2);

@@ -233,6 +233,7 @@ class Trainer {
   int low_entropy_evals_ = 0;
   Batch injected_;  // fault injection only
   double line_extra_stall_ms_ = 0;
+  json last_metrics_ = json::object();
 };
 
 Status Trainer::setup() {
@@ -283,6 +284,7 @@ json Trainer::state_json() const {
   s["last_loss"] = std::isfinite(last_loss_) ? json(last_loss_) : json(nullptr);
   s["eval_first"] = eval_first_;
   s["eval_last"] = eval_last_;
+  s["metrics"] = last_metrics_;  // the last step's metrics line
   s["health"] = {{"spike", spike_.to_json()},
                  {"nonfinite_skipped", nonfinite_skipped_},
                  {"rollbacks", rollbacks_},
@@ -648,6 +650,7 @@ Status Trainer::run(TrainSummary& out) {
     if (evaluating && ((c_.eval.every > 0 && step_ % c_.eval.every == 0) || last)) {
       if (Status s = eval_now(step_, &line); !s) return s;
     }
+    last_metrics_ = json::parse(line.dump());
     const bool spike = finite && spike_.observe(step_, loss);
     if (spike) line["loss_spike"] = spike_.consecutive();
     const bool roll = spike && spike_.consecutive() >= hc.spike_repeats;
