@@ -35,8 +35,9 @@
 // by the gradient's own RMS, so a per-tensor scale cancels) -- model_test.cpp's per-gradient
 // comparison is what catches that.
 //
-// Run time: PyTorch float64 and float32 (one thread each, ~8 s apiece when the 2 cores are free)
-// run beside Smelt's ~3 s of training (one thread); 16-25 s measured on the busy shared box.
+// Run time: ~12 CPU seconds in all: PyTorch float64 and float32 (one thread each, two processes,
+// ~5 s apiece with the import) run beside Smelt's ~2-3 s of training (one thread). Wall clock on
+// the shared 2-core box: 16-25 s with a few other jobs, up to 110 s when 9 jobs ran at once.
 #include <chrono>
 #include <cmath>
 #include <cstdio>

@@ -40,7 +40,7 @@ def lr_at(step, steps, warmup, peak, low):
 
 def train(weights, cfg, data, dtype):
     ci, cf = cfg["int"], cfg["float"]
-    B, T, steps, warmup = ci[7], ci[8], ci[9], ci[10]
+    steps, warmup = ci[9], ci[10]
     peak, low, b1, b2, eps, wd, clip = cf[2:9]
     names = list(weights.keys())
     p = {n: weights[n].to(dtype).clone().requires_grad_(True) for n in names}
