@@ -356,7 +356,7 @@ TEST_F(TrainerTest, NonFiniteGradientSkipsTheUpdate) {
 // row -> the weights roll back to step 30's checkpoint, the window's documents are written to
 // quarantine.jsonl with their lineage ids, and training continues from the next data.
 TEST_F(TrainerTest, RepeatedLossSpikesRollBackAndQuarantine) {
-  TrainConfig c = config("train.steps=36 eval.data=\"\" ckpt.save_every=10 ckpt.async=false health.spike_warmup=10 "
+  TrainConfig c = config("train.steps=44 eval.data=\"\" ckpt.save_every=10 ckpt.async=false health.spike_warmup=10 "
                          "health.spike_sigma=4 health.spike_repeats=3 health.inject_bad_data_steps=31,32,33");
   TrainSummary s;
   Status st = train_run(c, s);
@@ -396,6 +396,22 @@ TEST_F(TrainerTest, RepeatedLossSpikesRollBackAndQuarantine) {
   EXPECT_GE(q["documents"].size(), 3u);
   EXPECT_EQ(q["rolled_back_to"].get<std::string>().substr(q["rolled_back_to"].get<std::string>().size() - 13),
             "step_00000030");
+  // The quarantine is in later checkpoints, and a resume after the rollback (from step 40) sees the
+  // same data and state as the run that went on: same metrics from there.
+  CkptManifest man;
+  ASSERT_TRUE(ckpt_read_manifest(c.train.run_dir + "/checkpoints/step_00000040", man).is_ok());
+  EXPECT_EQ(man.state["quarantine"].size(), q["documents"].size());
+  const std::string cut = (dir_ / "cut").string();
+  fs::copy(c.train.run_dir, cut, fs::copy_options::recursive);
+  fs::remove_all(cut + "/checkpoints/step_00000044");
+  TrainConfig r = c;
+  r.train.run_dir = cut;
+  r.resume = true;
+  ASSERT_TRUE(train_run(r, s).is_ok());
+  auto want = metrics(c.train.run_dir), got = metrics(cut);
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < want.size(); i++)
+    EXPECT_EQ(deterministic(got[i]).dump(), deterministic(want[i]).dump()) << "line " << i;
 }
 
 // [health] entropy rule: evaluation entropy below the floor for 2 evaluations in a row restarts the

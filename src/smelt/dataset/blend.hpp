@@ -137,6 +137,8 @@ struct PlannerOptions {
   bool append_eod = true;             // insert an EOD after every document (needs eod_id >= 0)
   int64_t eod_id = -1;
   int rank = 0, ranks = 1;
+  // Quarantined documents, never read again: (source name, physical document index).
+  std::vector<std::pair<std::string, uint64_t>> exclude;
 };
 
 // Walks the cursors and emits plans. Sources are opened shards (owned by the caller), in blend order.
@@ -168,6 +170,8 @@ class Planner {
   std::vector<DataSource> sources_;
   std::vector<const IndexedDataset*> data_;
   std::vector<std::unique_ptr<DocSampler>> samplers_;
+  std::vector<std::vector<uint64_t>> excluded_;  // [source] sorted quarantined documents
+  bool excluded(size_t src, uint64_t doc) const;
   std::vector<double> weights_;
   std::vector<int> rows_per_bucket_;
   State st_;

@@ -45,6 +45,7 @@ struct LoaderConfig {
   int stream_threads = 1;           // tokenizer threads
   // Not from TOML: set by the trainer.
   int rank = 0, ranks = 1;
+  std::vector<std::pair<std::string, uint64_t>> exclude;  // quarantined (source name, document)
 };
 
 // Reads [data] from root into c (keys absent keep their defaults) and validates. Errors name the

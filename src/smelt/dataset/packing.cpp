@@ -51,6 +51,17 @@ Status Planner::init(const PlannerOptions& o, const std::vector<DataSource>& sou
     samplers_.push_back(std::make_unique<DocSampler>(o_.seed, sources_[i].name, ds.documents(), o_.shuffle));
     weights_.push_back(sources_[i].weight);
   }
+  excluded_.assign(sources_.size(), {});
+  for (const auto& [name, doc] : o_.exclude)
+    for (size_t i = 0; i < sources_.size(); ++i)
+      if (sources_[i].name == name && doc < data_[i]->documents()) excluded_[i].push_back(doc);
+  for (size_t i = 0; i < sources_.size(); ++i) {
+    auto& e = excluded_[i];
+    std::sort(e.begin(), e.end());
+    e.erase(std::unique(e.begin(), e.end()), e.end());
+    if (!e.empty() && e.size() >= data_[i]->documents())
+      return Status::error(fmt::format("loader: every document of source \"{}\" is quarantined", sources_[i].name));
+  }
   rows_per_bucket_.clear();
   if (o_.mode == BatchMode::kBucketed) {
     if (o_.buckets.empty()) return Status::error("loader: bucketed mode needs buckets");
@@ -122,6 +133,11 @@ void Planner::rank_rows(int global_B, int& r0, int& r1) const {
   r1 = static_cast<int>(static_cast<int64_t>(o_.rank + 1) * global_B / o_.ranks);
 }
 
+bool Planner::excluded(size_t src, uint64_t doc) const {
+  const auto& e = excluded_[src];
+  return !e.empty() && std::binary_search(e.begin(), e.end(), doc);
+}
+
 uint64_t Planner::doc_total(size_t src, uint64_t doc) const {
   return indexed_doc_tokens(*data_[src], doc) + (o_.append_eod ? 1 : 0);
 }
@@ -131,6 +147,11 @@ void Planner::walk(size_t src, SourceCursor& c, uint64_t n, uint32_t row, bool e
   DocSampler& s = *samplers_[src];
   while (n > 0) {
     uint64_t doc = s.doc_at(c.epoch, c.docs);
+    if (excluded(src, doc)) {  // quarantined: skipped whole, wherever the cursor stood in it
+      c.offset = 0;
+      if (++c.docs == s.docs()) c.docs = 0, ++c.epoch;
+      continue;
+    }
     uint64_t len = indexed_doc_tokens(*data_[src], doc);
     uint64_t total = len + (o_.append_eod ? 1 : 0);
     if (c.offset < len) {
@@ -194,6 +215,7 @@ void Planner::next(BatchPlan& plan) {
       uint64_t doc = samplers_[src]->doc_at(c.epoch, c.docs);
       if (++c.docs == samplers_[src]->docs()) c.docs = 0, ++c.epoch;
       c.offset = 0;
+      if (excluded(src, doc)) continue;  // quarantined
       uint64_t len = indexed_doc_tokens(*data_[src], doc);
       // A row of L tokens trains L-1 predictions; truncate so that L-1 fits the largest bucket.
       uint64_t take = std::min<uint64_t>(len, static_cast<uint64_t>(maxb) + 1);

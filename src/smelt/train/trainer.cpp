@@ -51,6 +51,7 @@ struct Feed {
 
   Status open(const LoaderConfig& c, const LoaderPosition* pos) {
     streaming = !c.stream_tokenizer.empty();
+    names.clear();
     if (streaming) {
       names = {"stream"};
       return stream.open(c, pos);
@@ -234,6 +235,7 @@ class Trainer {
   Batch injected_;  // fault injection only
   double line_extra_stall_ms_ = 0;
   json last_metrics_ = json::object();
+  std::vector<std::pair<std::string, uint64_t>> quarantined_;  // (source, document), never read again
 };
 
 Status Trainer::setup() {
@@ -285,6 +287,9 @@ json Trainer::state_json() const {
   s["eval_first"] = eval_first_;
   s["eval_last"] = eval_last_;
   s["metrics"] = last_metrics_;  // the last step's metrics line
+  json q = json::array();
+  for (const auto& [src, doc] : quarantined_) q.push_back({src, doc});
+  s["quarantine"] = q;
   s["health"] = {{"spike", spike_.to_json()},
                  {"nonfinite_skipped", nonfinite_skipped_},
                  {"rollbacks", rollbacks_},
@@ -336,6 +341,9 @@ Status Trainer::resume_from_checkpoint() {
       lr_restarts_ = h.value("lr_restarts", (int64_t)0);
       low_entropy_evals_ = h.value("low_entropy_evals", 0);
     }
+    for (const auto& e : st.value("quarantine", json::array()))
+      quarantined_.emplace_back(e.at(0).get<std::string>(), e.at(1).get<uint64_t>());
+    c_.data.exclude = quarantined_;
     if (Status s = LoaderPosition::from_json(st.at("loader"), loader_pos_); !s)
       return Status::error(fmt::format("{}: loader position: {}", dir, s.message()));
   } catch (const std::exception& e) {
@@ -480,6 +488,14 @@ Status Trainer::rollback(int64_t step) {
     std::ofstream out((fs::path(run_dir_) / "quarantine.jsonl").string(), std::ios::app);
     out << q.dump() << "\n";
     if (!out) return Status::error(fmt::format("{}/quarantine.jsonl: cannot write", run_dir_));
+  }
+  for (const auto& d : q["documents"]) quarantined_.emplace_back(d["source"].get<std::string>(), d["doc"].get<uint64_t>());
+  if (!feed_.streaming) {
+    // Reopen the loader at the current position with the quarantine: later epochs never read those
+    // documents again (a resume opens it the same way, so both runs see the same data).
+    c_.data.exclude = quarantined_;
+    feed_.shards.close();
+    if (Status s = feed_.open(c_.data, &loader_pos_); !s) return s;
   }
   rollbacks_++;
   spike_.reset_run();
