@@ -108,7 +108,7 @@ TEST_F(SafetensorsTest, IndependentNumpyReaderAgrees) {
 }
 
 TEST_F(SafetensorsTest, LargeOddSizedTensorsCrossWriteBufferBoundaries) {
-  // ~21 MB over 8 MiB write buffers: tensors straddle buffers, the last write is padded for
+  // ~21 MB over 4 MiB write buffers: tensors straddle buffers, the last write is padded for
   // O_DIRECT and the file truncated back to its exact size
   std::vector<int64_t> sizes = {3000001, 7, 2333333};
   std::vector<std::vector<float>> data;
