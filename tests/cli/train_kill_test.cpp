@@ -82,7 +82,7 @@ seq_len = 32
 batch_size = 2
 eod_id = 256
 [train]
-steps = 400
+steps = 1600
 threads = 1
 peak_gflops = 50
 [optim]
@@ -138,8 +138,8 @@ async = true
   CkptManifest ma, mb;
   ASSERT_TRUE(ckpt_read_manifest(a, ma).is_ok());
   ASSERT_TRUE(ckpt_read_manifest(b, mb).is_ok());
-  EXPECT_EQ(ma.step, 400);
-  EXPECT_EQ(mb.step, 400);
+  EXPECT_EQ(ma.step, 1600);
+  EXPECT_EQ(mb.step, 1600);
   for (const auto& t : ma.tensors) {
     std::vector<float> x(t.bytes / 4), y(t.bytes / 4);
     ASSERT_TRUE(ckpt_load_tensor(a, ma, t.name, x.data(), x.size()).is_ok());

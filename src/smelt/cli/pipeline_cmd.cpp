@@ -234,7 +234,9 @@ int cli_pipeline(int argc, char** argv) {
   };
 
   if (wanted("prep")) {
-    std::vector<std::string> a = {"prep", "--config", cfg, "--output", refined, "--threads", th, "--input"};
+    // A pipeline run refines from scratch (--from skips stages whose outputs are good).
+    std::vector<std::string> a = {"prep", "--config", cfg, "--output", refined, "--threads", th, "--overwrite",
+                                  "--input"};
     a.insert(a.end(), c.inputs.begin(), c.inputs.end());
     if (int rc = stage("prep", a); rc) return rc;
   }
@@ -266,8 +268,8 @@ int cli_pipeline(int argc, char** argv) {
     std::vector<std::string> a = {"generate", "--checkpoint", run, "--prompt", c.prompt,
                                   "--max-new-tokens", std::to_string(c.max_new_tokens),
                                   "--temperature", fmt::format("{}", c.temperature),
-                                  "--top-k", std::to_string(c.top_k), "--seed", std::to_string(c.seed),
-                                  "--threads", th};
+                                  "--top-k", std::to_string(c.top_k), "--seed", std::to_string(c.seed)};
+    if (threads > 0) a.insert(a.end(), {"--threads", th});  // generate picks its own default otherwise
     if (int rc = stage("generate", a, sample); rc) return rc;
   }
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_all).count();

@@ -223,6 +223,7 @@ class Trainer {
   std::string last_ckpt_;
   bool tty_ = false;
   double last_status_s_ = 0, run_start_s_ = 0;
+  int64_t last_status_step_ = -1;
   double sum_step_ms_ = 0, sum_wait_ms_ = 0;
   uint64_t tokens_this_run_ = 0;
   // checkpoints
@@ -509,6 +510,8 @@ Status Trainer::rollback(int64_t step) {
 void Trainer::status_line(int64_t step, double loss, double tok_s, double mfu, double wait_ms, bool final) {
   double now = now_s();
   if (!final && now - last_status_s_ < (tty_ ? 0.2 : c_.train.status_interval_s)) return;
+  if (final && !tty_ && step == last_status_step_) return;  // already printed for this step
+  last_status_step_ = step;
   last_status_s_ = now;
   const double elapsed = now - run_start_s_;
   const double done = (double)(step - start_step_), left = (double)(total_steps_ - step);
