@@ -106,6 +106,7 @@ int cli_train(int argc, char** argv) {
     spdlog::error("{}", s.message());
     return kExitFailure;
   }
+  if (!sum.lead) return kExitOk;  // other ranks: rank 0 reports
   std::fputs(sum.text.c_str(), stderr);
   if (json_out) std::printf("%s\n", sum.json.dump(2).c_str());
   return kExitOk;

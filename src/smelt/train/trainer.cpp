@@ -25,6 +25,7 @@
 #include "smelt/common/hash.hpp"
 #include "smelt/dataset/blend.hpp"
 #include "smelt/dataset/indexed.hpp"
+#include "smelt/dist/communicator.hpp"
 #include "smelt/kernels/kernels.hpp"
 #include "smelt/tokenizer/tokenizer.hpp"
 
@@ -153,8 +154,9 @@ Status evaluate(Model& m, const LoaderConfig& base, const std::string& sources, 
   e.stream_tokenizer.clear();
   int B, T;
   train_batch_shape(base, B, T);
+  e.rank = 0, e.ranks = 1;  // under data parallelism every rank evaluates the same tokens (same numbers)
   e.seq_len = std::min(T, m.config().max_seq_len);
-  e.batch_size = std::max(1, B) * std::max(1, e.ranks);
+  e.batch_size = std::max(1, B);
   // Never read past one pass over the held-out tokens.
   std::vector<DataSource> src;
   if (Status s = blend_parse_sources(sources, src); !s) return Status::error("[eval] data: " + s.message());
@@ -195,6 +197,9 @@ class Trainer {
  public:
   explicit Trainer(const TrainConfig& c) : c_(c) {}
   Status run(TrainSummary& out);
+  int rank() const { return comm_ ? comm_->rank() : 0; }
+  int ranks() const { return comm_ ? comm_->size() : 1; }
+  [[noreturn]] void abort(int code) { comm_->abort(code); }
 
  private:
   Status setup();
@@ -237,10 +242,27 @@ class Trainer {
   double line_extra_stall_ms_ = 0;
   json last_metrics_ = json::object();
   std::vector<std::pair<std::string, uint64_t>> quarantined_;  // (source, document), never read again
+  // data parallel
+  std::unique_ptr<Communicator> comm_;
+  bool lead_ = true;            // rank 0: writes metrics, checkpoints, summaries
+  std::vector<float> acc_;      // the step's gradient, micro-batches added in order (grad_accum > 1)
+  std::vector<double> red_;     // per-step scalars reduced over ranks
+  bool stop_now_ = false;       // every rank's agreed stop
 };
 
 Status Trainer::setup() {
-  threads_ = c_.train.threads > 0 ? c_.train.threads : (int)std::max(1u, std::thread::hardware_concurrency());
+  if (Status s = dist_create(comm_); !s) return s;
+  lead_ = comm_->rank() == 0;
+  c_.data.rank = comm_->rank();
+  c_.data.ranks = comm_->size();
+  if (c_.data.mode == "packed" && c_.data.batch_size % comm_->size() != 0)
+    return Status::error(fmt::format("[data] batch_size = {}: must be a multiple of the {} ranks (every rank takes "
+                                     "the same number of rows)", c_.data.batch_size, comm_->size()));
+  if (!lead_) spdlog::set_level(spdlog::level::warn);
+  int local = 1;  // ranks sharing this machine split its cores
+  if (const char* v = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE")) local = std::max(1, std::atoi(v));
+  threads_ = c_.train.threads > 0 ? c_.train.threads
+                                  : (int)std::max(1u, std::thread::hardware_concurrency() / (unsigned)local);
   run_dir_ = c_.train.run_dir;
   spike_ = SpikeDetector(c_.health);
   std::error_code ec;
@@ -269,7 +291,9 @@ Status Trainer::setup() {
                                     : (c_.train.max_tokens + tokens_per_step - 1) / tokens_per_step;
   c_.schedule.total_steps = total_steps_;
   config_text_ = train_config_to_string(c_);
-  if (Status s = files_write_atomic((fs::path(run_dir_) / "config.toml").string(), config_text_); !s) return s;
+  if (lead_)
+    if (Status s = files_write_atomic((fs::path(run_dir_) / "config.toml").string(), config_text_); !s) return s;
+  if (c_.train.grad_accum > 1) acc_.assign(model_.layout().total, 0.0f);
   return Status::ok();
 }
 
@@ -354,7 +378,7 @@ Status Trainer::resume_from_checkpoint() {
   start_step_ = step_;
   last_ckpt_ = dir;
   spdlog::info("resuming from {} (step {}, {} tokens)", dir, step_, human_count((double)tokens_));
-  return truncate_metrics(metrics_path_, step_);
+  return lead_ ? truncate_metrics(metrics_path_, step_) : Status::ok();
 }
 
 Status Trainer::load_checkpoint_weights(const std::string& dir, const CkptManifest& m) {
@@ -373,10 +397,12 @@ Status Trainer::load_checkpoint_weights(const std::string& dir, const CkptManife
 }
 
 void Trainer::event(ojson e) {
-  metrics_ << e.dump() << "\n" << std::flush;
+  if (lead_) metrics_ << e.dump() << "\n" << std::flush;
 }
 
 Status Trainer::save(int64_t step, const char* why, ojson* line) {
+  // Data parallel replicas hold the same weights, moments and position: rank 0 writes them.
+  if (!lead_) return Status::ok();
   CkptSaveRequest r;
   r.step = step;
   r.config_toml = config_text_;
@@ -464,6 +490,7 @@ Status Trainer::rollback(int64_t step) {
   if (writer_) {
     if (Status s = writer_->wait(); !s) spdlog::warn("checkpoint writer: {}", s.message());
   }
+  if (Status s = comm_->barrier(); !s) return s;  // rank 0's checkpoint is durable before anyone reads it
   std::string dir;
   std::vector<std::string> warnings;
   Status found = ckpt_find_latest(run_dir_, dir, &warnings);
@@ -485,7 +512,7 @@ Status Trainer::rollback(int64_t step) {
   if (!feed_.streaming) sources = feed_.shards.sources();
   json q = quarantine_window(sources, c_.data.seed, c_.data.shuffle, from, loader_pos_, m.step, step);
   q["rolled_back_to"] = dir;
-  {
+  if (lead_) {
     std::ofstream out((fs::path(run_dir_) / "quarantine.jsonl").string(), std::ios::app);
     out << q.dump() << "\n";
     if (!out) return Status::error(fmt::format("{}/quarantine.jsonl: cannot write", run_dir_));
@@ -508,6 +535,7 @@ Status Trainer::rollback(int64_t step) {
 }
 
 void Trainer::status_line(int64_t step, double loss, double tok_s, double mfu, double wait_ms, bool final) {
+  if (!lead_) return;
   double now = now_s();
   if (!final && now - last_status_s_ < (tty_ ? 0.2 : c_.train.status_interval_s)) return;
   if (final && !tty_ && step == last_status_step_) return;  // already printed for this step
@@ -534,18 +562,21 @@ Status Trainer::run(TrainSummary& out) {
   if (Status s = setup(); !s) return s;
   if (c_.resume) {
     if (Status s = resume_from_checkpoint(); !s) return s;
-  } else if (fs::exists(metrics_path_)) {
+  } else if (lead_ && fs::exists(metrics_path_)) {
     // A fresh run in a used folder starts a fresh metrics file (checkpoints stay until retention).
     std::error_code ec;
     fs::remove(metrics_path_, ec);
   }
   if (Status s = feed_.open(c_.data, have_resume_pos_ ? &loader_pos_ : nullptr); !s) return s;
-  metrics_.open(metrics_path_, std::ios::app);
-  if (!metrics_) return Status::error(fmt::format("{}: cannot open for writing", metrics_path_));
+  if (lead_) {
+    metrics_.open(metrics_path_, std::ios::app);
+    if (!metrics_) return Status::error(fmt::format("{}: cannot open for writing", metrics_path_));
+  }
   peak_gflops_ = c_.train.peak_gflops > 0 ? c_.train.peak_gflops : measure_sgemm_gflops(threads_);
-  spdlog::info("run {}: {} steps x {} micro-batch(es) of up to {}x{} tokens, {} threads, sgemm {:.1f} GFLOP/s{}",
-               run_dir_, total_steps_, c_.train.grad_accum, B_, T_, threads_, peak_gflops_,
-               c_.train.peak_gflops > 0 ? " (configured)" : " (measured)");
+  spdlog::info("run {}: {} steps x {} micro-batch(es) of up to {}x{} tokens{}, {} threads, sgemm {:.1f} GFLOP/s{}",
+               run_dir_, total_steps_, c_.train.grad_accum, B_, T_,
+               comm_->size() > 1 ? fmt::format(" on each of {} ranks", comm_->size()) : std::string(), threads_,
+               peak_gflops_, c_.train.peak_gflops > 0 ? " (configured)" : " (measured)");
   tty_ = isatty(STDERR_FILENO);
   run_start_s_ = now_s();
   const bool evaluating = !c_.eval.data.empty();
@@ -553,7 +584,7 @@ Status Trainer::run(TrainSummary& out) {
     ojson line;
     line["step"] = 0;
     if (Status s = eval_now(0, &line); !s) return s;
-    metrics_ << line.dump() << "\n" << std::flush;
+    if (lead_) metrics_ << line.dump() << "\n" << std::flush;
   }
   const int64_t stop_tokens = c_.train.max_tokens;
   const int K = c_.train.sparsity_every;
@@ -563,10 +594,9 @@ Status Trainer::run(TrainSummary& out) {
   auto done = [&] {
     return (c_.train.steps > 0 && step_ >= c_.train.steps) || (stop_tokens > 0 && tokens_ >= (uint64_t)stop_tokens);
   };
-  while (!done() && !g_stop) {
+  while (!done() && !stop_now_) {
     const double t0 = now_s();
     const double lr = lr_at(c_.schedule, step_);
-    model_.zero_grad();
     double loss_sum = 0, entropy = 0, wait_ms = 0, sparsity = -1;
     uint64_t step_tokens = 0;
     std::fill(src_sum.begin(), src_sum.end(), 0.0);
@@ -584,6 +614,7 @@ Status Trainer::run(TrainSummary& out) {
         bp = &injected_;
       }
       const Batch& b = *bp;
+      model_.zero_grad();
       float loss = 0;
       if (Status s = model_.forward(b, loss); !s)
         return Status::error(fmt::format("step {}: {}", step_ + 1, s.message()));
@@ -598,9 +629,39 @@ Status Trainer::run(TrainSummary& out) {
           src_sum[b.sources[n]] += tl[n];
           src_n[b.sources[n]] += 1;
         }
-      model_.backward(b.target_tokens ? 1.0f / ((float)b.target_tokens * c_.train.grad_accum) : 0.0f);
+      const int parts = c_.train.grad_accum * comm_->size();  // every micro-batch of every rank weighs the same
+      model_.backward(b.target_tokens ? 1.0f / ((float)b.target_tokens * parts) : 0.0f);
+      // The step's gradient is ((g_0 + g_1) + g_2) + ..., each micro-batch's from zero: the same sum
+      // the ranks' reduction makes, so N ranks x 1 micro-batch == 1 rank x N micro-batches, bit for bit.
+      if (!acc_.empty()) {
+        const float* g = model_.grads();
+        const int64_t n = (int64_t)acc_.size();
+        if (micro == 0) std::copy(g, g + n, acc_.begin());
+        else for (int64_t i = 0; i < n; i++) acc_[i] += g[i];
+      }
     }
-    const double loss = loss_sum / c_.train.grad_accum;
+    if (!acc_.empty()) std::copy(acc_.begin(), acc_.end(), model_.grads());
+    double allreduce_ms = 0;
+    uint64_t bytes_before = comm_->bytes_sent();
+    if (comm_->size() > 1) {
+      // Scalars first (losses, tokens, entropy, per-source sums, the stop flag), then gradients.
+      const double ta = now_s();
+      red_.assign({loss_sum, (double)step_tokens, entropy, g_stop ? 1.0 : 0.0});
+      red_.insert(red_.end(), src_sum.begin(), src_sum.end());
+      red_.insert(red_.end(), src_n.begin(), src_n.end());
+      if (Status s = comm_->allreduce_sum(red_.data(), (int64_t)red_.size()); !s) return s;
+      if (Status s = comm_->allreduce_sum(model_.grads(), model_.layout().total); !s) return s;
+      loss_sum = red_[0], step_tokens = (uint64_t)red_[1], entropy = red_[2];
+      stop_now_ = red_[3] > 0;
+      const size_t S = src_sum.size();
+      for (size_t i = 0; i < S; i++) src_sum[i] = red_[4 + i], src_n[i] = red_[4 + S + i];
+      allreduce_ms = (now_s() - ta) * 1e3;
+    } else {
+      stop_now_ = g_stop;
+    }
+    const int parts = c_.train.grad_accum * comm_->size();
+    const double loss = loss_sum / parts;
+    entropy /= comm_->size();
     const HealthConfig& hc = c_.health;
     if (std::find(hc.inject_nan_steps.begin(), hc.inject_nan_steps.end(), step_ + 1) != hc.inject_nan_steps.end())
       model_.grads()[model_.layout().total / 2] = NAN;  // fault injection
@@ -628,7 +689,7 @@ Status Trainer::run(TrainSummary& out) {
     sum_step_ms_ += step_ms;
     sum_wait_ms_ += wait_ms;
     const double tok_s = step_tokens / (step_ms / 1e3);
-    const double mfu = train_flops_per_token(c_.model, T_step) * tok_s / (peak_gflops_ * 1e9);
+    const double mfu = train_flops_per_token(c_.model, T_step) * tok_s / (peak_gflops_ * 1e9 * comm_->size());
     if (!std::isfinite(first_loss_)) first_loss_ = loss;
     last_loss_ = loss;
     last_tok_s = tok_s, last_mfu = mfu, last_wait = wait_ms;
@@ -646,6 +707,12 @@ Status Trainer::run(TrainSummary& out) {
     }
     line["tokens"] = tokens_;
     line["token_entropy"] = entropy / c_.train.grad_accum;
+    if (comm_->size() > 1) {
+      // Nothing overlaps the reduction yet: all of it is time the step waits.
+      line["allreduce_ms"] = allreduce_ms;
+      line["allreduce_wait_ms"] = allreduce_ms;
+      line["allreduce_bytes"] = comm_->bytes_sent() - bytes_before;
+    }
     if (sparsity >= 0) line["attn_sparsity"] = sparsity;
     ojson per_source = ojson::object();
     for (size_t i = 0; i < src_sum.size(); i++)
@@ -675,10 +742,10 @@ Status Trainer::run(TrainSummary& out) {
     const bool roll = spike && spike_.consecutive() >= hc.spike_repeats;
     // No periodic checkpoint in the middle of a spike run: it could become the rollback target.
     const bool periodic = c_.ckpt.save_every > 0 && step_ % c_.ckpt.save_every == 0 && spike_.consecutive() == 0;
-    if (periodic || g_stop || (last && c_.ckpt.save_at_end)) {
-      if (Status s = save(step_, g_stop ? "signal" : periodic ? "periodic" : "end", &line); !s) return s;
+    if (periodic || stop_now_ || (last && c_.ckpt.save_at_end)) {
+      if (Status s = save(step_, stop_now_ ? "signal" : periodic ? "periodic" : "end", &line); !s) return s;
     }
-    if (step_ % c_.train.log_every == 0 || last) metrics_ << line.dump() << "\n" << std::flush;
+    if (lead_ && (step_ % c_.train.log_every == 0 || last)) metrics_ << line.dump() << "\n" << std::flush;
     status_line(step_, loss, tok_s, mfu, wait_ms, false);
     if (roll)
       if (Status s = rollback(step_); !s) return s;
@@ -705,10 +772,11 @@ Status Trainer::run(TrainSummary& out) {
   out.seconds = seconds;
   out.tokens_per_s = sum_step_ms_ > 0 ? tokens_this_run_ / (sum_step_ms_ / 1e3) : 0;
   out.sgemm_gflops = peak_gflops_;
-  out.mfu = train_flops_per_token(c_.model, T_) * out.tokens_per_s / (peak_gflops_ * 1e9);
+  out.mfu = train_flops_per_token(c_.model, T_) * out.tokens_per_s / (peak_gflops_ * 1e9 * comm_->size());
+  out.lead = lead_;
   out.data_wait_fraction = sum_step_ms_ > 0 ? sum_wait_ms_ / sum_step_ms_ : 0;
   out.checkpoint = last_ckpt_;
-  out.stopped_by_signal = g_stop;
+  out.stopped_by_signal = stop_now_;
   const auto lat = feed_.latency().stats();
   json j;
   j["stage"] = "train";
@@ -731,7 +799,8 @@ Status Trainer::run(TrainSummary& out) {
                  {"flops_per_token", train_flops_per_token(c_.model, T_)},
                  {"data_wait_fraction", out.data_wait_fraction},
                  {"fetch_ms", {{"p50", lat.p50}, {"p95", lat.p95}, {"p99", lat.p99}}},
-                 {"threads", threads_}};
+                 {"threads", threads_},
+                 {"ranks", comm_->size()}};
   out.json = j;
   out.text = fmt::format(
       "train {}: steps {} -> {} of {}, {} tokens, loss {:.4f} -> {:.4f}{}\n"
@@ -745,6 +814,7 @@ Status Trainer::run(TrainSummary& out) {
       out.tokens_per_s, 100 * out.mfu, peak_gflops_, threads_, 100 * out.data_wait_fraction, lat.p95, seconds,
       last_ckpt_.empty() ? "none" : last_ckpt_);
   if (out.stopped_by_signal) out.text += "  stopped by a signal after the step above; --resume continues\n";
+  if (!lead_) return Status::ok();
   return files_write_atomic((fs::path(run_dir_) / "summary.json").string(), j.dump(2) + "\n");
 }
 
@@ -752,7 +822,13 @@ Status Trainer::run(TrainSummary& out) {
 
 Status train_run(const TrainConfig& c, TrainSummary& out) {
   Trainer t(c);
-  return t.run(out);
+  Status s = t.run(out);
+  if (!s && t.ranks() > 1) {
+    // One rank failing would leave the others blocked in the next reduction: end the job.
+    spdlog::error("rank {}: {}; ending the job", t.rank(), s.message());
+    t.abort(kExitFailure);
+  }
+  return s;
 }
 
 }  // namespace smelt

@@ -24,6 +24,7 @@ struct TrainSummary {
   double data_wait_fraction = 0;      // data wait / step time over this process's steps
   std::string checkpoint;             // the last committed checkpoint ("" if none)
   bool stopped_by_signal = false;
+  bool lead = true;                   // rank 0 (the one that prints and writes)
   std::string text;                   // the human-readable summary
   nlohmann::json json;                // the same as JSON (also RUN/summary.json)
 };

@@ -1,0 +1,40 @@
+// The communicator the trainer talks to (docs/dist.md): rank and size, barrier, and deterministic
+// sums, behind one small interface with an MPI implementation and a single-process one, so
+// `smelt train` runs the same code with or without mpirun. Not the trainer's policy (what is
+// reduced when) and no model knowledge.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "smelt/common/status.hpp"
+
+namespace smelt {
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  virtual Status barrier() = 0;
+  // In-place sum of n floats over the ranks, every rank getting the same bits: element i is
+  // ((x_0[i] + x_1[i]) + x_2[i]) + ... in rank order, whatever the rank count, so a run on N ranks
+  // equals one process that adds N micro-batch gradients in the same order. (Each rank reduces one
+  // slice of the buffer from every rank's copy, then the slices are gathered: 2 (N-1)/N n floats
+  // sent per rank, the bandwidth of a ring all-reduce.)
+  virtual Status allreduce_sum(float* data, int64_t n) = 0;
+  // Same for doubles (losses, token counts), rank order.
+  virtual Status allreduce_sum(double* data, int64_t n) = 0;
+  // Ends every rank of the job (a failed rank must not leave the others waiting in a collective).
+  [[noreturn]] virtual void abort(int code) = 0;
+  // Bytes this rank has sent in collectives (for metrics).
+  virtual uint64_t bytes_sent() const = 0;
+};
+
+// One process (rank 0 of 1), or MPI when started by mpirun/srun (MPI_Init here, MPI_Finalize when
+// the communicator is destroyed).
+Status dist_create(std::unique_ptr<Communicator>& out);
+// True when this process was started by mpirun or srun.
+bool dist_launched_by_mpi();
+
+}  // namespace smelt

@@ -1,0 +1,225 @@
+// Data-parallel `smelt train` under a real `mpirun --oversubscribe`: 2 and 4 ranks give the same
+// losses, gradient norms and final weights, bit for bit, as one process that takes the same global
+// batch as 2 or 4 micro-batches (the reduction adds the ranks' gradients in rank order, the trainer
+// adds micro-batches in the same order); a checkpoint written by 4 ranks resumes on 2 and on 1;
+// a rank killed mid-run ends the whole job (no rank left waiting) and --resume continues.
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "smelt/ckpt/checkpoint.hpp"
+#include "smelt/dataset/indexed.hpp"
+#include "test_files.hpp"
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+using namespace smelt;
+
+namespace {
+
+const char* kMpirun =
+    "mpirun --allow-run-as-root --oversubscribe --mca btl self,vader --mca btl_vader_single_copy_mechanism none";
+
+std::vector<json> metrics(const fs::path& run_dir) {
+  std::vector<json> out;
+  std::istringstream in(test::read_file((run_dir / "metrics.jsonl").string()));
+  std::string line;
+  while (std::getline(in, line)) {
+    json j = json::parse(line);
+    for (const char* k : {"tokens_per_s", "mfu", "step_ms", "data_wait_ms", "fetch_ms", "ckpt_stall_ms",
+                          "ckpt_write_mb_s", "allreduce_ms", "allreduce_wait_ms", "allreduce_bytes"})
+      j.erase(k);
+    out.push_back(j);
+  }
+  return out;
+}
+
+class DpTrainTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("smelt_dp_" + std::to_string(::getpid()) + "_" +
+                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+    IndexedWriter w;
+    ASSERT_TRUE(w.open((dir_ / "train").string(), IndexedDType::kUInt16).is_ok());
+    for (const char* f : {"/tokenizer/english.txt", "/tokenizer/chinese.txt"}) {
+      std::istringstream in(test::read_file(std::string(SMELT_TEST_DATA) + f));
+      std::string line;
+      while (std::getline(in, line)) {
+        if (line.size() < 8) continue;
+        std::vector<uint32_t> ids(line.begin(), line.end());
+        for (auto& x : ids) x &= 0xFF;
+        ASSERT_TRUE(w.add_document(ids).is_ok());
+      }
+    }
+    ASSERT_TRUE(w.finish().is_ok());
+    test::write_file((dir_ / "run.toml").string(), R"(
+[model]
+vocab_size = 260
+d_model = 64
+n_layers = 2
+n_heads = 4
+n_kv_heads = 2
+ffn_hidden = 176
+max_seq_len = 32
+tie_embeddings = false
+[data]
+seq_len = 32
+batch_size = 4
+eod_id = 256
+[train]
+steps = 12
+threads = 1
+peak_gflops = 50
+sparsity_every = 4
+[optim]
+lr = 3e-3
+warmup_steps = 3
+[ckpt]
+save_every = 4
+keep_last = 5
+)");
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  // `smelt train` on `ranks` ranks (0: no mpirun) with this global batch and accumulation.
+  int train(int ranks, const std::string& run, const std::string& extra = "") {
+    std::string cmd = fmt::format("{} train --config {} --data {} --run-dir {} {} > {}.log 2>&1", SMELT_BINARY,
+                                  (dir_ / "run.toml").string(), (dir_ / "train").string(), (dir_ / run).string(),
+                                  extra, (dir_ / run).string());
+    if (ranks > 0) cmd = fmt::format("{} -np {} {}", kMpirun, ranks, cmd);
+    int st = std::system(cmd.c_str());
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  }
+  std::string log(const std::string& run) { return test::read_file((dir_ / (run + ".log")).string()); }
+
+  static std::vector<float> weights(const fs::path& run_dir, const std::string& name) {
+    std::string dir;
+    EXPECT_TRUE(ckpt_find_latest(run_dir.string(), dir).is_ok());
+    CkptManifest m;
+    EXPECT_TRUE(ckpt_read_manifest(dir, m).is_ok());
+    const CkptTensorInfo* t = m.find(name);
+    EXPECT_NE(t, nullptr) << name;
+    if (!t) return {};
+    std::vector<float> v(t->bytes / 4);
+    EXPECT_TRUE(ckpt_load_tensor(dir, m, name, v.data(), (int64_t)v.size()).is_ok());
+    return v;
+  }
+
+  fs::path dir_;
+};
+
+bool have_mpirun() { return std::system("command -v mpirun > /dev/null 2>&1") == 0; }
+
+TEST_F(DpTrainTest, TwoAndFourRanksEqualOneProcessBitForBit) {
+  ASSERT_TRUE(have_mpirun()) << "mpirun is missing: scripts/install-deps installs openmpi-bin";
+  ASSERT_EQ(train(0, "one2", "--set data.batch_size=2 --set train.grad_accum=2"), 0) << log("one2");
+  ASSERT_EQ(train(2, "two", "--set data.batch_size=4"), 0) << log("two");
+  ASSERT_EQ(train(0, "one4", "--set data.batch_size=1 --set train.grad_accum=4 --threads 2"), 0) << log("one4");
+  ASSERT_EQ(train(4, "four"), 0) << log("four");
+  // 2 ranks x 2 rows == 1 process x 2 micro-batches of 2 rows; 4 ranks x 1 row == 1 x 4 x 1.
+  for (auto [a, b] : {std::pair{"one2", "two"}, std::pair{"one4", "four"}}) {
+    auto x = metrics(dir_ / a), y = metrics(dir_ / b);
+    ASSERT_EQ(x.size(), 12u) << a;
+    ASSERT_EQ(y.size(), 12u) << b;
+    for (size_t i = 0; i < x.size(); i++) EXPECT_EQ(x[i].dump(), y[i].dump()) << a << " vs " << b << ", step " << i + 1;
+    for (const char* t : {"lm_head.weight", "model.layers.1.mlp.down_proj.weight", "optim.v.model.norm.weight"})
+      EXPECT_EQ(weights(dir_ / a, t), weights(dir_ / b, t)) << a << " vs " << b << ": " << t;
+  }
+  // The reduction is reported; the loss fell.
+  std::istringstream in(test::read_file((dir_ / "four" / "metrics.jsonl").string()));
+  std::string line;
+  std::getline(in, line);
+  json first = json::parse(line);
+  EXPECT_GT(first["allreduce_bytes"].get<uint64_t>(), 0u);
+  EXPECT_TRUE(first.contains("allreduce_wait_ms"));
+  auto f = metrics(dir_ / "four");
+  EXPECT_LT(f.back()["loss"].get<double>(), f.front()["loss"].get<double>());
+  // Only rank 0 writes: one summary on stderr.
+  const std::string l = log("four");
+  EXPECT_EQ(l.find("train "), l.rfind("train ")) << l;
+}
+
+TEST_F(DpTrainTest, CheckpointOfFourRanksResumesOnTwoAndOne) {
+  ASSERT_TRUE(have_mpirun());
+  ASSERT_EQ(train(4, "four"), 0) << log("four");
+  auto want = metrics(dir_ / "four");
+  for (auto [ranks, name, extra] : {std::tuple{2, "on2", "--set train.grad_accum=1"}, std::tuple{0, "on1", ""}}) {
+    fs::copy(dir_ / "four", dir_ / name, fs::copy_options::recursive);
+    for (const char* s : {"step_00000008", "step_00000012"}) fs::remove_all(dir_ / name / "checkpoints" / s);
+    ASSERT_EQ(train(ranks, name, std::string("--resume ") + extra), 0) << log(name);
+    EXPECT_NE(log(name).find("resuming from"), std::string::npos) << log(name);
+    auto got = metrics(dir_ / name);
+    ASSERT_EQ(got.size(), want.size()) << name;
+    // Steps 1-4 are the 4-rank run's; from step 5 the same data in the same order (the loader
+    // position does not depend on the rank count), summed in another association: fp32 rounding.
+    for (size_t i = 0; i < 4; i++) EXPECT_EQ(got[i].dump(), want[i].dump()) << name << " " << i;
+    for (size_t i = 4; i < want.size(); i++) {
+      EXPECT_EQ(got[i]["tokens"], want[i]["tokens"]) << name << " step " << i + 1;
+      EXPECT_NEAR(got[i]["loss"].get<double>(), want[i]["loss"].get<double>(), 1e-4) << name << " step " << i + 1;
+    }
+  }
+}
+
+TEST_F(DpTrainTest, AKilledRankEndsTheJobAndResumeContinues) {
+  ASSERT_TRUE(have_mpirun());
+  const std::string cmd = fmt::format("exec {} -np 2 {} train --config {} --data {} --run-dir {} --steps 100000 "
+                                      "--save-every 20 > {} 2>&1",
+                                      kMpirun, SMELT_BINARY, (dir_ / "run.toml").string(), (dir_ / "train").string(),
+                                      (dir_ / "run").string(), (dir_ / "run.log").string());
+  pid_t job = fork();
+  if (job == 0) {
+    execl("/bin/sh", "sh", "-c", cmd.c_str(), (char*)nullptr);
+    _exit(127);
+  }
+  // Wait for a checkpoint, then kill one rank (a `smelt` process of this job other than rank 0's
+  // is as good as any: kill the newest).
+  for (int i = 0; i < 6000 && !fs::exists(dir_ / "run" / "checkpoints" / "latest"); i++)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  ASSERT_TRUE(fs::exists(dir_ / "run" / "checkpoints" / "latest")) << log("run");
+  const std::string pids = (dir_ / "pids").string();
+  // Ranks' command lines start with the binary's path (mpirun's and this shell's do not).
+  std::system(fmt::format("pgrep -n -f '^{} train --config {}' > {}", SMELT_BINARY, (dir_ / "run.toml").string(), pids)
+                  .c_str());
+  const int victim = std::atoi(test::read_file(pids).c_str());
+  ASSERT_GT(victim, 0);
+  kill(victim, SIGKILL);
+  // The job ends by itself (mpirun tears the other rank down) well within a minute.
+  int st = 0;
+  bool ended = false;
+  for (int i = 0; i < 600 && !ended; i++) {
+    ended = waitpid(job, &st, WNOHANG) == job;
+    if (!ended) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  if (!ended) {
+    kill(job, SIGKILL);
+    waitpid(job, &st, 0);
+  }
+  ASSERT_TRUE(ended) << "the job kept waiting after a rank died";
+  EXPECT_FALSE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << log("run");
+  // Relaunch with --resume: it continues from the last checkpoint.
+  std::string latest;
+  ASSERT_TRUE(ckpt_find_latest((dir_ / "run").string(), latest).is_ok());
+  CkptManifest m;
+  ASSERT_TRUE(ckpt_read_manifest(latest, m).is_ok());
+  ASSERT_EQ(train(2, "run", fmt::format("--resume --steps {}", m.step + 6)), 0) << log("run");
+  EXPECT_NE(log("run").find("resuming from " + latest), std::string::npos) << log("run");
+  auto got = metrics(dir_ / "run");
+  ASSERT_FALSE(got.empty());
+  EXPECT_EQ(got.back()["step"], m.step + 6);
+}
+
+}  // namespace
