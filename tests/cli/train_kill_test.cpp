@@ -82,7 +82,7 @@ seq_len = 32
 batch_size = 2
 eod_id = 256
 [train]
-steps = 1600
+steps = 4000
 threads = 1
 peak_gflops = 50
 [optim]
@@ -112,7 +112,7 @@ async = true
     if (round == 0)
       for (int i = 0; i < 4000 && !fs::exists(run / "checkpoints" / "latest"); i++)
         std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    std::this_thread::sleep_for(std::chrono::microseconds(std::uniform_int_distribution<int>(30000, 400000)(rng)));
+    std::this_thread::sleep_for(std::chrono::microseconds(std::uniform_int_distribution<int>(20000, 250000)(rng)));
     kill(pid, SIGKILL);
     waitpid(pid, &st, 0);
     if (WIFSIGNALED(st)) kills++;
@@ -138,8 +138,8 @@ async = true
   CkptManifest ma, mb;
   ASSERT_TRUE(ckpt_read_manifest(a, ma).is_ok());
   ASSERT_TRUE(ckpt_read_manifest(b, mb).is_ok());
-  EXPECT_EQ(ma.step, 1600);
-  EXPECT_EQ(mb.step, 1600);
+  EXPECT_EQ(ma.step, 4000);
+  EXPECT_EQ(mb.step, 4000);
   for (const auto& t : ma.tensors) {
     std::vector<float> x(t.bytes / 4), y(t.bytes / 4);
     ASSERT_TRUE(ckpt_load_tensor(a, ma, t.name, x.data(), x.size()).is_ok());
