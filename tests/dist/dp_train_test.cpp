@@ -153,6 +153,40 @@ TEST_F(DpTrainTest, TwoAndFourRanksEqualOneProcessBitForBit) {
   EXPECT_EQ(l.find("train "), l.rfind("train ")) << l;
 }
 
+// Hierarchical all-reduce on emulated nodes: one rank per node or one node of four gives the flat
+// reduction's bits; two nodes of two sum each node first (((g0+g1)+(g2+g3)) instead of
+// ((g0+g1)+g2)+g3): the same numbers to fp32 rounding, and deterministic run to run.
+TEST_F(DpTrainTest, HierarchicalEqualsFlat) {
+  ASSERT_TRUE(have_mpirun());
+  ASSERT_EQ(train(4, "flat"), 0) << log("flat");
+  for (int rpn : {1, 4, 2}) {
+    const std::string name = "h" + std::to_string(rpn);
+    ASSERT_EQ(train(4, name, fmt::format("--set dist.allreduce=\\\"hierarchical\\\" --set dist.ranks_per_node={}", rpn)),
+              0)
+        << log(name);
+    json sum = json::parse(test::read_file((dir_ / name / "summary.json").string()));
+    EXPECT_EQ(sum["timing"]["allreduce"], "hierarchical");
+    EXPECT_EQ(sum["timing"]["nodes"], 4 / rpn);
+    auto x = metrics(dir_ / "flat"), y = metrics(dir_ / name);
+    ASSERT_EQ(x.size(), y.size());
+    for (size_t i = 0; i < x.size(); i++) {
+      if (rpn != 2) {
+        EXPECT_EQ(x[i].dump(), y[i].dump()) << name << " step " << i + 1;
+      } else {
+        EXPECT_NEAR(x[i]["loss"].get<double>(), y[i]["loss"].get<double>(), 1e-5) << name << " step " << i + 1;
+        EXPECT_NEAR(x[i]["grad_norm"].get<double>(), y[i]["grad_norm"].get<double>(),
+                    1e-4 * x[i]["grad_norm"].get<double>()) << name << " step " << i + 1;
+      }
+    }
+  }
+  ASSERT_EQ(train(4, "h2b", "--set dist.allreduce=\\\"hierarchical\\\" --set dist.ranks_per_node=2"), 0) << log("h2b");
+  auto a = metrics(dir_ / "h2"), b = metrics(dir_ / "h2b");
+  for (size_t i = 0; i < a.size(); i++) EXPECT_EQ(a[i].dump(), b[i].dump()) << "step " << i + 1;
+  // A node size that does not divide the ranks is refused, naming the key.
+  EXPECT_NE(train(4, "bad", "--set dist.allreduce=\\\"hierarchical\\\" --set dist.ranks_per_node=3"), 0);
+  EXPECT_NE(log("bad").find("ranks_per_node = 3"), std::string::npos) << log("bad");
+}
+
 TEST_F(DpTrainTest, CheckpointOfFourRanksResumesOnTwoAndOne) {
   ASSERT_TRUE(have_mpirun());
   ASSERT_EQ(train(4, "four"), 0) << log("four");

@@ -17,6 +17,8 @@ class LocalComm final : public Communicator {
  public:
   int rank() const override { return 0; }
   int size() const override { return 1; }
+  int nodes() const override { return 1; }
+  const char* algorithm() const override { return "local"; }
   Status barrier() override { return Status::ok(); }
   Status allreduce_sum(float*, int64_t) override { return Status::ok(); }
   Status allreduce_sum(double*, int64_t) override { return Status::ok(); }
@@ -35,24 +37,54 @@ Status mpi_status(int rc, const char* what) {
 class MpiComm final : public Communicator {
  public:
   ~MpiComm() override {
+    for (MPI_Comm* c : {&node_, &column_})
+      if (*c != MPI_COMM_NULL) MPI_Comm_free(c);
     int fin = 0;
     MPI_Finalized(&fin);
     if (!fin) MPI_Finalize();
   }
-  Status init() {
+  Status init(const DistConfig& c) {
     int provided = 0;
     if (Status s = mpi_status(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided), "init"); !s)
       return s;
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
     MPI_Comm_size(MPI_COMM_WORLD, &size_);
+    if (c.allreduce != "hierarchical") return Status::ok();
+    // Nodes: consecutive blocks of ranks_per_node, or the ranks sharing memory.
+    if (c.ranks_per_node > 0) {
+      if (size_ % c.ranks_per_node != 0)
+        return Status::error(fmt::format("[dist] ranks_per_node = {}: must divide the {} ranks", c.ranks_per_node, size_));
+      MPI_Comm_split(MPI_COMM_WORLD, rank_ / c.ranks_per_node, rank_, &node_);
+    } else {
+      MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node_);
+    }
+    int local = 0, local_size = 0, node_id = 0, lo = 0, hi = 0;
+    MPI_Comm_rank(node_, &local);
+    MPI_Comm_size(node_, &local_size);
+    MPI_Allreduce(&rank_, &node_id, 1, MPI_INT, MPI_MIN, node_);  // a node is named by its first rank
+    MPI_Allreduce(&local_size, &lo, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    MPI_Allreduce(&local_size, &hi, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    if (lo != hi)
+      return Status::error(fmt::format("[dist] allreduce = \"hierarchical\" needs nodes of equal size; here they hold "
+                                       "{} to {} ranks (set dist.ranks_per_node or use \"flat\")", lo, hi));
+    // The ranks holding the same slice on every node, ordered by node.
+    MPI_Comm_split(MPI_COMM_WORLD, local, node_id, &column_);
+    MPI_Comm_size(column_, &nodes_);
+    hierarchical_ = true;
     return Status::ok();
   }
   int rank() const override { return rank_; }
   int size() const override { return size_; }
+  int nodes() const override { return hierarchical_ ? nodes_ : 1; }
+  const char* algorithm() const override { return hierarchical_ ? "hierarchical" : "flat"; }
   Status barrier() override { return mpi_status(MPI_Barrier(MPI_COMM_WORLD), "barrier"); }
-  Status allreduce_sum(float* data, int64_t n) override { return reduce(data, n, MPI_FLOAT, scratch_f_); }
-  Status allreduce_sum(double* data, int64_t n) override { return reduce(data, n, MPI_DOUBLE, scratch_d_); }
+  Status allreduce_sum(float* data, int64_t n) override {
+    return hierarchical_ ? reduce_hier(data, n, MPI_FLOAT, scratch_f_) : reduce(MPI_COMM_WORLD, data, n, MPI_FLOAT, scratch_f_);
+  }
+  Status allreduce_sum(double* data, int64_t n) override {
+    return reduce(MPI_COMM_WORLD, data, n, MPI_DOUBLE, scratch_d_);
+  }
   uint64_t bytes_sent() const override { return bytes_; }
   [[noreturn]] void abort(int code) override {
     MPI_Abort(MPI_COMM_WORLD, code);
@@ -63,52 +95,92 @@ class MpiComm final : public Communicator {
   // Slabs keep every MPI count within int.
   static constexpr int64_t kSlab = 1 << 26;
 
+  // Rank-ordered all-reduce over comm, in slabs.
   template <typename T>
-  Status reduce(T* data, int64_t n, MPI_Datatype type, std::vector<T>& scratch) {
-    if (size_ == 1) return Status::ok();
+  Status reduce(MPI_Comm comm, T* data, int64_t n, MPI_Datatype type, std::vector<T>& scratch) {
+    int R = 1;
+    MPI_Comm_size(comm, &R);
+    if (R == 1) return Status::ok();
     for (int64_t at = 0; at < n; at += kSlab) {
       const int64_t len = std::min(kSlab, n - at);
-      if (Status s = reduce_slab(data + at, len, type, scratch); !s) return s;
+      int64_t off = 0, mine = 0;
+      if (Status s = scatter_sum(comm, data + at, len, type, scratch, off, mine); !s) return s;
+      if (Status s = gather(comm, data + at, len, type); !s) return s;
     }
     return Status::ok();
   }
 
+  // Node reduce-scatter, slice all-reduce across nodes, node all-gather (slab by slab).
   template <typename T>
-  Status reduce_slab(T* data, int64_t n, MPI_Datatype type, std::vector<T>& scratch) {
-    const int R = size_;
-    counts_.resize(R), displs_.resize(R), rcounts_.resize(R), rdispls_.resize(R);
+  Status reduce_hier(T* data, int64_t n, MPI_Datatype type, std::vector<T>& scratch) {
+    if (size_ == 1) return Status::ok();
+    for (int64_t at = 0; at < n; at += kSlab) {
+      const int64_t len = std::min(kSlab, n - at);
+      int64_t off = 0, mine = 0;
+      int local_size = 1;
+      MPI_Comm_size(node_, &local_size);
+      if (local_size > 1) {
+        if (Status s = scatter_sum(node_, data + at, len, type, scratch, off, mine); !s) return s;
+      } else {
+        off = 0, mine = len;
+      }
+      if (Status s = reduce(column_, data + at + off, mine, type, scratch); !s) return s;
+      if (local_size > 1)
+        if (Status s = gather(node_, data + at, len, type); !s) return s;
+    }
+    return Status::ok();
+  }
+
+  void slices(MPI_Comm comm, int64_t n, int& R, int& me) {
+    MPI_Comm_size(comm, &R);
+    MPI_Comm_rank(comm, &me);
+    counts_.resize(R), displs_.resize(R);
     for (int r = 0; r < R; r++) {
       const int64_t b = n * r / R, e = n * (r + 1) / R;
       counts_[r] = (int)(e - b);
       displs_[r] = (int)b;
     }
-    const int mine = counts_[rank_];
+  }
+
+  // Slice r of every member's buffer goes to member r, which sums its slice in member order.
+  template <typename T>
+  Status scatter_sum(MPI_Comm comm, T* data, int64_t n, MPI_Datatype type, std::vector<T>& scratch, int64_t& off,
+                     int64_t& mine_out) {
+    int R = 1, me = 0;
+    slices(comm, n, R, me);
+    const int mine = counts_[me];
+    rcounts_.resize(R), rdispls_.resize(R);
     for (int r = 0; r < R; r++) rcounts_[r] = mine, rdispls_[r] = r * mine;
     if (scratch.size() < (size_t)R * mine) scratch.resize((size_t)R * mine);
-    // 1. Slice r of every rank's buffer goes to rank r.
     if (Status s = mpi_status(MPI_Alltoallv(data, counts_.data(), displs_.data(), type, scratch.data(),
-                                            rcounts_.data(), rdispls_.data(), type, MPI_COMM_WORLD),
+                                            rcounts_.data(), rdispls_.data(), type, comm),
                               "alltoallv");
         !s)
       return s;
-    // 2. My slice, summed in rank order.
-    T* out = data + displs_[rank_];
+    T* out = data + displs_[me];
     for (int i = 0; i < mine; i++) {
       T acc = scratch[i];
       for (int r = 1; r < R; r++) acc += scratch[(size_t)r * mine + i];
       out[i] = acc;
     }
-    // 3. Every rank gets every slice.
-    if (Status s = mpi_status(MPI_Allgatherv(MPI_IN_PLACE, 0, type, data, counts_.data(), displs_.data(), type,
-                                             MPI_COMM_WORLD),
-                              "allgatherv");
-        !s)
-      return s;
-    bytes_ += 2ull * (uint64_t)(n - mine) * sizeof(T);
+    bytes_ += (uint64_t)(n - mine) * sizeof(T);
+    off = displs_[me];
+    mine_out = mine;
     return Status::ok();
   }
 
-  int rank_ = 0, size_ = 1;
+  template <typename T>
+  Status gather(MPI_Comm comm, T* data, int64_t n, MPI_Datatype type) {
+    int R = 1, me = 0;
+    slices(comm, n, R, me);
+    bytes_ += (uint64_t)counts_[me] * (R - 1) * sizeof(T);
+    return mpi_status(MPI_Allgatherv(MPI_IN_PLACE, 0, type, data, counts_.data(), displs_.data(), type, comm),
+                      "allgatherv");
+  }
+
+  int rank_ = 0, size_ = 1, nodes_ = 1;
+  bool hierarchical_ = false;
+  MPI_Comm node_ = MPI_COMM_NULL, column_ = MPI_COMM_NULL;
   std::vector<int> counts_, displs_, rcounts_, rdispls_;
   std::vector<float> scratch_f_;
   std::vector<double> scratch_d_;
@@ -123,13 +195,22 @@ bool dist_launched_by_mpi() {
   return false;
 }
 
-Status dist_create(std::unique_ptr<Communicator>& out) {
+Status dist_config_validate(const DistConfig& c) {
+  if (c.allreduce != "flat" && c.allreduce != "hierarchical")
+    return Status::error(fmt::format("[dist] allreduce = \"{}\": allowed are \"flat\" and \"hierarchical\"", c.allreduce));
+  if (c.ranks_per_node < 0)
+    return Status::error(fmt::format("[dist] ranks_per_node = {}: must be >= 0 (0: ranks sharing memory)", c.ranks_per_node));
+  return Status::ok();
+}
+
+Status dist_create(const DistConfig& c, std::unique_ptr<Communicator>& out) {
+  if (Status s = dist_config_validate(c); !s) return s;
   if (!dist_launched_by_mpi()) {
     out = std::make_unique<LocalComm>();
     return Status::ok();
   }
   auto m = std::make_unique<MpiComm>();
-  if (Status s = m->init(); !s) return s;
+  if (Status s = m->init(c); !s) return s;
   out = std::move(m);
   return Status::ok();
 }

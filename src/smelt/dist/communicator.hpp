@@ -5,17 +5,26 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "smelt/common/status.hpp"
 
 namespace smelt {
 
+struct DistConfig {                // [dist]
+  std::string allreduce = "flat";  // "flat" | "hierarchical"
+  int ranks_per_node = 0;          // hierarchical: 0 = ranks sharing memory form a node; N > 0 groups
+                                   // ranks [k*N, (k+1)*N) (emulates nodes on one machine)
+};
+
 class Communicator {
  public:
   virtual ~Communicator() = default;
   virtual int rank() const = 0;
   virtual int size() const = 0;
+  virtual int nodes() const = 0;         // node count of the hierarchical reduction (1 when flat)
+  virtual const char* algorithm() const = 0;  // "flat" | "hierarchical" | "local"
   virtual Status barrier() = 0;
   // In-place sum of n floats over the ranks, every rank getting the same bits: element i is
   // ((x_0[i] + x_1[i]) + x_2[i]) + ... in rank order, whatever the rank count, so a run on N ranks
@@ -23,7 +32,13 @@ class Communicator {
   // slice of the buffer from every rank's copy, then the slices are gathered: 2 (N-1)/N n floats
   // sent per rank, the bandwidth of a ring all-reduce.)
   virtual Status allreduce_sum(float* data, int64_t n) = 0;
-  // Same for doubles (losses, token counts), rank order.
+  // Hierarchical ("hierarchical"): reduce-scatter inside each node (local ranks in order), then the
+  // slices summed across nodes (node order) by the ranks holding the same slice, then all-gather
+  // inside the node: element i is (node_0 sum) + (node_1 sum) + ..., each node's sum in local rank
+  // order. Deterministic; with one rank per node, or one node, the same bits as flat; otherwise the
+  // same sum associated by node (fp32 rounding apart). Only the inter-node step crosses nodes, with
+  // 2 (nodes-1)/nodes of a slice per rank.
+  // Same for doubles (losses, token counts), rank order (always flat).
   virtual Status allreduce_sum(double* data, int64_t n) = 0;
   // Ends every rank of the job (a failed rank must not leave the others waiting in a collective).
   [[noreturn]] virtual void abort(int code) = 0;
@@ -33,7 +48,8 @@ class Communicator {
 
 // One process (rank 0 of 1), or MPI when started by mpirun/srun (MPI_Init here, MPI_Finalize when
 // the communicator is destroyed).
-Status dist_create(std::unique_ptr<Communicator>& out);
+Status dist_create(const DistConfig& c, std::unique_ptr<Communicator>& out);
+Status dist_config_validate(const DistConfig& c);
 // True when this process was started by mpirun or srun.
 bool dist_launched_by_mpi();
 

@@ -14,7 +14,7 @@ namespace smelt {
 namespace {
 
 // Sections of a pipeline config that belong to other stages: `smelt train` reads the same file.
-const std::set<std::string> kOtherStages = {"prep", "tokenizer", "tokenize", "pipeline", "generate", "bench", "dist"};
+const std::set<std::string> kOtherStages = {"prep", "tokenizer", "tokenize", "pipeline", "generate", "bench"};
 
 void collect(const ConfigSection& s, std::vector<std::string>& errors) {
   for (auto& e : s.finish()) errors.push_back(e);
@@ -26,10 +26,10 @@ Status train_config_read(const toml::table& root, TrainConfig& c) {
   std::vector<std::string> errors;
   for (const auto& [k, v] : root) {
     std::string key(k.str());
-    static const std::set<std::string> mine = {"model", "data", "train", "optim", "eval", "ckpt", "health"};
+    static const std::set<std::string> mine = {"model", "data", "train", "optim", "eval", "ckpt", "health", "dist"};
     if (!mine.count(key) && !kOtherStages.count(key))
       errors.push_back(fmt::format("[{}]: unknown section; `smelt train` reads [model], [data], [train], [optim], "
-                                   "[eval], [ckpt] and [health]", key));
+                                   "[eval], [ckpt], [health] and [dist]", key));
   }
   toml::table resolved;
   if (Status s = model_config_read(root, c.model); !s) errors.push_back(s.message());
@@ -103,6 +103,12 @@ Status train_config_read(const toml::table& root, TrainConfig& c) {
   if (c.ckpt.on_error != "stop" && c.ckpt.on_error != "continue")
     errors.push_back(fmt::format("[ckpt] on_error = \"{}\": allowed are \"stop\" and \"continue\"", c.ckpt.on_error));
   health_config_read(root, c.health, resolved, errors);
+  ConfigSection d(root, "dist");
+  d.get("allreduce", c.dist.allreduce);
+  d.get("ranks_per_node", c.dist.ranks_per_node);
+  collect(d, errors);
+  config_insert(resolved, "dist", d.resolved());
+  if (Status s = dist_config_validate(c.dist); !s) errors.push_back(s.message());
 
   if (!errors.empty()) {
     std::string m = errors[0];

@@ -10,6 +10,7 @@
 
 #include "smelt/common/status.hpp"
 #include "smelt/dataset/loader.hpp"
+#include "smelt/dist/communicator.hpp"
 #include "smelt/model/config.hpp"
 #include "smelt/model/model.hpp"
 #include "smelt/train/health.hpp"
@@ -57,6 +58,7 @@ struct TrainConfig {
   EvalOptions eval;
   CkptOptions ckpt;
   HealthConfig health;
+  DistConfig dist;
   bool resume = false;           // --resume (not a TOML key)
   toml::table resolved;          // every key with its final value
 };

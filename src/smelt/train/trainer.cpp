@@ -199,7 +199,10 @@ class Trainer {
   Status run(TrainSummary& out);
   int rank() const { return comm_ ? comm_->rank() : 0; }
   int ranks() const { return comm_ ? comm_->size() : 1; }
-  [[noreturn]] void abort(int code) { comm_->abort(code); }
+  [[noreturn]] void abort(int code) {
+    comm_->abort(code);
+    std::exit(code);  // (not reached; virtual calls do not carry [[noreturn]] for the compiler)
+  }
 
  private:
   Status setup();
@@ -251,7 +254,7 @@ class Trainer {
 };
 
 Status Trainer::setup() {
-  if (Status s = dist_create(comm_); !s) return s;
+  if (Status s = dist_create(c_.dist, comm_); !s) return s;
   lead_ = comm_->rank() == 0;
   c_.data.rank = comm_->rank();
   c_.data.ranks = comm_->size();
@@ -800,7 +803,9 @@ Status Trainer::run(TrainSummary& out) {
                  {"data_wait_fraction", out.data_wait_fraction},
                  {"fetch_ms", {{"p50", lat.p50}, {"p95", lat.p95}, {"p99", lat.p99}}},
                  {"threads", threads_},
-                 {"ranks", comm_->size()}};
+                 {"ranks", comm_->size()},
+                 {"allreduce", comm_->algorithm()},
+                 {"nodes", comm_->nodes()}};
   out.json = j;
   out.text = fmt::format(
       "train {}: steps {} -> {} of {}, {} tokens, loss {:.4f} -> {:.4f}{}\n"
