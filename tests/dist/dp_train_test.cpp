@@ -256,4 +256,19 @@ TEST_F(DpTrainTest, AKilledRankEndsTheJobAndResumeContinues) {
   EXPECT_EQ(got.back()["step"], m.step + 6);
 }
 
+// A rank that hangs (fault injection: rank 1 stops responding at step 3) must not leave the others
+// waiting forever: past [dist] timeout_s the waiting rank ends the job, saying what it waited for.
+TEST_F(DpTrainTest, AHungRankEndsTheJobAfterTheTimeout) {
+  ASSERT_TRUE(have_mpirun());
+  const auto t0 = std::chrono::steady_clock::now();
+  const int rc = train(2, "hang", "--set dist.timeout_s=3 --set dist.inject_hang_rank=1 --set dist.inject_hang_step=3");
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_NE(rc, 0) << log("hang");
+  EXPECT_LT(s, 60.0);
+  EXPECT_NE(log("hang").find("rank 0 of 2"), std::string::npos) << log("hang");
+  EXPECT_NE(log("hang").find("a rank is hung or gone"), std::string::npos) << log("hang");
+  auto m = metrics(dir_ / "hang");
+  ASSERT_EQ(m.size(), 2u);  // steps 1 and 2 finished
+}
+
 }  // namespace

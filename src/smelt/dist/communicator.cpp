@@ -5,7 +5,10 @@
 #include <mpi.h>
 
 #include <algorithm>
+#include <cstdio>
+#include <chrono>
 #include <cstdlib>
+#include <thread>
 
 #include <fmt/format.h>
 
@@ -50,6 +53,7 @@ class MpiComm final : public Communicator {
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
     MPI_Comm_size(MPI_COMM_WORLD, &size_);
+    timeout_s_ = c.timeout_s;
     if (c.allreduce != "hierarchical") return Status::ok();
     // Nodes: consecutive blocks of ranks_per_node, or the ranks sharing memory.
     if (c.ranks_per_node > 0) {
@@ -78,7 +82,11 @@ class MpiComm final : public Communicator {
   int size() const override { return size_; }
   int nodes() const override { return hierarchical_ ? nodes_ : 1; }
   const char* algorithm() const override { return hierarchical_ ? "hierarchical" : "flat"; }
-  Status barrier() override { return mpi_status(MPI_Barrier(MPI_COMM_WORLD), "barrier"); }
+  Status barrier() override {
+    MPI_Request req;
+    if (Status s = mpi_status(MPI_Ibarrier(MPI_COMM_WORLD, &req), "barrier"); !s) return s;
+    return wait(req, "barrier");
+  }
   Status allreduce_sum(float* data, int64_t n) override {
     return hierarchical_ ? reduce_hier(data, n, MPI_FLOAT, scratch_f_) : reduce(MPI_COMM_WORLD, data, n, MPI_FLOAT, scratch_f_);
   }
@@ -152,11 +160,13 @@ class MpiComm final : public Communicator {
     rcounts_.resize(R), rdispls_.resize(R);
     for (int r = 0; r < R; r++) rcounts_[r] = mine, rdispls_[r] = r * mine;
     if (scratch.size() < (size_t)R * mine) scratch.resize((size_t)R * mine);
-    if (Status s = mpi_status(MPI_Alltoallv(data, counts_.data(), displs_.data(), type, scratch.data(),
-                                            rcounts_.data(), rdispls_.data(), type, comm),
+    MPI_Request req;
+    if (Status s = mpi_status(MPI_Ialltoallv(data, counts_.data(), displs_.data(), type, scratch.data(),
+                                             rcounts_.data(), rdispls_.data(), type, comm, &req),
                               "alltoallv");
         !s)
       return s;
+    if (Status s = wait(req, "all-reduce (alltoallv)"); !s) return s;
     T* out = data + displs_[me];
     for (int i = 0; i < mine; i++) {
       T acc = scratch[i];
@@ -174,11 +184,37 @@ class MpiComm final : public Communicator {
     int R = 1, me = 0;
     slices(comm, n, R, me);
     bytes_ += (uint64_t)counts_[me] * (R - 1) * sizeof(T);
-    return mpi_status(MPI_Allgatherv(MPI_IN_PLACE, 0, type, data, counts_.data(), displs_.data(), type, comm),
-                      "allgatherv");
+    MPI_Request req;
+    if (Status s = mpi_status(MPI_Iallgatherv(MPI_IN_PLACE, 0, type, data, counts_.data(), displs_.data(), type,
+                                              comm, &req),
+                              "allgatherv");
+        !s)
+      return s;
+    return wait(req, "all-reduce (allgatherv)");
+  }
+
+  // Polls a non-blocking collective; past the timeout the job is ended (some rank stopped
+  // responding: a blocking call would wait forever).
+  Status wait(MPI_Request& req, const char* what) {
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int spins = 0;; spins++) {
+      int done = 0;
+      if (Status s = mpi_status(MPI_Test(&req, &done, MPI_STATUS_IGNORE), what); !s) return s;
+      if (done) return Status::ok();
+      if (spins > 1000) std::this_thread::sleep_for(std::chrono::microseconds(50));
+      const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      if (timeout_s_ > 0 && waited > timeout_s_) {
+        std::fprintf(stderr,
+                     "[dist] rank %d of %d: %s waited %.0f s for the other ranks ([dist] timeout_s = %g); a rank is "
+                     "hung or gone: ending the job (relaunch with --resume)\n",
+                     rank_, size_, what, waited, timeout_s_);
+        MPI_Abort(MPI_COMM_WORLD, 1);
+      }
+    }
   }
 
   int rank_ = 0, size_ = 1, nodes_ = 1;
+  double timeout_s_ = 600;
   bool hierarchical_ = false;
   MPI_Comm node_ = MPI_COMM_NULL, column_ = MPI_COMM_NULL;
   std::vector<int> counts_, displs_, rcounts_, rdispls_;
@@ -198,6 +234,8 @@ bool dist_launched_by_mpi() {
 Status dist_config_validate(const DistConfig& c) {
   if (c.allreduce != "flat" && c.allreduce != "hierarchical")
     return Status::error(fmt::format("[dist] allreduce = \"{}\": allowed are \"flat\" and \"hierarchical\"", c.allreduce));
+  if (!(c.timeout_s >= 0))
+    return Status::error(fmt::format("[dist] timeout_s = {}: must be >= 0 (0: wait forever)", c.timeout_s));
   if (c.ranks_per_node < 0)
     return Status::error(fmt::format("[dist] ranks_per_node = {}: must be >= 0 (0: ranks sharing memory)", c.ranks_per_node));
   return Status::ok();

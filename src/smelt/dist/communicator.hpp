@@ -16,6 +16,9 @@ struct DistConfig {                // [dist]
   std::string allreduce = "flat";  // "flat" | "hierarchical"
   int ranks_per_node = 0;          // hierarchical: 0 = ranks sharing memory form a node; N > 0 groups
                                    // ranks [k*N, (k+1)*N) (emulates nodes on one machine)
+  double timeout_s = 600;          // a collective waiting longer ends the job (a hung rank)
+  int inject_hang_rank = -1;       // fault injection (tests): this rank stops responding ...
+  int64_t inject_hang_step = 0;    // ... at this step (the trainer acts on it)
 };
 
 class Communicator {

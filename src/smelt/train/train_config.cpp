@@ -106,6 +106,9 @@ Status train_config_read(const toml::table& root, TrainConfig& c) {
   ConfigSection d(root, "dist");
   d.get("allreduce", c.dist.allreduce);
   d.get("ranks_per_node", c.dist.ranks_per_node);
+  d.get("timeout_s", c.dist.timeout_s);
+  d.get("inject_hang_rank", c.dist.inject_hang_rank);
+  d.get("inject_hang_step", c.dist.inject_hang_step);
   collect(d, errors);
   config_insert(resolved, "dist", d.resolved());
   if (Status s = dist_config_validate(c.dist); !s) errors.push_back(s.message());

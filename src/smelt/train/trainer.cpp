@@ -646,6 +646,8 @@ Status Trainer::run(TrainSummary& out) {
     if (!acc_.empty()) std::copy(acc_.begin(), acc_.end(), model_.grads());
     double allreduce_ms = 0;
     uint64_t bytes_before = comm_->bytes_sent();
+    if (comm_->rank() == c_.dist.inject_hang_rank && step_ + 1 == c_.dist.inject_hang_step)
+      for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));  // fault injection: a hung rank
     if (comm_->size() > 1) {
       // Scalars first (losses, tokens, entropy, per-source sums, the stop flag), then gradients.
       const double ta = now_s();
