@@ -23,6 +23,7 @@
 #include "smelt/ckpt/checkpoint.hpp"
 #include "smelt/dataset/indexed.hpp"
 #include "test_files.hpp"
+#include "train_test_util.hpp"
 
 namespace fs = std::filesystem;
 using json = nlohmann::json;
@@ -41,31 +42,7 @@ CmdRun run(const std::string& args, const fs::path& dir) {
   return {WIFEXITED(st) ? WEXITSTATUS(st) : -1, test::read_file(out), test::read_file(err)};
 }
 
-void write_byte_shard(const std::string& prefix, const std::string& file, size_t skip, size_t every) {
-  IndexedWriter w;
-  ASSERT_TRUE(w.open(prefix, IndexedDType::kUInt16).is_ok());
-  std::istringstream in(test::read_file(file));
-  std::string line;
-  for (size_t n = 0; std::getline(in, line); n++) {
-    if (line.size() < 8 || n % every != skip) continue;
-    std::vector<uint32_t> ids(line.begin(), line.end());
-    for (auto& x : ids) x &= 0xFF;
-    ASSERT_TRUE(w.add_document(ids).is_ok());
-  }
-  ASSERT_TRUE(w.finish().is_ok());
-}
-
-std::vector<json> metrics(const fs::path& run_dir) {
-  std::vector<json> out;
-  std::istringstream in(test::read_file((run_dir / "metrics.jsonl").string()));
-  std::string line;
-  while (std::getline(in, line)) {
-    json j = json::parse(line);
-    for (const char* k : {"tokens_per_s", "mfu", "step_ms", "data_wait_ms", "fetch_ms", "ckpt_stall_ms", "ckpt_write_mb_s"}) j.erase(k);
-    out.push_back(j);
-  }
-  return out;
-}
+std::vector<json> metrics(const fs::path& run_dir) { return test::read_metrics(run_dir); }
 
 class TrainCmdTest : public ::testing::Test {
  protected:
@@ -75,9 +52,8 @@ class TrainCmdTest : public ::testing::Test {
     fs::remove_all(dir_);
     fs::create_directories(dir_);
     const std::string en = std::string(SMELT_TEST_DATA) + "/tokenizer/english.txt";
-    write_byte_shard((dir_ / "train").string(), en, 0, 1);
-    write_byte_shard((dir_ / "valid").string(), std::string(SMELT_TEST_DATA) + "/tokenizer_train/en_coding_style.rst",
-                     0, 1);
+    test::write_byte_shard((dir_ / "train").string(), {en});
+    test::write_byte_shard((dir_ / "valid").string(), {std::string(SMELT_TEST_DATA) + "/tokenizer_train/en_coding_style.rst"});
     test::write_file((dir_ / "run.toml").string(), R"(
 [model]
 vocab_size = 260

@@ -21,6 +21,7 @@
 #include "smelt/ckpt/checkpoint.hpp"
 #include "smelt/dataset/indexed.hpp"
 #include "test_files.hpp"
+#include "train_test_util.hpp"
 
 namespace fs = std::filesystem;
 using json = nlohmann::json;
@@ -28,18 +29,7 @@ using namespace smelt;
 
 namespace {
 
-std::vector<json> metrics(const fs::path& run_dir) {
-  std::vector<json> out;
-  std::istringstream in(test::read_file((run_dir / "metrics.jsonl").string()));
-  std::string line;
-  while (std::getline(in, line)) {
-    json j = json::parse(line);
-    for (const char* k : {"tokens_per_s", "mfu", "step_ms", "data_wait_ms", "fetch_ms", "ckpt_stall_ms", "ckpt_write_mb_s"})
-      j.erase(k);
-    out.push_back(j);
-  }
-  return out;
-}
+std::vector<json> metrics(const fs::path& run_dir) { return test::read_metrics(run_dir); }
 
 pid_t start(const std::string& args, const fs::path& log) {
   pid_t pid = fork();
@@ -55,19 +45,7 @@ TEST(TrainKill, TwentyFourKillsThenResumeEqualsUninterrupted) {
   const fs::path dir = fs::temp_directory_path() / ("smelt_train_kill_" + std::to_string(::getpid()));
   fs::remove_all(dir);
   fs::create_directories(dir);
-  {
-    IndexedWriter w;
-    ASSERT_TRUE(w.open((dir / "train").string(), IndexedDType::kUInt16).is_ok());
-    std::istringstream in(test::read_file(std::string(SMELT_TEST_DATA) + "/tokenizer/english.txt"));
-    std::string line;
-    while (std::getline(in, line)) {
-      if (line.size() < 8) continue;
-      std::vector<uint32_t> ids(line.begin(), line.end());
-      for (auto& x : ids) x &= 0xFF;
-      ASSERT_TRUE(w.add_document(ids).is_ok());
-    }
-    ASSERT_TRUE(w.finish().is_ok());
-  }
+  test::write_byte_shard((dir / "train").string(), {std::string(SMELT_TEST_DATA) + "/tokenizer/english.txt"});
   test::write_file((dir / "run.toml").string(), R"(
 [model]
 vocab_size = 260
@@ -148,7 +126,9 @@ async = true
   }
   // No half-written step folder is left behind as a checkpoint.
   for (const auto& e : fs::directory_iterator(run / "checkpoints"))
-    if (e.is_directory()) EXPECT_TRUE(ckpt_verify(e.path().string()).is_ok() || e.path().extension() == ".tmp") << e.path();
+    if (e.is_directory()) {
+      EXPECT_TRUE(ckpt_verify(e.path().string()).is_ok() || e.path().extension() == ".tmp") << e.path();
+    }
   fs::remove_all(dir);
 }
 

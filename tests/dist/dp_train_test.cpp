@@ -22,6 +22,7 @@
 #include "smelt/ckpt/checkpoint.hpp"
 #include "smelt/dataset/indexed.hpp"
 #include "test_files.hpp"
+#include "train_test_util.hpp"
 
 namespace fs = std::filesystem;
 using json = nlohmann::json;
@@ -32,19 +33,7 @@ namespace {
 const char* kMpirun =
     "mpirun --allow-run-as-root --oversubscribe --mca btl self,vader --mca btl_vader_single_copy_mechanism none";
 
-std::vector<json> metrics(const fs::path& run_dir) {
-  std::vector<json> out;
-  std::istringstream in(test::read_file((run_dir / "metrics.jsonl").string()));
-  std::string line;
-  while (std::getline(in, line)) {
-    json j = json::parse(line);
-    for (const char* k : {"tokens_per_s", "mfu", "step_ms", "data_wait_ms", "fetch_ms", "ckpt_stall_ms",
-                          "ckpt_write_mb_s", "allreduce_ms", "allreduce_wait_ms", "allreduce_bytes"})
-      j.erase(k);
-    out.push_back(j);
-  }
-  return out;
-}
+std::vector<json> metrics(const fs::path& run_dir) { return test::read_metrics(run_dir); }
 
 class DpTrainTest : public ::testing::Test {
  protected:
@@ -53,19 +42,8 @@ class DpTrainTest : public ::testing::Test {
                                         ::testing::UnitTest::GetInstance()->current_test_info()->name());
     fs::remove_all(dir_);
     fs::create_directories(dir_);
-    IndexedWriter w;
-    ASSERT_TRUE(w.open((dir_ / "train").string(), IndexedDType::kUInt16).is_ok());
-    for (const char* f : {"/tokenizer/english.txt", "/tokenizer/chinese.txt"}) {
-      std::istringstream in(test::read_file(std::string(SMELT_TEST_DATA) + f));
-      std::string line;
-      while (std::getline(in, line)) {
-        if (line.size() < 8) continue;
-        std::vector<uint32_t> ids(line.begin(), line.end());
-        for (auto& x : ids) x &= 0xFF;
-        ASSERT_TRUE(w.add_document(ids).is_ok());
-      }
-    }
-    ASSERT_TRUE(w.finish().is_ok());
+    const std::string d = SMELT_TEST_DATA;
+    test::write_byte_shard((dir_ / "train").string(), {d + "/tokenizer/english.txt", d + "/tokenizer/chinese.txt"});
     test::write_file((dir_ / "run.toml").string(), R"(
 [model]
 vocab_size = 260

@@ -25,34 +25,13 @@
 #include "smelt/train/train_config.hpp"
 #include "smelt/train/trainer.hpp"
 #include "test_files.hpp"
+#include "train_test_util.hpp"
 
 namespace fs = std::filesystem;
 using json = nlohmann::json;
 using namespace smelt;
 
 namespace {
-
-// One document per non-empty line, one token per byte, no EOD in the shard (the loader adds 256);
-// PREFIX.docs names each document "FILE:LINE".
-void write_byte_shard(const std::string& prefix, const std::vector<std::string>& files) {
-  IndexedWriter w;
-  LineageWriter lin;
-  ASSERT_TRUE(w.open(prefix, IndexedDType::kUInt16).is_ok());
-  ASSERT_TRUE(lin.open(lineage_path(prefix)).is_ok());
-  for (const auto& f : files) {
-    std::istringstream in(test::read_file(f));
-    std::string line;
-    for (int n = 1; std::getline(in, line); n++) {
-      if (line.size() < 8) continue;
-      std::vector<uint32_t> ids(line.begin(), line.end());
-      for (auto& x : ids) x &= 0xFF;
-      ASSERT_TRUE(w.add_document(ids).is_ok());
-      ASSERT_TRUE(lin.add(fs::path(f).filename().string() + ":" + std::to_string(n)).is_ok());
-    }
-  }
-  ASSERT_TRUE(w.finish().is_ok());
-  ASSERT_TRUE(lin.finish().is_ok());
-}
 
 class TrainerTest : public ::testing::Test {
  protected:
@@ -62,9 +41,9 @@ class TrainerTest : public ::testing::Test {
     fs::remove_all(dir_);
     fs::create_directories(dir_);
     const std::string d = SMELT_TEST_DATA;
-    write_byte_shard((dir_ / "en").string(), {d + "/tokenizer/english.txt", d + "/tokenizer_train/en_coding_style.rst"});
-    write_byte_shard((dir_ / "zh").string(), {d + "/tokenizer/chinese.txt"});
-    write_byte_shard((dir_ / "valid").string(), {d + "/tokenizer_train/en_submitting_patches.rst"});
+    test::write_byte_shard((dir_ / "en").string(), {d + "/tokenizer/english.txt", d + "/tokenizer_train/en_coding_style.rst"});
+    test::write_byte_shard((dir_ / "zh").string(), {d + "/tokenizer/chinese.txt"});
+    test::write_byte_shard((dir_ / "valid").string(), {d + "/tokenizer_train/en_submitting_patches.rst"});
   }
   void TearDown() override { fs::remove_all(dir_); }
 
@@ -111,18 +90,8 @@ save_every = 0
     return c;
   }
 
-  static std::vector<json> metrics(const std::string& run_dir) {
-    std::vector<json> out;
-    std::istringstream in(test::read_file(run_dir + "/metrics.jsonl"));
-    std::string line;
-    while (std::getline(in, line)) out.push_back(json::parse(line));
-    return out;
-  }
-  // The fields that must be identical between identical runs (everything but timing).
-  static json deterministic(json j) {
-    for (const char* k : {"tokens_per_s", "mfu", "step_ms", "data_wait_ms", "fetch_ms", "ckpt_stall_ms", "ckpt_write_mb_s"}) j.erase(k);
-    return j;
-  }
+  static std::vector<json> metrics(const std::string& run_dir) { return test::read_metrics(run_dir, true); }
+  static json deterministic(json j) { return test::drop_timing(std::move(j)); }
 
   fs::path dir_;
 };
