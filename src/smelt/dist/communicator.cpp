@@ -27,6 +27,13 @@ class LocalComm final : public Communicator {
   Status allreduce_sum(double*, int64_t) override { return Status::ok(); }
   uint64_t bytes_sent() const override { return 0; }
   [[noreturn]] void abort(int code) override { std::exit(code); }
+  Status allgather_sparse(const int64_t* idx, const float* val, int count, std::vector<int64_t>& all_idx,
+                          std::vector<float>& all_val, std::vector<int>& counts) override {
+    all_idx.assign(idx, idx + count);
+    all_val.assign(val, val + count);
+    counts.assign(1, count);
+    return Status::ok();
+  }
 };
 
 Status mpi_status(int rc, const char* what) {
@@ -94,6 +101,36 @@ class MpiComm final : public Communicator {
     return reduce(MPI_COMM_WORLD, data, n, MPI_DOUBLE, scratch_d_);
   }
   uint64_t bytes_sent() const override { return bytes_; }
+  Status allgather_sparse(const int64_t* idx, const float* val, int count, std::vector<int64_t>& all_idx,
+                          std::vector<float>& all_val, std::vector<int>& counts) override {
+    counts.resize(size_);
+    MPI_Request req;
+    if (Status s = mpi_status(MPI_Iallgather(&count, 1, MPI_INT, counts.data(), 1, MPI_INT, MPI_COMM_WORLD, &req),
+                              "allgather");
+        !s)
+      return s;
+    if (Status s = wait(req, "sparse all-gather (counts)"); !s) return s;
+    std::vector<int>& displs = displs_;
+    displs.resize(size_);
+    int64_t total = 0;
+    for (int r = 0; r < size_; r++) displs[r] = (int)total, total += counts[r];
+    all_idx.resize(total);
+    all_val.resize(total);
+    if (Status s = mpi_status(MPI_Iallgatherv(idx, count, MPI_INT64_T, all_idx.data(), counts.data(), displs.data(),
+                                              MPI_INT64_T, MPI_COMM_WORLD, &req),
+                              "allgatherv");
+        !s)
+      return s;
+    if (Status s = wait(req, "sparse all-gather (indices)"); !s) return s;
+    if (Status s = mpi_status(MPI_Iallgatherv(val, count, MPI_FLOAT, all_val.data(), counts.data(), displs.data(),
+                                              MPI_FLOAT, MPI_COMM_WORLD, &req),
+                              "allgatherv");
+        !s)
+      return s;
+    if (Status s = wait(req, "sparse all-gather (values)"); !s) return s;
+    bytes_ += (uint64_t)count * (sizeof(int64_t) + sizeof(float)) * (size_ - 1);
+    return Status::ok();
+  }
   [[noreturn]] void abort(int code) override {
     MPI_Abort(MPI_COMM_WORLD, code);
     std::exit(code);
@@ -236,6 +273,10 @@ Status dist_config_validate(const DistConfig& c) {
     return Status::error(fmt::format("[dist] allreduce = \"{}\": allowed are \"flat\" and \"hierarchical\"", c.allreduce));
   if (!(c.timeout_s >= 0))
     return Status::error(fmt::format("[dist] timeout_s = {}: must be >= 0 (0: wait forever)", c.timeout_s));
+  if (c.compression != "none" && c.compression != "topk")
+    return Status::error(fmt::format("[dist.compression] type = \"{}\": allowed are \"none\" and \"topk\"", c.compression));
+  if (!(c.topk_ratio > 0 && c.topk_ratio <= 1))
+    return Status::error(fmt::format("[dist.compression] ratio = {}: must be in (0, 1]", c.topk_ratio));
   if (c.ranks_per_node < 0)
     return Status::error(fmt::format("[dist] ranks_per_node = {}: must be >= 0 (0: ranks sharing memory)", c.ranks_per_node));
   return Status::ok();

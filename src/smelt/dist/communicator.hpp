@@ -17,6 +17,10 @@ struct DistConfig {                // [dist]
   int ranks_per_node = 0;          // hierarchical: 0 = ranks sharing memory form a node; N > 0 groups
                                    // ranks [k*N, (k+1)*N) (emulates nodes on one machine)
   double timeout_s = 600;          // a collective waiting longer ends the job (a hung rank)
+  std::string compression = "none";  // [dist.compression] type: "none" | "topk"
+  double topk_ratio = 0.01;          // [dist.compression] ratio: fraction of gradient entries sent
+  int64_t topk_warmup_steps = 0;     // [dist.compression] warmup_steps: the ratio falls geometrically
+                                     // from 1 to `ratio` over these steps (as Deep Gradient Compression)
   int inject_hang_rank = -1;       // fault injection (tests): this rank stops responding ...
   int64_t inject_hang_step = 0;    // ... at this step (the trainer acts on it)
 };
@@ -45,6 +49,9 @@ class Communicator {
   virtual Status allreduce_sum(double* data, int64_t n) = 0;
   // Ends every rank of the job (a failed rank must not leave the others waiting in a collective).
   [[noreturn]] virtual void abort(int code) = 0;
+  // Every rank's (index, value) pairs, concatenated in rank order; counts[r] = rank r's pair count.
+  virtual Status allgather_sparse(const int64_t* idx, const float* val, int count, std::vector<int64_t>& all_idx,
+                                  std::vector<float>& all_val, std::vector<int>& counts) = 0;
   // Bytes this rank has sent in collectives (for metrics).
   virtual uint64_t bytes_sent() const = 0;
 };

@@ -109,8 +109,15 @@ Status train_config_read(const toml::table& root, TrainConfig& c) {
   d.get("timeout_s", c.dist.timeout_s);
   d.get("inject_hang_rank", c.dist.inject_hang_rank);
   d.get("inject_hang_step", c.dist.inject_hang_step);
+  d.known("compression");
+  ConfigSection dc(root, "dist.compression");
+  dc.get("type", c.dist.compression);
+  dc.get("ratio", c.dist.topk_ratio);
+  dc.get("warmup_steps", c.dist.topk_warmup_steps);
+  collect(dc, errors);
   collect(d, errors);
   config_insert(resolved, "dist", d.resolved());
+  config_insert(resolved, "dist.compression", dc.resolved());
   if (Status s = dist_config_validate(c.dist); !s) errors.push_back(s.message());
 
   if (!errors.empty()) {

@@ -251,7 +251,40 @@ class Trainer {
   std::vector<float> acc_;      // the step's gradient, micro-batches added in order (grad_accum > 1)
   std::vector<double> red_;     // per-step scalars reduced over ranks
   bool stop_now_ = false;       // every rank's agreed stop
+  // top-k compression with error feedback
+  std::vector<float> residual_, mag_;
+  std::vector<int64_t> sel_idx_, all_idx_;
+  std::vector<float> sel_val_, all_val_;
+  std::vector<int> counts_;
+  Status topk_reduce(float* g, int64_t n);
 };
+
+// Top-k gradient compression with error feedback: this rank adds what it did not send before
+// (residual), sends its k largest-magnitude entries (ties broken by index, so deterministic), keeps
+// the rest as the next residual; every rank sums all ranks' sparse entries in rank order.
+Status Trainer::topk_reduce(float* g, int64_t n) {
+  if (residual_.empty()) residual_.assign(n, 0.0f), mag_.resize(n);
+  for (int64_t i = 0; i < n; i++) g[i] += residual_[i], mag_[i] = std::fabs(g[i]);
+  const int64_t W = c_.dist.topk_warmup_steps;
+  const double ratio = W > 0 && step_ < W ? std::pow(c_.dist.topk_ratio, (double)step_ / (double)W) : c_.dist.topk_ratio;
+  const int64_t k = std::max<int64_t>(1, std::min<int64_t>(n, (int64_t)std::ceil(ratio * n)));
+  std::nth_element(mag_.begin(), mag_.begin() + (n - k), mag_.end());
+  const float thr = mag_[n - k];
+  sel_idx_.clear(), sel_val_.clear();
+  for (int64_t i = 0; i < n && (int64_t)sel_idx_.size() < k; i++)
+    if (std::fabs(g[i]) > thr) sel_idx_.push_back(i), sel_val_.push_back(g[i]);
+  for (int64_t i = 0; i < n && (int64_t)sel_idx_.size() < k; i++)
+    if (std::fabs(g[i]) == thr) sel_idx_.push_back(i), sel_val_.push_back(g[i]);
+  std::copy(g, g + n, residual_.begin());
+  for (int64_t i : sel_idx_) residual_[i] = 0.0f;
+  if (Status s = comm_->allgather_sparse(sel_idx_.data(), sel_val_.data(), (int)sel_idx_.size(), all_idx_, all_val_,
+                                         counts_);
+      !s)
+    return s;
+  std::fill(g, g + n, 0.0f);
+  for (size_t j = 0; j < all_idx_.size(); j++) g[all_idx_[j]] += all_val_[j];  // rank order
+  return Status::ok();
+}
 
 Status Trainer::setup() {
   if (Status s = dist_create(c_.dist, comm_); !s) return s;
@@ -655,7 +688,11 @@ Status Trainer::run(TrainSummary& out) {
       red_.insert(red_.end(), src_sum.begin(), src_sum.end());
       red_.insert(red_.end(), src_n.begin(), src_n.end());
       if (Status s = comm_->allreduce_sum(red_.data(), (int64_t)red_.size()); !s) return s;
-      if (Status s = comm_->allreduce_sum(model_.grads(), model_.layout().total); !s) return s;
+      if (c_.dist.compression == "topk") {
+        if (Status s = topk_reduce(model_.grads(), model_.layout().total); !s) return s;
+      } else if (Status s = comm_->allreduce_sum(model_.grads(), model_.layout().total); !s) {
+        return s;
+      }
       loss_sum = red_[0], step_tokens = (uint64_t)red_[1], entropy = red_[2];
       stop_now_ = red_[3] > 0;
       const size_t S = src_sum.size();
