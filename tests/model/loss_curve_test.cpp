@@ -56,6 +56,7 @@
 #include "smelt/tokenizer/bpe_train.hpp"
 #include "smelt/tokenizer/pretokenizer.hpp"
 #include "smelt/tokenizer/tokenizer.hpp"
+#include "smtn.hpp"
 #include "test_files.hpp"
 
 using namespace smelt;
@@ -69,61 +70,10 @@ constexpr double kLrPeak = 1e-3, kLrMin = 1e-4;
 // from the first step to the mean of the last 20. Why these values: the header.
 constexpr double kStepTol = 2e-5, kTailTol = 5e-6, kNormTol = 2e-4, kMinDrop = 1.2;
 
-struct Tensor {
-  std::vector<float> f;
-  std::vector<int32_t> i;
-  std::vector<int64_t> dims;
-};
-using TensorMap = std::map<std::string, Tensor>;
-
-// The "SMTN" tensor file (format documented in tests/reference/llama_ref.py; the same writer and
-// reader as model_test.cpp).
-void write_smtn(const std::string& path, const std::vector<std::pair<std::string, Tensor>>& ts) {
-  std::ofstream f(path, std::ios::binary);
-  auto u32 = [&](uint32_t v) { f.write((const char*)&v, 4); };
-  f.write("SMTN", 4);
-  u32(1);
-  u32((uint32_t)ts.size());
-  for (const auto& [name, t] : ts) {
-    u32((uint32_t)name.size());
-    f.write(name.data(), name.size());
-    uint8_t dtype = t.f.empty() ? 1 : 0, ndim = (uint8_t)t.dims.size();
-    f.write((const char*)&dtype, 1);
-    f.write((const char*)&ndim, 1);
-    f.write((const char*)t.dims.data(), 8 * ndim);
-    if (dtype == 0) f.write((const char*)t.f.data(), 4 * t.f.size());
-    else f.write((const char*)t.i.data(), 4 * t.i.size());
-  }
-}
-
-TensorMap read_smtn(const std::string& path) {
-  TensorMap out;
-  std::ifstream f(path, std::ios::binary);
-  char magic[4];
-  uint32_t version = 0, count = 0;
-  f.read(magic, 4);
-  f.read((char*)&version, 4);
-  f.read((char*)&count, 4);
-  EXPECT_TRUE(f && std::memcmp(magic, "SMTN", 4) == 0 && version == 1) << path;
-  for (uint32_t k = 0; k < count && f; k++) {
-    uint32_t n;
-    f.read((char*)&n, 4);
-    std::string name(n, '\0');
-    f.read(name.data(), n);
-    uint8_t dtype, ndim;
-    f.read((char*)&dtype, 1);
-    f.read((char*)&ndim, 1);
-    Tensor t;
-    t.dims.resize(ndim);
-    f.read((char*)t.dims.data(), 8 * ndim);
-    int64_t numel = 1;
-    for (auto d : t.dims) numel *= d;
-    if (dtype == 0) { t.f.resize(numel); f.read((char*)t.f.data(), 4 * numel); }
-    else { t.i.resize(numel); f.read((char*)t.i.data(), 4 * numel); }
-    out[name] = std::move(t);
-  }
-  return out;
-}
+using test::Tensor;
+using test::TensorMap;
+using test::read_smtn;
+using test::write_smtn;
 
 // Linear warmup (step 0 gets peak/warmup), then cosine from peak to min at the last step; the
 // same formula as lr_at() in llama_train_ref.py, whose values the test checks against these.
