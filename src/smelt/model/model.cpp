@@ -362,13 +362,22 @@ void Model::zero_grad() {
   prof_mark(kPZeroGrad);
 }
 
+double Model::grad_norm() {
+  kernels_set_threads(threads_);
+  return std::sqrt((reference_ ? grad_norm_squared_ref : grad_norm_squared)(grads_.data(), layout_.total));
+}
+
 float Model::optimizer_step(const AdamWConfig& h) {
+  prof_start();
+  const double norm = grad_norm();
+  prof_mark(kPGradNorm);
+  return optimizer_step(h, norm);
+}
+
+float Model::optimizer_step(const AdamWConfig& h, double norm) {
   kernels_set_threads(threads_);
   t_++;
   prof_start();
-  double norm = std::sqrt((reference_ ? grad_norm_squared_ref : grad_norm_squared)(
-      grads_.data(), layout_.total));
-  prof_mark(kPGradNorm);
   float scale = grad_clip_scale(norm, h.grad_clip);
   for (const auto& t : layout_.tensors)
     (reference_ ? adamw_step_ref : adamw_step)(params_.data() + t.offset, m_.data() + t.offset, v_.data() + t.offset,

@@ -43,6 +43,11 @@ class Model {
   // Clips by the global gradient norm, then one AdamW step at step t+1; returns the norm
   // before clipping.
   float optimizer_step(const AdamWConfig& h);
+  // The same step with the norm already computed by grad_norm() (a caller that inspects the
+  // gradient first does not pay for a second pass over it).
+  float optimizer_step(const AdamWConfig& h, double grad_norm);
+  // Global L2 norm of grads() (fixed reduction order).
+  double grad_norm();
 
   // Health signals of the last forward (read them before backward(), which overwrites the logits):
   // mean entropy (nats) of the predicted next-token distribution over up to max_rows evenly spaced

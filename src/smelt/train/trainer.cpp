@@ -243,7 +243,7 @@ class Trainer {
   int low_entropy_evals_ = 0;
   Batch injected_;  // fault injection only
   double line_extra_stall_ms_ = 0;
-  json last_metrics_ = json::object();
+  ojson last_metrics_ = ojson::object();  // the last step's line (converted only when saved)
   std::vector<std::pair<std::string, uint64_t>> quarantined_;  // (source, document), never read again
   // data parallel
   std::unique_ptr<Communicator> comm_;
@@ -347,7 +347,7 @@ json Trainer::state_json() const {
   s["last_loss"] = std::isfinite(last_loss_) ? json(last_loss_) : json(nullptr);
   s["eval_first"] = eval_first_;
   s["eval_last"] = eval_last_;
-  s["metrics"] = last_metrics_;  // the last step's metrics line
+  s["metrics"] = json::parse(last_metrics_.dump());  // the last step's metrics line
   json q = json::array();
   for (const auto& [src, doc] : quarantined_) q.push_back({src, doc});
   s["quarantine"] = q;
@@ -707,8 +707,8 @@ Status Trainer::run(TrainSummary& out) {
     const HealthConfig& hc = c_.health;
     if (std::find(hc.inject_nan_steps.begin(), hc.inject_nan_steps.end(), step_ + 1) != hc.inject_nan_steps.end())
       model_.grads()[model_.layout().total / 2] = NAN;  // fault injection
-    bool finite = std::isfinite(loss);
-    if (hc.skip_nonfinite && finite) finite = std::isfinite(grad_norm_squared(model_.grads(), model_.layout().total));
+    const double norm = model_.grad_norm();  // one pass: the finiteness check and the clipping share it
+    const bool finite = std::isfinite(loss) && (!hc.skip_nonfinite || std::isfinite(norm));
     double grad_norm = NAN;
     if (writer_) {
       writer_->staged();  // a deferred checkpoint copy must finish before the weights change
@@ -717,7 +717,7 @@ Status Trainer::run(TrainSummary& out) {
     if (finite || !hc.skip_nonfinite) {
       AdamWConfig h = c_.optim;
       h.lr = (float)lr;
-      grad_norm = model_.optimizer_step(h);
+      grad_norm = model_.optimizer_step(h, norm);
     } else {
       nonfinite_skipped_++;
       spdlog::warn("step {}: non-finite loss or gradient; the update was skipped ({} so far)", step_ + 1,
@@ -778,7 +778,7 @@ Status Trainer::run(TrainSummary& out) {
     if (evaluating && ((c_.eval.every > 0 && step_ % c_.eval.every == 0) || last)) {
       if (Status s = eval_now(step_, &line); !s) return s;
     }
-    last_metrics_ = json::parse(line.dump());
+    last_metrics_ = line;
     const bool spike = finite && spike_.observe(step_, loss);
     if (spike) line["loss_spike"] = spike_.consecutive();
     const bool roll = spike && spike_.consecutive() >= hc.spike_repeats;
