@@ -1,6 +1,7 @@
 // CRC32C against the RFC 3720 (B.4) test vectors, streaming in pieces and crc32c_combine equal to
-// one pass, and the SSE4.2 path (three interleaved lanes from 24 KiB up) equal to the table path
-// on random buffers of odd lengths and alignments.
+// one pass, the SSE4.2 path (three interleaved lanes from 24 KiB up) equal to the table path on
+// random buffers of odd lengths and alignments, and crc32c_copy equal to memcpy + CRC.
+#include <algorithm>
 #include <cstdint>
 #include <random>
 #include <string>
@@ -76,5 +77,31 @@ TEST(Crc32c, HardwareEqualsSoftwareOnOddLengthsAndAlignments) {
     uint32_t seed = (i % 3 == 0) ? 0 : static_cast<uint32_t>(rng());
     ASSERT_EQ(crc32c_update_hw(seed, buf.data() + off, len), crc32c_update_sw(seed, buf.data() + off, len))
         << "offset " << off << " length " << len;
+  }
+}
+
+TEST(Crc32c, CopyCopiesAndEqualsTheCrcOfTheBytes) {
+  // crc32c_copy (the writers' fused copy + CRC) against memcpy + the table path, both dispatches,
+  // odd lengths (short ones, and ones past the 24 KiB three-lane block) and misaligned ends
+  using Fn = uint32_t (*)(uint32_t, void*, const void*, size_t);
+  std::vector<Fn> impls = {crc32c_copy};
+  if (crc32c_hw_available()) impls.push_back(crc32c_copy_hw);
+  std::mt19937 rng(5);
+  std::vector<uint8_t> src(1 << 17), dst(src.size() + 64);
+  for (auto& b : src) b = static_cast<uint8_t>(rng());
+  for (Fn f : impls) {
+    for (int i = 0; i < 600; ++i) {
+      size_t soff = rng() % 64, doff = rng() % 64, len = rng() % (src.size() - 64);
+      if (i < 64) len = static_cast<size_t>(i);
+      uint32_t seed = (i % 3 == 0) ? 0 : static_cast<uint32_t>(rng());
+      std::fill(dst.begin(), dst.end(), 0xA5);
+      uint32_t c = f(seed, dst.data() + doff, src.data() + soff, len);
+      ASSERT_EQ(c, crc32c_update_sw(seed, src.data() + soff, len)) << "offset " << soff << " length " << len;
+      ASSERT_TRUE(std::equal(src.begin() + soff, src.begin() + soff + len, dst.begin() + doff)) << "length " << len;
+      ASSERT_EQ(dst[doff + len], 0xA5) << "wrote past the end, length " << len;
+      if (doff > 0) {
+        ASSERT_EQ(dst[doff - 1], 0xA5);
+      }
+    }
   }
 }

@@ -16,9 +16,14 @@ uint32_t crc32c_update(uint32_t crc, const void* data, size_t n);
 // crc32_combine method, GF(2) polynomial arithmetic): O(log len_b), independent of the data.
 uint32_t crc32c_combine(uint32_t crc_a, uint32_t crc_b, uint64_t len_b);
 
+// Copies n bytes from src to dst (not overlapping) and returns crc32c_update(crc, src, n), reading
+// src once: the copy into the checkpoint writer's buffers and its checksum in one pass.
+uint32_t crc32c_copy(uint32_t crc, void* dst, const void* src, size_t n);
+
 // The two implementations, for tests and benchmarks. crc32c_update_hw needs crc32c_hw_available().
 uint32_t crc32c_update_sw(uint32_t crc, const void* data, size_t n);
 uint32_t crc32c_update_hw(uint32_t crc, const void* data, size_t n);
+uint32_t crc32c_copy_hw(uint32_t crc, void* dst, const void* src, size_t n);
 bool crc32c_hw_available();
 
 }  // namespace smelt
