@@ -1,5 +1,6 @@
 // The background checkpoint writer: two staging slots, one thread, FIFO order by submit sequence.
-// Copies happen on the caller's thread (that copy is the whole stall); writing never does.
+// Copies happen on the caller's thread (that copy is the whole stall) and compute each tensor's
+// CRC32C; writing never does, and it neither copies nor rereads the staging buffer.
 #include "smelt/ckpt/async_writer.hpp"
 
 #include <algorithm>
@@ -9,6 +10,7 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "smelt/ckpt/crc32c.hpp"
 #include "smelt/ckpt/safetensors.hpp"
 
 namespace smelt {
@@ -17,26 +19,42 @@ namespace {
 
 using CopySeg = CkptCopySeg;
 
-// Copies floats [begin, end) of the concatenation of segs.
-void copy_span(const std::vector<CopySeg>& segs, int64_t begin, int64_t end) {
+struct CrcPiece {  // the CRC32C of part of one segment's copy
+  size_t seg;
+  uint64_t bytes;
+  uint32_t crc;
+};
+
+// Copies floats [begin, end) of the concatenation of segs, CRC32C in the same pass (crc32c_copy
+// runs at memcpy speed), one piece per segment touched.
+void copy_span(const std::vector<CopySeg>& segs, int64_t begin, int64_t end, std::vector<CrcPiece>& pieces) {
   int64_t pos = 0;
-  for (const CopySeg& s : segs) {
+  for (size_t i = 0; i < segs.size(); ++i) {
+    const CopySeg& s = segs[i];
     int64_t lo = std::max(begin, pos), hi = std::min(end, pos + s.n);
-    if (lo < hi) std::memcpy(s.dst + (lo - pos), s.src + (lo - pos), static_cast<size_t>(hi - lo) * sizeof(float));
+    if (lo < hi) {
+      uint64_t bytes = static_cast<uint64_t>(hi - lo) * sizeof(float);
+      pieces.push_back({i, bytes, crc32c_copy(0, s.dst + (lo - pos), s.src + (lo - pos), bytes)});
+    }
     pos += s.n;
     if (pos >= end) break;
   }
 }
 
 // Copies with `threads` threads (the calling one included), split by bytes; a 1 MiB minimum share
-// keeps small states on one thread.
-void copy_parallel(const std::vector<CopySeg>& segs, int64_t total, int threads) {
+// keeps small states on one thread. Each segment's CRC is joined from its pieces in order.
+void copy_parallel(std::vector<CopySeg>& segs, int64_t total, int threads) {
   threads = static_cast<int>(std::min<int64_t>(threads, std::max<int64_t>(1, total / (1 << 18))));
+  std::vector<std::vector<CrcPiece>> pieces(static_cast<size_t>(threads));
   std::vector<std::thread> helpers;
   for (int k = 1; k < threads; ++k)
-    helpers.emplace_back(copy_span, std::cref(segs), total * k / threads, total * (k + 1) / threads);
-  copy_span(segs, 0, total / threads);
+    helpers.emplace_back(copy_span, std::cref(segs), total * k / threads, total * (k + 1) / threads,
+                         std::ref(pieces[static_cast<size_t>(k)]));
+  copy_span(segs, 0, total / threads, pieces[0]);
   for (auto& h : helpers) h.join();
+  for (CopySeg& s : segs) s.crc = 0;
+  for (const auto& ps : pieces)
+    for (const CrcPiece& p : ps) segs[p.seg].crc = crc32c_combine(segs[p.seg].crc, p.crc, p.bytes);
 }
 
 double ms_since(std::chrono::steady_clock::time_point t0) {
@@ -61,14 +79,26 @@ CkptWriter::~CkptWriter() {
   thread_.join();
 }
 
+// Makes s hold at least `floats` floats, 4 KiB aligned, every page touched (so submit does not
+// pay page faults). False when the allocation fails.
+bool CkptWriter::grow(Slot& s, int64_t floats) {
+  if (s.capacity >= floats) return true;
+  s.buf.reset();
+  s.capacity = 0;
+  size_t bytes = (static_cast<size_t>(floats) * sizeof(float) + 4095) / 4096 * 4096;
+  float* p = static_cast<float*>(std::aligned_alloc(4096, std::max<size_t>(bytes, 4096)));
+  if (!p) return false;
+  std::memset(p, 0, bytes);
+  s.buf.reset(p);
+  s.capacity = floats;
+  return true;
+}
+
 void CkptWriter::reserve(int64_t floats) {
   std::unique_lock<std::mutex> lk(mu_);
   for (Slot& s : slots_) {
     cv_.wait(lk, [&] { return s.state == SlotState::kFree; });
-    if (static_cast<int64_t>(s.buf.size()) < floats) {
-      s.buf = std::vector<float>();
-      s.buf.resize(static_cast<size_t>(floats));  // zero-fill touches every page now, not in submit
-    }
+    if (!grow(s, floats)) spdlog::warn("[ckpt] cannot reserve {} MB of staging memory", floats * 4 / 1000000);
   }
 }
 
@@ -94,9 +124,12 @@ Status CkptWriter::submit(const CkptSaveRequest& r, CkptCopy copy) {
     slot = slots_[0].state == SlotState::kFree ? &slots_[0] : &slots_[1];
     slot->state = SlotState::kFilling;
   }
-  if (static_cast<int64_t>(slot->buf.size()) < total) {
-    slot->buf = std::vector<float>();
-    slot->buf.resize(static_cast<size_t>(total));
+  if (!grow(*slot, total)) {
+    std::lock_guard<std::mutex> lk(mu_);
+    slot->state = SlotState::kFree;
+    cv_.notify_all();
+    return Status::error(fmt::format("checkpoint step {}: cannot allocate {} MB of staging memory", r.step,
+                                     total * 4 / 1000000));
   }
   CkptSaveRequest& q = slot->req;
   q.step = r.step;
@@ -112,20 +145,21 @@ Status CkptWriter::submit(const CkptSaveRequest& r, CkptCopy copy) {
   for (size_t i = 0; i < r.tensors.size(); ++i) {
     const CkptTensorRef& t = r.tensors[i];
     int64_t n = safetensors_numel(t.shape);
-    if (n > 0) segs.push_back({slot->buf.data() + off, t.data, n});
+    if (n > 0) segs.push_back({slot->buf.get() + off, t.data, n});
     q.tensors[i].name = t.name;
     q.tensors[i].shape = t.shape;
-    q.tensors[i].data = slot->buf.data() + off;
+    q.tensors[i].data = slot->buf.get() + off;
     off += n;
   }
   if (copy == CkptCopy::kNow) {
     copy_parallel(segs, total, copy_threads_);
+    slot->segs = std::move(segs);
     enqueue(slot, ms_since(t0));
   } else {  // the caller keeps computing; staged() joins before it changes the tensors
-    deferred_segs_ = std::move(segs);
+    slot->segs = std::move(segs);
     double stall = ms_since(t0);
     copier_ = std::thread([this, slot, total, stall] {
-      copy_parallel(deferred_segs_, total, 1);  // one thread: it hides behind compute, not races it
+      copy_parallel(slot->segs, total, 1);  // one thread: it hides behind compute, not races it
       enqueue(slot, stall);
     });
   }
@@ -192,7 +226,13 @@ void CkptWriter::run() {
     next->state = SlotState::kWriting;
     lk.unlock();
     CkptSaveStats st;
-    Status s = ckpt_save(run_dir_, next->req, &st);
+    Status s;
+    {  // the slot does not change until ckpt_save returns: the writer streams from it without
+       // waiting, and takes the CRCs the copy computed
+      SafetensorsStableMemory stable(next->buf.get(), next->capacity * static_cast<int64_t>(sizeof(float)));
+      for (const CopySeg& c : next->segs) stable.add_crc(c.dst, c.n * static_cast<int64_t>(sizeof(float)), c.crc);
+      s = ckpt_save(run_dir_, next->req, &st);
+    }
     lk.lock();
     if (s) {
       st.stall_ms = next->stall_ms;

@@ -1,9 +1,13 @@
 // CkptWriter: asynchronous checkpoints. submit() copies the tensors into one of two staging
-// buffers (allocated once, reused) and returns; a background thread runs ckpt_save from there
-// (write, CRC32C, fsync, commit). Not the save itself (checkpoint.cpp).
+// buffers (allocated once, reused, 4 KiB aligned and laid out like the rank file's data, so the
+// safetensors writer writes them with O_DIRECT without another copy) and returns; a background
+// thread runs ckpt_save from there (write, CRC32C, fsync, commit). Not the save itself
+// (checkpoint.cpp).
 #pragma once
 #include <condition_variable>
 #include <cstdint>
+#include <cstdlib>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -23,7 +27,8 @@ enum class CkptCopy { kNow, kDeferred };
 struct CkptCopySeg {  // one tensor's copy into the staging buffer (internal)
   float* dst;
   const float* src;
-  int64_t n;  // floats
+  int64_t n;         // floats
+  uint32_t crc = 0;  // CRC32C of the n floats, computed by the copy (the writer does not reread them)
 };
 
 class CkptWriter {
@@ -57,15 +62,23 @@ class CkptWriter {
 
  private:
   enum class SlotState { kFree, kFilling, kQueued, kWriting };
+  struct FreeDeleter {
+    void operator()(float* p) const { std::free(p); }
+  };
   struct Slot {
-    std::vector<float> buf;
+    // 4 KiB aligned: tensor k at buf + (sum of the sizes before it), i.e. at the same offset modulo
+    // 4 KiB as in the file, whose data starts 4 KiB aligned (SafetensorsWriter::open).
+    std::unique_ptr<float[], FreeDeleter> buf;
+    int64_t capacity = 0;  // floats
     CkptSaveRequest req;
+    std::vector<CkptCopySeg> segs;  // the copy that filled buf, with each tensor's CRC32C
     SlotState state = SlotState::kFree;
     uint64_t seq = 0;
     double stall_ms = 0;
   };
   void run();
   void enqueue(Slot* slot, double stall_ms);
+  static bool grow(Slot& s, int64_t floats);
 
   std::string run_dir_;
   int copy_threads_ = 2;
@@ -78,7 +91,6 @@ class CkptWriter {
   CkptSaveStats last_;
   int64_t completed_ = 0;
   double staged_wait_ms_ = 0;
-  std::vector<CkptCopySeg> deferred_segs_;  // the pending kDeferred copy (copier_ reads it)
   std::thread copier_;
   std::thread thread_;
 };
