@@ -1,7 +1,9 @@
 // `smelt train --config run.toml [--set key=value ...]` with the everyday overrides as plain flags
 // (--data, --steps, --threads, --run-dir, --seed, --resume). Not the loop (train/trainer.hpp).
+#include <algorithm>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -88,7 +90,9 @@ int cli_train(int argc, char** argv) {
     // Model::init prints the plan and refuses what does not fit; nothing is allocated before that.
     int B = 1, T = 1;
     train_batch_shape(c.data, B, T);
-    MemoryPlan p = memory_plan(c.model, B, T);
+    int ranks = 1;  // under mpirun, ZeRO-1 shards the optimizer state over the ranks
+    if (const char* v = std::getenv("OMPI_COMM_WORLD_SIZE")) ranks = std::max(1, std::atoi(v));
+    MemoryPlan p = memory_plan(c.model, B, T, c.dist.zero == 1 ? ranks : 1);
     const int64_t budget = c.train.memory_mb > 0 ? c.train.memory_mb << 20 : memory_physical_bytes();
     std::printf("memory plan for batch %dx%d:\n%s", B, T, p.report().c_str());
     if (Status s = memory_plan_check(p, budget); !s) {

@@ -5,9 +5,13 @@
 #include <mpi.h>
 
 #include <algorithm>
-#include <cstdio>
 #include <chrono>
+#include <condition_variable>
+#include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <mutex>
 #include <thread>
 
 #include <fmt/format.h>
@@ -34,6 +38,14 @@ class LocalComm final : public Communicator {
     counts.assign(1, count);
     return Status::ok();
   }
+  Status reduce_scatter_sum(float*, int64_t, int64_t, const std::vector<int64_t>&) override { return Status::ok(); }
+  Status allgather_ranges(float*, const std::vector<int64_t>&) override { return Status::ok(); }
+  void sum_async(float*, int64_t, int64_t, const std::vector<int64_t>*) override {}
+  Status wait_async(double* busy_ms) override {
+    if (busy_ms) *busy_ms = 0;
+    return Status::ok();
+  }
+  void arrive(int64_t) override {}
 };
 
 Status mpi_status(int rc, const char* what) {
@@ -47,6 +59,16 @@ Status mpi_status(int rc, const char* what) {
 class MpiComm final : public Communicator {
  public:
   ~MpiComm() override {
+    if (worker_.joinable()) {
+      {
+        std::lock_guard<std::mutex> lk(mu_);
+        stop_ = true;
+      }
+      cv_.notify_all();
+      worker_.join();
+    }
+    for (MPI_Request& r : arrive_req_)
+      if (r != MPI_REQUEST_NULL) MPI_Cancel(&r), MPI_Request_free(&r);
     for (MPI_Comm* c : {&node_, &column_})
       if (*c != MPI_COMM_NULL) MPI_Comm_free(c);
     int fin = 0;
@@ -55,12 +77,27 @@ class MpiComm final : public Communicator {
   }
   Status init(const DistConfig& c) {
     int provided = 0;
-    if (Status s = mpi_status(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided), "init"); !s)
+    // SERIALIZED: the communication thread and the caller take turns (never both inside MPI).
+    if (Status s = mpi_status(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided), "init"); !s)
       return s;
+    threaded_ = provided >= MPI_THREAD_SERIALIZED;
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
     MPI_Comm_size(MPI_COMM_WORLD, &size_);
     timeout_s_ = c.timeout_s;
+    deterministic_ = c.deterministic;
+    // Every rank's host, for naming a rank that stops answering.
+    char host[MPI_MAX_PROCESSOR_NAME] = {};
+    int len = 0;
+    MPI_Get_processor_name(host, &len);
+    std::vector<char> all((size_t)size_ * MPI_MAX_PROCESSOR_NAME);
+    MPI_Allgather(host, MPI_MAX_PROCESSOR_NAME, MPI_CHAR, all.data(), MPI_MAX_PROCESSOR_NAME, MPI_CHAR, MPI_COMM_WORLD);
+    for (int r = 0; r < size_; r++) {
+      const char* h = all.data() + (size_t)r * MPI_MAX_PROCESSOR_NAME;
+      hosts_.emplace_back(h, strnlen(h, MPI_MAX_PROCESSOR_NAME));
+    }
+    arrive_req_.assign(size_, MPI_REQUEST_NULL);
+    arrive_step_.assign(size_, -1);
     if (c.allreduce != "hierarchical") return Status::ok();
     // Nodes: consecutive blocks of ranks_per_node, or the ranks sharing memory.
     if (c.ranks_per_node > 0) {
@@ -95,7 +132,64 @@ class MpiComm final : public Communicator {
     return wait(req, "barrier");
   }
   Status allreduce_sum(float* data, int64_t n) override {
+    if (!deterministic_) return native(data, n);
     return hierarchical_ ? reduce_hier(data, n, MPI_FLOAT, scratch_f_) : reduce(MPI_COMM_WORLD, data, n, MPI_FLOAT, scratch_f_);
+  }
+  Status reduce_scatter_sum(float* data, int64_t base, int64_t n, const std::vector<int64_t>& bounds) override {
+    for (int64_t at = 0; at < n; at += kSlab) {
+      const int64_t len = std::min(kSlab, n - at);
+      owner_slices(base + at, len, bounds);
+      if (Status s = scatter_sum(MPI_COMM_WORLD, data + at, len, MPI_FLOAT, scratch_f_); !s) return s;
+    }
+    return Status::ok();
+  }
+  Status allgather_ranges(float* data, const std::vector<int64_t>& bounds) override {
+    const int64_t n = bounds.back();
+    for (int64_t at = 0; at < n; at += kSlab) {
+      const int64_t len = std::min(kSlab, n - at);
+      owner_slices(at, len, bounds);
+      if (Status s = gather(MPI_COMM_WORLD, data + at, len, MPI_FLOAT); !s) return s;
+    }
+    return Status::ok();
+  }
+  void sum_async(float* data, int64_t base, int64_t n, const std::vector<int64_t>* bounds) override {
+    Task t{data, base, n, bounds};
+    if (!threaded_) {  // no thread support: reduce now
+      const double t0 = now_ms();
+      if (Status s = run_task(t); !s && async_error_) async_error_ = s;
+      busy_ms_ += now_ms() - t0;
+      return;
+    }
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      if (!worker_.joinable()) worker_ = std::thread([this] { work(); });
+      tasks_.push_back(t);
+    }
+    cv_.notify_all();
+  }
+  Status wait_async(double* busy_ms) override {
+    std::unique_lock<std::mutex> lk(mu_);
+    cv_.wait(lk, [&] { return tasks_.empty() && !running_; });
+    Status s = async_error_;
+    async_error_ = Status::ok();
+    if (busy_ms) *busy_ms = busy_ms_;
+    busy_ms_ = 0;
+    return s;
+  }
+  void arrive(int64_t step) override {
+    // Rank 0 hears from every rank and every rank hears from rank 0, one message per step each; a
+    // message that has not come when a collective times out names its sender.
+    step_ = step;
+    for (int r = 0; r < size_; r++)
+      if (peer(r)) arrived(r);  // keeps a receive posted, consuming messages in order
+    int64_t& buf = send_buf_[(size_t)step % send_buf_.size()];  // a send's buffer lives for many steps
+    buf = step;
+    for (int r = 0; r < size_; r++) {
+      if (!peer(r)) continue;
+      MPI_Request req;
+      MPI_Isend(&buf, 1, MPI_INT64_T, r, kArriveTag, MPI_COMM_WORLD, &req);
+      MPI_Request_free(&req);
+    }
   }
   Status allreduce_sum(double* data, int64_t n) override {
     return reduce(MPI_COMM_WORLD, data, n, MPI_DOUBLE, scratch_d_);
@@ -137,8 +231,77 @@ class MpiComm final : public Communicator {
   }
 
  private:
+  struct Task {
+    float* data;
+    int64_t base, n;
+    const std::vector<int64_t>* bounds;
+  };
+  static constexpr int kArriveTag = 7311;
+
+  static double now_ms() {
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
+  }
+  Status run_task(const Task& t) {
+    return t.bounds ? reduce_scatter_sum(t.data, t.base, t.n, *t.bounds) : allreduce_sum(t.data, t.n);
+  }
+  // The communication thread: runs queued sums in order.
+  void work() {
+    std::unique_lock<std::mutex> lk(mu_);
+    for (;;) {
+      cv_.wait(lk, [&] { return stop_ || !tasks_.empty(); });
+      if (tasks_.empty()) return;  // stop_
+      const Task t = tasks_.front();
+      tasks_.pop_front();
+      running_ = true;
+      lk.unlock();
+      const double t0 = now_ms();
+      Status s = run_task(t);
+      const double ms = now_ms() - t0;
+      lk.lock();
+      busy_ms_ += ms;
+      if (!s && async_error_) async_error_ = s;
+      running_ = false;
+      cv_.notify_all();
+    }
+  }
+
+  bool peer(int r) const { return r != rank_ && (rank_ == 0 || r == 0); }
+  // Whether rank r's arrival for step_ has come; keeps one receive from r posted.
+  bool arrived(int r) {
+    for (;;) {
+      if (arrive_step_[r] >= step_) return true;
+      if (arrive_req_[r] == MPI_REQUEST_NULL)
+        MPI_Irecv(&arrive_step_[r], 1, MPI_INT64_T, r, kArriveTag, MPI_COMM_WORLD, &arrive_req_[r]);
+      int done = 0;
+      MPI_Test(&arrive_req_[r], &done, MPI_STATUS_IGNORE);  // sets the request to null when done
+      if (!done) return false;
+    }
+  }
+  std::vector<int> missing() {
+    std::vector<int> out;
+    for (int r = 0; r < size_; r++)
+      if (peer(r) && !arrived(r)) out.push_back(r);
+    return out;
+  }
+  std::string name(int r) const { return fmt::format("rank {} (host {})", r, hosts_.empty() ? "?" : hosts_[r]); }
   // Slabs keep every MPI count within int.
   static constexpr int64_t kSlab = 1 << 26;
+
+  // The MPI library's all-reduce (dist.deterministic = false): its own algorithm and summation
+  // order, which may depend on the rank count and message size.
+  Status native(float* data, int64_t n) {
+    for (int64_t at = 0; at < n; at += kSlab) {
+      const int len = (int)std::min(kSlab, n - at);
+      MPI_Request req;
+      if (Status s = mpi_status(MPI_Iallreduce(MPI_IN_PLACE, data + at, len, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, &req),
+                                "allreduce");
+          !s)
+        return s;
+      if (Status s = wait(req, "all-reduce (MPI_Iallreduce)"); !s) return s;
+      bytes_ += (uint64_t)len * sizeof(float) * 2 * (size_ - 1) / size_;  // (a ring's volume)
+    }
+    return Status::ok();
+  }
 
   // Rank-ordered all-reduce over comm, in slabs.
   template <typename T>
@@ -148,8 +311,8 @@ class MpiComm final : public Communicator {
     if (R == 1) return Status::ok();
     for (int64_t at = 0; at < n; at += kSlab) {
       const int64_t len = std::min(kSlab, n - at);
-      int64_t off = 0, mine = 0;
-      if (Status s = scatter_sum(comm, data + at, len, type, scratch, off, mine); !s) return s;
+      even_slices(comm, len);
+      if (Status s = scatter_sum(comm, data + at, len, type, scratch); !s) return s;
       if (Status s = gather(comm, data + at, len, type); !s) return s;
     }
     return Status::ok();
@@ -161,24 +324,28 @@ class MpiComm final : public Communicator {
     if (size_ == 1) return Status::ok();
     for (int64_t at = 0; at < n; at += kSlab) {
       const int64_t len = std::min(kSlab, n - at);
-      int64_t off = 0, mine = 0;
-      int local_size = 1;
+      int64_t off = 0, mine = len;
+      int local_size = 1, local = 0;
       MPI_Comm_size(node_, &local_size);
       if (local_size > 1) {
-        if (Status s = scatter_sum(node_, data + at, len, type, scratch, off, mine); !s) return s;
-      } else {
-        off = 0, mine = len;
+        even_slices(node_, len);
+        MPI_Comm_rank(node_, &local);
+        off = displs_[local], mine = counts_[local];
+        if (Status s = scatter_sum(node_, data + at, len, type, scratch); !s) return s;
       }
       if (Status s = reduce(column_, data + at + off, mine, type, scratch); !s) return s;
-      if (local_size > 1)
+      if (local_size > 1) {
+        even_slices(node_, len);
         if (Status s = gather(node_, data + at, len, type); !s) return s;
+      }
     }
     return Status::ok();
   }
 
-  void slices(MPI_Comm comm, int64_t n, int& R, int& me) {
+  // Member r of comm gets elements [n r / R, n (r+1) / R).
+  void even_slices(MPI_Comm comm, int64_t n) {
+    int R = 1;
     MPI_Comm_size(comm, &R);
-    MPI_Comm_rank(comm, &me);
     counts_.resize(R), displs_.resize(R);
     for (int r = 0; r < R; r++) {
       const int64_t b = n * r / R, e = n * (r + 1) / R;
@@ -186,13 +353,23 @@ class MpiComm final : public Communicator {
       displs_[r] = (int)b;
     }
   }
+  // Rank r gets the part of [base, base + n) inside [bounds[r], bounds[r+1]) (ZeRO-1 owners).
+  void owner_slices(int64_t base, int64_t n, const std::vector<int64_t>& bounds) {
+    counts_.resize(size_), displs_.resize(size_);
+    for (int r = 0; r < size_; r++) {
+      const int64_t b = std::clamp(bounds[r], base, base + n), e = std::clamp(bounds[r + 1], base, base + n);
+      counts_[r] = (int)(e - b);
+      displs_[r] = (int)(b - base);
+    }
+  }
 
-  // Slice r of every member's buffer goes to member r, which sums its slice in member order.
+  // With counts_/displs_ set for comm: member r's slice of every member's buffer goes to member r,
+  // which sums it in member order, in place.
   template <typename T>
-  Status scatter_sum(MPI_Comm comm, T* data, int64_t n, MPI_Datatype type, std::vector<T>& scratch, int64_t& off,
-                     int64_t& mine_out) {
+  Status scatter_sum(MPI_Comm comm, T* data, int64_t n, MPI_Datatype type, std::vector<T>& scratch) {
     int R = 1, me = 0;
-    slices(comm, n, R, me);
+    MPI_Comm_size(comm, &R);
+    MPI_Comm_rank(comm, &me);
     const int mine = counts_[me];
     rcounts_.resize(R), rdispls_.resize(R);
     for (int r = 0; r < R; r++) rcounts_[r] = mine, rdispls_[r] = r * mine;
@@ -211,15 +388,16 @@ class MpiComm final : public Communicator {
       out[i] = acc;
     }
     bytes_ += (uint64_t)(n - mine) * sizeof(T);
-    off = displs_[me];
-    mine_out = mine;
     return Status::ok();
   }
 
+  // With counts_/displs_ set for comm: every member's slice to every member.
   template <typename T>
   Status gather(MPI_Comm comm, T* data, int64_t n, MPI_Datatype type) {
     int R = 1, me = 0;
-    slices(comm, n, R, me);
+    MPI_Comm_size(comm, &R);
+    MPI_Comm_rank(comm, &me);
+    (void)n;
     bytes_ += (uint64_t)counts_[me] * (R - 1) * sizeof(T);
     MPI_Request req;
     if (Status s = mpi_status(MPI_Iallgatherv(MPI_IN_PLACE, 0, type, data, counts_.data(), displs_.data(), type,
@@ -240,20 +418,52 @@ class MpiComm final : public Communicator {
       if (done) return Status::ok();
       if (spins > 1000) std::this_thread::sleep_for(std::chrono::microseconds(50));
       const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      if (timeout_s_ > 0 && waited > timeout_s_) {
-        std::fprintf(stderr,
-                     "[dist] rank %d of %d: %s waited %.0f s for the other ranks ([dist] timeout_s = %g); a rank is "
-                     "hung or gone: ending the job (relaunch with --resume)\n",
-                     rank_, size_, what, waited, timeout_s_);
-        MPI_Abort(MPI_COMM_WORLD, 1);
-      }
+      if (timeout_s_ > 0 && waited > timeout_s_) timed_out(what, waited);
     }
+  }
+
+  // A collective waited past the timeout: name who did not arrive and end the job. Rank 0 knows
+  // every rank's arrival; another rank names rank 0 when it is rank 0 that is missing, else gives
+  // rank 0 a grace period to end the job with the names first.
+  [[noreturn]] void timed_out(const char* what, double waited) {
+    std::vector<int> gone = step_ >= 0 ? missing() : std::vector<int>{};
+    if (rank_ != 0 && gone.empty()) {
+      const double grace = std::min(30.0, std::max(2.0, timeout_s_));
+      const auto t0 = std::chrono::steady_clock::now();
+      while (std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() < grace)
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));  // rank 0 ends the job meanwhile
+    }
+    std::string who;
+    for (int r : gone) who += (who.empty() ? "" : ", ") + name(r);
+    std::fprintf(stderr,
+                 "[dist] rank %d of %d: %s waited %.0f s for the other ranks ([dist] timeout_s = %g); %s: ending the "
+                 "job (relaunch with --resume)\n",
+                 rank_, size_, what, waited, timeout_s_,
+                 !who.empty() ? fmt::format("{} never reached step {}'s gradient reduction (hung or gone)", who, step_ + 1).c_str()
+                              : "a rank is hung or gone");
+    std::fflush(stderr);
+    MPI_Abort(MPI_COMM_WORLD, 1);
+    std::exit(1);
   }
 
   int rank_ = 0, size_ = 1, nodes_ = 1;
   double timeout_s_ = 600;
-  bool hierarchical_ = false;
+  bool hierarchical_ = false, deterministic_ = true;
   MPI_Comm node_ = MPI_COMM_NULL, column_ = MPI_COMM_NULL;
+  std::vector<std::string> hosts_;
+  // arrivals (naming a hung rank)
+  int64_t step_ = -1;
+  std::vector<int64_t> send_buf_ = std::vector<int64_t>(64);
+  std::vector<MPI_Request> arrive_req_;
+  std::vector<int64_t> arrive_step_;
+  // the communication thread
+  bool threaded_ = false, stop_ = false, running_ = false;
+  std::thread worker_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Task> tasks_;
+  Status async_error_;
+  double busy_ms_ = 0;
   std::vector<int> counts_, displs_, rcounts_, rdispls_;
   std::vector<float> scratch_f_;
   std::vector<double> scratch_d_;
@@ -279,6 +489,19 @@ Status dist_config_validate(const DistConfig& c) {
     return Status::error(fmt::format("[dist.compression] ratio = {}: must be in (0, 1]", c.topk_ratio));
   if (c.ranks_per_node < 0)
     return Status::error(fmt::format("[dist] ranks_per_node = {}: must be >= 0 (0: ranks sharing memory)", c.ranks_per_node));
+  if (c.zero != 0 && c.zero != 1)
+    return Status::error(fmt::format("[dist] zero = {}: allowed are 0 (off) and 1 (optimizer state sharded)", c.zero));
+  if (!c.deterministic && c.allreduce != "flat")
+    return Status::error("[dist] deterministic = false uses the MPI library's flat all-reduce: set allreduce = \"flat\"");
+  if (c.zero == 1 && c.allreduce != "flat")
+    return Status::error("[dist] zero = 1 shards over all ranks with a flat reduce-scatter: set allreduce = \"flat\"");
+  if (c.zero == 1 && c.compression != "none")
+    return Status::error("[dist] zero = 1 and [dist.compression] type = \"topk\" do not combine (top-k sends whole-"
+                         "gradient entries to every rank); use one of them");
+  if (!(c.bucket_mb > 0))
+    return Status::error(fmt::format("[dist] bucket_mb = {}: must be > 0", c.bucket_mb));
+  if (!(c.topk_momentum >= 0 && c.topk_momentum < 1))
+    return Status::error(fmt::format("[dist.compression] momentum = {}: must be in [0, 1)", c.topk_momentum));
   return Status::ok();
 }
 

@@ -17,10 +17,17 @@ struct DistConfig {                // [dist]
   int ranks_per_node = 0;          // hierarchical: 0 = ranks sharing memory form a node; N > 0 groups
                                    // ranks [k*N, (k+1)*N) (emulates nodes on one machine)
   double timeout_s = 600;          // a collective waiting longer ends the job (a hung rank)
+  bool deterministic = true;       // rank-ordered sums (bit-identical to one process); false: the MPI
+                                   // library's all-reduce (its own order and algorithm, flat only)
+  int zero = 0;                    // 1: ZeRO-1, the AdamW moments sharded over the ranks
+  bool overlap = true;             // gradient buckets reduced while backward still runs
+  double bucket_mb = 4;            // bucket size for the overlapped reduction
   std::string compression = "none";  // [dist.compression] type: "none" | "topk"
   double topk_ratio = 0.01;          // [dist.compression] ratio: fraction of gradient entries sent
   int64_t topk_warmup_steps = 0;     // [dist.compression] warmup_steps: the ratio falls geometrically
                                      // from 1 to `ratio` over these steps (as Deep Gradient Compression)
+  double topk_momentum = 0;          // [dist.compression] momentum: > 0 accumulates a local velocity
+                                     // (momentum correction) and selects from it
   int inject_hang_rank = -1;       // fault injection (tests): this rank stops responding ...
   int64_t inject_hang_step = 0;    // ... at this step (the trainer acts on it)
 };
@@ -54,6 +61,27 @@ class Communicator {
                                   std::vector<float>& all_val, std::vector<int>& counts) = 0;
   // Bytes this rank has sent in collectives (for metrics).
   virtual uint64_t bytes_sent() const = 0;
+
+  // ZeRO-1. `bounds` (size()+1 entries) gives rank r the range [bounds[r], bounds[r+1]) of a flat
+  // buffer; `data` holds that buffer's elements [base, base + n). reduce_scatter_sum leaves the
+  // rank-ordered sum (the same bits as allreduce_sum) in this rank's part of [base, base + n); the
+  // rest of data is left as it was. allgather_ranges copies every rank's range of the whole buffer
+  // (data = element 0) to every rank.
+  virtual Status reduce_scatter_sum(float* data, int64_t base, int64_t n, const std::vector<int64_t>& bounds) = 0;
+  virtual Status allgather_ranges(float* data, const std::vector<int64_t>& bounds) = 0;
+
+  // Overlap: sum_async queues the float sum of [data, data + n) (allreduce_sum, or with bounds the
+  // reduce_scatter_sum above) on a communication thread and returns; the caller computes on other
+  // memory meanwhile and calls no other collective until wait_async, which blocks until every
+  // queued sum is done and returns the first failure. busy_ms: the communication thread's time in
+  // the sums since the last wait_async. Without thread support in MPI the sum runs at once.
+  virtual void sum_async(float* data, int64_t base, int64_t n, const std::vector<int64_t>* bounds) = 0;
+  virtual Status wait_async(double* busy_ms) = 0;
+
+  // Says that this rank reached `step`'s gradient reduction. When a collective then times out,
+  // rank 0 names the ranks that never arrived (host and rank), and the others name rank 0 if it is
+  // the one missing.
+  virtual void arrive(int64_t step) = 0;
 };
 
 // One process (rank 0 of 1), or MPI when started by mpirun/srun (MPI_Init here, MPI_Finalize when

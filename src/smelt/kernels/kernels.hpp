@@ -135,9 +135,14 @@ void adamw_step_ref(float* param, float* m, float* v, const float* grad, int64_t
                     int64_t t);
 
 // ---- grad_norm.cpp --------------------------------------------------------------------------
-// Sum of squares of grad (n), in double over fixed 64Ki-element blocks summed in block order:
+// Sum of squares of grad (n), in double over fixed 4Ki-element blocks summed in block order:
 // the same bits for any thread count.
 double grad_norm_squared(const float* grad, int64_t n);
+// The blocks' sums of squares alone, out[b - first_block] for blocks [first_block, last_block) of a
+// gradient of n floats: a rank holding a block-aligned part of the gradient (ZeRO-1) computes its
+// blocks' partials with the same bits, and the partials summed in block order give the same norm.
+constexpr int64_t kGradNormBlock = 1 << 12;
+void grad_norm_block_partials(const float* grad, int64_t n, int64_t first_block, int64_t last_block, double* out);
 double grad_norm_squared_ref(const float* grad, int64_t n);
 // The factor that brings global norm `norm` to at most max_norm (1 when it is already below or
 // max_norm <= 0); torch.nn.utils.clip_grad_norm_ semantics (max_norm / (norm + 1e-6)).

@@ -4,6 +4,8 @@
 
 #include <unistd.h>
 
+#include <algorithm>
+
 #include <fmt/format.h>
 
 #include "smelt/model/params.hpp"
@@ -81,16 +83,24 @@ std::string MemoryPlan::report() const {
     return fmt::format("  {:<16} {:>10.1f} MiB  ({} bytes)\n", what, b / 1048576.0, b);
   };
   return line("parameters", param_bytes) + line("gradients", grad_bytes) +
-         line("optimizer state", optimizer_bytes) + line("activations", activation_bytes) +
+         line(zero_ranks > 1 ? "optimizer shard" : "optimizer state", optimizer_bytes) +
+         (zero_ranks > 1 ? fmt::format("  (ZeRO-1: AdamW moments sharded over {} ranks, this rank keeps at most 1/{} "
+                                       "of them)\n", zero_ranks, zero_ranks)
+                         : std::string()) +
+         line("activations", activation_bytes) +
          line("total", total());
 }
 
-MemoryPlan memory_plan(const ModelConfig& c, int B, int T) {
+MemoryPlan memory_plan(const ModelConfig& c, int B, int T, int zero_ranks) {
   MemoryPlan p;
   int64_t n = param_layout(c).total;
   p.param_bytes = n * 4;
   p.grad_bytes = n * 4;
-  p.optimizer_bytes = 2 * n * 4;
+  p.zero_ranks = std::max(1, zero_ranks);
+  int64_t shard = 0;
+  const std::vector<int64_t> b = zero_shard_bounds(n, p.zero_ranks);
+  for (int r = 0; r < p.zero_ranks; r++) shard = std::max(shard, b[r + 1] - b[r]);
+  p.optimizer_bytes = 2 * shard * 4;
   p.activation_bytes = activation_floats(c, B, T) * 4;
   return p;
 }

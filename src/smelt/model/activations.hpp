@@ -54,12 +54,15 @@ void activations_init(Activations& a, const ModelConfig& c, int B, int T);
 
 struct MemoryPlan {
   int64_t param_bytes = 0, grad_bytes = 0, optimizer_bytes = 0, activation_bytes = 0;
+  int zero_ranks = 1;  // > 1: the optimizer state is this rank's ZeRO-1 shard (the largest one)
   int64_t total() const { return param_bytes + grad_bytes + optimizer_bytes + activation_bytes; }
   std::string report() const;  // one line per item, in MiB and bytes
 };
 
 // Plan for training at batch (B,T) with AdamW (two fp32 moments per parameter).
-MemoryPlan memory_plan(const ModelConfig& c, int B, int T);
+// zero_ranks > 1: the AdamW moments are sharded over that many data-parallel ranks (ZeRO-1); the
+// plan counts the largest shard (zero_shard_bounds).
+MemoryPlan memory_plan(const ModelConfig& c, int B, int T, int zero_ranks = 1);
 // Physical memory of this machine in bytes (the natural budget for a single-process run).
 int64_t memory_physical_bytes();
 // Fails, naming every item and the budget, when the plan exceeds budget_bytes (<= 0: no limit).

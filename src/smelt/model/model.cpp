@@ -74,15 +74,16 @@ Status Model::init(const ModelConfig& c, int B, int T, int threads, uint64_t see
   Tmax_ = T;
   threads_ = threads;
   layout_ = param_layout(c);
-  plan_ = memory_plan(c, B, T);
+  plan_ = memory_plan(c, B, T, zero_ranks_);
   spdlog::info("[model] memory plan for batch {}x{} ({} parameters{}):\n{}", B, T, layout_.total,
                c.recompute ? ", recompute on" : "", plan_.report());
   if (auto s = memory_plan_check(plan_, budget_bytes); !s) return s;
 
   params_.assign(layout_.total, 0.0f);
   grads_.assign(layout_.total, 0.0f);
-  m_.assign(layout_.total, 0.0f);
-  v_.assign(layout_.total, 0.0f);
+  if (shard_end_ < 0 || shard_end_ > layout_.total) shard_begin_ = 0, shard_end_ = layout_.total;
+  m_.assign(shard_end_ - shard_begin_, 0.0f);
+  v_.assign(shard_end_ - shard_begin_, 0.0f);
   activations_init(acts_, c, B, T);
   rope_.assign((size_t)c.max_seq_len * c.head_size(), 0.0f);
   sparsity_scratch_.assign(T, 0.0f);
@@ -266,19 +267,24 @@ void Model::backward(float dloss) {
   (ref ? matmul_backward_ref : matmul_backward)(acts_.dln, g + layout_.lm_head, acts_.logits,
                                                 acts_.lnf, w + layout_.lm_head, N, C, V);
   prof_mark(kPHeadB);
+  const bool tied = layout_.lm_head == layout_.wte;
+  if (grad_ready_ && !tied) grad_ready_(layout_.lm_head, layout_.total);
   std::memset(acts_.dres, 0, sizeof(float) * N * C);
   (ref ? rmsnorm_backward_ref : rmsnorm_backward)(acts_.dres, g + layout_.lnf, acts_.dln,
                                                   acts_.resid[c.n_layers], w + layout_.lnf,
                                                   acts_.rstdf, N, C);
   prof_mark(kPNormB);
+  if (grad_ready_) grad_ready_(layout_.lnf, tied ? layout_.total : layout_.lm_head);
   for (int l = c.n_layers - 1; l >= 0; l--) {
     // Recompute rewrites resid[l+1] with the same bits it already holds (same kernels, inputs).
     if (c.recompute) layer_forward(l, b.B, b.T);
     layer_backward(l, b.B, b.T);
+    if (grad_ready_) grad_ready_(layout_.layers[l].ln1, l + 1 < c.n_layers ? layout_.layers[l + 1].ln1 : layout_.lnf);
   }
   (ref ? embedding_backward_ref : embedding_backward)(g + layout_.wte, acts_.dres,
                                                       b.inputs.data(), N, C, V);
   prof_mark(kPEmbedB);
+  if (grad_ready_) grad_ready_(layout_.wte, layout_.layers.empty() ? layout_.lnf : layout_.layers[0].ln1);
 }
 
 double Model::prediction_entropy(int max_rows) const {
@@ -374,15 +380,25 @@ float Model::optimizer_step(const AdamWConfig& h) {
   return optimizer_step(h, norm);
 }
 
+void Model::set_optimizer_shard(int64_t begin, int64_t end, int ranks) {
+  shard_begin_ = begin;
+  shard_end_ = end;
+  zero_ranks_ = ranks;
+}
+
 float Model::optimizer_step(const AdamWConfig& h, double norm) {
   kernels_set_threads(threads_);
   t_++;
   prof_start();
   float scale = grad_clip_scale(norm, h.grad_clip);
-  for (const auto& t : layout_.tensors)
-    (reference_ ? adamw_step_ref : adamw_step)(params_.data() + t.offset, m_.data() + t.offset, v_.data() + t.offset,
-               grads_.data() + t.offset, t.size(), h.lr, h.beta1, h.beta2, h.eps,
-               t.decay || h.decay_all ? h.weight_decay : 0.0f, scale, t_);
+  const int64_t lo = shard_begin_, hi = shard_end_;
+  for (const auto& t : layout_.tensors) {
+    const int64_t b = std::max(lo, t.offset), e = std::min(hi, t.offset + t.size());  // the shard's part
+    if (b >= e) continue;
+    (reference_ ? adamw_step_ref : adamw_step)(params_.data() + b, m_.data() + (b - lo), v_.data() + (b - lo),
+                                               grads_.data() + b, e - b, h.lr, h.beta1, h.beta2, h.eps,
+                                               t.decay || h.decay_all ? h.weight_decay : 0.0f, scale, t_);
+  }
   prof_mark(kPAdamW);
   return (float)norm;
 }

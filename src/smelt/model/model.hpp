@@ -4,6 +4,7 @@
 // inference with a KV cache.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "smelt/common/status.hpp"
@@ -39,7 +40,19 @@ class Model {
   // dloss: gradient of the objective per token loss; 0 means 1 / (targets != -1) of the batch
   // (the gradient of the mean). Turns acts().logits into dlogits.
   void backward(float dloss = 0.0f);
+  // Called by backward() each time the gradient of a flat range [begin, end) of grads() is final
+  // for this backward: the untied LM head, the final norm, each layer from the last, the embedding
+  // (with a tied head the embedding and head are one range, final at the end). Ranges come in
+  // decreasing order and cover the buffer. A data-parallel trainer starts reducing them while
+  // backward goes on. Empty function: not called.
+  void set_grad_ready(std::function<void(int64_t begin, int64_t end)> f) { grad_ready_ = std::move(f); }
   void zero_grad();
+  // ZeRO-1 (call before init): this process keeps the AdamW moments of the flat parameter range
+  // [begin, end) only (zero_shard_bounds of `ranks`), and optimizer_step updates only that range
+  // of params() from that range of grads(); the caller gathers the other ranks' ranges.
+  void set_optimizer_shard(int64_t begin, int64_t end, int ranks);
+  int64_t shard_begin() const { return shard_begin_; }
+  int64_t shard_end() const { return shard_end_; }
   // Clips by the global gradient norm, then one AdamW step at step t+1; returns the norm
   // before clipping.
   float optimizer_step(const AdamWConfig& h);
@@ -59,7 +72,8 @@ class Model {
   // Per-token losses of the last forward (N = B*T; 0 where the target is -1).
   const float* token_losses() const { return acts_.losses; }
 
-  // Optimizer state for checkpoints: the AdamW moments (same layout as params) and the step count.
+  // Optimizer state for checkpoints: the AdamW moments (the layout of params, from shard_begin()
+  // to shard_end(); the whole of it without ZeRO) and the step count.
   float* adam_m() { return m_.data(); }
   float* adam_v() { return v_.data(); }
   void set_step(int64_t t) { t_ = t; }
@@ -100,11 +114,14 @@ class Model {
   mutable std::vector<float> sparsity_scratch_;  // (Tmax) attention_sparsity's scores
   int Bmax_ = 0, Tmax_ = 0, threads_ = 1;
   int64_t t_ = 0;
+  int64_t shard_begin_ = 0, shard_end_ = -1;  // -1: the whole buffer
+  int zero_ranks_ = 1;
   bool reference_ = false;
   std::vector<float> ref_scratch_, ref_logits_;  // reference mode only
   bool profiling_ = false;
   double prof_[32] = {};  // [op] seconds
   double prof_last_ = 0;
+  std::function<void(int64_t, int64_t)> grad_ready_;
   const Batch* batch_ = nullptr;  // of the last forward
   int64_t valid_ = 0;             // targets != -1 in the last forward
 };

@@ -1,7 +1,11 @@
 // Builds the flat, named parameter layout (Hugging Face Llama names) from a ModelConfig.
 #include "smelt/model/params.hpp"
 
+#include <algorithm>
+
 #include <fmt/format.h>
+
+#include "smelt/kernels/kernels.hpp"
 
 namespace smelt {
 
@@ -34,6 +38,13 @@ ParamLayout param_layout(const ModelConfig& c) {
   // the tied one is the embedding and does not.
   p.lm_head = c.tie_embeddings ? p.wte : add("lm_head.weight", V, C, true);
   return p;
+}
+
+std::vector<int64_t> zero_shard_bounds(int64_t total, int ranks) {
+  const int64_t blocks = (total + kGradNormBlock - 1) / kGradNormBlock;
+  std::vector<int64_t> b(ranks + 1);
+  for (int r = 0; r <= ranks; r++) b[r] = std::min(total, blocks * r / ranks * kGradNormBlock);
+  return b;
 }
 
 }  // namespace smelt

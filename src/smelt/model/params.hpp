@@ -37,4 +37,11 @@ struct ParamLayout {
 // post_attention_layernorm, mlp.{gate,up,down}_proj; model.norm.weight; lm_head.weight (untied).
 ParamLayout param_layout(const ModelConfig& c);
 
+// ZeRO-1 ownership of a flat buffer of `total` floats over `ranks` data-parallel ranks: rank r
+// keeps the optimizer state of [b[r], b[r+1]) (ranks + 1 boundaries, b[0] = 0, b[ranks] = total).
+// Boundaries fall on gradient-norm blocks (kGradNormBlock floats), so a rank's share of the global
+// norm is whole blocks and the sharded norm has the bits of the unsharded one; shares differ by at
+// most one block, and a rank may own nothing when there are fewer blocks than ranks.
+std::vector<int64_t> zero_shard_bounds(int64_t total, int ranks);
+
 }  // namespace smelt

@@ -107,6 +107,10 @@ Status train_config_read(const toml::table& root, TrainConfig& c) {
   d.get("allreduce", c.dist.allreduce);
   d.get("ranks_per_node", c.dist.ranks_per_node);
   d.get("timeout_s", c.dist.timeout_s);
+  d.get("deterministic", c.dist.deterministic);
+  d.get("zero", c.dist.zero);
+  d.get("overlap", c.dist.overlap);
+  d.get("bucket_mb", c.dist.bucket_mb);
   d.get("inject_hang_rank", c.dist.inject_hang_rank);
   d.get("inject_hang_step", c.dist.inject_hang_step);
   d.known("compression");
@@ -114,6 +118,7 @@ Status train_config_read(const toml::table& root, TrainConfig& c) {
   dc.get("type", c.dist.compression);
   dc.get("ratio", c.dist.topk_ratio);
   dc.get("warmup_steps", c.dist.topk_warmup_steps);
+  dc.get("momentum", c.dist.topk_momentum);
   collect(dc, errors);
   collect(d, errors);
   config_insert(resolved, "dist", d.resolved());

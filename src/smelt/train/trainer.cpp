@@ -250,9 +250,18 @@ class Trainer {
   bool lead_ = true;            // rank 0: writes metrics, checkpoints, summaries
   std::vector<float> acc_;      // the step's gradient, micro-batches added in order (grad_accum > 1)
   std::vector<double> red_;     // per-step scalars reduced over ranks
+  std::vector<int64_t> bounds_;  // ZeRO-1: rank r keeps the AdamW moments of [bounds_[r], bounds_[r+1])
+  std::vector<double> norm_parts_;  // ZeRO-1: the gradient-norm blocks' partials
+  int64_t pending_commit_ = -1;     // a multi-rank checkpoint written but not yet committed
+  int64_t pending_completed_ = 0;   // the writer's completed() count that means this rank is done
+  bool rank_files() const { return comm_->size() > 1 && (!bounds_.empty() || c_.dist.compression == "topk"); }
+  Status global_grad_norm(double& out);
+  Status load_moments(const std::string& dir, const CkptManifest& m, const std::string& which, float* out);
+  Status load_rank_state(const std::string& dir, const CkptManifest& m);
+  Status commit_pending(const char* why);
   bool stop_now_ = false;       // every rank's agreed stop
   // top-k compression with error feedback
-  std::vector<float> residual_, mag_;
+  std::vector<float> residual_, mag_, velocity_;
   std::vector<int64_t> sel_idx_, all_idx_;
   std::vector<float> sel_val_, all_val_;
   std::vector<int> counts_;
@@ -261,10 +270,20 @@ class Trainer {
 
 // Top-k gradient compression with error feedback: this rank adds what it did not send before
 // (residual), sends its k largest-magnitude entries (ties broken by index, so deterministic), keeps
-// the rest as the next residual; every rank sums all ranks' sparse entries in rank order.
+// the rest as the next residual; every rank sums all ranks' sparse entries in rank order. With
+// dist.compression.momentum the candidate is residual + a local velocity (u = mu u + g), and the
+// sent entries of both are cleared.
 Status Trainer::topk_reduce(float* g, int64_t n) {
-  if (residual_.empty()) residual_.assign(n, 0.0f), mag_.resize(n);
-  for (int64_t i = 0; i < n; i++) g[i] += residual_[i], mag_[i] = std::fabs(g[i]);
+  if (residual_.empty()) residual_.assign(n, 0.0f);
+  mag_.resize(n);
+  const float mu = (float)c_.dist.topk_momentum;
+  if (mu > 0) {  // momentum correction: u = mu u + g; the candidate is residual + u
+    if (velocity_.empty()) velocity_.assign(n, 0.0f);
+    for (int64_t i = 0; i < n; i++) velocity_[i] = mu * velocity_[i] + g[i], g[i] = residual_[i] + velocity_[i];
+  } else {
+    for (int64_t i = 0; i < n; i++) g[i] += residual_[i];
+  }
+  for (int64_t i = 0; i < n; i++) mag_[i] = std::fabs(g[i]);
   const int64_t W = c_.dist.topk_warmup_steps;
   const double ratio = W > 0 && step_ < W ? std::pow(c_.dist.topk_ratio, (double)step_ / (double)W) : c_.dist.topk_ratio;
   const int64_t k = std::max<int64_t>(1, std::min<int64_t>(n, (int64_t)std::ceil(ratio * n)));
@@ -277,12 +296,36 @@ Status Trainer::topk_reduce(float* g, int64_t n) {
     if (std::fabs(g[i]) == thr) sel_idx_.push_back(i), sel_val_.push_back(g[i]);
   std::copy(g, g + n, residual_.begin());
   for (int64_t i : sel_idx_) residual_[i] = 0.0f;
+  if (mu > 0)
+    for (int64_t i : sel_idx_) velocity_[i] = 0.0f;  // momentum factor masking: sent entries start over
   if (Status s = comm_->allgather_sparse(sel_idx_.data(), sel_val_.data(), (int)sel_idx_.size(), all_idx_, all_val_,
                                          counts_);
       !s)
     return s;
   std::fill(g, g + n, 0.0f);
   for (size_t j = 0; j < all_idx_.size(); j++) g[all_idx_[j]] += all_val_[j];  // rank order
+  return Status::ok();
+}
+
+// The global gradient norm. ZeRO-1: each rank sums the squares of its own blocks (the reduced
+// gradient is valid only there), the block partials are summed over ranks (each block has one
+// non-zero contributor, so exactly) and then in block order: the bits of Model::grad_norm.
+Status Trainer::global_grad_norm(double& out) {
+  if (bounds_.empty()) {
+    out = model_.grad_norm();
+    return Status::ok();
+  }
+  const int64_t n = model_.layout().total, nb = (n + kGradNormBlock - 1) / kGradNormBlock;
+  const int64_t lo = bounds_[comm_->rank()], hi = bounds_[comm_->rank() + 1];
+  norm_parts_.assign(nb, 0.0);
+  kernels_set_threads(threads_);
+  if (hi > lo)
+    grad_norm_block_partials(model_.grads(), n, lo / kGradNormBlock, (hi + kGradNormBlock - 1) / kGradNormBlock,
+                             norm_parts_.data() + lo / kGradNormBlock);
+  if (Status s = comm_->allreduce_sum(norm_parts_.data(), nb); !s) return s;
+  double total = 0.0;
+  for (double p : norm_parts_) total += p;
+  out = std::sqrt(total);
   return Status::ok();
 }
 
@@ -320,6 +363,10 @@ Status Trainer::setup() {
   // (Token ids >= vocab_size are refused by Model::forward, naming the position.)
   train_batch_shape(c_.data, B_, T_);
   const int64_t budget = c_.train.memory_mb > 0 ? c_.train.memory_mb << 20 : memory_physical_bytes();
+  if (c_.dist.zero == 1 && comm_->size() > 1) {
+    bounds_ = zero_shard_bounds(param_layout(c_.model).total, comm_->size());
+    model_.set_optimizer_shard(bounds_[comm_->rank()], bounds_[comm_->rank() + 1], comm_->size());
+  }
   if (Status s = model_.init(c_.model, B_, T_, threads_, c_.train.seed, budget); !s) return s;
   // Steps: the configured count, or what max_tokens needs at full batches.
   const int64_t tokens_per_step = (int64_t)B_ * T_ * c_.train.grad_accum;
@@ -419,16 +466,80 @@ Status Trainer::resume_from_checkpoint() {
 
 Status Trainer::load_checkpoint_weights(const std::string& dir, const CkptManifest& m) {
   const ParamLayout& lay = model_.layout();
-  for (const auto& t : lay.tensors) {
+  for (const auto& t : lay.tensors)
     if (Status s = ckpt_load_tensor(dir, m, t.name, model_.params() + t.offset, t.size()); !s) return s;
-    if (Status s = ckpt_load_tensor(dir, m, "optim.m." + t.name, model_.adam_m() + t.offset, t.size()); !s) return s;
-    if (Status s = ckpt_load_tensor(dir, m, "optim.v." + t.name, model_.adam_v() + t.offset, t.size()); !s) return s;
-  }
+  if (Status s = load_moments(dir, m, "m", model_.adam_m()); !s) return s;
+  if (Status s = load_moments(dir, m, "v", model_.adam_v()); !s) return s;
   try {
     model_.set_step(m.state.at("optimizer_step").get<int64_t>());
   } catch (const std::exception& e) {
     return Status::error(fmt::format("{}/manifest.json: trainer state: {}", dir, e.what()));
   }
+  return load_rank_state(dir, m);
+}
+
+// The AdamW moment `which` ("m" | "v") for this rank's range [shard_begin, shard_end) (all of it
+// without ZeRO), from whole tensors ("optim.m.<name>", one writer) or from ZeRO-1 shards
+// ("zero.m.<rank>" over state.zero_bounds, any rank count): a checkpoint resumes with or without
+// ZeRO and on any rank count.
+Status Trainer::load_moments(const std::string& dir, const CkptManifest& m, const std::string& which, float* out) {
+  const ParamLayout& lay = model_.layout();
+  const int64_t lo = model_.shard_begin(), hi = model_.shard_end();
+  std::vector<float> tmp;
+  auto copy_part = [&](const std::string& name, int64_t b, int64_t e) -> Status {  // a saved range [b, e)
+    const int64_t x = std::max(lo, b), y = std::min(hi, e);
+    if (x >= y) return Status::ok();
+    tmp.resize(e - b);
+    if (Status s = ckpt_load_tensor(dir, m, name, tmp.data(), e - b); !s) return s;
+    std::copy(tmp.begin() + (x - b), tmp.begin() + (y - b), out + (x - lo));
+    return Status::ok();
+  };
+  if (m.state.contains("zero_bounds")) {
+    const std::vector<int64_t> zb = m.state["zero_bounds"].get<std::vector<int64_t>>();
+    if (zb.size() < 2 || zb.back() != lay.total)
+      return Status::error(fmt::format("{}/manifest.json: zero_bounds do not cover the {} parameters", dir, lay.total));
+    for (size_t q = 0; q + 1 < zb.size(); q++)
+      if (zb[q + 1] > zb[q])
+        if (Status s = copy_part(fmt::format("zero.{}.{}", which, q), zb[q], zb[q + 1]); !s) return s;
+    return Status::ok();
+  }
+  for (const auto& t : lay.tensors) {
+    if (lo <= t.offset && t.offset + t.size() <= hi) {  // whole tensor: straight into place
+      if (Status s = ckpt_load_tensor(dir, m, "optim." + which + "." + t.name, out + (t.offset - lo), t.size()); !s)
+        return s;
+    } else if (Status s = copy_part("optim." + which + "." + t.name, t.offset, t.offset + t.size()); !s) {
+      return s;
+    }
+  }
+  return Status::ok();
+}
+
+// Rank-local state other than the moments: the top-k residual (and velocity). Same rank count:
+// each rank its own; another count: rank 0 takes the sum of all saved residuals (nothing owed is
+// lost), the others start from zero; none saved: zero.
+Status Trainer::load_rank_state(const std::string& dir, const CkptManifest& m) {
+  residual_.clear(), velocity_.clear();
+  if (c_.dist.compression != "topk" || comm_->size() == 1 || !m.state.contains("topk_ranks")) return Status::ok();
+  const int saved = m.state["topk_ranks"].get<int>();
+  const int64_t n = model_.layout().total;
+  for (const char* what : {"residual", "velocity"}) {
+    if (!m.find(fmt::format("topk.{}.0", what))) continue;
+    std::vector<float>& dst = std::string(what) == "residual" ? residual_ : velocity_;
+    dst.assign(n, 0.0f);
+    if (saved == comm_->size()) {
+      if (Status s = ckpt_load_tensor(dir, m, fmt::format("topk.{}.{}", what, comm_->rank()), dst.data(), n); !s)
+        return s;
+    } else if (comm_->rank() == 0) {
+      std::vector<float> tmp(n);
+      for (int q = 0; q < saved; q++) {
+        if (Status s = ckpt_load_tensor(dir, m, fmt::format("topk.{}.{}", what, q), tmp.data(), n); !s) return s;
+        for (int64_t i = 0; i < n; i++) dst[i] += tmp[i];
+      }
+    }
+  }
+  if (saved != comm_->size())
+    spdlog::info("top-k: the checkpoint's {} ranks' residuals go to rank 0 of {} (a different rank count)", saved,
+                 comm_->size());
   return Status::ok();
 }
 
@@ -436,20 +547,97 @@ void Trainer::event(ojson e) {
   if (lead_) metrics_ << e.dump() << "\n" << std::flush;
 }
 
+// Every rank writes its part, then (a barrier) rank 0 commits the step: used for a multi-rank save
+// that was not committed during the steps since (see the step loop), before a rollback, a new save
+// and the end of the run.
+Status Trainer::commit_pending(const char* why) {
+  if (pending_commit_ < 0) return Status::ok();
+  const int64_t step = pending_commit_;
+  pending_commit_ = -1;
+  Status mine = writer_ ? writer_->wait() : Status::ok();
+  if (!mine) spdlog::warn("checkpoint step {}: this rank's part: {}", step, mine.message());
+  if (Status s = comm_->barrier(); !s) return s;
+  Status c;
+  if (lead_) {
+    CkptSaveStats st;
+    c = ckpt_commit(run_dir_, step, comm_->size(), &st);
+    if (c) {
+      last_ckpt_ = st.dir;
+      spdlog::info("checkpoint step {} committed ({}): every rank's part is durable", step, why);
+      std::vector<std::string> removed;
+      if (Status s = ckpt_retain(run_dir_, c_.ckpt.keep_last, c_.ckpt.keep_every, &removed); !s)
+        spdlog::warn("checkpoint retention: {}", s.message());
+    }
+  }
+  double ok = c ? 1.0 : 0.0;  // every rank learns the outcome (and last_ckpt_)
+  if (Status s = comm_->allreduce_sum(&ok, 1); !s) return s;
+  if (ok > 0) {
+    last_ckpt_ = ckpt_step_dir(run_dir_, step);
+    return Status::ok();
+  }
+  saves_failed_++;
+  Status e = Status::error(fmt::format("checkpoint at step {}: {}", step, lead_ ? c.message() : "the commit failed on rank 0"));
+  if (c_.ckpt.on_error == "stop") return e;
+  spdlog::warn("{}; training continues ([ckpt] on_error = \"continue\"), the previous checkpoint is kept", e.message());
+  event({{"step", step}, {"event", "checkpoint_failed"}, {"error", c.message()}});
+  return Status::ok();
+}
+
 Status Trainer::save(int64_t step, const char* why, ojson* line) {
-  // Data parallel replicas hold the same weights, moments and position: rank 0 writes them.
-  if (!lead_) return Status::ok();
+  // Data parallel replicas hold the same weights, moments and position: rank 0 writes them. With
+  // rank-local state (ZeRO-1 moment shards, top-k residuals) every rank writes its own file and
+  // rank 0 commits once all are durable.
+  const bool parts = rank_files();
+  if (!lead_ && !parts) return Status::ok();
+  if (Status s = commit_pending("before the next save"); !s) return s;
   CkptSaveRequest r;
   r.step = step;
+  r.rank = parts ? comm_->rank() : 0;
+  r.ranks = parts ? comm_->size() : 1;
   r.config_toml = config_text_;
   r.tokenizer_path = c_.train.tokenizer;
   r.state = state_json();
   const ParamLayout& lay = model_.layout();
-  for (const auto& t : lay.tensors) r.tensors.push_back({t.name, shape_of(t), model_.params() + t.offset});
-  for (const auto& t : lay.tensors) r.tensors.push_back({"optim.m." + t.name, shape_of(t), model_.adam_m() + t.offset});
-  for (const auto& t : lay.tensors) r.tensors.push_back({"optim.v." + t.name, shape_of(t), model_.adam_v() + t.offset});
+  if (lead_)
+    for (const auto& t : lay.tensors) r.tensors.push_back({t.name, shape_of(t), model_.params() + t.offset});
+  if (!bounds_.empty()) {
+    r.state["zero_bounds"] = bounds_;
+    const int64_t n = model_.shard_end() - model_.shard_begin();
+    if (n > 0) {
+      r.tensors.push_back({fmt::format("zero.m.{}", comm_->rank()), {n}, model_.adam_m()});
+      r.tensors.push_back({fmt::format("zero.v.{}", comm_->rank()), {n}, model_.adam_v()});
+    }
+  } else if (lead_) {
+    for (const auto& t : lay.tensors) r.tensors.push_back({"optim.m." + t.name, shape_of(t), model_.adam_m() + t.offset});
+    for (const auto& t : lay.tensors) r.tensors.push_back({"optim.v." + t.name, shape_of(t), model_.adam_v() + t.offset});
+  }
+  if (parts && c_.dist.compression == "topk") {
+    r.state["topk_ranks"] = comm_->size();
+    const int64_t n = lay.total;
+    if (residual_.empty()) residual_.assign(n, 0.0f);
+    r.tensors.push_back({fmt::format("topk.residual.{}", comm_->rank()), {n}, residual_.data()});
+    if (c_.dist.topk_momentum > 0) {
+      if (velocity_.empty()) velocity_.assign(n, 0.0f);
+      r.tensors.push_back({fmt::format("topk.velocity.{}", comm_->rank()), {n}, velocity_.data()});
+    }
+  }
   Status saved;
   double stall_ms = 0;
+  if (parts) {
+    // This rank's part; the commit follows once every rank reports its part durable (the step
+    // loop's reduction carries the flag), or at the latest before the next save.
+    if (!writer_) writer_ = std::make_unique<CkptWriter>(run_dir_, threads_);
+    const double t0 = now_s();
+    pending_completed_ = writer_->completed() + 1;
+    saved = writer_->submit(r, c_.ckpt.async ? CkptCopy::kDeferred : CkptCopy::kNow);
+    if (saved && !c_.ckpt.async) saved = writer_->wait();
+    stall_ms = (now_s() - t0) * 1e3;
+    if (line) (*line)["ckpt_stall_ms"] = line->value("ckpt_stall_ms", 0.0) + stall_ms;
+    if (!saved) spdlog::warn("checkpoint step {}: this rank's part: {}", step, saved.message());
+    pending_commit_ = step;  // the commit reports a failed part
+    if (!c_.ckpt.async) return commit_pending(why);
+    return Status::ok();
+  }
   if (c_.ckpt.async) {
     if (!writer_) writer_ = std::make_unique<CkptWriter>(run_dir_, threads_);
     const double t0 = now_s();
@@ -523,6 +711,7 @@ Status Trainer::eval_now(int64_t step, ojson* line) {
 }
 
 Status Trainer::rollback(int64_t step) {
+  if (Status s = commit_pending("before a rollback"); !s) return s;
   if (writer_) {
     if (Status s = writer_->wait(); !s) spdlog::warn("checkpoint writer: {}", s.message());
   }
@@ -638,6 +827,27 @@ Status Trainer::run(TrainSummary& out) {
     std::fill(src_sum.begin(), src_sum.end(), 0.0);
     std::fill(src_n.begin(), src_n.end(), 0.0);
     int T_step = T_;
+    const bool multi = comm_->size() > 1;
+    if (multi && comm_->rank() == c_.dist.inject_hang_rank && step_ + 1 == c_.dist.inject_hang_step)
+      for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));  // fault injection: a hung rank
+    if (multi) comm_->arrive(step_);
+    // Overlap: the last micro-batch's backward hands each finished range of the gradient to the
+    // communication thread in buckets of about dist.bucket_mb; top-k needs the whole gradient.
+    const bool overlap = multi && c_.dist.overlap && c_.dist.compression != "topk";
+    const int64_t bucket = std::max<int64_t>(1, (int64_t)(c_.dist.bucket_mb * 1e6 / sizeof(float)));
+    const std::vector<int64_t>* owners = bounds_.empty() ? nullptr : &bounds_;
+    int64_t pend_lo = -1, pend_hi = -1;
+    int buckets = 0;
+    auto flush = [&] {
+      if (pend_lo < 0) return;
+      float* g = model_.grads();
+      if (!acc_.empty())  // the earlier micro-batches' sum, added as in the serial path (acc + g)
+        for (int64_t i = pend_lo; i < pend_hi; i++) g[i] = acc_[i] + g[i];
+      comm_->sum_async(g + pend_lo, pend_lo, pend_hi - pend_lo, owners);
+      pend_lo = pend_hi = -1;
+      buckets++;
+    };
+    uint64_t bytes_before = comm_->bytes_sent();
     for (int micro = 0; micro < c_.train.grad_accum; micro++) {
       const Batch* bp = &feed_.next();
       wait_ms += feed_.last_wait_ms();
@@ -666,38 +876,60 @@ Status Trainer::run(TrainSummary& out) {
           src_n[b.sources[n]] += 1;
         }
       const int parts = c_.train.grad_accum * comm_->size();  // every micro-batch of every rank weighs the same
+      const bool hooked = overlap && micro + 1 == c_.train.grad_accum;
+      if (hooked)
+        model_.set_grad_ready([&](int64_t lo, int64_t hi) {  // contiguous ranges, from the top down
+          if (pend_lo < 0) pend_hi = hi;
+          pend_lo = lo;
+          if (pend_hi - pend_lo >= bucket) flush();
+        });
       model_.backward(b.target_tokens ? 1.0f / ((float)b.target_tokens * parts) : 0.0f);
+      if (hooked) {
+        flush();
+        model_.set_grad_ready({});
+      }
       // The step's gradient is ((g_0 + g_1) + g_2) + ..., each micro-batch's from zero: the same sum
       // the ranks' reduction makes, so N ranks x 1 micro-batch == 1 rank x N micro-batches, bit for bit.
-      if (!acc_.empty()) {
+      if (!acc_.empty() && !hooked) {
         const float* g = model_.grads();
         const int64_t n = (int64_t)acc_.size();
         if (micro == 0) std::copy(g, g + n, acc_.begin());
         else for (int64_t i = 0; i < n; i++) acc_[i] += g[i];
       }
     }
-    if (!acc_.empty()) std::copy(acc_.begin(), acc_.end(), model_.grads());
-    double allreduce_ms = 0;
-    uint64_t bytes_before = comm_->bytes_sent();
-    if (comm_->rank() == c_.dist.inject_hang_rank && step_ + 1 == c_.dist.inject_hang_step)
-      for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));  // fault injection: a hung rank
-    if (comm_->size() > 1) {
-      // Scalars first (losses, tokens, entropy, per-source sums, the stop flag), then gradients.
+    if (!acc_.empty() && !overlap) std::copy(acc_.begin(), acc_.end(), model_.grads());
+    // allreduce_ms: all communication of the step; allreduce_wait_ms: the part the step waited for
+    // (the overlapped buckets' remainder, and everything done synchronously).
+    double allreduce_ms = 0, allreduce_wait_ms = 0;
+    if (multi) {
       const double ta = now_s();
-      red_.assign({loss_sum, (double)step_tokens, entropy, g_stop ? 1.0 : 0.0});
+      double busy_ms = 0, blocked_ms = 0;
+      const int64_t n = model_.layout().total;
+      if (overlap) {
+        if (Status s = comm_->wait_async(&busy_ms); !s) return s;
+        blocked_ms = (now_s() - ta) * 1e3;
+      } else if (c_.dist.compression == "topk") {
+        if (Status s = topk_reduce(model_.grads(), n); !s) return s;
+      } else if (owners) {
+        if (Status s = comm_->reduce_scatter_sum(model_.grads(), 0, n, *owners); !s) return s;
+      } else if (Status s = comm_->allreduce_sum(model_.grads(), n); !s) {
+        return s;
+      }
+      // The scalars: losses, tokens, entropy, the stop flag, "my checkpoint part is durable",
+      // per-source sums.
+      const bool part_done = pending_commit_ >= 0 && writer_ && writer_->completed() >= pending_completed_;
+      red_.assign({loss_sum, (double)step_tokens, entropy, g_stop ? 1.0 : 0.0, part_done ? 1.0 : 0.0});
       red_.insert(red_.end(), src_sum.begin(), src_sum.end());
       red_.insert(red_.end(), src_n.begin(), src_n.end());
       if (Status s = comm_->allreduce_sum(red_.data(), (int64_t)red_.size()); !s) return s;
-      if (c_.dist.compression == "topk") {
-        if (Status s = topk_reduce(model_.grads(), model_.layout().total); !s) return s;
-      } else if (Status s = comm_->allreduce_sum(model_.grads(), model_.layout().total); !s) {
-        return s;
-      }
       loss_sum = red_[0], step_tokens = (uint64_t)red_[1], entropy = red_[2];
       stop_now_ = red_[3] > 0;
       const size_t S = src_sum.size();
-      for (size_t i = 0; i < S; i++) src_sum[i] = red_[4 + i], src_n[i] = red_[4 + S + i];
-      allreduce_ms = (now_s() - ta) * 1e3;
+      for (size_t i = 0; i < S; i++) src_sum[i] = red_[5 + i], src_n[i] = red_[5 + S + i];
+      allreduce_wait_ms = (now_s() - ta) * 1e3;  // (the blocked part of the buckets + the rest)
+      allreduce_ms = overlap ? busy_ms + (allreduce_wait_ms - blocked_ms) : allreduce_wait_ms;
+      if (pending_commit_ >= 0 && red_[4] >= comm_->size())  // every rank's part is durable
+        if (Status s = commit_pending("every part durable"); !s) return s;
     } else {
       stop_now_ = g_stop;
     }
@@ -707,7 +939,12 @@ Status Trainer::run(TrainSummary& out) {
     const HealthConfig& hc = c_.health;
     if (std::find(hc.inject_nan_steps.begin(), hc.inject_nan_steps.end(), step_ + 1) != hc.inject_nan_steps.end())
       model_.grads()[model_.layout().total / 2] = NAN;  // fault injection
-    const double norm = model_.grad_norm();  // one pass: the finiteness check and the clipping share it
+    double norm = 0;  // one pass: the finiteness check and the clipping share it
+    {
+      const double tn = now_s();
+      if (Status s = global_grad_norm(norm); !s) return s;
+      if (owners) allreduce_wait_ms += (now_s() - tn) * 1e3, allreduce_ms += (now_s() - tn) * 1e3;
+    }
     const bool finite = std::isfinite(loss) && (!hc.skip_nonfinite || std::isfinite(norm));
     double grad_norm = NAN;
     if (writer_) {
@@ -718,6 +955,11 @@ Status Trainer::run(TrainSummary& out) {
       AdamWConfig h = c_.optim;
       h.lr = (float)lr;
       grad_norm = model_.optimizer_step(h, norm);
+      if (owners) {  // ZeRO-1: each rank updated its range; every rank gets every range
+        const double tg = now_s();
+        if (Status s = comm_->allgather_ranges(model_.params(), *owners); !s) return s;
+        allreduce_wait_ms += (now_s() - tg) * 1e3, allreduce_ms += (now_s() - tg) * 1e3;
+      }
     } else {
       nonfinite_skipped_++;
       spdlog::warn("step {}: non-finite loss or gradient; the update was skipped ({} so far)", step_ + 1,
@@ -750,9 +992,9 @@ Status Trainer::run(TrainSummary& out) {
     line["tokens"] = tokens_;
     line["token_entropy"] = entropy / c_.train.grad_accum;
     if (comm_->size() > 1) {
-      // Nothing overlaps the reduction yet: all of it is time the step waits.
       line["allreduce_ms"] = allreduce_ms;
-      line["allreduce_wait_ms"] = allreduce_ms;
+      line["allreduce_wait_ms"] = allreduce_wait_ms;
+      if (overlap) line["allreduce_buckets"] = buckets;
       line["allreduce_bytes"] = comm_->bytes_sent() - bytes_before;
     }
     if (sparsity >= 0) line["attn_sparsity"] = sparsity;
@@ -792,6 +1034,7 @@ Status Trainer::run(TrainSummary& out) {
     if (roll)
       if (Status s = rollback(step_); !s) return s;
   }
+  if (Status s = commit_pending("end of run"); !s) return s;
   if (writer_) {
     // Every submitted checkpoint is durable before the summary names it.
     if (Status s = writer_->wait(); !s) {
@@ -844,7 +1087,12 @@ Status Trainer::run(TrainSummary& out) {
                  {"threads", threads_},
                  {"ranks", comm_->size()},
                  {"allreduce", comm_->algorithm()},
-                 {"nodes", comm_->nodes()}};
+                 {"nodes", comm_->nodes()},
+                 {"zero", bounds_.empty() ? 0 : 1},
+                 {"memory_plan", {{"param_bytes", model_.plan().param_bytes},
+                                  {"grad_bytes", model_.plan().grad_bytes},
+                                  {"optimizer_bytes", model_.plan().optimizer_bytes},
+                                  {"activation_bytes", model_.plan().activation_bytes}}}};
   out.json = j;
   out.text = fmt::format(
       "train {}: steps {} -> {} of {}, {} tokens, loss {:.4f} -> {:.4f}{}\n"

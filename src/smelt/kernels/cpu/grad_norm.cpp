@@ -7,24 +7,29 @@
 namespace smelt {
 
 namespace {
-constexpr int64_t kBlock = 1 << 16;
 constexpr int kMaxPartials = 4096;  // blocks per call on the stack; larger inputs loop in rounds
 }  // namespace
 
+void grad_norm_block_partials(const float* grad, int64_t n, int64_t first_block, int64_t last_block, double* out) {
+  const int64_t nb = last_block - first_block;
+#pragma omp parallel for schedule(static)
+  for (int64_t b = 0; b < nb; b++) {
+    const int64_t i0 = (first_block + b) * kGradNormBlock;
+    const int64_t i1 = i0 + kGradNormBlock < n ? i0 + kGradNormBlock : n;
+    double s = 0.0;
+    for (int64_t i = i0; i < i1; i++) s += (double)grad[i] * grad[i];
+    out[b] = s;
+  }
+}
+
 double grad_norm_squared(const float* grad, int64_t n) {
   double total = 0.0;
-  int64_t nblocks = (n + kBlock - 1) / kBlock;
+  const int64_t nblocks = (n + kGradNormBlock - 1) / kGradNormBlock;
+  double part[kMaxPartials];
   for (int64_t b0 = 0; b0 < nblocks; b0 += kMaxPartials) {
-    int nb = (int)(nblocks - b0 < kMaxPartials ? nblocks - b0 : kMaxPartials);
-    double part[kMaxPartials];
-#pragma omp parallel for schedule(static)
-    for (int b = 0; b < nb; b++) {
-      int64_t i0 = (b0 + b) * kBlock, i1 = i0 + kBlock < n ? i0 + kBlock : n;
-      double s = 0.0;
-      for (int64_t i = i0; i < i1; i++) s += (double)grad[i] * grad[i];
-      part[b] = s;
-    }
-    for (int b = 0; b < nb; b++) total += part[b];
+    const int64_t b1 = nblocks - b0 < kMaxPartials ? nblocks : b0 + kMaxPartials;
+    grad_norm_block_partials(grad, n, b0, b1, part);
+    for (int64_t b = 0; b < b1 - b0; b++) total += part[b];
   }
   return total;
 }
