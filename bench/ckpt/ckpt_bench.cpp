@@ -1,11 +1,11 @@
-// Checkpoint benchmark (bench/ckpt/RESULTS-draft.md): the disk's own sequential write ceiling
-// (write + fsync of one file of the checkpoint's size, buffered and O_DIRECT), measured in the same
-// rounds as the saves (ceiling, saves, ceiling, saves, ...) so both see the same disk state; a
-// synchronous save (ckpt_save), the safetensors file alone (no commit), and CkptWriter (submit =
-// the stall, the background save timed apart); then what a save adds to a step whose compute keeps
-// every core busy. Prints medians and bests, each save's rate against the ceiling of its own round
-// (target >= 80%) and the stall ratio (target: async <= 10% of sync). Not a test: numbers depend on
-// the machine and on what else runs.
+// Checkpoint benchmark (bench/RESULTS.md, "ckpt"): the disk's own sequential write ceiling (write
+// + fsync of one file of the checkpoint's size, buffered and O_DIRECT), measured in the same rounds
+// as the saves (ceiling, saves, ceiling, saves, ...) so both see the same disk state; a synchronous
+// save (ckpt_save), the safetensors file alone (no commit), CkptWriter (submit = the stall, the
+// background save timed apart) and a tiny save (the commit's fixed cost); then what a save adds
+// to a step whose compute keeps every core busy. Prints medians and bests, each save's rate
+// against the ceiling of its own round (target >= 80%) and the stall ratio (target: async <= 10%
+// of sync). Not a test: numbers depend on the machine and on what else runs.
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -175,7 +175,7 @@ int main(int argc, char** argv) {
   // time (ckpt_save: create, write, fsync, commit with manifest, renames and `latest`).
   std::string run = dir + "/run";
   Series c_direct, c_buffered, ceil, sync_s, file_copy, file_image, async_s;
-  std::vector<double> sync_ms, async_ms, async_write_ms;
+  std::vector<double> sync_ms, async_ms, async_write_ms, fixed_ms;
   {
     CkptWriter w(run);
     w.reserve(static_cast<int64_t>(state.size()));
@@ -226,6 +226,17 @@ int main(int argc, char** argv) {
       async_s.add(ast.write_mb_s, c);
       async_write_ms.push_back(ast.write_ms);
       ckpt_retain(run, 1, 0);
+
+      // The commit protocol's fixed cost: a save of one 4 KB tensor (create the folder, write and
+      // fsync the rank file, config and manifest, fsync the folder, rename, fsync, `latest`).
+      CkptSaveRequest tiny = req;
+      tiny.step = 1000 + i;
+      tiny.tensors = {{"tiny", {1024}, state.data()}};
+      settle();
+      t0 = Clock::now();
+      if (!check(ckpt_save(run, tiny))) return 1;
+      fixed_ms.push_back(ms_since(t0));
+      ckpt_retain(run, 1, 0);
     }
   }
   auto row = [&](const char* name, const Series& s) {
@@ -246,6 +257,11 @@ int main(int argc, char** argv) {
   double sync_stall = median(sync_ms), async_stall = median(async_ms);
   std::printf("ratio of medians: sync %.1f%%, async %.1f%% of the ceiling (target >= 80%%)\n",
               100 * median(sync_s.rate) / median(ceil.rate), 100 * median(async_s.rate) / median(ceil.rate));
+  double data_ms = bytes / 1e6 / median(ceil.rate) * 1e3;
+  std::printf("commit protocol alone (a 4 KB save): median %.1f ms, best %.1f ms; a save writing its data at the "
+              "median ceiling would reach %.0f%% of it\n",
+              median(fixed_ms), *std::min_element(fixed_ms.begin(), fixed_ms.end()),
+              100 * data_ms / (data_ms + median(fixed_ms)));
   std::printf("stalls: sync save %.1f ms, async submit (kNow: copy into staging) %.1f ms, background save %.0f ms; "
               "stall ratio async/sync %.1f%% (target <= 10%%)\n",
               sync_stall, async_stall, median(async_write_ms), 100 * async_stall / sync_stall);
