@@ -4,7 +4,9 @@
 #include "smelt/tokenizer/pretokenizer.hpp"
 
 #include <gtest/gtest.h>
+#include <utf8proc.h>
 
+#include "smelt/tokenizer/unicode_tables.hpp"
 #include "tok_test_util.hpp"
 
 namespace smelt {
@@ -72,6 +74,27 @@ TEST(Pretokenizer, KnownSplits) {
   EXPECT_EQ(Pretokenizer::name_for_pattern("x+"), "");
   EXPECT_FALSE(Pretokenizer::create("(unclosed", err));
   EXPECT_FALSE(err);
+}
+
+// The class table (built with whole planes skipped) against utf8proc on every code point.
+TEST(Pretokenizer, ClassTableAgreesWithUtf8procEverywhere) {
+  using namespace uni;
+  for (uint32_t cp = 0; cp < 0x110000; cp++) {
+    uint16_t want = 0;
+    switch (utf8proc_category(static_cast<utf8proc_int32_t>(cp))) {
+      case UTF8PROC_CATEGORY_LU: want = kL | kLu; break;
+      case UTF8PROC_CATEGORY_LL: want = kL | kLl; break;
+      case UTF8PROC_CATEGORY_LT: want = kL | kLt; break;
+      case UTF8PROC_CATEGORY_LM: want = kL | kLm; break;
+      case UTF8PROC_CATEGORY_LO: want = kL | kLo; break;
+      case UTF8PROC_CATEGORY_MN: case UTF8PROC_CATEGORY_MC: case UTF8PROC_CATEGORY_ME: want = kM; break;
+      case UTF8PROC_CATEGORY_ND: case UTF8PROC_CATEGORY_NL: case UTF8PROC_CATEGORY_NO: want = kN; break;
+      default: break;
+    }
+    ASSERT_EQ(flags_of(cp) & ~(kSpace | kCR | kLF), want) << "U+" << std::hex << cp;
+  }
+  EXPECT_EQ(flags_of(0x3000), kSpace);
+  EXPECT_EQ(flags_of('\n'), kSpace | kLF);
 }
 
 TEST(Pretokenizer, InvalidUtf8PiecesCoverTheInput) {

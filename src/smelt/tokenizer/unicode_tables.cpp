@@ -2,8 +2,8 @@
 // pre-tokenizer patterns test, deduplicated 256-codepoint blocks, built once on first use.
 #include "smelt/tokenizer/unicode_tables.hpp"
 
-#include <map>
-#include <mutex>
+#include <algorithm>
+#include <unordered_map>
 #include <vector>
 
 #include <utf8proc.h>
@@ -40,17 +40,33 @@ struct Built {
   std::vector<uint16_t> s1, s2;
 };
 
+// Planes 4-13 are unassigned and planes 15-16 private use (categories Cn, Co): no class bit, so
+// they are not asked of utf8proc (a test checks every code point against it).
+bool plane_without_classes(uint32_t cp) { return (cp >= 0x40000 && cp < 0xE0000) || cp >= 0xF0000; }
+
 Built* build() {
   auto* b = new Built();
   for (char32_t c = 0; c < 128; c++) b->t.ascii[c] = compute(c);
   b->s1.resize(0x110000 >> 8);
-  std::map<std::vector<uint16_t>, uint16_t> seen;
+  std::unordered_multimap<uint64_t, uint16_t> seen;  // hash of a block -> its offset in s2 (>> 8)
   std::vector<uint16_t> block(256);
   for (uint32_t hi = 0; hi < b->s1.size(); hi++) {
-    for (uint32_t lo = 0; lo < 256; lo++) block[lo] = compute((hi << 8) | lo);
-    auto [it, fresh] = seen.emplace(block, static_cast<uint16_t>(b->s2.size() >> 8));
-    if (fresh) b->s2.insert(b->s2.end(), block.begin(), block.end());
-    b->s1[hi] = it->second;
+    uint64_t h = 0;
+    for (uint32_t lo = 0; lo < 256; lo++) {
+      uint32_t cp = (hi << 8) | lo;
+      block[lo] = plane_without_classes(cp) ? 0 : compute(cp);
+      h = (h ^ block[lo]) * 0x100000001b3ULL;
+    }
+    uint16_t at = UINT16_MAX;
+    auto [lo_it, hi_it] = seen.equal_range(h);
+    for (auto it = lo_it; it != hi_it; ++it)
+      if (std::equal(block.begin(), block.end(), b->s2.begin() + (size_t(it->second) << 8))) at = it->second;
+    if (at == UINT16_MAX) {
+      at = static_cast<uint16_t>(b->s2.size() >> 8);
+      b->s2.insert(b->s2.end(), block.begin(), block.end());
+      seen.emplace(h, at);
+    }
+    b->s1[hi] = at;
   }
   b->t.stage1 = b->s1.data();
   b->t.stage2 = b->s2.data();
