@@ -155,7 +155,29 @@ size_t o200k_alt2(const Text& t, size_t p) {
   return t.run(j, kW);
 }
 
+// o200k's letter alternatives when the letters are ASCII and end at an ASCII byte (most English):
+// an optional prefix, [A-Z]*[a-z]* (at least one letter), then a contraction. Returns 0 when the
+// text needs the general scanner (a non-ASCII byte next to the letters, no letter).
+inline size_t o200k_ascii_word(const Text& t, size_t i) {
+  const uchar* s = t.s;
+  const uint16_t* ascii = g_tables->ascii;
+  uchar c = s[i];
+  if (c >= 0x80) return 0;
+  size_t j = i;
+  if (!(ascii[c] & kL)) {
+    if (ascii[c] & (kN | kNl)) return 0;
+    j = i + 1;  // a prefix character, if letters follow
+  }
+  size_t k = j;
+  while (k < t.n && unsigned(s[k]) - 'A' < 26u) k++;
+  while (k < t.n && unsigned(s[k]) - 'a' < 26u) k++;
+  if (k == j || (k < t.n && s[k] >= 0x80)) return 0;
+  if (k < t.n && s[k] == '\'') k += contraction(t, k, true);
+  return k;
+}
+
 size_t next_o200k(const Text& t, size_t i) {
+  if (size_t e = o200k_ascii_word(t, i)) return e;
   int len;
   uint16_t c = t.at(i, len);
   bool prefix = !(c & (kNl | kL | kN));

@@ -31,7 +31,7 @@ inline uint16_t flags_of(char32_t cp) {
 // Decodes the character at s[i] (i < n): returns its flags and sets len. A byte that does not
 // start a valid, shortest-form UTF-8 sequence is one character of length 1 with no class (0):
 // like punctuation for every pattern.
-inline uint16_t char_at(const unsigned char* s, size_t i, size_t n, int& len) {
+__attribute__((always_inline)) inline uint16_t char_at(const unsigned char* s, size_t i, size_t n, int& len) {
   unsigned c = s[i];
   if (c < 0x80) { len = 1; return g_tables->ascii[c]; }
   char32_t cp;
