@@ -98,6 +98,43 @@ TEST_P(RefTest, AdversarialAndRandom) {
   std::filesystem::remove(p);
 }
 
+// The encoder's fast paths at their edges: Han runs from 1 to 1500 characters (one pre-token each,
+// short and long merge paths, the pair cache reused across documents), ASCII words that run into
+// non-ASCII letters and marks, contractions, whitespace runs and emoji between them.
+TEST_P(RefTest, LongRunsAndScriptBoundaries) {
+  std::string poems = read_file(std::string(SMELT_TEST_DATA) + "/tokenizer/tang300.txt");
+  std::string han;
+  for (size_t i = 0; i < poems.size();) {
+    unsigned char c = poems[i];
+    size_t len = c < 0x80 ? 1 : c < 0xE0 ? 2 : c < 0xF0 ? 3 : 4;
+    if (len == 3 && c >= 0xE4 && c <= 0xE9) han.append(poems, i, 3);
+    i += len;
+  }
+  const char* glue[] = {" ", "\uff0c", "\u3002", "\n", "  ", "x", "\U0001F600", "\u00e9", "A", "'s", "", "1234"};
+  const char* words[] = {"caf\u00e9", "na\u00efve", "ABC\u00e9", "HTTPServer\u03a9", "e\u0301", "don't", "DON'T",
+                         "x'\u017f", "Hello", "hello", "HELLO", "iPhone", "\u00c9cole", "stra\u00dfe", "\u01c5a", "word\u02b0"};
+  std::string text;
+  std::mt19937 rng(7);
+  for (size_t line = 0, at = 0; line < 120; line++) {
+    for (int k = 0; k < 6; k++) {
+      size_t n = (rng() % 4 == 0 ? 1 + rng() % 1500 : 1 + rng() % 40) * 3;
+      if (at + n > han.size()) at = 0;
+      text += glue[rng() % 12];
+      text += han.substr(at, n);
+      at += n;
+      text += glue[rng() % 12];
+      text += words[rng() % 16];
+      text += words[rng() % 16];
+    }
+    text += "\n";
+  }
+  std::string p = fixtures() + "/runs-" + std::to_string(getpid()) + "-" + GetParam().name + ".txt";
+  write_file(p, text);
+  compare(GetParam(), p, false);
+  compare(GetParam(), p, true);
+  std::filesystem::remove(p);
+}
+
 INSTANTIATE_TEST_SUITE_P(Vocabularies, RefTest, ::testing::ValuesIn(cases()),
                          [](const auto& info) { return info.param.name; });
 

@@ -8,7 +8,6 @@
 #include <cstring>
 #include <queue>
 
-#include "smelt/common/hash.hpp"
 
 namespace smelt {
 
@@ -20,29 +19,36 @@ constexpr size_t kShortPiece = 128;
 uint64_t bpe_debug_pair_lookups() { return t_lookups; }
 
 void TokenMap::build(const std::vector<std::string>& vocab) {
-  vocab_ = &vocab;
   size_t cap = 16;
   while (cap < vocab.size() * 2) cap <<= 1;
   slots_.assign(cap, Slot{0, UINT32_MAX});
   mask_ = cap - 1;
+  filter_.assign(std::max<size_t>(1, cap / 8), ~0ull);  // all ones while building: find() passes
+  filter_mask_ = filter_.size() - 1;
+  offset_.resize(vocab.size() + 1);
+  size_t total = 0;
+  for (const auto& v : vocab) total += v.size();
+  bytes_.clear();
+  bytes_.reserve(total);
+  for (uint32_t id = 0; id < vocab.size(); id++) {
+    offset_[id] = static_cast<uint32_t>(bytes_.size());
+    bytes_ += vocab[id];
+  }
+  offset_[vocab.size()] = static_cast<uint32_t>(bytes_.size());
+  for (uint32_t id = 0; id < vocab.size(); id++) {
+    const std::string& v = vocab[id];
+    if (v.empty()) continue;
+    uint64_t h = bpe_bytes_hash(v.data(), v.size());
+    if (find(v, h) != UINT32_MAX) continue;  // duplicate: first id wins
+    uint64_t i = h & mask_;
+    while (slots_[i].id != UINT32_MAX) i = (i + 1) & mask_;
+    slots_[i] = {static_cast<uint32_t>(h >> 32), id};
+  }
+  std::fill(filter_.begin(), filter_.end(), 0);
   for (uint32_t id = 0; id < vocab.size(); id++) {
     if (vocab[id].empty()) continue;
-    uint64_t h = hash64(vocab[id]);
-    uint64_t i = h & mask_;
-    for (;; i = (i + 1) & mask_) {
-      if (slots_[i].id == UINT32_MAX) { slots_[i] = {h, id}; break; }
-      if (slots_[i].hash == h && vocab[slots_[i].id] == vocab[id]) break;  // duplicate: first id wins
-    }
-  }
-}
-
-uint32_t TokenMap::find(std::string_view s) const {
-  if (slots_.empty()) return UINT32_MAX;
-  uint64_t h = hash64(s);
-  for (uint64_t i = h & mask_;; i = (i + 1) & mask_) {
-    const Slot& e = slots_[i];
-    if (e.id == UINT32_MAX) return UINT32_MAX;
-    if (e.hash == h && (*vocab_)[e.id] == s) return e.id;
+    uint64_t h = bpe_bytes_hash(vocab[id].data(), vocab[id].size());
+    filter_[(h >> 20) & filter_mask_] |= (1ull << (h >> 58)) | (1ull << ((h >> 52) & 63));
   }
 }
 
@@ -50,59 +56,125 @@ void PairMap::reserve(size_t n) {
   size_t cap = 16;
   while (cap < n * 2) cap <<= 1;
   if (cap <= slots_.size()) return;
-  std::vector<Slot> old;
+  std::vector<uint64_t> old;
   old.swap(slots_);
-  slots_.assign(cap, Slot{});
+  slots_.assign(cap, kEmpty);
   mask_ = cap - 1;
-  size_ = 0;
-  for (const Slot& s : old)
-    if (s.key != kEmpty) insert(static_cast<uint32_t>(s.key >> 32), static_cast<uint32_t>(s.key), s.priority, s.merged);
+  filter_.assign(std::max<size_t>(1, cap / 8), 0);  // 16 bits a pair at the largest load
+  filter_mask_ = filter_.size() - 1;
+  for (uint64_t s : old) {
+    if (s == kEmpty) continue;
+    uint64_t h = mix(s >> 22), i = h & mask_;
+    while (slots_[i] != kEmpty) i = (i + 1) & mask_;
+    slots_[i] = s;
+    add_to_filter(h);
+  }
 }
 
-void PairMap::grow() { reserve(slots_.empty() ? 16 : slots_.size()); }
-
 void PairMap::insert(uint32_t a, uint32_t b, uint32_t priority, uint32_t merged) {
-  if ((size_ + 1) * 2 > slots_.size()) grow();
-  uint64_t key = (static_cast<uint64_t>(a) << 32) | b;
-  for (uint64_t i = mix(key) & mask_;; i = (i + 1) & mask_) {
-    Slot& s = slots_[i];
-    if (s.key == key) { s.priority = priority; s.merged = merged; return; }
-    if (s.key == kEmpty) { s = {key, priority, merged}; size_++; return; }
+  if ((size_ + 1) * 2 > slots_.size()) reserve(std::max<size_t>(16, slots_.size()));
+  if (!priority_is_id_ || priority != merged) {
+    if (priority_is_id_) priority_is_id_ = false;  // every earlier pair's merged id equals its priority
+    if (priority >= merged_.size()) {
+      size_t old = merged_.size();
+      merged_.resize(std::max<size_t>(priority + 1, old * 2));
+      for (size_t p = old; p < merged_.size(); p++) merged_[p] = static_cast<uint32_t>(p);
+    }
+    merged_[priority] = merged;
+  }
+  const uint64_t k = key(a, b), s = (k << 22) | priority;
+  add_to_filter(mix(k));
+  for (uint64_t i = mix(k) & mask_;; i = (i + 1) & mask_) {
+    if ((slots_[i] >> 22) == k || slots_[i] == kEmpty) {
+      size_ += slots_[i] == kEmpty;
+      slots_[i] = s;
+      return;
+    }
   }
 }
 
 namespace {
 
-// O(n^2) worst case, but n <= kShortPiece and the scan is over a small contiguous array.
+// A per-thread, direct-mapped cache of pair -> priority in front of the PairMap: the pairs a text
+// uses are few and repeat (the bytes of common characters, common words), and the PairMap of a
+// large vocabulary is several MB, so most of its look-ups miss the CPU caches. 512 KB.
+struct PairCache {
+  static constexpr size_t kSlots = 1 << 16;
+  static constexpr uint32_t kNoMerge = (1u << 22) - 1;
+  uint64_t serial = 0;
+  std::vector<uint64_t> slots;  // [hash >> 40 & (kSlots - 1)] -> key << 22 | priority; ~0: empty
+
+  static size_t index(uint64_t h) { return (h >> 40) & (kSlots - 1); }
+  // true and sets pri (PairMap::kNone: no merge) when the pair is cached
+  bool get(uint64_t key, uint64_t h, uint32_t& pri) const {
+    uint64_t s = slots[index(h)];
+    if ((s >> 22) != key) return false;
+    pri = static_cast<uint32_t>(s & kNoMerge);
+    if (pri == kNoMerge) pri = PairMap::kNone;
+    return true;
+  }
+  void put(uint64_t key, uint64_t h, uint32_t pri) {
+    slots[index(h)] = (key << 22) | (pri == PairMap::kNone ? kNoMerge : pri);
+  }
+};
+
+PairCache& pair_cache(const BpeTables& t) {
+  thread_local PairCache c;
+  if (c.serial != t.serial || c.slots.empty()) {
+    c.slots.assign(PairCache::kSlots, ~0ull);
+    c.serial = t.serial;
+  }
+  return c;
+}
+
+// priority of (a, b) through the cache
+inline uint32_t lookup(const PairMap& pm, PairCache& c, uint32_t a, uint32_t b) {
+  uint64_t k = PairMap::key(a, b), h = PairMap::hash(a, b);
+  uint32_t pri;
+  if (c.get(k, h, pri)) return pri;
+  if (!pm.may_contain(h)) return PairMap::kNone;
+  pri = pm.priority(a, b, h);
+  c.put(k, h, pri);
+  return pri;
+}
+
+// O(n^2) worst case, but n <= kShortPiece and the scan is over a small contiguous array. The first
+// look-ups that miss the cache and the filter are all prefetched before any is read.
 void merge_short(const BpeTables& t, uint32_t* ids, size_t n, std::vector<uint32_t>& out) {
-  uint32_t pr[kShortPiece], mg[kShortPiece];
-  for (size_t k = 0; k + 1 < n; k++) {
-    auto h = t.pairs.find(ids[k], ids[k + 1]);
-    pr[k] = h.priority;
-    mg[k] = h.merged;
+  uint32_t pr[kShortPiece];  // [k] priority of the pair (ids[k], ids[k + 1])
+  uint64_t hs[kShortPiece];
+  uint32_t miss[kShortPiece];
+  size_t nmiss = 0, np = n - 1;
+  const PairMap& pm = t.pairs;
+  PairCache& c = pair_cache(t);
+  for (size_t k = 0; k < np; k++) {
+    uint64_t h = PairMap::hash(ids[k], ids[k + 1]);
+    if (c.get(PairMap::key(ids[k], ids[k + 1]), h, pr[k])) continue;
+    if (!pm.may_contain(h)) { pr[k] = PairMap::kNone; continue; }
+    hs[k] = h;
+    miss[nmiss++] = static_cast<uint32_t>(k);
+    pm.prefetch(h);
+  }
+  for (size_t j = 0; j < nmiss; j++) {
+    size_t k = miss[j];
+    pr[k] = pm.priority(ids[k], ids[k + 1], hs[k]);
+    c.put(PairMap::key(ids[k], ids[k + 1]), hs[k], pr[k]);
   }
   t_lookups += n;
-  while (n > 1) {
+  while (np > 0) {
     size_t best = 0;
     uint32_t bp = pr[0];
-    for (size_t k = 1; k + 1 < n; k++)
+    for (size_t k = 1; k < np; k++)
       if (pr[k] < bp) { bp = pr[k]; best = k; }
-    if (bp == UINT32_MAX) break;
-    ids[best] = mg[best];
+    if (bp == PairMap::kNone) break;
+    ids[best] = pm.merged(bp);
     std::memmove(ids + best + 1, ids + best + 2, (n - best - 2) * sizeof(uint32_t));
-    if (best + 3 <= n) {  // pairs: n-1 of them, the one at best+1 disappears
-      std::memmove(pr + best + 1, pr + best + 2, (n - best - 3) * sizeof(uint32_t));
-      std::memmove(mg + best + 1, mg + best + 2, (n - best - 3) * sizeof(uint32_t));
-    }
+    if (best + 2 < np)  // the pair at best+1 disappears
+      std::memmove(pr + best + 1, pr + best + 2, (np - best - 2) * sizeof(uint32_t));
     n--;
-    if (best + 1 < n) {
-      auto h = t.pairs.find(ids[best], ids[best + 1]);
-      pr[best] = h.priority; mg[best] = h.merged;
-    }
-    if (best > 0) {
-      auto h = t.pairs.find(ids[best - 1], ids[best]);
-      pr[best - 1] = h.priority; mg[best - 1] = h.merged;
-    }
+    np--;
+    if (best < np) pr[best] = lookup(pm, c, ids[best], ids[best + 1]);
+    if (best > 0) pr[best - 1] = lookup(pm, c, ids[best - 1], ids[best]);
     t_lookups += 2;
   }
   out.insert(out.end(), ids, ids + n);
@@ -114,17 +186,18 @@ void merge_long(const BpeTables& t, const uint32_t* init, size_t n, std::vector<
   struct Sym { uint32_t id; int32_t prev, next; };
   std::vector<Sym> sym(n);
   for (size_t k = 0; k < n; k++) sym[k] = {init[k], static_cast<int32_t>(k) - 1, k + 1 < n ? static_cast<int32_t>(k + 1) : -1};
-  struct Cand { uint32_t priority; int32_t pos; uint32_t left, right, merged; };
+  struct Cand { uint32_t priority; int32_t pos; uint32_t left, right; };
   auto cmp = [](const Cand& a, const Cand& b) { return a.priority != b.priority ? a.priority > b.priority : a.pos > b.pos; };
   std::vector<Cand> heap;
   heap.reserve(n);
+  PairCache& cache = pair_cache(t);
   auto push = [&](int32_t p) {
     if (p < 0 || sym[p].next < 0) return;
     uint32_t a = sym[p].id, b = sym[sym[p].next].id;
     t_lookups++;
-    auto h = t.pairs.find(a, b);
-    if (h.priority == UINT32_MAX) return;
-    heap.push_back({h.priority, p, a, b, h.merged});
+    uint32_t pri = lookup(t.pairs, cache, a, b);
+    if (pri == PairMap::kNone) return;
+    heap.push_back({pri, p, a, b});
     std::push_heap(heap.begin(), heap.end(), cmp);
   };
   for (size_t k = 0; k + 1 < n; k++) push(static_cast<int32_t>(k));
@@ -135,7 +208,7 @@ void merge_long(const BpeTables& t, const uint32_t* init, size_t n, std::vector<
     Sym& s = sym[c.pos];
     if (s.id != c.left || s.next < 0 || sym[s.next].id != c.right) continue;  // stale
     int32_t r = s.next;
-    s.id = c.merged;
+    s.id = t.pairs.merged(c.priority);
     s.next = sym[r].next;
     if (s.next >= 0) sym[s.next].prev = c.pos;
     sym[r].id = UINT32_MAX;  // dead

@@ -16,15 +16,22 @@ Tokenizer::~Tokenizer() = default;
 Tokenizer::Tokenizer(Tokenizer&&) noexcept = default;
 Tokenizer& Tokenizer::operator=(Tokenizer&&) noexcept = default;
 
-Status tokenizer_build(Tokenizer::Impl& im, const std::vector<uint32_t>* merged_ids) {
+Status tokenizer_build(Tokenizer::Impl& im, const std::vector<uint32_t>* merged_ids, TokenMap* tokens) {
   BpeModel& m = im.model;
   Status err;
   im.pre = Pretokenizer::create(m.pretokenizer, err);
   if (!im.pre) return err;
+  if (m.vocab.size() > PairMap::kMaxId + 1)
+    return Status::error("a vocabulary of " + std::to_string(m.vocab.size()) + " ids is over the " +
+                         std::to_string(PairMap::kMaxId + 1) + " the merge table holds");
+  if (!m.rank_priority && m.merges.size() > PairMap::kMaxPriority + 1)
+    return Status::error(std::to_string(m.merges.size()) + " merges are over the " + std::to_string(PairMap::kMaxPriority + 1) +
+                         " the merge table holds");
   const uint32_t nv = static_cast<uint32_t>(m.vocab.size());
   BpeTables& t = im.bpe;
   t.ignore_merges = m.ignore_merges;
-  t.tokens.build(m.vocab);
+  if (tokens) t.tokens = std::move(*tokens);
+  else t.tokens.build(m.vocab);
   t.max_token_bytes = 0;
   for (const auto& v : m.vocab) t.max_token_bytes = std::max(t.max_token_bytes, v.size());
   for (int b = 0; b < 256; b++) t.byte_id[b] = t.tokens.find(std::string(1, static_cast<char>(b)));
@@ -32,6 +39,8 @@ Status tokenizer_build(Tokenizer::Impl& im, const std::vector<uint32_t>* merged_
   t.pairs.reserve(m.merges.size());
   std::string cat;
   for (size_t i = 0; i < m.merges.size(); i++) {
+    if (i + 16 < m.merges.size())  // inserts miss the cache: ask ahead
+      t.pairs.prefetch(PairMap::hash(m.merges[i + 16].first, m.merges[i + 16].second));
     auto [a, b] = m.merges[i];
     if (a >= nv || b >= nv || m.vocab[a].empty() || m.vocab[b].empty())
       return Status::error("merge " + std::to_string(i) + " refers to an id outside the vocabulary");
@@ -71,12 +80,13 @@ Status tokenizer_build(Tokenizer::Impl& im, const std::vector<uint32_t>* merged_
   return Status::ok();
 }
 
-Status tokenizer_from_model(BpeModel model, const std::vector<uint32_t>* merged, Tokenizer& out) {
+Status tokenizer_from_model(BpeModel model, const std::vector<uint32_t>* merged, Tokenizer& out, TokenMap* tokens) {
   static std::atomic<uint64_t> serial{0};
   auto im = std::make_unique<Tokenizer::Impl>();
   im->model = std::move(model);
-  if (Status s = tokenizer_build(*im, merged); !s) return s;
+  if (Status s = tokenizer_build(*im, merged, tokens); !s) return s;
   im->serial = ++serial;
+  im->bpe.serial = im->serial;
   out.impl_ = std::move(im);
   return Status::ok();
 }
@@ -119,9 +129,9 @@ void encode_ordinary(const Tokenizer::Impl& im, std::string_view text, std::vect
       bpe_encode_piece(im.bpe, p, out);
       continue;
     }
-    uint64_t h = hash64(p) | 1;
+    uint64_t h = bpe_bytes_hash(p.data(), p.size()) | 1;
     PieceCache::Slot& s = cache.slots[(h >> 7) & (PieceCache::kSlots - 1)];
-    if (s.tag == h && s.len == p.size() && std::memcmp(s.bytes, p.data(), p.size()) == 0) {
+    if (s.tag == h && s.len == p.size() && bpe_bytes_equal(s.bytes, p.data(), p.size())) {
       out.insert(out.end(), s.ids, s.ids + s.nids);
       continue;
     }

@@ -17,6 +17,8 @@
 
 namespace smelt {
 
+class TokenMap;
+
 struct SpecialToken {
   std::string text;     // as it appears in text, e.g. "<|endoftext|>"
   uint32_t id = 0;
@@ -76,7 +78,7 @@ class Tokenizer {
   struct Impl;  // tokenizer_impl.hpp; public only so the tokenizer's own files can name it
 
  private:
-  friend Status tokenizer_from_model(BpeModel model, const std::vector<uint32_t>* merged, Tokenizer& out);
+  friend Status tokenizer_from_model(BpeModel model, const std::vector<uint32_t>* merged, Tokenizer& out, TokenMap* tokens);
   std::unique_ptr<Impl> impl_;
 };
 

@@ -23,8 +23,9 @@ struct Tokenizer::Impl {
 };
 
 // Builds the tables of impl from impl.model (validates ids, the pre-tokenizer and merges).
-// merged: the id each merge yields, when the caller knows it (else looked up).
-Status tokenizer_build(Tokenizer::Impl& impl, const std::vector<uint32_t>* merged = nullptr);
-Status tokenizer_from_model(BpeModel model, const std::vector<uint32_t>* merged, Tokenizer& out);
+// merged: the id each merge yields, when the caller knows it (else looked up); tokens: the map of
+// impl.model.vocab, when the caller has built it (it is moved from).
+Status tokenizer_build(Tokenizer::Impl& impl, const std::vector<uint32_t>* merged = nullptr, TokenMap* tokens = nullptr);
+Status tokenizer_from_model(BpeModel model, const std::vector<uint32_t>* merged, Tokenizer& out, TokenMap* tokens = nullptr);
 
 }  // namespace smelt

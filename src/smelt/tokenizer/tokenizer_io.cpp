@@ -53,9 +53,7 @@ std::vector<SpecialToken> tiktoken_specials(const std::string& family, size_t n_
 // Every split of every token into two tokens, ordered as transformers' TikTokenConverter does
 // (by the merged token's rank, then the left and right ranks): the merges a BPE file needs.
 // merged[k] is the id merges[k] yields.
-void merges_from_ranks(BpeModel& m, std::vector<uint32_t>& merged) {
-  TokenMap rank;
-  rank.build(m.vocab);
+void merges_from_ranks(BpeModel& m, const TokenMap& rank, std::vector<uint32_t>& merged) {
   m.merges.clear();
   merged.clear();
   std::vector<std::pair<uint32_t, uint32_t>> local;
@@ -114,10 +112,12 @@ Status load_tiktoken(const std::string& path, const std::string& text, std::stri
   m.specials = tiktoken_specials(family, m.vocab.size());
   m.ignore_merges = true;
   m.rank_priority = true;
+  TokenMap rank;
+  rank.build(m.vocab);
   std::vector<uint32_t> merged;
-  merges_from_ranks(m, merged);
+  merges_from_ranks(m, rank, merged);
   m.info = {{"source", path}, {"format", "tiktoken"}};
-  return tokenizer_from_model(std::move(m), &merged, out);
+  return tokenizer_from_model(std::move(m), &merged, out, &rank);
 }
 
 Status load_hf(const std::string& path, const std::string& text, Tokenizer& out) {
