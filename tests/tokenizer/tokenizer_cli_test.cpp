@@ -1,7 +1,9 @@
 // `smelt tokenizer encode|decode` as a user runs it: both formats, line and whole-file documents,
 // identical output for any thread count, blocks that split long inputs, exact round trips, the
-// ids the library (checked against tiktoken/HF in tokenizer_test) gives, and exit codes.
+// ids the library (checked against tiktoken/HF in tokenizer_test) gives, output into a FIFO, and
+// exit codes.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include "smelt/tokenizer/tokenizer.hpp"
 #include "tok_test_util.hpp"
@@ -107,6 +109,21 @@ TEST_F(Cli, RoundTripsAndThreadCounts) {
       }
     }
   }
+}
+
+// An output path that is a FIFO or a device (e.g. -o /dev/null) is written straight, never
+// replaced by an atomic rename.
+TEST_F(Cli, WritesIntoAFifoWithoutReplacingIt) {
+  std::string in = tmpdir() + "/fifo-in.txt", fifo = tmpdir() + "/pipe", got = tmpdir() + "/from-pipe.bin";
+  write_file(in, "Hello world\n\u4e2d\u6587\n");
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  std::string cmd = "timeout 60 cat " + fifo + " > " + got + " & " + SMELT_BINARY + " tokenizer encode -t " + tok_ + " -i " + in +
+                    " -o " + fifo + " 2>" + tmpdir() + "/stderr.txt; rc=$?; wait; exit $rc";
+  int rc = std::system(cmd.c_str());
+  ASSERT_TRUE(WIFEXITED(rc) && WEXITSTATUS(rc) == 0) << read_file(tmpdir() + "/stderr.txt");
+  EXPECT_TRUE(std::filesystem::is_fifo(fifo));
+  EXPECT_EQ(read_bin(got), expect_bin(read_file(in), false));
+  std::filesystem::remove(fifo);
 }
 
 TEST_F(Cli, ExitCodes) {

@@ -10,6 +10,8 @@
 #include <future>
 #include <thread>
 
+#include <sys/stat.h>
+
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
@@ -64,22 +66,39 @@ class Input {
   uint64_t size_ = 0;
 };
 
-// Writes to an atomically committed file, or to stdout for "-".
+// Writes to an atomically committed file; straight to stdout for "-" and to a path that exists and
+// is not a regular file (/dev/null, a FIFO), which an atomic rename would replace.
 class Output {
  public:
-  Status open(const std::string& path) {
-    stdout_ = path == "-";
-    return stdout_ ? Status::ok() : file_.open(path);
+  ~Output() {
+    if (f_ && f_ != stdout) std::fclose(f_);
   }
-  Status write(std::string_view s) {
-    if (!stdout_) return file_.write(s);
-    if (std::fwrite(s.data(), 1, s.size(), stdout) != s.size()) return Status::error("stdout: write failed");
+  Status open(const std::string& path) {
+    path_ = path;
+    struct stat st;
+    if (path == "-") {
+      f_ = stdout;
+    } else if (::stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) {
+      f_ = std::fopen(path.c_str(), "wb");
+      if (!f_) return Status::error(path + ": cannot open: " + std::strerror(errno));
+    } else {
+      return file_.open(path);
+    }
     return Status::ok();
   }
-  Status commit() { return stdout_ ? (std::fflush(stdout) == 0 ? Status::ok() : Status::error("stdout: flush failed")) : file_.commit(); }
+  Status write(std::string_view s) {
+    if (!f_) return file_.write(s);
+    if (std::fwrite(s.data(), 1, s.size(), f_) != s.size()) return Status::error(path_ + ": write failed");
+    return Status::ok();
+  }
+  Status commit() {
+    if (!f_) return file_.commit();
+    return std::fflush(f_) == 0 ? Status::ok() : Status::error(path_ + ": flush failed");
+  }
 
  private:
-  bool stdout_ = false;
+  std::string path_;
+  std::FILE* f_ = nullptr;  // stdout or a device; null: file_
   AtomicFile file_;
 };
 
