@@ -7,6 +7,7 @@
 // against the ceiling of its own round (target >= 80%) and the stall ratio (target: async <= 10%
 // of sync). Not a test: numbers depend on the machine and on what else runs.
 #include <fcntl.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -32,6 +33,13 @@ using namespace smelt;
 using Clock = std::chrono::steady_clock;
 
 namespace {
+
+// CPU time of the whole process (user + system), ms.
+double cpu_ms() {
+  rusage u{};
+  ::getrusage(RUSAGE_SELF, &u);
+  return (u.ru_utime.tv_sec + u.ru_stime.tv_sec) * 1e3 + (u.ru_utime.tv_usec + u.ru_stime.tv_usec) / 1e3;
+}
 
 double ms_since(Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }
 
@@ -175,7 +183,7 @@ int main(int argc, char** argv) {
   // time (ckpt_save: create, write, fsync, commit with manifest, renames and `latest`).
   std::string run = dir + "/run";
   Series c_direct, c_buffered, ceil, sync_s, file_copy, file_image, async_s;
-  std::vector<double> sync_ms, async_ms, async_write_ms, fixed_ms;
+  std::vector<double> sync_ms, async_ms, async_write_ms, fixed_ms, sync_cpu, submit_cpu, async_cpu;
   {
     CkptWriter w(run);
     w.reserve(static_cast<int64_t>(state.size()));
@@ -192,9 +200,11 @@ int main(int argc, char** argv) {
       req.step = 1 + 2 * i;
       CkptSaveStats st;
       settle();
+      double c0 = cpu_ms();
       auto t0 = Clock::now();
       if (!check(ckpt_save(run, req, &st))) return 1;
       sync_ms.push_back(ms_since(t0));
+      sync_cpu.push_back(cpu_ms() - c0);
       sync_s.add(st.bytes / 1e6 / (sync_ms.back() / 1e3), c);
       ckpt_retain(run, 1, 0);
 
@@ -218,10 +228,14 @@ int main(int argc, char** argv) {
 
       req.step = 2 + 2 * i;
       settle();
+      c0 = cpu_ms();
       t0 = Clock::now();
       if (!check(w.submit(req))) return 1;
       async_ms.push_back(ms_since(t0));
-      if (!check(w.wait())) return 1;  // the trainer would be computing here
+      double c1 = cpu_ms();
+      submit_cpu.push_back(c1 - c0);
+      if (!check(w.wait())) return 1;  // the trainer would be computing here; this thread sleeps
+      async_cpu.push_back(cpu_ms() - c1);
       CkptSaveStats ast = w.last_stats();
       async_s.add(ast.write_mb_s, c);
       async_write_ms.push_back(ast.write_ms);
@@ -262,6 +276,8 @@ int main(int argc, char** argv) {
               "median ceiling would reach %.0f%% of it\n",
               median(fixed_ms), *std::min_element(fixed_ms.begin(), fixed_ms.end()),
               100 * data_ms / (data_ms + median(fixed_ms)));
+  std::printf("cpu time: sync save %.0f ms; async: submit (copy + CRC) %.0f ms, background save %.0f ms (medians)\n",
+              median(sync_cpu), median(submit_cpu), median(async_cpu));
   std::printf("stalls: sync save %.1f ms, async submit (kNow: copy into staging) %.1f ms, background save %.0f ms; "
               "stall ratio async/sync %.1f%% (target <= 10%%)\n",
               sync_stall, async_stall, median(async_write_ms), 100 * async_stall / sync_stall);
