@@ -1,7 +1,8 @@
 // Byte-level BPE encode of one pre-token: start from byte tokens and repeatedly merge the adjacent
 // pair of lowest priority, leftmost first (Sennrich et al. 2016; the order tiktoken and HF use).
 // Short pieces: an array scan. Long pieces (a run of Han characters can be 100 KB): a min-heap of
-// candidate pairs over a linked list of symbols, O(n log n). Not the pre-tokenizer, not training.
+// candidate pairs over a linked list of symbols, O(n log n). Pair look-ups go through a per-thread
+// cache and the PairMap's filter before the table. Not the pre-tokenizer, not training.
 #include "smelt/tokenizer/bpe_encode.hpp"
 
 #include <algorithm>

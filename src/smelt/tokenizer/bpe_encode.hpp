@@ -64,7 +64,7 @@ class TokenMap {
  private:
   struct Slot { uint32_t tag, id; };
   std::vector<Slot> slots_ = std::vector<Slot>(1, Slot{0, UINT32_MAX});
-  std::vector<uint64_t> filter_ = std::vector<uint64_t>(1, ~0ull);  // two bits a token, 16+ bits a token
+  std::vector<uint64_t> filter_ = std::vector<uint64_t>(1, ~0ull);  // 2 bits set a token, 16-32 bits a token
   uint64_t filter_mask_ = 0;
   std::vector<uint32_t> offset_;  // [id] start of token id in bytes_, [id + 1] its end
   std::string bytes_;
