@@ -224,6 +224,25 @@ TEST_F(TrainerTest, ResumeReproducesTheUninterruptedRun) {
     ASSERT_TRUE(ckpt_load_tensor(b.checkpoint, mb, t.name, y.data(), y.size()).is_ok());
     EXPECT_EQ(x, y) << t.name;
   }
+  // A kill after the asynchronous save of step 4 committed but before step 4's line reached
+  // metrics.jsonl: the resume restores the line from the checkpoint.
+  const std::string torn = (dir_ / "torn").string();
+  fs::copy(full.train.run_dir, torn, fs::copy_options::recursive);
+  fs::remove_all(torn + "/checkpoints/step_00000008");
+  fs::remove_all(torn + "/checkpoints/step_00000012");
+  {
+    std::string kept;
+    for (const auto& j : metrics(torn))
+      if (j["step"].get<int64_t>() < 4) kept += j.dump() + "\n";
+    test::write_file(torn + "/metrics.jsonl", kept);
+  }
+  ASSERT_EQ(metrics(torn).back()["step"], 3);
+  resumed.train.run_dir = torn;
+  ASSERT_TRUE(train_run(resumed, b).is_ok());
+  got = metrics(torn);
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < want.size(); i++)
+    EXPECT_EQ(deterministic(got[i]).dump(), deterministic(want[i]).dump()) << "line " << i;
 }
 
 TEST_F(TrainerTest, GradAccumulationMatchesTheBiggerBatch) {

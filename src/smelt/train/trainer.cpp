@@ -87,17 +87,26 @@ std::vector<int64_t> shape_of(const ParamTensor& t) {
 }
 
 // Keeps the metrics lines of steps <= step (a resume continues the file where the checkpoint was).
-Status truncate_metrics(const std::string& path, int64_t step) {
+// Keeps the lines up to `step`; when the checkpoint's own line (`step_line`, its step's line as
+// written) never reached the file (a kill between the commit and the write), appends it.
+Status truncate_metrics(const std::string& path, int64_t step, const std::string& step_line) {
   std::ifstream in(path);
-  if (!in) return Status::ok();
+  const bool existed = (bool)in;
   std::string line, kept;
-  while (std::getline(in, line)) {
+  int64_t last = -1;
+  while (existed && std::getline(in, line)) {
     if (line.empty()) continue;
     json j = json::parse(line, nullptr, false);
     if (j.is_discarded() || !j.contains("step")) break;  // a torn last line from a kill
     if (j["step"].get<int64_t>() > step) break;
     kept += line + "\n";
+    if (!j.contains("event")) last = j["step"].get<int64_t>();
   }
+  if (last < step && !step_line.empty()) {
+    json j = json::parse(step_line, nullptr, false);
+    if (!j.is_discarded() && j.value("step", (int64_t)-1) == step) kept += step_line + "\n";
+  }
+  if (!existed && kept.empty()) return Status::ok();
   return files_write_atomic(path, kept);
 }
 
@@ -244,6 +253,7 @@ class Trainer {
   Batch injected_;  // fault injection only
   double line_extra_stall_ms_ = 0;
   ojson last_metrics_ = ojson::object();  // the last step's line (converted only when saved)
+  bool last_logged_ = false;              // ... and it goes into metrics.jsonl
   std::vector<std::pair<std::string, uint64_t>> quarantined_;  // (source, document), never read again
   // data parallel
   std::unique_ptr<Communicator> comm_;
@@ -395,6 +405,9 @@ json Trainer::state_json() const {
   s["eval_first"] = eval_first_;
   s["eval_last"] = eval_last_;
   s["metrics"] = json::parse(last_metrics_.dump());  // the last step's metrics line
+  // Its text as metrics.jsonl gets it: an asynchronous save can commit before the line is written,
+  // and a resume after a kill in between restores the line from here.
+  s["metrics_line"] = last_logged_ ? last_metrics_.dump() : std::string();
   json q = json::array();
   for (const auto& [src, doc] : quarantined_) q.push_back({src, doc});
   s["quarantine"] = q;
@@ -461,7 +474,7 @@ Status Trainer::resume_from_checkpoint() {
   start_step_ = step_;
   last_ckpt_ = dir;
   spdlog::info("resuming from {} (step {}, {} tokens)", dir, step_, human_count((double)tokens_));
-  return lead_ ? truncate_metrics(metrics_path_, step_) : Status::ok();
+  return lead_ ? truncate_metrics(metrics_path_, step_, st.value("metrics_line", std::string())) : Status::ok();
 }
 
 Status Trainer::load_checkpoint_weights(const std::string& dir, const CkptManifest& m) {
@@ -1020,16 +1033,17 @@ Status Trainer::run(TrainSummary& out) {
     if (evaluating && ((c_.eval.every > 0 && step_ % c_.eval.every == 0) || last)) {
       if (Status s = eval_now(step_, &line); !s) return s;
     }
-    last_metrics_ = line;
     const bool spike = finite && spike_.observe(step_, loss);
     if (spike) line["loss_spike"] = spike_.consecutive();
+    last_metrics_ = line;
+    last_logged_ = lead_ && (step_ % c_.train.log_every == 0 || last);
     const bool roll = spike && spike_.consecutive() >= hc.spike_repeats;
     // No periodic checkpoint in the middle of a spike run: it could become the rollback target.
     const bool periodic = c_.ckpt.save_every > 0 && step_ % c_.ckpt.save_every == 0 && spike_.consecutive() == 0;
     if (periodic || stop_now_ || (last && c_.ckpt.save_at_end)) {
       if (Status s = save(step_, stop_now_ ? "signal" : periodic ? "periodic" : "end", &line); !s) return s;
     }
-    if (lead_ && (step_ % c_.train.log_every == 0 || last)) metrics_ << line.dump() << "\n" << std::flush;
+    if (last_logged_) metrics_ << line.dump() << "\n" << std::flush;
     status_line(step_, loss, tok_s, mfu, wait_ms, false);
     if (roll)
       if (Status s = rollback(step_); !s) return s;
