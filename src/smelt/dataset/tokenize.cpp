@@ -278,11 +278,9 @@ void TokenizeRun::reader_main() {
   } close_on_exit{work_.get()};
   ReaderOptions ropt;
   ropt.text_field = c_.text_field;
-  uint64_t seq = 0, bytes_before = 0;
+  uint64_t seq = 0;
   Chunk chunk;
   size_t chunk_bytes = 0;
-  std::vector<std::string> pending_issues;
-  bool skipping = false;
   auto ship = [&]() -> bool {
     if (chunk.items.empty()) return true;
     {
@@ -300,73 +298,50 @@ void TokenizeRun::reader_main() {
     chunk_bytes = 0;
     return ok;
   };
-  for (uint32_t f = 0; f < files_.size() && !g_stop; ++f) {
-    if (f < pos_.file) { bytes_before += file_sizes_[f]; continue; }
-    bytes_progress_ = bytes_before;
-    Status err;
-    auto reader = doc_reader_open(files_[f], ropt, err);
-    uint64_t rec = 0;
-    pending_issues.clear();
-    if (!reader) {
-      if (!(f == pos_.file && pos_.rec > 0)) {
-        pending_issues.push_back("unreadable_file");
-        if (logged_issues_++ < kMaxLoggedIssues) spdlog::warn("{}; the file was skipped", err.message());
-      }
+  ReadFromPosition r;
+  r.files = &files_;
+  r.sizes = &file_sizes_;
+  r.from_file = (uint32_t)pos_.file;
+  r.from_rec = pos_.rec;
+  r.options = ropt;
+  r.bytes_progress = &bytes_progress_;
+  r.logged = &logged_issues_;
+  r.max_logged = kMaxLoggedIssues;
+  r.stopped = [] { return (bool)g_stop; };
+  r.doc = [&](uint32_t f, uint64_t rec, RawDoc& doc, std::vector<std::string>& issues) {
+    Item it;
+    it.file = f;
+    it.rec = rec;
+    it.issues = std::move(issues);
+    if (doc.is_html) {
+      // tokenize takes refined text; raw HTML belongs to `smelt prep` first
+      it.issues.push_back("html_input");
+      it.skip = true;
+      if (logged_issues_++ < kMaxLoggedIssues)
+        spdlog::warn("{}: HTML is not refined text (run smelt prep first); the document was skipped", doc.source);
     } else {
-      reader->on_issue = [&](const ReadIssue& is) {
-        if (skipping) return;
-        pending_issues.push_back(is.reason);
-        size_t k = logged_issues_++;
-        if (k < kMaxLoggedIssues) spdlog::warn("{}", is.message);
-        else if (k == kMaxLoggedIssues) spdlog::warn("further input problems are counted in the stats, not logged");
-      };
-      RawDoc doc;
-      for (;;) {
-        skipping = f == pos_.file && rec < pos_.rec;
-        if (!reader->next(doc)) break;
-        bytes_progress_ = bytes_before + reader->bytes_read();
-        if (skipping) { ++rec; pending_issues.clear(); continue; }
-        Item it;
-        it.file = f;
-        it.rec = rec++;
-        it.issues = std::move(pending_issues);
-        pending_issues.clear();
-        if (doc.is_html) {
-          // tokenize takes refined text; raw HTML belongs to `smelt prep` first
-          it.issues.push_back("html_input");
-          it.skip = true;
-          if (logged_issues_++ < kMaxLoggedIssues)
-            spdlog::warn("{}: HTML is not refined text (run smelt prep first); the document was skipped", doc.source);
-        } else {
-          chunk_bytes += doc.text.size();
-          it.id = std::move(doc.id);
-          if (c_.holdout > 0 && in_holdout_fraction(it.id, c_.holdout) != c_.take_holdout) {
-            it.other_split = true;
-          } else {
-            it.text = std::move(doc.text);
-            it.meta_json = std::move(doc.meta_json);
-          }
-        }
-        doc = RawDoc{};
-        chunk.items.push_back(std::move(it));
-        if (chunk.items.size() >= kChunkDocs || chunk_bytes >= kChunkBytes) {
-          if (!ship()) return;
-        }
-        if (g_stop) break;
+      chunk_bytes += doc.text.size();
+      it.id = std::move(doc.id);
+      if (c_.holdout > 0 && in_holdout_fraction(it.id, c_.holdout) != c_.take_holdout) {
+        it.other_split = true;
+      } else {
+        it.text = std::move(doc.text);
+        it.meta_json = std::move(doc.meta_json);
       }
-      skipping = false;
     }
-    if (g_stop) break;
+    chunk.items.push_back(std::move(it));
+    return (chunk.items.size() < kChunkDocs && chunk_bytes < kChunkBytes) || ship();
+  };
+  r.file_end = [&](uint32_t f, uint64_t rec, std::vector<std::string>& issues) {
     Item end;
     end.file = f;
     end.rec = rec;
     end.end_of_file = true;
-    end.issues = std::move(pending_issues);
-    pending_issues.clear();
+    end.issues = std::move(issues);
     chunk.items.push_back(std::move(end));
-    bytes_before += file_sizes_[f];
-    bytes_progress_ = bytes_before;
-  }
+    return true;
+  };
+  read_from_position(r);
   if (!g_stop) ship();
 }
 

@@ -376,11 +376,8 @@ void PrepRun::reader_main() {
     ~CloseOnExit() { q->close(); }
   } close_on_exit{work_.get()};
   uint64_t seq = 0;
-  uint64_t bytes_before = 0;
   Chunk chunk;
   size_t chunk_bytes = 0;
-  std::vector<std::string> pending_issues;
-  bool skipping = false;
   auto ship = [&]() -> bool {
     if (chunk.items.empty()) return true;
     {
@@ -398,59 +395,37 @@ void PrepRun::reader_main() {
     chunk_bytes = 0;
     return ok;
   };
-  for (uint32_t f = 0; f < files_.size() && !g_stop; ++f) {
-    if (f < pos_.file) { bytes_before += file_sizes_[f]; continue; }
-    bytes_progress_ = bytes_before;
-    Status err;
-    auto reader = doc_reader_open(files_[f], c_.read, err);
-    uint64_t rec = 0;
-    pending_issues.clear();
-    if (!reader) {
-      if (!(f == pos_.file && pos_.rec > 0)) {
-        pending_issues.push_back("unreadable_file");
-        if (logged_issues_++ < kMaxLoggedIssues) spdlog::warn("{}; the file was skipped", err.message());
-      }
-    } else {
-      reader->on_issue = [&](const ReadIssue& is) {
-        if (skipping) return;
-        pending_issues.push_back(is.reason);
-        size_t k = logged_issues_++;
-        if (k < kMaxLoggedIssues) spdlog::warn("{}", is.message);
-        else if (k == kMaxLoggedIssues) spdlog::warn("further input problems are counted in stats.json, not logged");
-      };
-      RawDoc doc;
-      for (;;) {
-        skipping = f == pos_.file && rec < pos_.rec;
-        if (!reader->next(doc)) break;
-        bytes_progress_ = bytes_before + reader->bytes_read();
-        if (skipping) { ++rec; pending_issues.clear(); continue; }
-        Item it;
-        it.file = f;
-        it.rec = rec++;
-        it.issues = std::move(pending_issues);
-        pending_issues.clear();
-        chunk_bytes += doc.text.size();
-        it.doc = std::move(doc);
-        doc = RawDoc{};
-        chunk.items.push_back(std::move(it));
-        if (chunk.items.size() >= kChunkDocs || chunk_bytes >= kChunkBytes) {
-          if (!ship()) return;
-        }
-        if (g_stop) break;
-      }
-      skipping = false;
-    }
-    if (g_stop) break;
+  ReadFromPosition r;
+  r.files = &files_;
+  r.sizes = &file_sizes_;
+  r.from_file = (uint32_t)pos_.file;
+  r.from_rec = pos_.rec;
+  r.options = c_.read;
+  r.bytes_progress = &bytes_progress_;
+  r.logged = &logged_issues_;
+  r.max_logged = kMaxLoggedIssues;
+  r.counted_in = "stats.json";
+  r.stopped = [] { return (bool)g_stop; };
+  r.doc = [&](uint32_t f, uint64_t rec, RawDoc& doc, std::vector<std::string>& issues) {
+    Item it;
+    it.file = f;
+    it.rec = rec;
+    it.issues = std::move(issues);
+    chunk_bytes += doc.text.size();
+    it.doc = std::move(doc);
+    chunk.items.push_back(std::move(it));
+    return (chunk.items.size() < kChunkDocs && chunk_bytes < kChunkBytes) || ship();
+  };
+  r.file_end = [&](uint32_t f, uint64_t rec, std::vector<std::string>& issues) {
     Item end;
     end.file = f;
     end.rec = rec;
     end.end_of_file = true;
-    end.issues = std::move(pending_issues);
-    pending_issues.clear();
+    end.issues = std::move(issues);
     chunk.items.push_back(std::move(end));
-    bytes_before += file_sizes_[f];
-    bytes_progress_ = bytes_before;
-  }
+    return true;
+  };
+  read_from_position(r);
   if (!g_stop) ship();
 }
 

@@ -12,6 +12,7 @@
 
 #include <fmt/format.h>
 #include <simdjson.h>
+#include <spdlog/spdlog.h>
 
 #include "smelt/common/utf8.hpp"
 #include "smelt/text/readers_internal.hpp"
@@ -338,6 +339,63 @@ std::unique_ptr<DocReader> doc_reader_open(const std::string& path, const Reader
     case InputFormat::kHtml: return reader_html_make(path, std::move(in), opt);
     case InputFormat::kWarc: return reader_warc_make(path, std::move(in), opt);
     default: return reader_text_make(path, std::move(in), opt);
+  }
+}
+
+void read_from_position(const ReadFromPosition& r) {
+  const std::vector<std::string>& files = *r.files;
+  uint64_t bytes_before = 0;
+  std::vector<std::string> pending;
+  bool skipping = false;
+  auto log = [&](const std::string& msg) {
+    const size_t k = (*r.logged)++;
+    if (k < r.max_logged) spdlog::warn("{}", msg);
+    else if (k == r.max_logged) spdlog::warn("further input problems are counted in {}, not logged", r.counted_in);
+  };
+  for (uint32_t f = 0; f < files.size() && !r.stopped(); ++f) {
+    if (f < r.from_file) {
+      bytes_before += (*r.sizes)[f];
+      continue;
+    }
+    *r.bytes_progress = bytes_before;
+    Status err;
+    auto reader = doc_reader_open(files[f], r.options, err);
+    uint64_t rec = 0;
+    pending.clear();
+    if (!reader) {
+      if (!(f == r.from_file && r.from_rec > 0)) {
+        pending.push_back("unreadable_file");
+        if ((*r.logged)++ < r.max_logged) spdlog::warn("{}; the file was skipped", err.message());
+      }
+    } else {
+      reader->on_issue = [&](const ReadIssue& is) {
+        if (skipping) return;
+        pending.push_back(is.reason);
+        log(is.message);
+      };
+      RawDoc d;
+      for (;;) {
+        skipping = f == r.from_file && rec < r.from_rec;
+        if (!reader->next(d)) break;
+        *r.bytes_progress = bytes_before + reader->bytes_read();
+        if (skipping) {
+          ++rec;
+          pending.clear();
+          continue;
+        }
+        std::vector<std::string> issues = std::move(pending);
+        pending.clear();
+        if (!r.doc(f, rec++, d, issues)) return;
+        d = RawDoc{};
+        if (r.stopped()) break;
+      }
+      skipping = false;
+    }
+    if (r.stopped()) break;
+    if (!r.file_end(f, rec, pending)) return;
+    pending.clear();
+    bytes_before += (*r.sizes)[f];
+    *r.bytes_progress = bytes_before;
   }
 }
 

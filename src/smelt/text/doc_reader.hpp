@@ -3,12 +3,14 @@
 // zstd-compressed. Readers stream: memory is bounded by max_record_bytes, never by file size.
 // Not here: HTML extraction (html_extract.hpp) and charset conversion (charset.hpp).
 #pragma once
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <map>
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "smelt/common/status.hpp"
 
@@ -72,6 +74,30 @@ class DocReader {
 // from the first decompressed bytes. Opens the file. On failure returns null and sets err.
 std::unique_ptr<DocReader> doc_reader_open(const std::string& path, const ReaderOptions& opt,
                                            Status& err);
+
+// Files read in order from a resume position: what `smelt prep` and `smelt tokenize` share.
+// Records of files[from_file] before from_rec are read and dropped (with their problems); every
+// later record goes to `doc` with the input problems met since the previous record, and each file's
+// end to `file_end` with its record count and the problems after its last record (an unreadable
+// file is one problem, "unreadable_file", unless the resume point is inside it). Problems are logged
+// through spdlog up to max_logged in all (`logged` counts them across calls). `bytes_progress` is
+// the bytes read of all files so far. Stops when a callback returns false or `stopped()` is true
+// (between records); a file interrupted that way gets no file_end.
+struct ReadFromPosition {
+  const std::vector<std::string>* files = nullptr;
+  const std::vector<uint64_t>* sizes = nullptr;  // on disk, for progress
+  uint32_t from_file = 0;
+  uint64_t from_rec = 0;
+  ReaderOptions options;
+  std::atomic<uint64_t>* bytes_progress = nullptr;
+  std::atomic<size_t>* logged = nullptr;
+  size_t max_logged = 50;
+  const char* counted_in = "the stats";  // where the problems not logged are counted
+  std::function<bool(uint32_t file, uint64_t rec, RawDoc& doc, std::vector<std::string>& issues)> doc;
+  std::function<bool(uint32_t file, uint64_t rec, std::vector<std::string>& issues)> file_end;
+  std::function<bool()> stopped;
+};
+void read_from_position(const ReadFromPosition& r);
 
 // Detection alone, for a name and the first bytes of its decompressed content.
 InputFormat input_format_detect(std::string_view path, std::string_view head);
