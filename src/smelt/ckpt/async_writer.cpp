@@ -3,6 +3,8 @@
 // CRC32C; writing never does, and it neither copies nor rereads the staging buffer.
 #include "smelt/ckpt/async_writer.hpp"
 
+#include <sys/mman.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstring>
@@ -85,9 +87,13 @@ bool CkptWriter::grow(Slot& s, int64_t floats) {
   if (s.capacity >= floats) return true;
   s.buf.reset();
   s.capacity = 0;
-  size_t bytes = (static_cast<size_t>(floats) * sizeof(float) + 4095) / 4096 * 4096;
-  float* p = static_cast<float*>(std::aligned_alloc(4096, std::max<size_t>(bytes, 4096)));
+  // 2 MiB aligned and asking for transparent huge pages: O_DIRECT pins and maps the buffer for
+  // every write, and 2 MiB pages make that 512x fewer pages (physically contiguous runs).
+  constexpr size_t kHuge = 2 << 20;
+  size_t bytes = (static_cast<size_t>(floats) * sizeof(float) + kHuge - 1) / kHuge * kHuge;
+  float* p = static_cast<float*>(std::aligned_alloc(kHuge, std::max<size_t>(bytes, kHuge)));
   if (!p) return false;
+  ::madvise(p, bytes, MADV_HUGEPAGE);  // a hint: without it (or THP off) the pages are 4 KiB
   std::memset(p, 0, bytes);
   s.buf.reset(p);
   s.capacity = floats;

@@ -4,6 +4,7 @@
 #include "smelt/ckpt/safetensors.hpp"
 
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -26,6 +27,7 @@ namespace {
 // peak near one tensor: tests/ckpt/export_hf_test).
 constexpr size_t kBounce = 4 << 20;
 constexpr size_t kAlign = 4096;  // O_DIRECT alignment of memory, offsets and lengths
+constexpr size_t kHugePage = 2 << 20;
 // Writes straight from the caller's memory: 8 MiB each (as the benchmark's plain-write ceiling),
 // for tensors of at least 1 MiB (below that, waiting for the write costs more than the copy).
 constexpr size_t kDirectChunk = 8 << 20;
@@ -119,9 +121,14 @@ Status SafetensorsWriter::open(const std::string& path, const std::vector<Safete
   int64_t data_start = 8 + static_cast<int64_t>(js.size());
   for (auto& t : tensors_) t.begin += data_start, t.end += data_start;
 
-  for (char*& b : bounce_)
-    if (!b && !(b = static_cast<char*>(std::aligned_alloc(kAlign, kBounce))))
+  for (char*& b : bounce_) {
+    if (b) continue;
+    // 2 MiB aligned, in transparent huge pages where the system gives them: O_DIRECT pins every
+    // page of every write, and 4 KiB pages made writes ~30% slower on the benchmark VM
+    if (!(b = static_cast<char*>(std::aligned_alloc(kHugePage, kBounce))))
       return Status::error(fmt::format("{}: cannot allocate {} MiB of write buffers", path, 2 * kBounce >> 20));
+    ::madvise(b, kBounce, MADV_HUGEPAGE);
+  }
   fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_DIRECT, 0644);
   direct_ = fd_ >= 0;
   if (fd_ < 0 && errno == EINVAL) fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
