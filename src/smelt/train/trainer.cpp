@@ -922,6 +922,11 @@ Status Trainer::run(TrainSummary& out) {
         if (Status s = comm_->wait_async(&busy_ms); !s) return s;
         blocked_ms = (now_s() - ta) * 1e3;
       } else if (c_.dist.compression == "topk") {
+        // The residual and velocity change here: a deferred checkpoint copy of them ends first.
+        if (writer_) {
+          writer_->staged();
+          if (writer_->last_staged_wait_ms() > 0.01) line_extra_stall_ms_ = writer_->last_staged_wait_ms();
+        }
         if (Status s = topk_reduce(model_.grads(), n); !s) return s;
       } else if (owners) {
         if (Status s = comm_->reduce_scatter_sum(model_.grads(), 0, n, *owners); !s) return s;
@@ -962,7 +967,7 @@ Status Trainer::run(TrainSummary& out) {
     double grad_norm = NAN;
     if (writer_) {
       writer_->staged();  // a deferred checkpoint copy must finish before the weights change
-      if (writer_->last_staged_wait_ms() > 0.01) line_extra_stall_ms_ = writer_->last_staged_wait_ms();
+      if (writer_->last_staged_wait_ms() > 0.01) line_extra_stall_ms_ += writer_->last_staged_wait_ms();
     }
     if (finite || !hc.skip_nonfinite) {
       AdamWConfig h = c_.optim;
