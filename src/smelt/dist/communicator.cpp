@@ -98,6 +98,7 @@ class MpiComm final : public Communicator {
     }
     arrive_req_.assign(size_, MPI_REQUEST_NULL);
     arrive_step_.assign(size_, -1);
+    arrive_buf_.assign(size_, -1);
     if (c.allreduce != "hierarchical") return Status::ok();
     // Nodes: consecutive blocks of ranks_per_node, or the ranks sharing memory.
     if (c.ranks_per_node > 0) {
@@ -271,10 +272,11 @@ class MpiComm final : public Communicator {
     for (;;) {
       if (arrive_step_[r] >= step_) return true;
       if (arrive_req_[r] == MPI_REQUEST_NULL)
-        MPI_Irecv(&arrive_step_[r], 1, MPI_INT64_T, r, kArriveTag, MPI_COMM_WORLD, &arrive_req_[r]);
+        MPI_Irecv(&arrive_buf_[r], 1, MPI_INT64_T, r, kArriveTag, MPI_COMM_WORLD, &arrive_req_[r]);
       int done = 0;
       MPI_Test(&arrive_req_[r], &done, MPI_STATUS_IGNORE);  // sets the request to null when done
       if (!done) return false;
+      arrive_step_[r] = arrive_buf_[r];  // the buffer is read only once its receive completed
     }
   }
   std::vector<int> missing() {
@@ -455,7 +457,7 @@ class MpiComm final : public Communicator {
   int64_t step_ = -1;
   std::vector<int64_t> send_buf_ = std::vector<int64_t>(64);
   std::vector<MPI_Request> arrive_req_;
-  std::vector<int64_t> arrive_step_;
+  std::vector<int64_t> arrive_step_, arrive_buf_;  // last step heard from each rank; receive buffers
   // the communication thread
   bool threaded_ = false, stop_ = false, running_ = false;
   std::thread worker_;
