@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "smelt/ckpt/checkpoint.hpp"
+#include "smelt/cli/cli_parse.hpp"
 #include "smelt/cli/commands.hpp"
 #include "smelt/common/files.hpp"
 
@@ -95,12 +96,7 @@ int cli_ckpt(int argc, char** argv) {
       "list", "every checkpoint of a run, newest first, with size and validity; exit 0 when one is valid, 1 when none");
   list->add_option("RUN", run, "the run folder (holding checkpoints/)")->required();
   list->add_flag("--json", as_json, "print a JSON array instead of a table");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    int rc = app.exit(e);
-    return rc == 0 ? kExitOk : kExitUsage;
-  }
+  if (int rc = cli_parse_args(app, argc, argv); rc >= 0) return rc;
   if (verify->parsed()) return verify_cmd(dir);
   return list_cmd(run, as_json);
 }

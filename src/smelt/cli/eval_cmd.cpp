@@ -11,6 +11,7 @@
 #include <spdlog/spdlog.h>
 
 #include "smelt/ckpt/checkpoint.hpp"
+#include "smelt/cli/cli_parse.hpp"
 #include "smelt/cli/commands.hpp"
 #include "smelt/common/files.hpp"
 #include "smelt/common/log.hpp"
@@ -26,7 +27,7 @@ namespace fs = std::filesystem;
 int cli_eval(int argc, char** argv) {
   CLI::App app{"smelt eval: loss and perplexity of a checkpoint on held-out tokens"};
   app.name("smelt eval");
-  std::string ckpt, data, output, log_level = "warn";
+  std::string ckpt, data, output;
   int64_t max_tokens = 1 << 20;
   int threads = 0;
   app.add_option("--checkpoint", ckpt, "a checkpoint step folder, or a run folder (its newest valid checkpoint)")
@@ -36,14 +37,7 @@ int cli_eval(int argc, char** argv) {
       ->check(CLI::PositiveNumber);
   app.add_option("--threads", threads, "threads (0 = every core)")->check(CLI::NonNegativeNumber);
   app.add_option("--output", output, "also write the JSON result to this file");
-  app.add_option("--log-level", log_level, "debug, info, warn, error");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    int rc = app.exit(e);
-    return rc == 0 ? kExitOk : kExitUsage;
-  }
-  log_setup("eval", log_level);
+  if (int rc = cli_parse(app, argc, argv, "eval", "warn"); rc >= 0) return rc;
   std::string dir = ckpt;
   if (fs::exists(fs::path(ckpt) / "checkpoints")) {
     std::vector<std::string> warnings;

@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "smelt/ckpt/export_hf.hpp"
+#include "smelt/cli/cli_parse.hpp"
 #include "smelt/cli/commands.hpp"
 #include "smelt/cli/resolve_checkpoint.hpp"
 #include "smelt/common/log.hpp"
@@ -33,7 +34,7 @@ int cli_export(int argc, char** argv) {
   CLI::App app{"smelt export: a checkpoint -> Hugging Face Llama layout (model.safetensors, config.json, "
                "tokenizer.json), streamed one tensor at a time"};
   app.name("smelt export");
-  std::string ckpt, format = "hf", output, tok_path, log_level = "info";
+  std::string ckpt, format = "hf", output, tok_path;
   bool check = false, json = false;
   app.add_option("--checkpoint", ckpt, "step directory or run directory (its newest valid checkpoint) (required)")
       ->required();
@@ -43,14 +44,7 @@ int cli_export(int argc, char** argv) {
   app.add_flag("--check", check, "read the export back, run a fixed batch with both weight sets, exit 1 on any "
                "difference in the logits");
   app.add_flag("--json", json, "print a JSON summary on stdout");
-  app.add_option("--log-level", log_level, "debug, info, warn, error");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    int rc = app.exit(e);
-    return rc == 0 ? kExitOk : kExitUsage;
-  }
-  log_setup("export", log_level);
+  if (int rc = cli_parse(app, argc, argv, "export"); rc >= 0) return rc;
   if (format != "hf") {
     spdlog::error("--format {}: only 'hf' (Hugging Face Llama safetensors + config.json) is available", format);
     return kExitUsage;

@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "smelt/ckpt/checkpoint.hpp"
+#include "smelt/cli/cli_parse.hpp"
 #include "smelt/cli/commands.hpp"
 #include "smelt/cli/resolve_checkpoint.hpp"
 #include "smelt/common/log.hpp"
@@ -49,7 +50,7 @@ int cli_generate(int argc, char** argv) {
   CLI::App app{"smelt generate: sample text from a checkpoint with KV-cache decoding; the text "
                "streams to stdout, a summary goes to stderr (or one JSON object to stdout with --json)"};
   app.name("smelt generate");
-  std::string ckpt, prompt, tok_path, log_level = "warn";
+  std::string ckpt, prompt, tok_path;
   int max_new = 128, top_k = 0, threads = 1;
   float temperature = 1.0f, top_p = 1.0f;
   uint64_t seed = 0;
@@ -71,14 +72,7 @@ int cli_generate(int argc, char** argv) {
   app.add_option("--tokenizer", tok_path, "tokenizer.json (default: the checkpoint's copy)");
   app.add_flag("--json", json, "print one JSON object (text, ids, counts, speed) instead of streaming");
   app.add_flag("--ignore-eos", no_stop, "keep going past the end-of-document token");
-  app.add_option("--log-level", log_level, "debug, info, warn, error");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    int rc = app.exit(e);
-    return rc == 0 ? kExitOk : kExitUsage;
-  }
-  log_setup("generate", log_level);
+  if (int rc = cli_parse(app, argc, argv, "generate", "warn"); rc >= 0) return rc;
   SamplingConfig sc{temperature, top_k, top_p, seed};
   if (Status s = sampling_config_validate(sc); !s) {
     spdlog::error("{}", s.message());

@@ -24,6 +24,7 @@
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
+#include "smelt/cli/cli_parse.hpp"
 #include "smelt/cli/commands.hpp"
 #include "smelt/common/config.hpp"
 #include "smelt/common/files.hpp"
@@ -161,7 +162,7 @@ uintmax_t size_of(const fs::path& p) {
 int cli_pipeline(int argc, char** argv) {
   CLI::App app{"smelt pipeline: prep -> tokenizer train -> tokenize -> train -> generate, from one config"};
   app.name("smelt pipeline");
-  std::string config_path, from, log_level = "info";
+  std::string config_path, from;
   std::vector<std::string> sets;
   int threads = 0;
   app.add_option("config", config_path, "pipeline config (TOML): [pipeline] [prep.*] [tokenizer] [tokenize] [model] "
@@ -172,14 +173,7 @@ int cli_pipeline(int argc, char** argv) {
   app.add_option("--from", from, "start at this stage (the earlier ones' outputs must exist)")
       ->check(CLI::IsMember(kStages));
   app.add_option("--threads", threads, "threads for every stage (0: every core)")->check(CLI::NonNegativeNumber);
-  app.add_option("--log-level", log_level, "debug, info, warn, error");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    int rc = app.exit(e);
-    return rc == 0 ? kExitOk : kExitUsage;
-  }
-  log_setup("pipeline", log_level);
+  if (int rc = cli_parse(app, argc, argv, "pipeline"); rc >= 0) return rc;
   toml::table root;
   if (Status s = config_load(config_path, root); !s) {
     spdlog::error("{}", s.message());

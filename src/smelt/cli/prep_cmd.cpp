@@ -6,6 +6,7 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
+#include "smelt/cli/cli_parse.hpp"
 #include "smelt/cli/commands.hpp"
 #include "smelt/common/config.hpp"
 #include "smelt/common/files.hpp"
@@ -25,7 +26,7 @@ int cli_prep(int argc, char** argv) {
                "JSONL.zst parts and stats.json"};
   app.name("smelt prep");
   std::vector<std::string> inputs, sets;
-  std::string output, config_path, only, log_level = "info";
+  std::string output, config_path, only;
   int threads = -1, task = -1, tasks = -1;
   int64_t keep_rejected = -1, seed = -1;
   bool overwrite = false;
@@ -43,14 +44,7 @@ int cli_prep(int argc, char** argv) {
   app.add_option("--seed", seed, "sampling seed")->check(CLI::NonNegativeNumber);
   app.add_option("--set", sets, "override a config key: section.key=value (repeatable)");
   app.add_flag("--overwrite", overwrite, "replace an earlier, different run in the output folder");
-  app.add_option("--log-level", log_level, "debug, info, warn, error");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    int rc = app.exit(e);
-    return rc == 0 ? kExitOk : kExitUsage;
-  }
-  log_setup("prep", log_level);
+  if (int rc = cli_parse(app, argc, argv, "prep"); rc >= 0) return rc;
 
   toml::table root;
   if (Status s = config_load(config_path, root); !s) {

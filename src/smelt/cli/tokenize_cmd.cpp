@@ -7,6 +7,7 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
+#include "smelt/cli/cli_parse.hpp"
 #include "smelt/cli/commands.hpp"
 #include "smelt/common/files.hpp"
 #include "smelt/common/log.hpp"
@@ -26,7 +27,7 @@ int cli_tokenize(int argc, char** argv) {
                "PREFIX.docs (sequence -> document id) and PREFIX.stats.json"};
   app.name("smelt tokenize");
   TokenizeConfig c;
-  std::string tokenizer_path, log_level = "info";
+  std::string tokenizer_path;
   double checkpoint_mb = 64;
   app.add_option("--tokenizer", tokenizer_path, "tokenizer.json (Hugging Face) or a tiktoken file (required)")
       ->required()
@@ -46,14 +47,7 @@ int cli_tokenize(int argc, char** argv) {
   app.add_flag("--overwrite", c.overwrite, "replace an earlier, different run's output at PREFIX");
   app.add_option("--checkpoint-mb", checkpoint_mb, "persist a resume point after this many MB of tokens (default 64)")
       ->check(CLI::PositiveNumber);
-  app.add_option("--log-level", log_level, "debug, info, warn, error");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    int rc = app.exit(e);
-    return rc == 0 ? kExitOk : kExitUsage;
-  }
-  log_setup("tokenize", log_level);
+  if (int rc = cli_parse(app, argc, argv, "tokenize"); rc >= 0) return rc;
   c.take_holdout = side == "holdout";
   c.checkpoint_bytes = std::max<uint64_t>(1, static_cast<uint64_t>(checkpoint_mb * (1 << 20)));
 

@@ -15,6 +15,7 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
+#include "smelt/cli/cli_parse.hpp"
 #include "smelt/cli/commands.hpp"
 #include "smelt/common/files.hpp"
 #include "smelt/common/log.hpp"
@@ -335,7 +336,7 @@ int encode_decode(int argc, char** argv, bool encode) {
   CLI::App app{encode ? "smelt tokenizer encode: text -> token ids (each line one document, or --whole)"
                       : "smelt tokenizer decode: token ids -> text (reverses encode)"};
   app.name("smelt tokenizer " + name);
-  std::string tok_path, input, output, format = "bin", pattern, log_level = "info";
+  std::string tok_path, input, output, format = "bin", pattern;
   int threads = 1;
   bool whole = false, no_special = false;
   app.add_option("-t,--tokenizer", tok_path, "tokenizer.json (HF byte-level BPE) or a tiktoken rank file")->required();
@@ -345,18 +346,11 @@ int encode_decode(int argc, char** argv, bool encode) {
       ->check(CLI::IsMember({"bin", "text"}));
   app.add_flag("--whole", whole, "the whole file is one document, newlines included");
   app.add_option("--tiktoken-pattern", pattern, "split pattern of a tiktoken file: cl100k, o200k, gpt2 (default: from its name)");
-  app.add_option("--log-level", log_level, "debug, info, warn, error");
   if (encode) {
     app.add_option("--threads", threads, "encoder threads (lines mode)")->check(CLI::PositiveNumber);
     app.add_flag("--no-special", no_special, "encode special-token text (e.g. <|endoftext|>) as ordinary text");
   }
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    int rc = app.exit(e);
-    return rc == 0 ? kExitOk : kExitUsage;
-  }
-  log_setup("tokenizer", log_level);
+  if (int rc = cli_parse(app, argc, argv, "tokenizer"); rc >= 0) return rc;
   Tokenizer tok;
   if (Status s = Tokenizer::load(tok_path, tok, pattern); !s) {
     spdlog::error("{}", s.message());

@@ -6,6 +6,7 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
+#include "smelt/cli/cli_parse.hpp"
 #include "smelt/cli/commands.hpp"
 #include "smelt/common/files.hpp"
 #include "smelt/common/log.hpp"
@@ -20,7 +21,7 @@ int cli_tokenizer_train(int argc, char** argv) {
                "(Hugging Face format) + tokenizer.json.info.json (corpus hash, settings, counts)"};
   app.name("smelt tokenizer train");
   std::vector<std::string> inputs;
-  std::string output, specials = "<|endoftext|>", pretok_name = "gpt2", text_field = "text", log_level = "info";
+  std::string output, specials = "<|endoftext|>", pretok_name = "gpt2", text_field = "text";
   uint32_t vocab_size = 32000;
   int threads = 0;
   int64_t min_frequency = 0;
@@ -37,14 +38,7 @@ int cli_tokenizer_train(int argc, char** argv) {
   app.add_option("--memory-mb", memory_mb, "budget for the pre-token table; rare pre-tokens are pruned beyond it")
       ->check(CLI::PositiveNumber);
   app.add_option("--text-field", text_field, "JSONL field holding the text");
-  app.add_option("--log-level", log_level, "debug, info, warn, error");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    int rc = app.exit(e);
-    return rc == 0 ? kExitOk : kExitUsage;
-  }
-  log_setup("tokenizer train", log_level);
+  if (int rc = cli_parse(app, argc, argv, "tokenizer train"); rc >= 0) return rc;
 
   BpeTrainConfig cfg;
   if (Status s = files_expand_inputs(inputs, cfg.inputs); !s) {

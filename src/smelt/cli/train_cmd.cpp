@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "smelt/cli/cli_parse.hpp"
 #include "smelt/cli/commands.hpp"
 #include "smelt/common/config.hpp"
 #include "smelt/common/log.hpp"
@@ -28,7 +29,7 @@ void on_signal(int) { train_request_stop(); }
 int cli_train(int argc, char** argv) {
   CLI::App app{"smelt train: train the Llama-style decoder on token shards (docs/train.md)"};
   app.name("smelt train");
-  std::string config_path, data, run_dir, log_level = "info";
+  std::string config_path, data, run_dir;
   std::vector<std::string> sets;
   int64_t steps = -1, save_every = -1;
   int threads = -1;
@@ -49,14 +50,7 @@ int cli_train(int argc, char** argv) {
   app.add_flag("--print-config", print_config, "print the resolved configuration and exit");
   app.add_flag("--dry-run", dry_run, "plan the memory, check the data and exit");
   app.add_flag("--json", json_out, "print the summary as JSON on stdout");
-  app.add_option("--log-level", log_level, "debug, info, warn, error");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    int rc = app.exit(e);
-    return rc == 0 ? kExitOk : kExitUsage;
-  }
-  log_setup("train", log_level);
+  if (int rc = cli_parse(app, argc, argv, "train"); rc >= 0) return rc;
   toml::table root;
   if (Status s = config_load(config_path, root); !s) {
     spdlog::error("{}", s.message());

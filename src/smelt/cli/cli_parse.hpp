@@ -1,0 +1,33 @@
+// Flag parsing every subcommand shares: CLI11's parse with Smelt's exit codes, and the
+// --log-level flag with the logging set-up. Not the subcommands' own flags.
+#pragma once
+#include <string>
+
+#include <CLI/CLI.hpp>
+
+#include "smelt/common/log.hpp"
+#include "smelt/common/status.hpp"
+
+namespace smelt {
+
+// Parses argv. Returns -1 to go on, else the exit code to return: 0 after --help, 2 on a usage
+// error (CLI11 has printed the message).
+inline int cli_parse_args(CLI::App& app, int argc, char** argv) {
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? kExitOk : kExitUsage;
+  }
+  return -1;
+}
+
+// The same after adding --log-level (default `level`); on success logging is set up for `stage`.
+inline int cli_parse(CLI::App& app, int argc, char** argv, const char* stage, const char* level = "info") {
+  std::string log_level = level;
+  app.add_option("--log-level", log_level, "debug, info, warn, error");
+  if (int rc = cli_parse_args(app, argc, argv); rc >= 0) return rc;
+  log_setup(stage, log_level);
+  return -1;
+}
+
+}  // namespace smelt
