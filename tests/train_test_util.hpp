@@ -2,6 +2,8 @@
 // run's metrics.jsonl read back, with or without the timing fields (the only ones that differ
 // between identical runs). Not product code.
 #pragma once
+#include <unistd.h>
+
 #include <filesystem>
 #include <sstream>
 #include <string>
@@ -15,6 +17,23 @@
 #include "test_files.hpp"
 
 namespace smelt::test {
+
+// An empty folder for this test under the temp dir: PREFIX_PID_TESTNAME.
+inline std::filesystem::path fresh_test_dir(const std::string& prefix) {
+  const std::filesystem::path d =
+      std::filesystem::temp_directory_path() /
+      (prefix + "_" + std::to_string(::getpid()) + "_" + ::testing::UnitTest::GetInstance()->current_test_info()->name());
+  std::filesystem::remove_all(d);
+  std::filesystem::create_directories(d);
+  return d;
+}
+
+// The [model] section of the byte model the training tests use: vocab 260 (256 bytes and EOD
+// 256), d 64, 2 layers, 4 heads, 2 KV heads, SwiGLU 176.
+inline std::string byte_model_toml(int max_seq_len, bool tied) {
+  return "\n[model]\nvocab_size = 260\nd_model = 64\nn_layers = 2\nn_heads = 4\nn_kv_heads = 2\nffn_hidden = 176\n"
+         "max_seq_len = " + std::to_string(max_seq_len) + "\n" + (tied ? "" : "tie_embeddings = false\n");
+}
 
 // One document per line of 8 bytes or more, one token per byte (ids < 256, no EOD in the shard);
 // PREFIX.docs names each document "FILE:LINE".

@@ -47,23 +47,11 @@ std::vector<json> metrics(const fs::path& run_dir) { return test::read_metrics(r
 class TrainCmdTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("smelt_train_cmd_" + std::to_string(::getpid()) + "_" +
-                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
+    dir_ = test::fresh_test_dir("smelt_train_cmd");
     const std::string en = std::string(SMELT_TEST_DATA) + "/tokenizer/english.txt";
     test::write_byte_shard((dir_ / "train").string(), {en});
     test::write_byte_shard((dir_ / "valid").string(), {std::string(SMELT_TEST_DATA) + "/tokenizer_train/en_coding_style.rst"});
-    test::write_file((dir_ / "run.toml").string(), R"(
-[model]
-vocab_size = 260
-d_model = 64
-n_layers = 2
-n_heads = 4
-n_kv_heads = 2
-ffn_hidden = 176
-max_seq_len = 32
-[data]
+    test::write_file((dir_ / "run.toml").string(), test::byte_model_toml(32, true) + R"([data]
 seq_len = 32
 batch_size = 2
 eod_id = 256

@@ -46,16 +46,7 @@ TEST(TrainKill, TwentyFourKillsThenResumeEqualsUninterrupted) {
   fs::remove_all(dir);
   fs::create_directories(dir);
   test::write_byte_shard((dir / "train").string(), {std::string(SMELT_TEST_DATA) + "/tokenizer/english.txt"});
-  test::write_file((dir / "run.toml").string(), R"(
-[model]
-vocab_size = 260
-d_model = 64
-n_layers = 2
-n_heads = 4
-n_kv_heads = 2
-ffn_hidden = 176
-max_seq_len = 32
-[data]
+  test::write_file((dir / "run.toml").string(), test::byte_model_toml(32, true) + R"([data]
 seq_len = 32
 batch_size = 2
 eod_id = 256

@@ -38,23 +38,10 @@ std::vector<json> metrics(const fs::path& run_dir) { return test::read_metrics(r
 class DpTrainTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("smelt_dp_" + std::to_string(::getpid()) + "_" +
-                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
+    dir_ = test::fresh_test_dir("smelt_dp");
     const std::string d = SMELT_TEST_DATA;
     test::write_byte_shard((dir_ / "train").string(), {d + "/tokenizer/english.txt", d + "/tokenizer/chinese.txt"});
-    test::write_file((dir_ / "run.toml").string(), R"(
-[model]
-vocab_size = 260
-d_model = 64
-n_layers = 2
-n_heads = 4
-n_kv_heads = 2
-ffn_hidden = 176
-max_seq_len = 32
-tie_embeddings = false
-[data]
+    test::write_file((dir_ / "run.toml").string(), test::byte_model_toml(32, false) + R"([data]
 seq_len = 32
 batch_size = 4
 eod_id = 256

@@ -36,10 +36,7 @@ namespace {
 class TrainerTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("smelt_trainer_" + std::to_string(::getpid()) + "_" +
-                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
+    dir_ = test::fresh_test_dir("smelt_trainer");
     const std::string d = SMELT_TEST_DATA;
     test::write_byte_shard((dir_ / "en").string(), {d + "/tokenizer/english.txt", d + "/tokenizer_train/en_coding_style.rst"});
     test::write_byte_shard((dir_ / "zh").string(), {d + "/tokenizer/chinese.txt"});
@@ -48,17 +45,7 @@ class TrainerTest : public ::testing::Test {
   void TearDown() override { fs::remove_all(dir_); }
 
   TrainConfig config(const std::string& extra = "") {
-    std::string text = fmt::format(R"(
-[model]
-vocab_size = 260
-d_model = 64
-n_layers = 2
-n_heads = 4
-n_kv_heads = 2
-ffn_hidden = 176
-max_seq_len = 64
-tie_embeddings = false
-[data]
+    std::string text = test::byte_model_toml(64, false) + fmt::format(R"([data]
 sources = "en={}:0.7,zh={}:0.3"
 seq_len = 64
 batch_size = 4
