@@ -655,7 +655,7 @@ Status Trainer::save(int64_t step, const char* why, ojson* line) {
     if (!writer_) writer_ = std::make_unique<CkptWriter>(run_dir_, threads_);
     const double t0 = now_s();
     // Deferred copy: the staging copy runs while the next step's forward/backward only read the
-    // tensors; staged() before the next optimizer step waits for it.
+    // tensors; staged() after that backward waits for it.
     saved = writer_->submit(r, CkptCopy::kDeferred);  // also reports an earlier background failure
     stall_ms = (now_s() - t0) * 1e3;
     if (saved) {
@@ -911,6 +911,12 @@ Status Trainer::run(TrainSummary& out) {
       }
     }
     if (!acc_.empty() && !overlap) std::copy(acc_.begin(), acc_.end(), model_.grads());
+    if (writer_) {
+      // A deferred checkpoint copy ends before anything it copies changes: the top-k residual in
+      // the reduction below, the weights and moments in the optimizer step.
+      writer_->staged();
+      if (writer_->last_staged_wait_ms() > 0.01) line_extra_stall_ms_ = writer_->last_staged_wait_ms();
+    }
     // allreduce_ms: all communication of the step; allreduce_wait_ms: the part the step waited for
     // (the overlapped buckets' remainder, and everything done synchronously).
     double allreduce_ms = 0, allreduce_wait_ms = 0;
@@ -922,11 +928,6 @@ Status Trainer::run(TrainSummary& out) {
         if (Status s = comm_->wait_async(&busy_ms); !s) return s;
         blocked_ms = (now_s() - ta) * 1e3;
       } else if (c_.dist.compression == "topk") {
-        // The residual and velocity change here: a deferred checkpoint copy of them ends first.
-        if (writer_) {
-          writer_->staged();
-          if (writer_->last_staged_wait_ms() > 0.01) line_extra_stall_ms_ = writer_->last_staged_wait_ms();
-        }
         if (Status s = topk_reduce(model_.grads(), n); !s) return s;
       } else if (owners) {
         if (Status s = comm_->reduce_scatter_sum(model_.grads(), 0, n, *owners); !s) return s;
@@ -965,10 +966,6 @@ Status Trainer::run(TrainSummary& out) {
     }
     const bool finite = std::isfinite(loss) && (!hc.skip_nonfinite || std::isfinite(norm));
     double grad_norm = NAN;
-    if (writer_) {
-      writer_->staged();  // a deferred checkpoint copy must finish before the weights change
-      if (writer_->last_staged_wait_ms() > 0.01) line_extra_stall_ms_ += writer_->last_staged_wait_ms();
-    }
     if (finite || !hc.skip_nonfinite) {
       AdamWConfig h = c_.optim;
       h.lr = (float)lr;
