@@ -98,10 +98,15 @@ uint32_t crc32c_update_sw(uint32_t crc, const void* data, size_t n) {
   return ~c;
 }
 
-__attribute__((target("sse4.2"))) uint32_t crc32c_update_hw(uint32_t crc, const void* data, size_t n) {
-  const auto* p = static_cast<const uint8_t*>(data);
+// Three interleaved lanes of the crc32 instruction, combined by multiplication mod P; with kCopy
+// every word read is also stored to dst (one pass over src instead of memcpy + CRC).
+template <bool kCopy>
+__attribute__((target("sse4.2"))) uint32_t crc32c_hw(uint32_t crc, void* dst, const void* src, size_t n) {
+  const auto* p = static_cast<const uint8_t*>(src);
+  auto* q = static_cast<uint8_t*>(dst);
   uint64_t c = ~crc;
   while (n && (reinterpret_cast<uintptr_t>(p) & 7)) {
+    if constexpr (kCopy) *q++ = *p;
     c = _mm_crc32_u8(static_cast<uint32_t>(c), *p++);
     --n;
   }
@@ -114,6 +119,11 @@ __attribute__((target("sse4.2"))) uint32_t crc32c_update_hw(uint32_t crc, const 
         std::memcpy(&wa, p + i, 8);
         std::memcpy(&wb, p + kLane + i, 8);
         std::memcpy(&wd, p + 2 * kLane + i, 8);
+        if constexpr (kCopy) {
+          std::memcpy(q + i, &wa, 8);
+          std::memcpy(q + kLane + i, &wb, 8);
+          std::memcpy(q + 2 * kLane + i, &wd, 8);
+        }
         a = _mm_crc32_u64(a, wa);
         b = _mm_crc32_u64(b, wb);
         d = _mm_crc32_u64(d, wd);
@@ -121,68 +131,31 @@ __attribute__((target("sse4.2"))) uint32_t crc32c_update_hw(uint32_t crc, const 
       uint32_t ab = multmodp(shift, ~static_cast<uint32_t>(a)) ^ ~static_cast<uint32_t>(b);
       c = ~(multmodp(shift, ab) ^ ~static_cast<uint32_t>(d));
       p += 3 * kLane;
+      if constexpr (kCopy) q += 3 * kLane;
       n -= 3 * kLane;
     }
   }
   while (n >= 8) {
     uint64_t w;
     std::memcpy(&w, p, 8);
-    c = _mm_crc32_u64(c, w);
-    p += 8;
-    n -= 8;
-  }
-  while (n--) c = _mm_crc32_u8(static_cast<uint32_t>(c), *p++);
-  return ~static_cast<uint32_t>(c);
-}
-
-// crc32c_update_hw with a store of every word read: one pass over src instead of memcpy + CRC.
-__attribute__((target("sse4.2"))) uint32_t crc32c_copy_hw(uint32_t crc, void* dst, const void* src, size_t n) {
-  const auto* p = static_cast<const uint8_t*>(src);
-  auto* q = static_cast<uint8_t*>(dst);
-  uint64_t c = ~crc;
-  while (n && (reinterpret_cast<uintptr_t>(p) & 7)) {
-    *q++ = *p;
-    c = _mm_crc32_u8(static_cast<uint32_t>(c), *p++);
-    --n;
-  }
-  if (n >= 3 * kLane) {
-    static const uint32_t shift = x8nmodp(kLane);
-    while (n >= 3 * kLane) {
-      uint64_t a = c, b = 0xFFFFFFFFu, d = 0xFFFFFFFFu;
-      for (size_t i = 0; i < kLane; i += 8) {
-        uint64_t wa, wb, wd;
-        std::memcpy(&wa, p + i, 8);
-        std::memcpy(&wb, p + kLane + i, 8);
-        std::memcpy(&wd, p + 2 * kLane + i, 8);
-        std::memcpy(q + i, &wa, 8);
-        std::memcpy(q + kLane + i, &wb, 8);
-        std::memcpy(q + 2 * kLane + i, &wd, 8);
-        a = _mm_crc32_u64(a, wa);
-        b = _mm_crc32_u64(b, wb);
-        d = _mm_crc32_u64(d, wd);
-      }
-      uint32_t ab = multmodp(shift, ~static_cast<uint32_t>(a)) ^ ~static_cast<uint32_t>(b);
-      c = ~(multmodp(shift, ab) ^ ~static_cast<uint32_t>(d));
-      p += 3 * kLane;
-      q += 3 * kLane;
-      n -= 3 * kLane;
+    if constexpr (kCopy) {
+      std::memcpy(q, &w, 8);
+      q += 8;
     }
-  }
-  while (n >= 8) {
-    uint64_t w;
-    std::memcpy(&w, p, 8);
-    std::memcpy(q, &w, 8);
     c = _mm_crc32_u64(c, w);
     p += 8;
-    q += 8;
     n -= 8;
   }
   while (n--) {
-    *q++ = *p;
+    if constexpr (kCopy) *q++ = *p;
     c = _mm_crc32_u8(static_cast<uint32_t>(c), *p++);
   }
   return ~static_cast<uint32_t>(c);
 }
+
+uint32_t crc32c_update_hw(uint32_t crc, const void* data, size_t n) { return crc32c_hw<false>(crc, nullptr, data, n); }
+
+uint32_t crc32c_copy_hw(uint32_t crc, void* dst, const void* src, size_t n) { return crc32c_hw<true>(crc, dst, src, n); }
 
 uint32_t crc32c_combine(uint32_t crc_a, uint32_t crc_b, uint64_t len_b) {
   return multmodp(x8nmodp(len_b), crc_a) ^ crc_b;
