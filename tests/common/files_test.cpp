@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <thread>
 
 #include <gtest/gtest.h>
 
@@ -65,6 +66,26 @@ TEST_F(FilesTest, AtomicFileReplacesOnlyOnCommit) {
     EXPECT_EQ(e.path().filename().string().find(".tmp-"), std::string::npos);
   ASSERT_TRUE(files_write_atomic(path, "new"));
   EXPECT_EQ(test::read_file(path), "new");
+}
+
+TEST_F(FilesTest, TwoThreadsReplacingOneFileBothSucceed) {
+  // a background checkpoint and a synchronous one update `latest` at the same time: each write
+  // has its own temporary, so neither rename finds its temporary taken by the other
+  std::string path = (dir_ / "latest").string();
+  auto writer = [&](const char* text, int* failures) {
+    for (int i = 0; i < 300; ++i)
+      if (!files_write_atomic(path, text)) ++*failures;
+  };
+  int fa = 0, fb = 0;
+  std::thread a(writer, "a\n", &fa), b(writer, "b\n", &fb);
+  a.join();
+  b.join();
+  EXPECT_EQ(fa, 0);
+  EXPECT_EQ(fb, 0);
+  std::string last = test::read_file(path);
+  EXPECT_TRUE(last == "a\n" || last == "b\n") << last;
+  for (const auto& e : fs::directory_iterator(dir_))
+    EXPECT_EQ(e.path().filename().string().find(".tmp-"), std::string::npos);
 }
 
 }  // namespace

@@ -157,12 +157,12 @@ void restore_replaced(const std::string& root) {
 void remove_leftovers(const std::string& root, const std::string& keep) {
   restore_replaced(root);
   std::error_code ec;
-  std::string own_latest = fmt::format("latest.tmp-{}", getpid());
+  std::string own_latest = fmt::format("latest.tmp-{}-", getpid());
   std::lock_guard<std::mutex> lk(g_active_mu);
   for (const auto& e : fs::directory_iterator(root, ec)) {
     std::string n = e.path().filename().string();
     bool tmp_dir = n.rfind("step_", 0) == 0 && n.ends_with(".tmp") && !g_active.count(e.path().string());
-    bool tmp_latest = n.rfind("latest.tmp-", 0) == 0 && n != own_latest;
+    bool tmp_latest = n.rfind("latest.tmp-", 0) == 0 && n.rfind(own_latest, 0) != 0;
     if ((tmp_dir && n != keep) || tmp_latest) {
       spdlog::warn("[ckpt] removing {} left by an interrupted save", e.path().string());
       fs::remove_all(e.path(), ec);

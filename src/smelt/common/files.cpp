@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -67,7 +68,10 @@ AtomicFile::~AtomicFile() { abort(); }
 Status AtomicFile::open(const std::string& path) {
   abort();
   path_ = path;
-  tmp_ = fmt::format("{}.tmp-{}", path, getpid());
+  // pid and a per-process count: two threads of one process may replace the same file at once
+  // (a background checkpoint and a synchronous one both updating `latest`)
+  static std::atomic<uint64_t> count{0};
+  tmp_ = fmt::format("{}.tmp-{}-{}", path, getpid(), count.fetch_add(1));
   f_ = std::fopen(tmp_.c_str(), "wb");
   if (!f_) return Status::error(fmt::format("{}: cannot create: {}", tmp_, std::strerror(errno)));
   return Status::ok();
