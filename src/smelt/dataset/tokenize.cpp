@@ -14,10 +14,8 @@
 #include <unistd.h>
 
 #include <atomic>
-#include <condition_variable>
 #include <filesystem>
 #include <map>
-#include <mutex>
 #include <thread>
 
 #include <fmt/format.h>
@@ -28,7 +26,7 @@
 #include "smelt/common/hash.hpp"
 #include "smelt/common/log.hpp"
 #include "smelt/common/progress.hpp"
-#include "smelt/common/queue.hpp"
+#include "smelt/common/ordered_pipeline.hpp"
 #include "smelt/dataset/indexed.hpp"
 #include "smelt/dataset/lineage.hpp"
 #include "smelt/text/doc_reader.hpp"
@@ -64,11 +62,6 @@ struct Item {
   std::string lang;
   uint64_t text_bytes = 0;
   std::vector<uint32_t> ids;
-};
-
-struct Chunk {
-  uint64_t seq = 0;
-  std::vector<Item> items;
 };
 
 struct Position {
@@ -126,7 +119,6 @@ class TokenizeRun {
   Status load_state(const json& st);
   Status checkpoint(bool complete);
   void reader_main();
-  void worker_main();
   Status commit_item(Item& it);
   json stats_json(double seconds) const;
   std::string summary_text(double seconds) const;
@@ -151,12 +143,8 @@ class TokenizeRun {
   bool resumed_ = false;
 
   // pipeline
-  std::unique_ptr<BoundedQueue<Chunk>> work_, done_;
+  std::unique_ptr<OrderedPipeline<Item>> pipe_;
   std::atomic<uint64_t> bytes_progress_{0};
-  std::atomic<uint64_t> in_flight_{0};
-  std::mutex flight_mu_;
-  std::condition_variable flight_cv_;
-  uint64_t max_in_flight_ = 8;
   std::atomic<size_t> logged_issues_{0};
 };
 
@@ -272,32 +260,8 @@ Status TokenizeRun::checkpoint(bool complete) {
 }
 
 void TokenizeRun::reader_main() {
-  struct CloseOnExit {
-    BoundedQueue<Chunk>* q;
-    ~CloseOnExit() { q->close(); }
-  } close_on_exit{work_.get()};
   ReaderOptions ropt;
   ropt.text_field = c_.text_field;
-  uint64_t seq = 0;
-  Chunk chunk;
-  size_t chunk_bytes = 0;
-  auto ship = [&]() -> bool {
-    if (chunk.items.empty()) return true;
-    {
-      // timed waits: a stop raised by a signal handler cannot notify
-      std::unique_lock lk(flight_mu_);
-      while (!flight_cv_.wait_for(lk, std::chrono::milliseconds(100),
-                                  [&] { return in_flight_ < max_in_flight_ || g_stop; })) {
-      }
-    }
-    if (g_stop) return false;
-    ++in_flight_;
-    chunk.seq = seq++;
-    bool ok = work_->push(std::move(chunk));
-    chunk = Chunk{};
-    chunk_bytes = 0;
-    return ok;
-  };
   ReadFromPosition r;
   r.files = &files_;
   r.sizes = &file_sizes_;
@@ -313,6 +277,7 @@ void TokenizeRun::reader_main() {
     it.file = f;
     it.rec = rec;
     it.issues = std::move(issues);
+    size_t bytes = 0;
     if (doc.is_html) {
       // tokenize takes refined text; raw HTML belongs to `smelt prep` first
       it.issues.push_back("html_input");
@@ -320,7 +285,7 @@ void TokenizeRun::reader_main() {
       if (logged_issues_++ < kMaxLoggedIssues)
         spdlog::warn("{}: HTML is not refined text (run smelt prep first); the document was skipped", doc.source);
     } else {
-      chunk_bytes += doc.text.size();
+      bytes = doc.text.size();
       it.id = std::move(doc.id);
       if (c_.holdout > 0 && in_holdout_fraction(it.id, c_.holdout) != c_.take_holdout) {
         it.other_split = true;
@@ -329,8 +294,7 @@ void TokenizeRun::reader_main() {
         it.meta_json = std::move(doc.meta_json);
       }
     }
-    chunk.items.push_back(std::move(it));
-    return (chunk.items.size() < kChunkDocs && chunk_bytes < kChunkBytes) || ship();
+    return pipe_->add(std::move(it), bytes);
   };
   r.file_end = [&](uint32_t f, uint64_t rec, std::vector<std::string>& issues) {
     Item end;
@@ -338,27 +302,9 @@ void TokenizeRun::reader_main() {
     end.rec = rec;
     end.end_of_file = true;
     end.issues = std::move(issues);
-    chunk.items.push_back(std::move(end));
-    return true;
+    return pipe_->add(std::move(end), 0);
   };
   read_from_position(r);
-  if (!g_stop) ship();
-}
-
-void TokenizeRun::worker_main() {
-  simdjson::dom::parser parser;
-  while (auto chunk = work_->pop()) {
-    for (auto& it : chunk->items) {
-      if (it.end_of_file || it.skip || it.other_split) continue;
-      it.lang = lang_of(parser, it.meta_json);
-      it.meta_json.clear();
-      it.text_bytes = it.text.size();
-      enc_.encode(it.text, it.ids);
-      if (c_.append_eod) it.ids.push_back(*enc_.eod_id);
-      std::string().swap(it.text);
-    }
-    if (!done_->push(std::move(*chunk))) break;
-  }
 }
 
 Status TokenizeRun::commit_item(Item& it) {
@@ -483,46 +429,27 @@ Status TokenizeRun::run(TokenizeSummary& out) {
 
   int threads = c_.threads > 0 ? c_.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   threads_ = threads;
-  max_in_flight_ = 4ull * threads;
-  work_ = std::make_unique<BoundedQueue<Chunk>>(2ull * threads);
-  done_ = std::make_unique<BoundedQueue<Chunk>>(max_in_flight_ + 1);
+  pipe_ = std::make_unique<OrderedPipeline<Item>>(threads, kChunkDocs, kChunkBytes, g_stop);
   spdlog::info("{} input file(s), {:.1f} MB, {} encoder thread(s), {} tokens (vocab {})", files_.size(),
                total_bytes_ / 1e6, threads, indexed_dtype_name(dtype_), enc_.vocab_size);
 
   Progress progress("tokenize", total_bytes_, c_.log_interval_s);
-  std::thread reader([this] { reader_main(); });
-  std::vector<std::thread> workers;
-  for (int i = 0; i < threads; ++i) workers.emplace_back([this] { worker_main(); });
-  std::thread closer([&] {
-    for (auto& w : workers) w.join();
-    done_->close();
-  });
-
-  Status status;
-  std::map<uint64_t, Chunk> reorder;
-  uint64_t next_seq = 0;
-  while (auto chunk = done_->pop()) {
-    reorder.emplace(chunk->seq, std::move(*chunk));
-    while (!reorder.empty() && reorder.begin()->first == next_seq) {
-      Chunk ch = std::move(reorder.begin()->second);
-      reorder.erase(reorder.begin());
-      ++next_seq;
-      for (auto& it : ch.items) {
-        if (!status) break;
-        status = commit_item(it);
-      }
-      --in_flight_;
-      flight_cv_.notify_all();
-    }
-    progress.tick(n_.documents, bytes_progress_, fmt::format("{:.1f}M tokens", n_.tokens / 1e6));
-    if (status && !g_stop.load()) continue;
-    g_stop = true;  // a failure stops the pipeline too
-    flight_cv_.notify_all();
-    work_->close();
-  }
-  flight_cv_.notify_all();
-  reader.join();
-  closer.join();
+  Status status = pipe_->run(
+      [this] { reader_main(); },
+      [this] {
+        // each encoder thread keeps its own JSON parser (for the language in a document's meta)
+        return [this, parser = simdjson::dom::parser()](Item& it) mutable {
+          if (it.end_of_file || it.skip || it.other_split) return;
+          it.lang = lang_of(parser, it.meta_json);
+          it.meta_json.clear();
+          it.text_bytes = it.text.size();
+          enc_.encode(it.text, it.ids);
+          if (c_.append_eod) it.ids.push_back(*enc_.eod_id);
+          std::string().swap(it.text);
+        };
+      },
+      [this](Item& it) { return commit_item(it); },
+      [&] { progress.tick(n_.documents, bytes_progress_, fmt::format("{:.1f}M tokens", n_.tokens / 1e6)); });
   progress.finish();
   double seconds = progress.elapsed_s();
 

@@ -18,7 +18,6 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
-#include <mutex>
 #include <thread>
 
 #include <fmt/format.h>
@@ -30,7 +29,7 @@
 #include "smelt/common/json_write.hpp"
 #include "smelt/common/log.hpp"
 #include "smelt/common/progress.hpp"
-#include "smelt/common/queue.hpp"
+#include "smelt/common/ordered_pipeline.hpp"
 #include "smelt/refine/quality_signals.hpp"
 #include "smelt/refine/shard_writer.hpp"
 #include "smelt/text/charset.hpp"
@@ -65,11 +64,6 @@ struct Item {
   std::string rules;             // failed quality rules (only kept for rejected examples)
   std::string line;              // the output JSON line without its closing '}'
   DedupSignature sig;
-};
-
-struct Chunk {
-  uint64_t seq = 0;
-  std::vector<Item> items;
 };
 
 // Position of the next item to process: everything before (file, rec) is done.
@@ -215,7 +209,6 @@ class PrepRun {
   Status load_state(const std::string& state_text);
   Status persist_state(bool complete);
   void reader_main();
-  void worker_main();
   Status commit_item(Item& it);
   std::string summary_text(double seconds) const;
   json stats_json(double seconds, bool complete) const;
@@ -240,12 +233,8 @@ class PrepRun {
   bool resumed_ = false;
 
   // pipeline
-  std::unique_ptr<BoundedQueue<Chunk>> work_, done_;
+  std::unique_ptr<OrderedPipeline<Item>> pipe_;
   std::atomic<uint64_t> bytes_progress_{0};
-  std::atomic<uint64_t> in_flight_{0};
-  std::mutex flight_mu_;
-  std::condition_variable flight_cv_;
-  uint64_t max_in_flight_ = 8;
   std::atomic<size_t> logged_issues_{0};
   std::string reader_error_;
 };
@@ -370,31 +359,6 @@ Status PrepRun::persist_state(bool complete) {
 }
 
 void PrepRun::reader_main() {
-  // whatever way this returns, the workers must learn that no more chunks come
-  struct CloseOnExit {
-    BoundedQueue<Chunk>* q;
-    ~CloseOnExit() { q->close(); }
-  } close_on_exit{work_.get()};
-  uint64_t seq = 0;
-  Chunk chunk;
-  size_t chunk_bytes = 0;
-  auto ship = [&]() -> bool {
-    if (chunk.items.empty()) return true;
-    {
-      // timed waits: a stop raised by a signal handler cannot notify
-      std::unique_lock lk(flight_mu_);
-      while (!flight_cv_.wait_for(lk, std::chrono::milliseconds(100),
-                                  [&] { return in_flight_ < max_in_flight_ || g_stop; })) {
-      }
-    }
-    if (g_stop) return false;
-    ++in_flight_;
-    chunk.seq = seq++;
-    bool ok = work_->push(std::move(chunk));
-    chunk = Chunk{};
-    chunk_bytes = 0;
-    return ok;
-  };
   ReadFromPosition r;
   r.files = &files_;
   r.sizes = &file_sizes_;
@@ -411,10 +375,9 @@ void PrepRun::reader_main() {
     it.file = f;
     it.rec = rec;
     it.issues = std::move(issues);
-    chunk_bytes += doc.text.size();
+    const size_t bytes = doc.text.size();
     it.doc = std::move(doc);
-    chunk.items.push_back(std::move(it));
-    return (chunk.items.size() < kChunkDocs && chunk_bytes < kChunkBytes) || ship();
+    return pipe_->add(std::move(it), bytes);
   };
   r.file_end = [&](uint32_t f, uint64_t rec, std::vector<std::string>& issues) {
     Item end;
@@ -422,19 +385,9 @@ void PrepRun::reader_main() {
     end.rec = rec;
     end.end_of_file = true;
     end.issues = std::move(issues);
-    chunk.items.push_back(std::move(end));
-    return true;
+    return pipe_->add(std::move(end), 0);
   };
   read_from_position(r);
-  if (!g_stop) ship();
-}
-
-void PrepRun::worker_main() {
-  while (auto chunk = work_->pop()) {
-    for (auto& it : chunk->items)
-      if (!it.end_of_file) process_item(c_, it);
-    if (!done_->push(std::move(*chunk))) break;
-  }
 }
 
 Status PrepRun::commit_item(Item& it) {
@@ -586,46 +539,19 @@ Status PrepRun::run(PrepSummary& out) {
                                           parts_.size());
 
   int threads = c_.threads > 0 ? c_.threads : std::max(1u, std::thread::hardware_concurrency());
-  max_in_flight_ = 4ull * threads;
-  work_ = std::make_unique<BoundedQueue<Chunk>>(2ull * threads);
-  done_ = std::make_unique<BoundedQueue<Chunk>>(max_in_flight_ + 1);
+  pipe_ = std::make_unique<OrderedPipeline<Item>>(threads, kChunkDocs, kChunkBytes, g_stop);
   spdlog::info("{} input file(s), {:.1f} MB, {} worker thread(s){}", files_.size(), total_bytes_ / 1e6, threads,
                c_.tasks > 1 ? fmt::format(", task {} of {}", c_.task, c_.tasks) : "");
 
   Progress progress("prep", total_bytes_, c_.log_interval_s);
-  std::thread reader([this] { reader_main(); });
-  std::vector<std::thread> workers;
-  for (int i = 0; i < threads; ++i) workers.emplace_back([this] { worker_main(); });
-  std::thread closer([&] {
-    for (auto& w : workers) w.join();
-    done_->close();
-  });
-
-  Status status;
-  std::map<uint64_t, Chunk> reorder;
-  uint64_t next_seq = 0;
-  while (auto chunk = done_->pop()) {
-    reorder.emplace(chunk->seq, std::move(*chunk));
-    while (!reorder.empty() && reorder.begin()->first == next_seq) {
-      Chunk ch = std::move(reorder.begin()->second);
-      reorder.erase(reorder.begin());
-      ++next_seq;
-      for (auto& it : ch.items) {
-        if (!status) break;
-        status = commit_item(it);
-      }
-      --in_flight_;
-      flight_cv_.notify_all();
-    }
-    progress.tick(n_.docs_read, bytes_progress_);
-    if (status && !g_stop.load()) continue;
-    g_stop = true;  // a failure stops the pipeline too
-    flight_cv_.notify_all();
-    work_->close();
-  }
-  flight_cv_.notify_all();
-  reader.join();
-  closer.join();
+  Status status = pipe_->run(
+      [this] { reader_main(); },
+      [this] {
+        return [this](Item& it) {
+          if (!it.end_of_file) process_item(c_, it);
+        };
+      },
+      [this](Item& it) { return commit_item(it); }, [&] { progress.tick(n_.docs_read, bytes_progress_); });
   progress.finish();
   double seconds = progress.elapsed_s();
 
