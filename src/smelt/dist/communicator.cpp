@@ -129,8 +129,7 @@ class MpiComm final : public Communicator {
   const char* algorithm() const override { return hierarchical_ ? "hierarchical" : "flat"; }
   Status barrier() override {
     MPI_Request req;
-    if (Status s = mpi_status(MPI_Ibarrier(MPI_COMM_WORLD, &req), "barrier"); !s) return s;
-    return wait(req, "barrier");
+    return finish(MPI_Ibarrier(MPI_COMM_WORLD, &req), req, "barrier");
   }
   Status allreduce_sum(float* data, int64_t n) override {
     if (!deterministic_) return native(data, n);
@@ -149,7 +148,7 @@ class MpiComm final : public Communicator {
     for (int64_t at = 0; at < n; at += kSlab) {
       const int64_t len = std::min(kSlab, n - at);
       owner_slices(at, len, bounds);
-      if (Status s = gather(MPI_COMM_WORLD, data + at, len, MPI_FLOAT); !s) return s;
+      if (Status s = gather(MPI_COMM_WORLD, data + at, MPI_FLOAT); !s) return s;
     }
     return Status::ok();
   }
@@ -200,29 +199,26 @@ class MpiComm final : public Communicator {
                           std::vector<float>& all_val, std::vector<int>& counts) override {
     counts.resize(size_);
     MPI_Request req;
-    if (Status s = mpi_status(MPI_Iallgather(&count, 1, MPI_INT, counts.data(), 1, MPI_INT, MPI_COMM_WORLD, &req),
-                              "allgather");
+    if (Status s = finish(MPI_Iallgather(&count, 1, MPI_INT, counts.data(), 1, MPI_INT, MPI_COMM_WORLD, &req), req,
+                          "sparse all-gather (counts)");
         !s)
       return s;
-    if (Status s = wait(req, "sparse all-gather (counts)"); !s) return s;
     std::vector<int>& displs = displs_;
     displs.resize(size_);
     int64_t total = 0;
     for (int r = 0; r < size_; r++) displs[r] = (int)total, total += counts[r];
     all_idx.resize(total);
     all_val.resize(total);
-    if (Status s = mpi_status(MPI_Iallgatherv(idx, count, MPI_INT64_T, all_idx.data(), counts.data(), displs.data(),
-                                              MPI_INT64_T, MPI_COMM_WORLD, &req),
-                              "allgatherv");
+    if (Status s = finish(MPI_Iallgatherv(idx, count, MPI_INT64_T, all_idx.data(), counts.data(), displs.data(),
+                                          MPI_INT64_T, MPI_COMM_WORLD, &req),
+                          req, "sparse all-gather (indices)");
         !s)
       return s;
-    if (Status s = wait(req, "sparse all-gather (indices)"); !s) return s;
-    if (Status s = mpi_status(MPI_Iallgatherv(val, count, MPI_FLOAT, all_val.data(), counts.data(), displs.data(),
-                                              MPI_FLOAT, MPI_COMM_WORLD, &req),
-                              "allgatherv");
+    if (Status s = finish(MPI_Iallgatherv(val, count, MPI_FLOAT, all_val.data(), counts.data(), displs.data(),
+                                          MPI_FLOAT, MPI_COMM_WORLD, &req),
+                          req, "sparse all-gather (values)");
         !s)
       return s;
-    if (Status s = wait(req, "sparse all-gather (values)"); !s) return s;
     bytes_ += (uint64_t)count * (sizeof(int64_t) + sizeof(float)) * (size_ - 1);
     return Status::ok();
   }
@@ -295,11 +291,10 @@ class MpiComm final : public Communicator {
     for (int64_t at = 0; at < n; at += kSlab) {
       const int len = (int)std::min(kSlab, n - at);
       MPI_Request req;
-      if (Status s = mpi_status(MPI_Iallreduce(MPI_IN_PLACE, data + at, len, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, &req),
-                                "allreduce");
+      if (Status s = finish(MPI_Iallreduce(MPI_IN_PLACE, data + at, len, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, &req), req,
+                            "all-reduce (MPI_Iallreduce)");
           !s)
         return s;
-      if (Status s = wait(req, "all-reduce (MPI_Iallreduce)"); !s) return s;
       bytes_ += (uint64_t)len * sizeof(float) * 2 * (size_ - 1) / size_;  // (a ring's volume)
     }
     return Status::ok();
@@ -315,7 +310,7 @@ class MpiComm final : public Communicator {
       const int64_t len = std::min(kSlab, n - at);
       even_slices(comm, len);
       if (Status s = scatter_sum(comm, data + at, len, type, scratch); !s) return s;
-      if (Status s = gather(comm, data + at, len, type); !s) return s;
+      if (Status s = gather(comm, data + at, type); !s) return s;
     }
     return Status::ok();
   }
@@ -338,7 +333,7 @@ class MpiComm final : public Communicator {
       if (Status s = reduce(column_, data + at + off, mine, type, scratch); !s) return s;
       if (local_size > 1) {
         even_slices(node_, len);
-        if (Status s = gather(node_, data + at, len, type); !s) return s;
+        if (Status s = gather(node_, data + at, type); !s) return s;
       }
     }
     return Status::ok();
@@ -377,12 +372,11 @@ class MpiComm final : public Communicator {
     for (int r = 0; r < R; r++) rcounts_[r] = mine, rdispls_[r] = r * mine;
     if (scratch.size() < (size_t)R * mine) scratch.resize((size_t)R * mine);
     MPI_Request req;
-    if (Status s = mpi_status(MPI_Ialltoallv(data, counts_.data(), displs_.data(), type, scratch.data(),
-                                             rcounts_.data(), rdispls_.data(), type, comm, &req),
-                              "alltoallv");
+    if (Status s = finish(MPI_Ialltoallv(data, counts_.data(), displs_.data(), type, scratch.data(), rcounts_.data(),
+                                         rdispls_.data(), type, comm, &req),
+                          req, "all-reduce (alltoallv)");
         !s)
       return s;
-    if (Status s = wait(req, "all-reduce (alltoallv)"); !s) return s;
     T* out = data + displs_[me];
     for (int i = 0; i < mine; i++) {
       T acc = scratch[i];
@@ -395,19 +389,20 @@ class MpiComm final : public Communicator {
 
   // With counts_/displs_ set for comm: every member's slice to every member.
   template <typename T>
-  Status gather(MPI_Comm comm, T* data, int64_t n, MPI_Datatype type) {
+  Status gather(MPI_Comm comm, T* data, MPI_Datatype type) {
     int R = 1, me = 0;
     MPI_Comm_size(comm, &R);
     MPI_Comm_rank(comm, &me);
-    (void)n;
     bytes_ += (uint64_t)counts_[me] * (R - 1) * sizeof(T);
     MPI_Request req;
-    if (Status s = mpi_status(MPI_Iallgatherv(MPI_IN_PLACE, 0, type, data, counts_.data(), displs_.data(), type,
-                                              comm, &req),
-                              "allgatherv");
-        !s)
-      return s;
-    return wait(req, "all-reduce (allgatherv)");
+    return finish(MPI_Iallgatherv(MPI_IN_PLACE, 0, type, data, counts_.data(), displs_.data(), type, comm, &req), req,
+                  "all-reduce (allgatherv)");
+  }
+
+  // A non-blocking collective: `started` is its start's return code, then it is polled to its end.
+  Status finish(int started, MPI_Request& req, const char* what) {
+    if (Status s = mpi_status(started, what); !s) return s;
+    return wait(req, what);
   }
 
   // Polls a non-blocking collective; past the timeout the job is ended (some rank stopped
