@@ -962,7 +962,10 @@ Status Trainer::run(TrainSummary& out) {
     {
       const double tn = now_s();
       if (Status s = global_grad_norm(norm); !s) return s;
-      if (owners) allreduce_wait_ms += (now_s() - tn) * 1e3, allreduce_ms += (now_s() - tn) * 1e3;
+      if (owners) {  // ZeRO-1: the norm's block partials went over the network
+        const double ms = (now_s() - tn) * 1e3;
+        allreduce_wait_ms += ms, allreduce_ms += ms;
+      }
     }
     const bool finite = std::isfinite(loss) && (!hc.skip_nonfinite || std::isfinite(norm));
     double grad_norm = NAN;
@@ -973,7 +976,8 @@ Status Trainer::run(TrainSummary& out) {
       if (owners) {  // ZeRO-1: each rank updated its range; every rank gets every range
         const double tg = now_s();
         if (Status s = comm_->allgather_ranges(model_.params(), *owners); !s) return s;
-        allreduce_wait_ms += (now_s() - tg) * 1e3, allreduce_ms += (now_s() - tg) * 1e3;
+        const double ms = (now_s() - tg) * 1e3;
+        allreduce_wait_ms += ms, allreduce_ms += ms;
       }
     } else {
       nonfinite_skipped_++;
