@@ -9,7 +9,6 @@
 #include <cstring>
 #include <queue>
 
-
 namespace smelt {
 
 namespace {
@@ -24,8 +23,7 @@ void TokenMap::build(const std::vector<std::string>& vocab) {
   while (cap < vocab.size() * 2) cap <<= 1;
   slots_.assign(cap, Slot{0, UINT32_MAX});
   mask_ = cap - 1;
-  filter_.assign(std::max<size_t>(1, cap / 8), ~0ull);  // all ones while building: find() passes
-  filter_mask_ = filter_.size() - 1;
+  filter_.reset(cap / 8, ~0ull);  // all ones while building: find() passes
   offset_.resize(vocab.size() + 1);
   size_t total = 0;
   for (const auto& v : vocab) total += v.size();
@@ -45,12 +43,9 @@ void TokenMap::build(const std::vector<std::string>& vocab) {
     while (slots_[i].id != UINT32_MAX) i = (i + 1) & mask_;
     slots_[i] = {static_cast<uint32_t>(h >> 32), id};
   }
-  std::fill(filter_.begin(), filter_.end(), 0);
-  for (uint32_t id = 0; id < vocab.size(); id++) {
-    if (vocab[id].empty()) continue;
-    uint64_t h = bpe_bytes_hash(vocab[id].data(), vocab[id].size());
-    filter_[(h >> 20) & filter_mask_] |= (1ull << (h >> 58)) | (1ull << ((h >> 52) & 63));
-  }
+  filter_.reset(cap / 8, 0);
+  for (const auto& v : vocab)
+    if (!v.empty()) filter_.add(bpe_bytes_hash(v.data(), v.size()));
 }
 
 void PairMap::reserve(size_t n) {
@@ -61,21 +56,20 @@ void PairMap::reserve(size_t n) {
   old.swap(slots_);
   slots_.assign(cap, kEmpty);
   mask_ = cap - 1;
-  filter_.assign(std::max<size_t>(1, cap / 8), 0);  // 16 bits a pair at the largest load
-  filter_mask_ = filter_.size() - 1;
+  filter_.reset(cap / 8, 0);  // 16 bits a pair at the largest load
   for (uint64_t s : old) {
     if (s == kEmpty) continue;
     uint64_t h = mix(s >> 22), i = h & mask_;
     while (slots_[i] != kEmpty) i = (i + 1) & mask_;
     slots_[i] = s;
-    add_to_filter(h);
+    filter_.add(h);
   }
 }
 
 void PairMap::insert(uint32_t a, uint32_t b, uint32_t priority, uint32_t merged) {
   if ((size_ + 1) * 2 > slots_.size()) reserve(std::max<size_t>(16, slots_.size()));
   if (!priority_is_id_ || priority != merged) {
-    if (priority_is_id_) priority_is_id_ = false;  // every earlier pair's merged id equals its priority
+    priority_is_id_ = false;  // every earlier pair's merged id equals its priority (filled in below)
     if (priority >= merged_.size()) {
       size_t old = merged_.size();
       merged_.resize(std::max<size_t>(priority + 1, old * 2));
@@ -84,7 +78,7 @@ void PairMap::insert(uint32_t a, uint32_t b, uint32_t priority, uint32_t merged)
     merged_[priority] = merged;
   }
   const uint64_t k = key(a, b), s = (k << 22) | priority;
-  add_to_filter(mix(k));
+  filter_.add(mix(k));
   for (uint64_t i = mix(k) & mask_;; i = (i + 1) & mask_) {
     if ((slots_[i] >> 22) == k || slots_[i] == kEmpty) {
       size_ += slots_[i] == kEmpty;

@@ -39,6 +39,25 @@ inline bool bpe_bytes_equal(const char* a, const char* b, size_t n) {
   return true;
 }
 
+// A filter in front of a hash table: two bits in one 64-bit word per key (the word picked by the
+// hash's bits from kShift up, the two bits by its top 12), so most look-ups of absent keys stop at
+// one word of a small array that stays in cache while the table does not.
+template <int kShift>
+class BpeFilter {
+ public:
+  void reset(size_t words, uint64_t fill) {  // words: a power of two (1 at least)
+    words_.assign(words < 1 ? 1 : words, fill);
+    mask_ = words_.size() - 1;
+  }
+  void add(uint64_t h) { words_[(h >> kShift) & mask_] |= bits(h); }
+  bool may_contain(uint64_t h) const { return (words_[(h >> kShift) & mask_] & bits(h)) == bits(h); }
+
+ private:
+  static uint64_t bits(uint64_t h) { return (1ull << (h >> 58)) | (1ull << ((h >> 52) & 63)); }
+  std::vector<uint64_t> words_ = std::vector<uint64_t>(1, 0);
+  uint64_t mask_ = 0;
+};
+
 // token bytes -> id: open addressing over 8-byte slots (hash tag, id), the vocabulary's bytes kept
 // in one arena so a probe touches the table, one offset and the bytes; a small filter in front
 // answers most look-ups of strings that are not tokens.
@@ -48,8 +67,7 @@ class TokenMap {
   // id of s, or UINT32_MAX
   uint32_t find(std::string_view s) const { return find(s, bpe_bytes_hash(s.data(), s.size())); }
   uint32_t find(std::string_view s, uint64_t h) const {
-    const uint64_t w = filter_[(h >> 20) & filter_mask_];  // most pieces looked up whole are not tokens
-    if (!(w >> (h >> 58) & 1) || !(w >> ((h >> 52) & 63) & 1)) return UINT32_MAX;
+    if (!filter_.may_contain(h)) return UINT32_MAX;  // most pieces looked up whole are not tokens
     const uint32_t tag = static_cast<uint32_t>(h >> 32);
     for (uint64_t i = h & mask_;; i = (i + 1) & mask_) {
       const Slot e = slots_[i];
@@ -64,8 +82,7 @@ class TokenMap {
  private:
   struct Slot { uint32_t tag, id; };
   std::vector<Slot> slots_ = std::vector<Slot>(1, Slot{0, UINT32_MAX});
-  std::vector<uint64_t> filter_ = std::vector<uint64_t>(1, ~0ull);  // 2 bits set a token, 16-32 bits a token
-  uint64_t filter_mask_ = 0;
+  BpeFilter<20> filter_;  // 2 bits set a token, 16-32 bits a token
   std::vector<uint32_t> offset_;  // [id] start of token id in bytes_, [id + 1] its end
   std::string bytes_;
   uint64_t mask_ = 0;
@@ -88,10 +105,7 @@ class PairMap {
   // false: the pair is certainly not in the map. A filter of 16 bits a pair (two bits set in one
   // 64-bit word, about 1% false positives) that stays in cache while the table does not, for the
   // many adjacent pairs that are not merges.
-  bool may_contain(uint64_t h) const {
-    uint64_t w = filter_[(h >> 22) & filter_mask_];
-    return (w >> (h >> 58) & 1) && (w >> ((h >> 52) & 63) & 1);
-  }
+  bool may_contain(uint64_t h) const { return filter_.may_contain(h); }
   // priority of the pair, or kNone; h: hash(a, b)
   uint32_t priority(uint32_t a, uint32_t b, uint64_t h) const {
     const uint64_t k = key(a, b);
@@ -108,14 +122,12 @@ class PairMap {
 
  private:
   static constexpr uint64_t kEmpty = ~0ull, kPrioMask = (1ull << 22) - 1;
-  void add_to_filter(uint64_t h) { filter_[(h >> 22) & filter_mask_] |= (1ull << (h >> 58)) | (1ull << ((h >> 52) & 63)); }
   static uint64_t mix(uint64_t x) {
     x ^= x >> 33; x *= 0xff51afd7ed558ccdULL; x ^= x >> 33;
     return x;
   }
   std::vector<uint64_t> slots_ = std::vector<uint64_t>(1, kEmpty);
-  std::vector<uint64_t> filter_ = std::vector<uint64_t>(1, 0);
-  uint64_t filter_mask_ = 0;
+  BpeFilter<22> filter_;
   std::vector<uint32_t> merged_;  // [priority] -> merged id, unless priority_is_id_
   bool priority_is_id_ = true;
   uint64_t mask_ = 0;
