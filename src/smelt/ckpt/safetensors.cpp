@@ -1,5 +1,6 @@
 // safetensors writer (pwrite from an io thread, O_DIRECT where allowed, CRC32C computed by the
-// caller's thread while the io thread writes, one fsync per file) and reader (pread; header parsed with nlohmann_json and checked field by field against the file).
+// caller's thread while the io thread writes, one fsync per file) and reader (pread; header parsed
+// with nlohmann_json and checked field by field against the file).
 // Little-endian hosts only (x86, arm64), like every safetensors producer.
 #include "smelt/ckpt/safetensors.hpp"
 

@@ -365,7 +365,7 @@ void read_from_position(const ReadFromPosition& r) {
     if (!reader) {
       if (!(f == r.from_file && r.from_rec > 0)) {
         pending.push_back("unreadable_file");
-        if ((*r.logged)++ < r.max_logged) spdlog::warn("{}; the file was skipped", err.message());
+        log(err.message() + "; the file was skipped");
       }
     } else {
       reader->on_issue = [&](const ReadIssue& is) {
