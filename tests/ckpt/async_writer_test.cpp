@@ -19,6 +19,7 @@
 #include "smelt/ckpt/async_writer.hpp"
 #include "smelt/ckpt/checkpoint.hpp"
 #include "test_files.hpp"
+#include "test_small_fs.hpp"
 
 namespace fs = std::filesystem;
 using namespace smelt;
@@ -249,16 +250,14 @@ TEST(AsyncWriterDiskFullHelper, InsideSmallFilesystem) {
 }
 
 TEST_F(AsyncWriterTest, DiskFullInTheStreamFailsCleanly) {
-  if (std::system("unshare --user --map-root-user --mount true 2>/dev/null") != 0)
+  if (!test::small_fs_available())
     GTEST_SKIP() << "user namespaces are not allowed here (checkpoint_test covers a full disk)";
   fs::path mnt = dir_ / "mnt";
   fs::create_directories(mnt);
-  std::string self = fs::read_symlink("/proc/self/exe").string(), log = (dir_ / "helper.txt").string();
-  std::string cmd = "unshare --user --map-root-user --mount sh -c 'mount -t tmpfs -o size=2m tmpfs " + mnt.string() +
-                    " && SMELT_ASYNC_DISKFULL_DIR=" + mnt.string() + " " + self +
-                    " --gtest_filter=AsyncWriterDiskFullHelper.InsideSmallFilesystem' > " + log + " 2>&1";
-  int st = std::system(cmd.c_str());
-  std::string out = test::read_file(log);
+  std::string out;
+  int st =
+      test::run_in_small_fs(mnt.string(), "SMELT_ASYNC_DISKFULL_DIR", "AsyncWriterDiskFullHelper.InsideSmallFilesystem",
+                            (dir_ / "helper.txt").string(), out);
   ASSERT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << out;
   EXPECT_NE(out.find("[  PASSED  ] 1 test"), std::string::npos) << out;
   EXPECT_NE(out.find("No space left on device"), std::string::npos) << out;

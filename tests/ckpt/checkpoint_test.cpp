@@ -25,6 +25,7 @@
 #include "smelt/model/config.hpp"
 #include "smelt/model/params.hpp"
 #include "test_files.hpp"
+#include "test_small_fs.hpp"
 
 namespace fs = std::filesystem;
 using namespace smelt;
@@ -400,16 +401,12 @@ TEST(CkptDiskFullHelper, InsideSmallFilesystem) {
 TEST_F(CheckpointTest, DiskFullFailsCleanly) {
   fs::path mnt = dir_ / "mnt";
   fs::create_directories(mnt);
-  std::string self = fs::read_symlink("/proc/self/exe").string();
   bool can_unshare = !std::getenv("SMELT_CKPT_NO_UNSHARE") &&  // set it to test the fallback
-                     std::system("unshare --user --map-root-user --mount true 2>/dev/null") == 0;
+                     test::small_fs_available();
   if (can_unshare) {
-    std::string log = (dir_ / "helper.txt").string();
-    std::string cmd = "unshare --user --map-root-user --mount sh -c 'mount -t tmpfs -o size=2m tmpfs " + mnt.string() +
-                      " && SMELT_CKPT_DISKFULL_DIR=" + mnt.string() + " " + self +
-                      " --gtest_filter=CkptDiskFullHelper.InsideSmallFilesystem' > " + log + " 2>&1";
-    int st = std::system(cmd.c_str());
-    std::string out = test::read_file(log);
+    std::string out;
+    int st = test::run_in_small_fs(mnt.string(), "SMELT_CKPT_DISKFULL_DIR", "CkptDiskFullHelper.InsideSmallFilesystem",
+                                   (dir_ / "helper.txt").string(), out);
     ASSERT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << out;
     EXPECT_TRUE(contains(out, "[  PASSED  ] 1 test")) << out;
     EXPECT_TRUE(contains(out, "No space left on device")) << out;
