@@ -1,6 +1,7 @@
 // BLAS-backed linear layers vs double-accumulated references (1e-5 of the tensor scale): forward
 // with beta 0 and 1 (residual add), dinp overwrite, dweight accumulate; rows and output features
-// not multiples of the tile edges, one and two tiles per GEMM; bit-identical for 1 and 2 threads.
+// not multiples of the tile edges, one and two tiles per GEMM; bit-identical for 1 and 2 threads;
+// on each fp32 GEMM back end (OpenBLAS, oneDNN).
 #include <array>
 
 #include "kernel_check.hpp"
@@ -9,12 +10,13 @@
 using namespace smelt;
 using namespace smelt::test;
 
-class Matmul : public ::testing::TestWithParam<std::array<int, 3>> {};
+class Matmul : public ::testing::TestWithParam<std::array<int, 4>> {};
 
 // {N, IC, OC}: one tile everywhere; then sides >= 1024, cut in two tiles (forward by columns,
 // dinp by rows, dweight by rows), so 2 threads split every GEMM.
 TEST_P(Matmul, MatchesReferenceAndIsThreadInvariant) {
   const int N = GetParam()[0], IC = GetParam()[1], OC = GetParam()[2];
+  gemm_set_backend((GemmBackend)GetParam()[3]);
   auto x = randn((size_t)N * IC, 1), w = randn((size_t)OC * IC, 2), dy = randn((size_t)N * OC, 3);
   std::vector<float> y_t[2], dx_t[2], dw_t[2];
   for (int threads : {1, 2}) {
@@ -41,8 +43,11 @@ TEST_P(Matmul, MatchesReferenceAndIsThreadInvariant) {
   EXPECT_EQ(y_t[0], y_t[1]);
   EXPECT_EQ(dx_t[0], dx_t[1]);
   EXPECT_EQ(dw_t[0], dw_t[1]);
+  gemm_set_backend(GemmBackend::kOpenBlas);
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, Matmul,
-                         ::testing::Values(std::array<int, 3>{600, 40, 301},
-                                           std::array<int, 3>{1100, 40, 1030}));
+                         ::testing::Values(std::array<int, 4>{600, 40, 301, (int)GemmBackend::kOpenBlas},
+                                           std::array<int, 4>{1100, 40, 1030, (int)GemmBackend::kOpenBlas},
+                                           std::array<int, 4>{600, 40, 301, (int)GemmBackend::kOneDnn},
+                                           std::array<int, 4>{1100, 40, 1030, (int)GemmBackend::kOneDnn}));

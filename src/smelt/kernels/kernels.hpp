@@ -87,6 +87,34 @@ void attention_forward_ref(float* out, const float* qkv, const int32_t* seg, flo
 void attention_backward_ref(float* dqkv, const float* dout, const float* qkv, const int32_t* seg,
                             float* scratch, int B, int T, int NH, int NKV, int HS);
 
+// ---- gemm.cpp: the GEMM back ends ------------------------------------------------------------
+// fp32 GEMMs (every linear layer, every precision's fp32 parts) run on the back end set here,
+// chosen once per process by machine/gemm_select (a measurement at the model's shapes).
+enum class GemmBackend : int { kOpenBlas = 0, kOneDnn = 1 };
+void gemm_set_backend(GemmBackend b);
+GemmBackend gemm_backend();
+const char* gemm_backend_name(GemmBackend b);
+// C (M,N) = beta*C + alpha op(A) op(B), row-major fp32; one thread (callers tile over OpenMP).
+void gemm_f32(bool ta, bool tb, int M, int N, int K, float alpha, const float* A, int lda,
+              const float* B, int ldb, float beta, float* C, int ldc);
+// bf16 GEMM: A, B bf16 (the upper half of an fp32, uint16_t), fp32 accumulation, C fp32; one
+// thread. gemm_bf16 runs oneDNN's matmul when the CPU has bf16 units (AMX, AVX512-BF16), else
+// the portable path, which computes the same products (exact in fp32) with fp32 sums in another
+// order: the two agree to fp32 rounding, not bit for bit.
+void gemm_bf16(bool ta, bool tb, int M, int N, int K, const uint16_t* A, int lda, const uint16_t* B,
+               int ldb, float beta, float* C, int ldc);
+void gemm_bf16_onednn(bool ta, bool tb, int M, int N, int K, const uint16_t* A, int lda,
+                      const uint16_t* B, int ldb, float beta, float* C, int ldc);
+void gemm_bf16_portable(bool ta, bool tb, int M, int N, int K, const uint16_t* A, int lda,
+                        const uint16_t* B, int ldb, float beta, float* C, int ldc);
+bool gemm_bf16_native();          // oneDNN reports bf16 units (avx512_core_bf16 or amx)
+const char* gemm_bf16_isa();      // what gemm_bf16 runs on, for reports
+void gemm_bf16_set_portable(bool portable);  // tests and benchmarks: force the portable path
+// out (n) = inp rounded to bf16 (nearest, ties to even; NaN stays NaN). OpenMP over fixed blocks.
+void bf16_from_f32(uint16_t* out, const float* inp, int64_t n);
+void f32_from_bf16(float* out, const uint16_t* inp, int64_t n);
+float bf16_round_f32(float x);    // x rounded to the nearest bf16, as an fp32
+
 // ---- matmul.cpp -----------------------------------------------------------------------------
 // out (N,OC) = beta*out + inp (N,IC) @ weight(OC,IC)^T. beta 1 adds into out (the residual add).
 void matmul_forward(float* out, const float* inp, const float* weight, int N, int IC, int OC,
@@ -95,8 +123,22 @@ void matmul_forward(float* out, const float* inp, const float* weight, int N, in
 // dout^T @ inp.
 void matmul_backward(float* dinp, float* dweight, const float* dout, const float* inp,
                      const float* weight, int N, int IC, int OC);
+// bf16 mixed precision: the same products with bf16 inputs and fp32 accumulation and outputs.
+// inp16 (N,IC) scratch, filled here with inp rounded to bf16; weight16 (OC,IC) the weight in bf16.
+void matmul_forward_bf16(float* out, uint16_t* inp16, const float* inp, const uint16_t* weight16,
+                         int N, int IC, int OC, float beta = 0.0f);
+// dout16 (N,OC) and inp16 (N,IC) scratch, filled here (the forward's inp16 may be reused by the
+// caller, this kernel refills it); dinp and dweight in fp32 as matmul_backward.
+void matmul_backward_bf16(float* dinp, float* dweight, uint16_t* dout16, uint16_t* inp16,
+                          const float* dout, const float* inp, const uint16_t* weight16, int N,
+                          int IC, int OC);
 void matmul_forward_ref(float* out, const float* inp, const float* weight, int N, int IC, int OC,
                         float beta = 0.0f);
+// References of the bf16 kernels: inputs rounded to bf16, sums in double.
+void matmul_forward_bf16_ref(float* out, const float* inp, const uint16_t* weight16, int N, int IC,
+                             int OC, float beta = 0.0f);
+void matmul_backward_bf16_ref(float* dinp, float* dweight, const float* dout, const float* inp,
+                              const uint16_t* weight16, int N, int IC, int OC);
 void matmul_backward_ref(float* dinp, float* dweight, const float* dout, const float* inp,
                          const float* weight, int N, int IC, int OC);
 

@@ -1,10 +1,10 @@
-// Linear layers through BLAS: out = inp @ weight^T and its two backward GEMMs. OpenBLAS runs
-// single-threaded; the OpenMP team takes shape-fixed tiles (one pool, docs/model.md "Threads").
-// Not a GEMM implementation of our own.
+// Linear layers: out = inp @ weight^T and its two backward GEMMs, in fp32 or with bf16 inputs
+// (fp32 accumulation). Each tile is one single-threaded call into the chosen back end (gemm.cpp);
+// the OpenMP team takes shape-fixed tiles (one pool, docs/model.md "Threads"). Not a GEMM
+// implementation of our own.
 #include <algorithm>
 #include <cstdint>
 
-#include <cblas.h>
 #include <omp.h>
 
 #include "smelt/kernels/kernels.hpp"
@@ -42,31 +42,31 @@ inline Cut cut(int M, int N, int K) {
   return c;
 }
 
-// Tile k of C (M,N) = alpha op(A) op(B) + beta C, row-major.
-inline void gemm_tile(const Cut& c, int k, bool ta, bool tb, int M, int N, int K, const float* A,
-                      int lda, const float* B, int ldb, float beta, float* C, int ldc) {
+// Tile k of C (M,N) = alpha op(A) op(B) + beta C, row-major; T float (fp32 GEMM) or uint16_t
+// (bf16 inputs, fp32 C).
+template <typename T>
+inline void gemm_tile(const Cut& c, int k, bool ta, bool tb, int M, int N, int K, const T* A, int lda,
+                      const T* B, int ldb, float beta, float* C, int ldc) {
   int x0 = k * c.step, len = c.rows ? M : N, n = len - x0 < c.step ? len - x0 : c.step;
-  CBLAS_TRANSPOSE TA = ta ? CblasTrans : CblasNoTrans, TB = tb ? CblasTrans : CblasNoTrans;
-  if (c.rows) {
-    const float* a = ta ? A + x0 : A + (int64_t)x0 * lda;
-    cblas_sgemm(CblasRowMajor, TA, TB, n, N, K, 1.0f, a, lda, B, ldb, beta, C + (int64_t)x0 * ldc, ldc);
-  } else {
-    const float* b = tb ? B + (int64_t)x0 * ldb : B + x0;
-    cblas_sgemm(CblasRowMajor, TA, TB, M, n, K, 1.0f, A, lda, b, ldb, beta, C + x0, ldc);
-  }
+  auto gemm = [&](int m, int nn, const T* a, const T* b, float* cc) {
+    if constexpr (sizeof(T) == 4) gemm_f32(ta, tb, m, nn, K, 1.0f, a, lda, b, ldb, beta, cc, ldc);
+    else gemm_bf16(ta, tb, m, nn, K, a, lda, b, ldb, beta, cc, ldc);
+  };
+  if (c.rows) gemm(n, N, ta ? A + x0 : A + (int64_t)x0 * lda, B, C + (int64_t)x0 * ldc);
+  else gemm(M, n, A, tb ? B + (int64_t)x0 * ldb : B + x0, C + x0);
 }
-}  // namespace
 
-void matmul_forward(float* out, const float* inp, const float* weight, int N, int IC, int OC,
-                    float beta) {
+template <typename T>
+void forward_tiles(float* out, const T* inp, const T* weight, int N, int IC, int OC, float beta) {
   const Cut c = cut(N, OC, IC);
 #pragma omp parallel for schedule(dynamic, 1)
   for (int k = 0; k < c.count; k++)
     gemm_tile(c, k, false, true, N, OC, IC, inp, IC, weight, IC, beta, out, OC);
 }
 
-void matmul_backward(float* dinp, float* dweight, const float* dout, const float* inp,
-                     const float* weight, int N, int IC, int OC) {
+template <typename T>
+void backward_tiles(float* dinp, float* dweight, const T* dout, const T* inp, const T* weight, int N, int IC,
+                    int OC) {
   // dweight (OC,IC) += dout^T @ inp and dinp (N,IC) = dout (N,OC) @ weight (OC,IC): one task
   // list, largest tiles first, so 2 threads balance across both GEMMs (a 1-tile GEMM against
   // the other's 2 half tiles). Tiles write disjoint outputs: the order never changes the bits.
@@ -82,6 +82,31 @@ void matmul_backward(float* dinp, float* dweight, const float* dout, const float
     if (k < nw) gemm_tile(cw, k, true, false, OC, IC, N, dout, OC, inp, IC, 1.0f, dweight, IC);
     else gemm_tile(ci, k - nw, false, false, N, IC, OC, dout, OC, weight, IC, 0.0f, dinp, IC);
   }
+}
+}  // namespace
+
+void matmul_forward(float* out, const float* inp, const float* weight, int N, int IC, int OC,
+                    float beta) {
+  forward_tiles(out, inp, weight, N, IC, OC, beta);
+}
+
+void matmul_backward(float* dinp, float* dweight, const float* dout, const float* inp,
+                     const float* weight, int N, int IC, int OC) {
+  backward_tiles(dinp, dweight, dout, inp, weight, N, IC, OC);
+}
+
+void matmul_forward_bf16(float* out, uint16_t* inp16, const float* inp, const uint16_t* weight16,
+                         int N, int IC, int OC, float beta) {
+  bf16_from_f32(inp16, inp, (int64_t)N * IC);
+  forward_tiles(out, inp16, weight16, N, IC, OC, beta);
+}
+
+void matmul_backward_bf16(float* dinp, float* dweight, uint16_t* dout16, uint16_t* inp16,
+                          const float* dout, const float* inp, const uint16_t* weight16, int N,
+                          int IC, int OC) {
+  bf16_from_f32(dout16, dout, (int64_t)N * OC);
+  bf16_from_f32(inp16, inp, (int64_t)N * IC);
+  backward_tiles(dinp, dweight, dout16, inp16, weight16, N, IC, OC);
 }
 
 void matmul_forward_ref(float* out, const float* inp, const float* weight, int N, int IC, int OC,
@@ -108,6 +133,44 @@ void matmul_backward_ref(float* dinp, float* dweight, const float* dout, const f
     for (int i = 0; i < IC; i++) {
       double s = 0;
       for (int n = 0; n < N; n++) s += (double)dout[(int64_t)n * OC + o] * inp[(int64_t)n * IC + i];
+      dweight[(int64_t)o * IC + i] += (float)s;
+    }
+}
+
+void matmul_forward_bf16_ref(float* out, const float* inp, const uint16_t* weight16, int N, int IC,
+                             int OC, float beta) {
+  for (int n = 0; n < N; n++)
+    for (int o = 0; o < OC; o++) {
+      double s = 0;
+      for (int i = 0; i < IC; i++) {
+        float w;
+        f32_from_bf16(&w, weight16 + (int64_t)o * IC + i, 1);
+        s += (double)bf16_round_f32(inp[(int64_t)n * IC + i]) * w;
+      }
+      float prev = beta != 0.0f ? beta * out[(int64_t)n * OC + o] : 0.0f;
+      out[(int64_t)n * OC + o] = prev + (float)s;
+    }
+}
+
+void matmul_backward_bf16_ref(float* dinp, float* dweight, const float* dout, const float* inp,
+                              const uint16_t* weight16, int N, int IC, int OC) {
+  auto w = [&](int o, int i) {
+    float x;
+    f32_from_bf16(&x, weight16 + (int64_t)o * IC + i, 1);
+    return (double)x;
+  };
+  auto g = [&](int n, int o) { return (double)bf16_round_f32(dout[(int64_t)n * OC + o]); };
+  if (dinp)
+    for (int n = 0; n < N; n++)
+      for (int i = 0; i < IC; i++) {
+        double s = 0;
+        for (int o = 0; o < OC; o++) s += g(n, o) * w(o, i);
+        dinp[(int64_t)n * IC + i] = (float)s;
+      }
+  for (int o = 0; o < OC; o++)
+    for (int i = 0; i < IC; i++) {
+      double s = 0;
+      for (int n = 0; n < N; n++) s += g(n, o) * bf16_round_f32(inp[(int64_t)n * IC + i]);
       dweight[(int64_t)o * IC + i] += (float)s;
     }
 }

@@ -1,0 +1,208 @@
+// The GEMM back ends every linear layer runs on: fp32 through OpenBLAS or oneDNN's sgemm, bf16
+// inputs with fp32 accumulation through oneDNN's matmul (AMX or AVX512-BF16 where the CPU has
+// them) or a portable path (bf16 widened to fp32, then sgemm: the same products, exact in fp32).
+// Each call is single-threaded; callers tile a GEMM over OpenMP (matmul.cpp). Not a GEMM of our
+// own, and not the choice of back end (machine/gemm_select measures that).
+#include <algorithm>
+#include <array>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <tuple>
+#include <vector>
+
+#include <cblas.h>
+#include <omp.h>
+#include <oneapi/dnnl/dnnl.hpp>
+
+#include "smelt/kernels/kernels.hpp"
+
+namespace smelt {
+
+namespace {
+GemmBackend g_backend = GemmBackend::kOpenBlas;
+int g_bf16_mode = -1;  // -1 not decided yet, 0 portable, 1 oneDNN
+
+dnnl::engine& engine() {
+  static dnnl::engine e(dnnl::engine::kind::cpu, 0);
+  return e;
+}
+
+// One oneDNN matmul per GEMM shape (tiles have at most a few shapes), created on first use and
+// kept. Each OpenMP thread executes through its own memory objects, stream and scratchpad, so two
+// tiles of the same shape run at once without sharing state.
+constexpr int kMaxThreads = 256;
+struct PerThread {
+  std::unique_ptr<dnnl::stream> stream;
+  dnnl::memory a, b, c, scratch;
+  std::vector<uint8_t> scratch_bytes;
+};
+struct Bf16Gemm {
+  dnnl::matmul prim;
+  dnnl::memory::desc ad, bd, cd, sd;
+  std::array<std::unique_ptr<PerThread>, kMaxThreads> threads;
+};
+using Key = std::tuple<bool, bool, int, int, int, int, int, int, bool>;
+std::mutex g_mu;
+std::map<Key, std::unique_ptr<Bf16Gemm>> g_cache;
+
+Bf16Gemm& bf16_gemm_for(bool ta, bool tb, int M, int N, int K, int lda, int ldb, int ldc, bool accumulate) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  auto& slot = g_cache[Key{ta, tb, M, N, K, lda, ldb, ldc, accumulate}];
+  if (slot) return *slot;
+  using dt = dnnl::memory::data_type;
+  using dims = dnnl::memory::dims;
+  auto g = std::make_unique<Bf16Gemm>();
+  // op(A) (M,K) and op(B) (K,N) described by strides over the row-major storage: no copies.
+  g->ad = dnnl::memory::desc({M, K}, dt::bf16, ta ? dims{1, lda} : dims{lda, 1});
+  g->bd = dnnl::memory::desc({K, N}, dt::bf16, tb ? dims{1, ldb} : dims{ldb, 1});
+  g->cd = dnnl::memory::desc({M, N}, dt::f32, dims{ldc, 1});
+  dnnl::primitive_attr attr;
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  if (accumulate) {
+    dnnl::post_ops po;
+    po.append_sum(1.0f);  // C += A B, in fp32
+    attr.set_post_ops(po);
+  }
+  auto pd = dnnl::matmul::primitive_desc(dnnl::matmul::desc(g->ad, g->bd, g->cd), attr, engine());
+  g->sd = pd.scratchpad_desc();
+  g->prim = dnnl::matmul(pd);
+  slot = std::move(g);
+  return *slot;
+}
+
+inline uint16_t bf16_round(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40);  // NaN stays a quiet NaN
+  u += 0x7fffu + ((u >> 16) & 1u);  // round to nearest, ties to even
+  return (uint16_t)(u >> 16);
+}
+inline float bf16_widen(uint16_t h) {
+  uint32_t u = (uint32_t)h << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+}  // namespace
+
+void gemm_set_backend(GemmBackend b) { g_backend = b; }
+GemmBackend gemm_backend() { return g_backend; }
+const char* gemm_backend_name(GemmBackend b) { return b == GemmBackend::kOneDnn ? "onednn" : "openblas"; }
+
+void gemm_f32(bool ta, bool tb, int M, int N, int K, float alpha, const float* A, int lda, const float* B,
+              int ldb, float beta, float* C, int ldc) {
+  if (M <= 0 || N <= 0) return;
+  if (g_backend == GemmBackend::kOneDnn) {
+    // Row-major like cblas; single-threaded when called inside an OpenMP region (our tiles).
+    dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    return;
+  }
+  cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, M, N, K, alpha, A,
+              lda, B, ldb, beta, C, ldc);
+}
+
+bool gemm_bf16_native() {
+  if (g_bf16_mode < 0) {
+    const dnnl_cpu_isa_t isa = dnnl_get_effective_cpu_isa();
+    g_bf16_mode = (isa == dnnl_cpu_isa_avx512_core_bf16 || isa == dnnl_cpu_isa_avx512_core_amx) ? 1 : 0;
+  }
+  return g_bf16_mode == 1;
+}
+
+const char* gemm_bf16_isa() {
+  if (!gemm_bf16_native()) return "portable (bf16 widened to fp32, sgemm)";
+  return dnnl_get_effective_cpu_isa() == dnnl_cpu_isa_avx512_core_amx ? "onednn amx_bf16" : "onednn avx512_bf16";
+}
+
+void gemm_bf16_set_portable(bool portable) {
+  if (portable) g_bf16_mode = 0;
+  else g_bf16_mode = -1, gemm_bf16_native();
+}
+
+void gemm_bf16_onednn(bool ta, bool tb, int M, int N, int K, const uint16_t* A, int lda, const uint16_t* B, int ldb,
+                      float beta, float* C, int ldc) {
+  if (M <= 0 || N <= 0) return;
+  if (beta != 0.0f && beta != 1.0f) {  // only 0 and 1 occur (overwrite, accumulate); others scale first
+    for (int i = 0; i < M; i++)
+      for (int j = 0; j < N; j++) C[(int64_t)i * ldc + j] *= beta;
+    beta = 1.0f;
+  }
+  Bf16Gemm& g = bf16_gemm_for(ta, tb, M, N, K, lda, ldb, ldc, beta != 0.0f);
+  const int tid = omp_get_thread_num() % kMaxThreads;
+  auto& pt = g.threads[tid];
+  if (!pt) {  // first call of this shape on this thread
+    pt = std::make_unique<PerThread>();
+    pt->stream = std::make_unique<dnnl::stream>(engine());
+    pt->a = dnnl::memory(g.ad, engine(), DNNL_MEMORY_NONE);
+    pt->b = dnnl::memory(g.bd, engine(), DNNL_MEMORY_NONE);
+    pt->c = dnnl::memory(g.cd, engine(), DNNL_MEMORY_NONE);
+    pt->scratch_bytes.resize(g.sd.get_size() + 64);
+    pt->scratch = dnnl::memory(g.sd, engine(), pt->scratch_bytes.data());
+  }
+  pt->a.set_data_handle(const_cast<uint16_t*>(A));
+  pt->b.set_data_handle(const_cast<uint16_t*>(B));
+  pt->c.set_data_handle(C);
+  dnnl_exec_arg_t args[4] = {{DNNL_ARG_SRC, pt->a.get()},
+                             {DNNL_ARG_WEIGHTS, pt->b.get()},
+                             {DNNL_ARG_DST, pt->c.get()},
+                             {DNNL_ARG_SCRATCHPAD, pt->scratch.get()}};
+  dnnl_primitive_execute(g.prim.get(), pt->stream->get(), 4, args);
+  dnnl_stream_wait(pt->stream->get());
+}
+
+void gemm_bf16_portable(bool ta, bool tb, int M, int N, int K, const uint16_t* A, int lda, const uint16_t* B,
+                        int ldb, float beta, float* C, int ldc) {
+  // Blocks of op(A) and op(B) widened into fixed per-thread buffers (row-major, K innermost), then
+  // one sgemm per block pair accumulating into C: fp32 products of bf16 values are exact, sums in
+  // fp32, as on the bf16 units.
+  constexpr int MB = 64, NB = 64, KB = 256;
+  alignas(64) thread_local float abuf[MB * KB], bbuf[NB * KB];  // 64 KiB each, not the heap
+  if (K <= 0) {
+    for (int i = 0; i < M; i++)
+      for (int j = 0; j < N; j++) C[(int64_t)i * ldc + j] = beta == 0.0f ? 0.0f : beta * C[(int64_t)i * ldc + j];
+    return;
+  }
+  for (int k0 = 0; k0 < K; k0 += KB) {
+    const int kb = std::min(KB, K - k0);
+    for (int i0 = 0; i0 < M; i0 += MB) {
+      const int mb = std::min(MB, M - i0);
+      for (int i = 0; i < mb; i++)
+        for (int k = 0; k < kb; k++)
+          abuf[i * KB + k] =
+              bf16_widen(ta ? A[(int64_t)(k0 + k) * lda + i0 + i] : A[(int64_t)(i0 + i) * lda + k0 + k]);
+      for (int j0 = 0; j0 < N; j0 += NB) {
+        const int nb = std::min(NB, N - j0);
+        for (int j = 0; j < nb; j++)
+          for (int k = 0; k < kb; k++)
+            bbuf[j * KB + k] =
+                bf16_widen(tb ? B[(int64_t)(j0 + j) * ldb + k0 + k] : B[(int64_t)(k0 + k) * ldb + j0 + j]);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, mb, nb, kb, 1.0f, abuf, KB, bbuf, KB,
+                    k0 == 0 ? beta : 1.0f, C + (int64_t)i0 * ldc + j0, ldc);
+      }
+    }
+  }
+}
+
+void gemm_bf16(bool ta, bool tb, int M, int N, int K, const uint16_t* A, int lda, const uint16_t* B, int ldb,
+               float beta, float* C, int ldc) {
+  if (gemm_bf16_native()) gemm_bf16_onednn(ta, tb, M, N, K, A, lda, B, ldb, beta, C, ldc);
+  else gemm_bf16_portable(ta, tb, M, N, K, A, lda, B, ldb, beta, C, ldc);
+}
+
+void bf16_from_f32(uint16_t* out, const float* inp, int64_t n) {
+#pragma omp parallel for schedule(static)
+  for (int64_t b = 0; b < n; b += 1 << 16) {
+    const int64_t e = std::min<int64_t>(n, b + (1 << 16));
+    for (int64_t i = b; i < e; i++) out[i] = bf16_round(inp[i]);
+  }
+}
+
+void f32_from_bf16(float* out, const uint16_t* inp, int64_t n) {
+  for (int64_t i = 0; i < n; i++) out[i] = bf16_widen(inp[i]);
+}
+
+float bf16_round_f32(float x) { return bf16_widen(bf16_round(x)); }
+
+}  // namespace smelt

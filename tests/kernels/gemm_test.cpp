@@ -1,0 +1,194 @@
+// The GEMM back ends and the bf16 linear layers: bf16 rounding (ties to even, NaN, infinities);
+// fp32 GEMMs on OpenBLAS and oneDNN against a double reference for every transpose; bf16 GEMMs on
+// oneDNN (when the CPU has bf16 units) and on the portable path against a double reference of the
+// bf16-rounded inputs (fp32-accumulation tolerance), so both paths compute the same numbers; the
+// bf16 linear layers against the fp32 ones within the bf16 bound; 1 and 2 threads bit-identical.
+#include <array>
+#include <cmath>
+#include <cstring>
+
+#include "kernel_check.hpp"
+#include "smelt/kernels/kernels.hpp"
+
+using namespace smelt;
+using namespace smelt::test;
+
+namespace {
+uint16_t bits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return (uint16_t)(u >> 16);
+}
+float from_bits(uint32_t u) {
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+std::vector<uint16_t> to_bf16(const std::vector<float>& x) {
+  std::vector<uint16_t> h(x.size());
+  bf16_from_f32(h.data(), x.data(), (int64_t)x.size());
+  return h;
+}
+// C = beta C + op(A) op(B) in double over the widened operands (row-major, lda/ldb = stored cols).
+template <typename T>
+std::vector<float> gemm_ref(bool ta, bool tb, int M, int N, int K, const std::vector<T>& A, const std::vector<T>& B,
+                            float beta, std::vector<float> C) {
+  auto get = [](const std::vector<T>& v, size_t i) {
+    if constexpr (sizeof(T) == 4) return (double)v[i];
+    else {
+      float f;
+      f32_from_bf16(&f, &v[i], 1);
+      return (double)f;
+    }
+  };
+  const int lda = ta ? M : K, ldb = tb ? K : N;
+  for (int i = 0; i < M; i++)
+    for (int j = 0; j < N; j++) {
+      double s = 0;
+      for (int k = 0; k < K; k++)
+        s += get(A, ta ? (size_t)k * lda + i : (size_t)i * lda + k) * get(B, tb ? (size_t)j * ldb + k : (size_t)k * ldb + j);
+      C[(size_t)i * N + j] = (float)(beta * C[(size_t)i * N + j] + s);
+    }
+  return C;
+}
+}  // namespace
+
+TEST(Bf16, RoundsToNearestTiesToEven) {
+  EXPECT_EQ(bits(1.0f), 0x3f80);
+  uint16_t h;
+  float x = from_bits(0x3f808000u);  // exactly halfway between 0x3f80 and 0x3f81: to even (0x3f80)
+  bf16_from_f32(&h, &x, 1);
+  EXPECT_EQ(h, 0x3f80);
+  x = from_bits(0x3f818000u);  // halfway between 0x3f81 and 0x3f82: to even (0x3f82)
+  bf16_from_f32(&h, &x, 1);
+  EXPECT_EQ(h, 0x3f82);
+  x = from_bits(0x3f808001u);  // just above halfway: up
+  bf16_from_f32(&h, &x, 1);
+  EXPECT_EQ(h, 0x3f81);
+  x = INFINITY;
+  bf16_from_f32(&h, &x, 1);
+  EXPECT_EQ(h, 0x7f80);
+  x = from_bits(0x7f7fffffu);  // the largest float rounds up to infinity, as IEEE rounding does
+  bf16_from_f32(&h, &x, 1);
+  EXPECT_EQ(h, 0x7f80);
+  x = from_bits(0x7f800001u);  // a signalling NaN whose payload sits in the low half stays a NaN
+  bf16_from_f32(&h, &x, 1);
+  float back;
+  f32_from_bf16(&back, &h, 1);
+  EXPECT_TRUE(std::isnan(back));
+  EXPECT_EQ(bf16_round_f32(3.14159265f), from_bits(0x40490000u));
+}
+
+class GemmShapes : public ::testing::TestWithParam<std::array<int, 3>> {};
+
+TEST_P(GemmShapes, Fp32BackEndsMatchTheReference) {
+  const int M = GetParam()[0], N = GetParam()[1], K = GetParam()[2];
+  for (GemmBackend be : {GemmBackend::kOpenBlas, GemmBackend::kOneDnn}) {
+    gemm_set_backend(be);
+    for (int t = 0; t < 4; t++) {
+      const bool ta = t & 1, tb = t & 2;
+      auto A = randn((size_t)M * K, 1), B = randn((size_t)K * N, 2), C = randn((size_t)M * N, 3);
+      for (float beta : {0.0f, 1.0f}) {
+        auto want = gemm_ref(ta, tb, M, N, K, A, B, beta, C);
+        auto got = C;
+        gemm_f32(ta, tb, M, N, K, 1.0f, A.data(), ta ? M : K, B.data(), tb ? K : N, beta, got.data(), N);
+        EXPECT_LT(max_err(got, want), 1e-5) << gemm_backend_name(be) << " ta " << ta << " tb " << tb;
+      }
+    }
+  }
+  gemm_set_backend(GemmBackend::kOpenBlas);
+}
+
+TEST_P(GemmShapes, Bf16PathsMatchTheReferenceOfTheRoundedInputs) {
+  const int M = GetParam()[0], N = GetParam()[1], K = GetParam()[2];
+  if (!gemm_bf16_native())
+    std::fprintf(stderr, "note: this CPU has no bf16 units oneDNN uses; only the portable path is checked\n");
+  for (int t = 0; t < 4; t++) {
+    const bool ta = t & 1, tb = t & 2;
+    auto A = to_bf16(randn((size_t)M * K, 4)), B = to_bf16(randn((size_t)K * N, 5));
+    auto C = randn((size_t)M * N, 6);
+    for (float beta : {0.0f, 1.0f}) {
+      auto want = gemm_ref(ta, tb, M, N, K, A, B, beta, C);
+      auto port = C;
+      gemm_bf16_portable(ta, tb, M, N, K, A.data(), ta ? M : K, B.data(), tb ? K : N, beta, port.data(), N);
+      // fp32 sums of exact products: a few fp32 ulps of sqrt(K) terms of size ~1.
+      EXPECT_LT(max_err(port, want), 2e-6 * std::sqrt((double)K)) << "portable ta " << ta << " tb " << tb;
+      if (gemm_bf16_native()) {
+        auto one = C;
+        gemm_bf16_onednn(ta, tb, M, N, K, A.data(), ta ? M : K, B.data(), tb ? K : N, beta, one.data(), N);
+        EXPECT_LT(max_err(one, want), 2e-6 * std::sqrt((double)K)) << gemm_bf16_isa() << " ta " << ta << " tb " << tb;
+      }
+    }
+  }
+}
+
+// Odd sizes (not multiples of 16, 32 or the portable blocks), K past one 256 block, and tiny ones.
+INSTANTIATE_TEST_SUITE_P(Shapes, GemmShapes,
+                         ::testing::Values(std::array<int, 3>{1, 1, 1}, std::array<int, 3>{7, 5, 3},
+                                           std::array<int, 3>{67, 130, 301}, std::array<int, 3>{129, 33, 520}));
+
+class MatmulBf16 : public ::testing::TestWithParam<std::array<int, 3>> {};
+
+// The bf16 linear layers: against their reference (bf16-rounded inputs, double sums) to fp32
+// accumulation error, and against the fp32 layers within the bf16 bound: each product's inputs
+// carry a relative error of at most u = 2^-8, so |y16 - y32| <= ((1+u)^2 - 1) sum|x w| plus fp32
+// sums; checked element by element. 1 and 2 threads give the same bits.
+TEST_P(MatmulBf16, MatchesTheReferenceAndTheFp32LayerWithinTheBf16Bound) {
+  const int N = GetParam()[0], IC = GetParam()[1], OC = GetParam()[2];
+  auto x = randn((size_t)N * IC, 1), w = randn((size_t)OC * IC, 2), dy = randn((size_t)N * OC, 3);
+  auto w16 = to_bf16(w);
+  std::vector<uint16_t> x16((size_t)N * IC), dy16((size_t)N * OC);
+  const double u = 1.0 / 256, rel = (1 + u) * (1 + u) - 1;
+  std::vector<float> y_t[2], dx_t[2], dw_t[2];
+  for (int threads : {1, 2}) {
+    kernels_set_threads(threads);
+    auto y = randn((size_t)N * OC, 4), y_ref = y, y32 = y;
+    matmul_forward_bf16(y.data(), x16.data(), x.data(), w16.data(), N, IC, OC, 1.0f);
+    matmul_forward_bf16_ref(y_ref.data(), x.data(), w16.data(), N, IC, OC, 1.0f);
+    matmul_forward_ref(y32.data(), x.data(), w.data(), N, IC, OC, 1.0f);
+    EXPECT_LT(max_err(y, y_ref), 2e-6 * std::sqrt((double)IC));
+    for (int n = 0; n < N; n += 7)
+      for (int o = 0; o < OC; o += 5) {
+        double mag = 0;
+        for (int i = 0; i < IC; i++) mag += std::fabs((double)x[(size_t)n * IC + i] * w[(size_t)o * IC + i]);
+        ASSERT_LE(std::fabs(y[(size_t)n * OC + o] - y32[(size_t)n * OC + o]), rel * mag + 1e-5 * (1 + mag))
+            << "row " << n << " col " << o;
+      }
+    std::vector<float> dx((size_t)N * IC, 7.0f), dx_ref((size_t)N * IC), dx32((size_t)N * IC);
+    std::vector<float> dw((size_t)OC * IC, 0.5f), dw_ref = dw, dw32 = dw;
+    matmul_backward_bf16(dx.data(), dw.data(), dy16.data(), x16.data(), dy.data(), x.data(), w16.data(), N, IC, OC);
+    matmul_backward_bf16_ref(dx_ref.data(), dw_ref.data(), dy.data(), x.data(), w16.data(), N, IC, OC);
+    matmul_backward_ref(dx32.data(), dw32.data(), dy.data(), x.data(), w.data(), N, IC, OC);
+    EXPECT_LT(max_err(dx, dx_ref), 2e-6 * std::sqrt((double)OC));
+    EXPECT_LT(max_err(dw, dw_ref), 2e-6 * std::sqrt((double)N));
+    // Against fp32, relative to the tensor's scale: the error of a sum of random-signed terms is
+    // about u sqrt(terms) against a scale of a few sqrt(terms); 1e-2 is loose, 0 is impossible.
+    EXPECT_LT(max_err(dx, dx32), 1e-2);
+    EXPECT_LT(max_err(dw, dw32), 1e-2);
+    EXPECT_GT(max_err(dw, dw32), 0.0) << "bf16 rounding must show: the bf16 path is not running";
+    dx_t[threads - 1] = dx, dw_t[threads - 1] = dw, y_t[threads - 1] = y;
+  }
+  EXPECT_EQ(y_t[0], y_t[1]);
+  EXPECT_EQ(dx_t[0], dx_t[1]);
+  EXPECT_EQ(dw_t[0], dw_t[1]);
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, MatmulBf16,
+                         ::testing::Values(std::array<int, 3>{60, 40, 31}, std::array<int, 3>{1100, 40, 1030}));
+
+// The portable path computes what the bf16 units compute: a whole linear layer both ways.
+TEST(MatmulBf16Paths, PortableAgreesWithTheBf16Units) {
+  if (!gemm_bf16_native()) GTEST_SKIP() << "no bf16 units on this CPU: only the portable path exists here";
+  const int N = 300, IC = 96, OC = 130;
+  auto x = randn((size_t)N * IC, 11), w = randn((size_t)OC * IC, 12);
+  auto w16 = to_bf16(w);
+  std::vector<uint16_t> x16((size_t)N * IC);
+  std::vector<float> a((size_t)N * OC), b((size_t)N * OC);
+  matmul_forward_bf16(a.data(), x16.data(), x.data(), w16.data(), N, IC, OC);
+  gemm_bf16_set_portable(true);
+  EXPECT_FALSE(gemm_bf16_native());
+  matmul_forward_bf16(b.data(), x16.data(), x.data(), w16.data(), N, IC, OC);
+  gemm_bf16_set_portable(false);
+  EXPECT_TRUE(gemm_bf16_native());
+  EXPECT_LT(max_err(a, b), 2e-6 * std::sqrt((double)IC));
+}
