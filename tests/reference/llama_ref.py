@@ -18,7 +18,8 @@ File format ("SMTN" tensor file, little-endian), used both ways:
 Input tensors: "config.int" i32 [V, C, L, NH, NKV, H, tied, B, T, steps, segments, positions];
 "config.float" f32 [rope_theta, norm_eps, lr, beta1, beta2, eps, weight_decay, grad_clip];
 "inputs", "targets" i32 (B,T) (target -1 = no loss); optional "segments", "positions" i32 (B,T);
-every parameter under its Hugging Face Llama name (model.embed_tokens.weight, ...).
+every parameter under its Hugging Face Llama name (model.embed_tokens.weight, ...); optional
+"precision.bf16" i32 (1) = 1: bf16 mixed precision of the linear layers (below).
 Output tensors: "logits" f32 (B,T,V), "loss" f32 (1), "grad.<name>" for every parameter (from the
 initial weights), and when steps > 0: "loss.step<k>" f32 (1) for k in [0, steps) (the loss before
 step k) and "param.<name>" after the last step.
@@ -65,6 +66,36 @@ def write_tensors(path, tensors):
             f.write(t.numpy().tobytes())
 
 
+def bf16(t):
+    return t.to(torch.bfloat16).to(t.dtype)
+
+
+class Bf16Linear(torch.autograd.Function):
+    """y = x W^T with both inputs rounded to bf16 and the product summed in full precision; its
+    backward rounds the incoming gradient to bf16 too: dx = bf16(dy) bf16(W), dW = bf16(dy)^T
+    bf16(x). The definition of bf16 mixed precision for a linear layer (fp32 sums are the only
+    rounding left on top of it)."""
+
+    @staticmethod
+    def forward(ctx, x, w):
+        ctx.save_for_backward(x, w)
+        return bf16(x) @ bf16(w).T
+
+    @staticmethod
+    def backward(ctx, dy):
+        x, w = ctx.saved_tensors
+        g = bf16(dy)
+        dw = g.reshape(-1, g.shape[-1]).T @ bf16(x).reshape(-1, x.shape[-1])
+        return g @ bf16(w), dw
+
+
+LINEAR = {"bf16": False}
+
+
+def linear(x, w):
+    return Bf16Linear.apply(x, w) if LINEAR["bf16"] else x @ w.T
+
+
 def rms_norm(x, w, eps):
     return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w
 
@@ -101,23 +132,23 @@ def forward(p, cfg, batch):
     for l in range(L):
         pre = "model.layers.%d." % l
         h = rms_norm(x, p[pre + "input_layernorm.weight"], eps)
-        q = (h @ p[pre + "self_attn.q_proj.weight"].T).view(B, T, NH, HS).transpose(1, 2)
-        k = (h @ p[pre + "self_attn.k_proj.weight"].T).view(B, T, NKV, HS).transpose(1, 2)
-        v = (h @ p[pre + "self_attn.v_proj.weight"].T).view(B, T, NKV, HS).transpose(1, 2)
+        q = linear(h, p[pre + "self_attn.q_proj.weight"]).view(B, T, NH, HS).transpose(1, 2)
+        k = linear(h, p[pre + "self_attn.k_proj.weight"]).view(B, T, NKV, HS).transpose(1, 2)
+        v = linear(h, p[pre + "self_attn.v_proj.weight"]).view(B, T, NKV, HS).transpose(1, 2)
         q, k = rope(q, pos, theta), rope(k, pos, theta)
         k = k.repeat_interleave(NH // NKV, dim=1)              # query head h uses kv head h // group
         v = v.repeat_interleave(NH // NKV, dim=1)
         att = (q @ k.transpose(-1, -2)) / math.sqrt(HS)        # (B,NH,T,T)
         att = att.masked_fill(~mask[:, None], float("-inf")).softmax(-1)
         y = (att @ v).transpose(1, 2).reshape(B, T, NH * HS)
-        x = x + y @ p[pre + "self_attn.o_proj.weight"].T
+        x = x + linear(y, p[pre + "self_attn.o_proj.weight"])
         h = rms_norm(x, p[pre + "post_attention_layernorm.weight"], eps)
-        g = h @ p[pre + "mlp.gate_proj.weight"].T
-        u = h @ p[pre + "mlp.up_proj.weight"].T
-        x = x + (torch.nn.functional.silu(g) * u) @ p[pre + "mlp.down_proj.weight"].T
+        g = linear(h, p[pre + "mlp.gate_proj.weight"])
+        u = linear(h, p[pre + "mlp.up_proj.weight"])
+        x = x + linear(torch.nn.functional.silu(g) * u, p[pre + "mlp.down_proj.weight"])
     x = rms_norm(x, p["model.norm.weight"], eps)
     head = p["model.embed_tokens.weight"] if tied else p["lm_head.weight"]
-    logits = x @ head.T
+    logits = linear(x, head)
     loss = torch.nn.functional.cross_entropy(logits.view(-1, V), batch["targets"].long().view(-1),
                                              ignore_index=-1)
     return logits, loss
@@ -129,6 +160,8 @@ def main():
     ci = [int(v) for v in t.pop("config.int").tolist()]
     cf = [float(v) for v in t.pop("config.float").tolist()]
     cfg = {"int": ci, "float": cf}
+    if "precision.bf16" in t:
+        LINEAR["bf16"] = int(t.pop("precision.bf16").tolist()[0]) == 1
     steps, use_seg, use_pos = ci[9], ci[10], ci[11]
     batch = {"inputs": t.pop("inputs"), "targets": t.pop("targets")}
     for key, use in (("segments", use_seg), ("positions", use_pos)):

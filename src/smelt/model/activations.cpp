@@ -88,10 +88,20 @@ std::string MemoryPlan::report() const {
                                        "of them)\n", zero_ranks, zero_ranks)
                          : std::string()) +
          line("activations", activation_bytes) +
+         (bf16_bytes ? line("bf16 operands", bf16_bytes) : std::string()) +
          line("total", total());
 }
 
-MemoryPlan memory_plan(const ModelConfig& c, int B, int T, int zero_ranks) {
+Bf16Sizes bf16_sizes(const ModelConfig& c, int B, int T) {
+  const int64_t N = (int64_t)B * T, A = (int64_t)c.n_heads * c.head_size();
+  Bf16Sizes s;
+  s.weights = param_layout(c).total;
+  s.inputs = N * std::max<int64_t>({c.d_model, A, c.ffn_hidden});
+  s.grads = N * std::max<int64_t>({c.qkv_size(), c.d_model, 2 * (int64_t)c.ffn_hidden, c.vocab_size});
+  return s;
+}
+
+MemoryPlan memory_plan(const ModelConfig& c, int B, int T, int zero_ranks, Precision precision) {
   MemoryPlan p;
   int64_t n = param_layout(c).total;
   p.param_bytes = n * 4;
@@ -102,6 +112,7 @@ MemoryPlan memory_plan(const ModelConfig& c, int B, int T, int zero_ranks) {
   for (int r = 0; r < p.zero_ranks; r++) shard = std::max(shard, b[r + 1] - b[r]);
   p.optimizer_bytes = 2 * shard * 4;
   p.activation_bytes = activation_floats(c, B, T) * 4;
+  if (precision == Precision::kBf16) p.bf16_bytes = bf16_sizes(c, B, T).total() * 2;
   return p;
 }
 

@@ -52,17 +52,29 @@ int64_t activation_floats(const ModelConfig& c, int B, int T);
 // Allocates and slices (the only allocation of the training step's activations).
 void activations_init(Activations& a, const ModelConfig& c, int B, int T);
 
+// bf16 operands of the linear layers at (B,T) (in bf16 elements): the weights' copy, the widest
+// GEMM input (N x max in-features) and the widest output gradient (N x max out-features, the
+// LM head's V).
+struct Bf16Sizes {
+  int64_t weights = 0, inputs = 0, grads = 0;
+  int64_t total() const { return weights + inputs + grads; }
+};
+Bf16Sizes bf16_sizes(const ModelConfig& c, int B, int T);
+
 struct MemoryPlan {
   int64_t param_bytes = 0, grad_bytes = 0, optimizer_bytes = 0, activation_bytes = 0;
+  int64_t bf16_bytes = 0;  // bf16 precision: the weights' bf16 copy and the GEMM operand scratch
   int zero_ranks = 1;  // > 1: the optimizer state is this rank's ZeRO-1 shard (the largest one)
-  int64_t total() const { return param_bytes + grad_bytes + optimizer_bytes + activation_bytes; }
+  int64_t total() const { return param_bytes + grad_bytes + optimizer_bytes + activation_bytes + bf16_bytes; }
   std::string report() const;  // one line per item, in MiB and bytes
 };
 
 // Plan for training at batch (B,T) with AdamW (two fp32 moments per parameter).
 // zero_ranks > 1: the AdamW moments are sharded over that many data-parallel ranks (ZeRO-1); the
 // plan counts the largest shard (zero_shard_bounds).
-MemoryPlan memory_plan(const ModelConfig& c, int B, int T, int zero_ranks = 1);
+// precision bf16 adds bf16_sizes (2 bytes each).
+MemoryPlan memory_plan(const ModelConfig& c, int B, int T, int zero_ranks = 1,
+                       Precision precision = Precision::kFp32);
 // Physical memory of this machine in bytes (the natural budget for a single-process run).
 int64_t memory_physical_bytes();
 // Fails, naming every item and the budget, when the plan exceeds budget_bytes (<= 0: no limit).

@@ -74,9 +74,11 @@ Status Model::init(const ModelConfig& c, int B, int T, int threads, uint64_t see
   Tmax_ = T;
   threads_ = threads;
   layout_ = param_layout(c);
-  plan_ = memory_plan(c, B, T, zero_ranks_);
-  spdlog::info("[model] memory plan for batch {}x{} ({} parameters{}):\n{}", B, T, layout_.total,
-               c.recompute ? ", recompute on" : "", plan_.report());
+  plan_ = memory_plan(c, B, T, zero_ranks_, precision_);
+  spdlog::info("[model] memory plan for batch {}x{} ({} parameters{}{}):\n{}", B, T, layout_.total,
+               c.recompute ? ", recompute on" : "",
+               precision_ == Precision::kBf16 ? fmt::format(", bf16 GEMMs on {}", gemm_bf16_isa()) : "",
+               plan_.report());
   if (auto s = memory_plan_check(plan_, budget_bytes); !s) return s;
 
   params_.assign(layout_.total, 0.0f);
@@ -86,6 +88,14 @@ Status Model::init(const ModelConfig& c, int B, int T, int threads, uint64_t see
   v_.assign(shard_end_ - shard_begin_, 0.0f);
   activations_init(acts_, c, B, T);
   rope_.assign((size_t)c.max_seq_len * c.head_size(), 0.0f);
+  if (precision_ == Precision::kBf16) {
+    const Bf16Sizes z = bf16_sizes(c, B, T);
+    w16_.assign(z.weights, 0);
+    x16_.assign(z.inputs, 0);
+    d16_.assign(z.grads, 0);
+  } else {
+    w16_ = {}, x16_ = {}, d16_ = {};
+  }
   sparsity_scratch_.assign(T, 0.0f);
   rope_table(rope_.data(), c.max_seq_len, c.head_size(), (float)c.rope_theta);
 
@@ -106,6 +116,25 @@ Status Model::init(const ModelConfig& c, int B, int T, int threads, uint64_t see
   return Status::ok();
 }
 
+void Model::linear_forward(float* out, const float* inp, int64_t w, int N, int IC, int OC, float beta) {
+  if (precision_ == Precision::kBf16) {
+    if (reference_) matmul_forward_bf16_ref(out, inp, w16_.data() + w, N, IC, OC, beta);
+    else matmul_forward_bf16(out, x16_.data(), inp, w16_.data() + w, N, IC, OC, beta);
+  } else {
+    (reference_ ? matmul_forward_ref : matmul_forward)(out, inp, params_.data() + w, N, IC, OC, beta);
+  }
+}
+
+void Model::linear_backward(float* dinp, int64_t w, const float* dout, const float* inp, int N, int IC, int OC) {
+  float* dw = grads_.data() + w;
+  if (precision_ == Precision::kBf16) {
+    if (reference_) matmul_backward_bf16_ref(dinp, dw, dout, inp, w16_.data() + w, N, IC, OC);
+    else matmul_backward_bf16(dinp, dw, d16_.data(), x16_.data(), dout, inp, w16_.data() + w, N, IC, OC);
+  } else {
+    (reference_ ? matmul_backward_ref : matmul_backward)(dinp, dw, dout, inp, params_.data() + w, N, IC, OC);
+  }
+}
+
 void Model::layer_forward(int l, int B, int T) {
   const ModelConfig& c = cfg_;
   const int N = B * T, C = c.d_model, H = c.ffn_hidden, HS = c.head_size();
@@ -119,10 +148,9 @@ void Model::layer_forward(int l, int B, int T) {
 
   const bool ref = reference_;
   auto rmsnorm = ref ? rmsnorm_forward_ref : rmsnorm_forward;
-  auto matmul = ref ? matmul_forward_ref : matmul_forward;
   rmsnorm(a.ln1, a.rstd1, x, w + o.ln1, N, C, (float)c.norm_eps);
   prof_mark(kPNormF);
-  matmul(a.qkv, a.ln1, w + o.wqkv, N, C, QKV, 0.0f);
+  linear_forward(a.qkv, a.ln1, o.wqkv, N, C, QKV, 0.0f);
   prof_mark(kPQkvF);
   if (ref) {
     rope_forward_ref(a.qkv, pos, N, T, QKV, 0, NH, HS, (float)c.rope_theta);
@@ -138,18 +166,18 @@ void Model::layer_forward(int l, int B, int T) {
   prof_mark(kPAttnF);
   std::memcpy(a.xmid, x, sizeof(float) * N * C);
   prof_mark(kPCopyF);
-  matmul(a.xmid, a.att, w + o.wo, N, A, C, 1.0f);
+  linear_forward(a.xmid, a.att, o.wo, N, A, C, 1.0f);
   prof_mark(kPOF);
   rmsnorm(a.ln2, a.rstd2, a.xmid, w + o.ln2, N, C, (float)c.norm_eps);
   prof_mark(kPNormF);
-  matmul(a.gu, a.ln2, w + o.wgu, N, C, 2 * H, 0.0f);
+  linear_forward(a.gu, a.ln2, o.wgu, N, C, 2 * H, 0.0f);
   prof_mark(kPGateUpF);
   (ref ? swiglu_forward_ref : swiglu_forward)(a.sw, a.gu, N, H);
   prof_mark(kPSwigluF);
   float* y = acts_.resid[l + 1];
   std::memcpy(y, a.xmid, sizeof(float) * N * C);
   prof_mark(kPCopyF);
-  matmul(y, a.sw, w + o.wdown, N, H, C, 1.0f);
+  linear_forward(y, a.sw, o.wdown, N, H, C, 1.0f);
   prof_mark(kPDownF);
 }
 
@@ -178,6 +206,8 @@ Status Model::forward(const Batch& b, float& loss) {
   const float* w = params_.data();
   const bool ref = reference_;
   prof_start();
+  // bf16: the weights as they are now (after the last optimizer step, a load or a gather).
+  if (precision_ == Precision::kBf16) bf16_from_f32(w16_.data(), w, layout_.total);
   (ref ? embedding_forward_ref : embedding_forward)(acts_.resid[0], b.inputs.data(),
                                                     w + layout_.wte, N, C, V);
   prof_mark(kPEmbedF);
@@ -185,8 +215,7 @@ Status Model::forward(const Batch& b, float& loss) {
   (ref ? rmsnorm_forward_ref : rmsnorm_forward)(acts_.lnf, acts_.rstdf, acts_.resid[c.n_layers],
                                                 w + layout_.lnf, N, C, (float)c.norm_eps);
   prof_mark(kPNormF);
-  (ref ? matmul_forward_ref : matmul_forward)(acts_.logits, acts_.lnf, w + layout_.lm_head, N, C,
-                                              V, 0.0f);
+  linear_forward(acts_.logits, acts_.lnf, layout_.lm_head, N, C, V, 0.0f);
   prof_mark(kPHeadF);
   if (ref) cross_entropy_forward_ref(acts_.losses, acts_.logits, b.targets.data(), N, V);
   else cross_entropy_forward(acts_.losses, acts_.lse_ce, acts_.logits, b.targets.data(), N, V);
@@ -216,18 +245,17 @@ void Model::layer_backward(int l, int B, int T) {
 
   // MLP block: y = xmid + down(swiglu(gate_up(rmsnorm(xmid)))); dres holds dy, becomes dxmid.
   const bool ref = reference_;
-  auto matmul = ref ? matmul_backward_ref : matmul_backward;
   auto rmsnorm = ref ? rmsnorm_backward_ref : rmsnorm_backward;
-  matmul(s.dsw, g + o.wdown, s.dres, a.sw, w + o.wdown, N, H, C);
+  linear_backward(s.dsw, o.wdown, s.dres, a.sw, N, H, C);
   prof_mark(kPDownB);
   (ref ? swiglu_backward_ref : swiglu_backward)(s.dgu, s.dsw, a.gu, N, H);
   prof_mark(kPSwigluB);
-  matmul(s.dln, g + o.wgu, s.dgu, a.ln2, w + o.wgu, N, C, 2 * H);
+  linear_backward(s.dln, o.wgu, s.dgu, a.ln2, N, C, 2 * H);
   prof_mark(kPGateUpB);
   rmsnorm(s.dres, g + o.ln2, s.dln, a.xmid, w + o.ln2, a.rstd2, N, C);
   prof_mark(kPNormB);
   // Attention block: xmid = x + o(attn(rope(qkv(rmsnorm(x))))); dres becomes dx.
-  matmul(s.datt, g + o.wo, s.dres, a.att, w + o.wo, N, A, C);
+  linear_backward(s.datt, o.wo, s.dres, a.att, N, A, C);
   prof_mark(kPOB);
   if (ref) {
     attention_backward_ref(s.dqkv, s.datt, a.qkv, seg, ref_scratch_.data(), B, T, NH, NKV, HS);
@@ -241,7 +269,7 @@ void Model::layer_backward(int l, int B, int T) {
     rope_backward(s.dqkv, pos, rope_.data(), N, T, QKV, NH * HS, NKV, HS);
   }
   prof_mark(kPRopeB);
-  matmul(s.dln, g + o.wqkv, s.dqkv, a.ln1, w + o.wqkv, N, C, QKV);
+  linear_backward(s.dln, o.wqkv, s.dqkv, a.ln1, N, C, QKV);
   prof_mark(kPQkvB);
   rmsnorm(s.dres, g + o.ln1, s.dln, acts_.resid[l], w + o.ln1, a.rstd1, N, C);
   prof_mark(kPNormB);
@@ -264,8 +292,7 @@ void Model::backward(float dloss) {
     cross_entropy_backward(acts_.logits, acts_.lse_ce, b.targets.data(), dloss, N, V);
   }
   prof_mark(kPCeB);
-  (ref ? matmul_backward_ref : matmul_backward)(acts_.dln, g + layout_.lm_head, acts_.logits,
-                                                acts_.lnf, w + layout_.lm_head, N, C, V);
+  linear_backward(acts_.dln, layout_.lm_head, acts_.logits, acts_.lnf, N, C, V);
   prof_mark(kPHeadB);
   const bool tied = layout_.lm_head == layout_.wte;
   if (grad_ready_ && !tied) grad_ready_(layout_.lm_head, layout_.total);

@@ -51,6 +51,10 @@ class Model {
   // [begin, end) only (zero_shard_bounds of `ranks`), and optimizer_step updates only that range
   // of params() from that range of grads(); the caller gathers the other ranks' ranges.
   void set_optimizer_shard(int64_t begin, int64_t end, int ranks);
+  // Numerics of the linear layers (call before init; Precision in model/config.hpp). bf16 keeps
+  // the fp32 parameters as master weights and rounds them into a bf16 copy at each forward.
+  void set_precision(Precision p) { precision_ = p; }
+  Precision precision() const { return precision_; }
   int64_t shard_begin() const { return shard_begin_; }
   int64_t shard_end() const { return shard_end_; }
   // Clips by the global gradient norm, then one AdamW step at step t+1; returns the norm
@@ -104,6 +108,10 @@ class Model {
   void prof_mark(int op);
   void layer_forward(int l, int B, int T);
   void layer_backward(int l, int B, int T);
+  // One linear layer, out (N,OC) = beta out + inp (N,IC) @ W^T with W at params offset w, in the
+  // model's precision (and on the references in reference mode); its backward likewise.
+  void linear_forward(float* out, const float* inp, int64_t w, int N, int IC, int OC, float beta);
+  void linear_backward(float* dinp, int64_t w, const float* dout, const float* inp, int N, int IC, int OC);
 
   ModelConfig cfg_;
   ParamLayout layout_;
@@ -117,6 +125,8 @@ class Model {
   int64_t shard_begin_ = 0, shard_end_ = -1;  // -1: the whole buffer
   int zero_ranks_ = 1;
   bool reference_ = false;
+  Precision precision_ = Precision::kFp32;
+  std::vector<uint16_t> w16_, x16_, d16_;  // bf16: weights' copy (params layout), GEMM operand scratch
   std::vector<float> ref_scratch_, ref_logits_;  // reference mode only
   bool profiling_ = false;
   double prof_[32] = {};  // [op] seconds
