@@ -139,9 +139,15 @@ TEST_F(TrainerTest, LossFallsAndMetricsCarryEveryField) {
   for (int i = 1; i <= 40; i++) {
     const json& j = m[i];
     EXPECT_EQ(j["step"], i);
-    for (const char* k : {"loss", "lr", "grad_norm", "grad_norm_ratio", "tokens", "tokens_per_s", "mfu", "step_ms",
+    for (const char* k : {"loss", "lr", "grad_norm", "grad_norm_ratio", "tokens", "tokens_per_s", "mfu", "mfu_peak", "step_ms",
                           "data_wait_ms", "token_entropy", "loss_by_source", "fetch_ms"})
       EXPECT_TRUE(j.contains(k)) << "step " << i << " lacks " << k;
+    // Honest MFU: against the model's own GEMM rate and the CPU's peak, never above 100%.
+    for (const char* k : {"mfu", "mfu_peak"}) {
+      EXPECT_GT(j[k].get<double>(), 0.0) << k;
+      EXPECT_LE(j[k].get<double>(), 1.0) << k;
+    }
+    EXPECT_LE(j["mfu_peak"].get<double>(), j["mfu"].get<double>());
     EXPECT_EQ(j["tokens"], 4 * 64 * i);
     EXPECT_EQ(j.contains("attn_sparsity"), i % 5 == 0) << i;
     if (i % 5 == 0) {
@@ -169,6 +175,18 @@ TEST_F(TrainerTest, LossFallsAndMetricsCarryEveryField) {
   EXPECT_LT(sum.eval_last, sum.eval_first);
   json j = json::parse(test::read_file(c.train.run_dir + "/summary.json"));
   EXPECT_EQ(j["steps"], 40);
+  // What the GEMMs ran on and against what MFU was taken, for a person and a program.
+  const json& tm = j["timing"];
+  EXPECT_EQ(tm["precision"], "fp32");
+  EXPECT_TRUE(tm["gemm"]["engine"] == "openblas" || tm["gemm"]["engine"] == "onednn") << tm["gemm"];
+  EXPECT_GT(tm["gemm_gflops"].get<double>(), 0.0);
+  EXPECT_GT(tm["peak_gflops"].get<double>(), 0.0);
+  EXPECT_FALSE(tm["cpu"]["model"].get<std::string>().empty());
+  EXPECT_FALSE(tm["gemm"]["blas_core"].get<std::string>().empty());
+  EXPECT_GT(tm["mfu"].get<double>(), 0.0);
+  EXPECT_LE(tm["mfu"].get<double>(), 1.0);
+  EXPECT_LE(tm["mfu_peak"].get<double>(), tm["mfu"].get<double>());
+  EXPECT_NE(sum.text.find("of the CPU's peak"), std::string::npos) << sum.text;
   EXPECT_TRUE(fs::exists(c.train.run_dir + "/config.toml"));
   // The end-of-run checkpoint verifies and holds the model and both AdamW moments.
   ASSERT_FALSE(sum.checkpoint.empty());

@@ -298,9 +298,11 @@ int cli_pipeline(int argc, char** argv) {
       text += fmt::format("  validation     loss {:.3f} -> {:.3f} (perplexity {:.0f} -> {:.0f})\n",
                           tr["eval_first"].get<double>(), tr["eval_last"].get<double>(),
                           std::exp(tr["eval_first"].get<double>()), std::exp(tr["eval_last"].get<double>()));
-    text += fmt::format("  training       {} steps, {:.0f} tokens/s, MFU {:.1f}% of the measured sgemm {:.1f} GFLOP/s\n",
-                        tr.value("steps", 0ll), tm.value("tokens_per_s", 0.0), 100 * tm.value("mfu", 0.0),
-                        tm.value("sgemm_gflops", 0.0));
+    text += fmt::format("  training       {} steps, {:.0f} tokens/s ({}), MFU {:.1f}% of the model's GEMMs at "
+                        "{:.1f} GFLOP/s, {:.1f}% of the CPU's peak {:.1f} GFLOP/s\n",
+                        tr.value("steps", 0ll), tm.value("tokens_per_s", 0.0), tm.value("precision", std::string("fp32")),
+                        100 * tm.value("mfu", 0.0), tm.value("gemm_gflops", 0.0), 100 * tm.value("mfu_peak", 0.0),
+                        tm.value("peak_gflops", 0.0));
   }
   if (fs::exists(sample)) {
     std::ifstream in(sample);

@@ -59,6 +59,8 @@ Status train_config_read(const toml::table& root, TrainConfig& c) {
   t.get("sparsity_every", c.train.sparsity_every);
   t.get("entropy_rows", c.train.entropy_rows);
   t.get("peak_gflops", c.train.peak_gflops);
+  t.get("precision", c.train.precision);
+  t.get("gemm", c.train.gemm);
   t.get("status_interval_s", c.train.status_interval_s);
   collect(t, errors);
   config_insert(resolved, "train", t.resolved());
@@ -161,6 +163,10 @@ Status train_config_validate(const TrainConfig& c) {
   if (t.entropy_rows < 0)
     return Status::error(fmt::format("[train] entropy_rows = {}: must be >= 0", t.entropy_rows));
   if (!(t.peak_gflops >= 0)) return Status::error(fmt::format("[train] peak_gflops = {}: must be >= 0", t.peak_gflops));
+  if (t.precision != "fp32" && t.precision != "bf16")
+    return Status::error(fmt::format("[train] precision = \"{}\": expected \"fp32\" or \"bf16\"", t.precision));
+  if (t.gemm != "auto" && t.gemm != "openblas" && t.gemm != "onednn")
+    return Status::error(fmt::format("[train] gemm = \"{}\": expected \"auto\", \"openblas\" or \"onednn\"", t.gemm));
   if (Status s = lr_schedule_validate(c.schedule); !s) return s;
   const AdamWConfig& o = c.optim;
   if (!(o.beta1 >= 0 && o.beta1 < 1)) return Status::error(fmt::format("[optim] beta1 = {}: must be in [0, 1)", o.beta1));

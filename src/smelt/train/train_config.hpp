@@ -30,7 +30,9 @@ struct TrainOptions {            // [train]
   int log_every = 1;             // metrics.jsonl line every N steps
   int sparsity_every = 50;       // attention sparsity sampled every K steps (0: never)
   int entropy_rows = 128;        // rows sampled for the prediction entropy
-  double peak_gflops = 0;        // MFU denominator; 0 = measure sgemm at start
+  double peak_gflops = 0;        // MFU denominator; 0 = the GEMM rate measured at the model's shapes
+  std::string precision = "fp32";  // linear layers: "fp32" or "bf16" (bf16 inputs, fp32 sums and master weights)
+  std::string gemm = "auto";     // fp32 GEMM back end: "auto" (measured, cached per machine), "openblas", "onednn"
   double status_interval_s = 10; // console status lines when stderr is not a terminal
 };
 

@@ -20,7 +20,10 @@ struct TrainSummary {
   uint64_t tokens = 0;                // target tokens trained on (whole run, resumes included)
   double first_loss = 0, last_loss = 0;
   double eval_first = -1, eval_last = -1;  // -1: no evaluation
-  double tokens_per_s = 0, mfu = 0, sgemm_gflops = 0, seconds = 0;
+  double tokens_per_s = 0, seconds = 0;
+  double mfu = 0;           // against the model's GEMM rate (back end and precision of the run)
+  double mfu_peak = 0;      // against the CPU's peak from its instruction set and clock
+  double sgemm_gflops = 0;  // that GEMM rate (measured at start, or the best the steps reached)
   double data_wait_fraction = 0;      // data wait / step time over this process's steps
   std::string checkpoint;             // the last committed checkpoint ("" if none)
   bool stopped_by_signal = false;
@@ -49,7 +52,5 @@ Status evaluate(Model& m, const LoaderConfig& base, const std::string& sources, 
 void train_batch_shape(const LoaderConfig& d, int& B, int& T);
 // FLOPs per token of a training step: 6 x matmul parameters + 12 x layers x d_model x T.
 double train_flops_per_token(const ModelConfig& c, int T);
-// Best of a few sgemm runs at a square size through our matmul path, in GFLOP/s, on `threads`.
-double measure_sgemm_gflops(int threads, int n = 1024);
 
 }  // namespace smelt

@@ -1,0 +1,206 @@
+// The GEMM back-end measurement and its per-machine cache (gemm_select.hpp).
+#include "smelt/machine/gemm_select.hpp"
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <vector>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "smelt/common/files.hpp"
+#include "smelt/machine/cpu_info.hpp"
+
+namespace smelt {
+
+namespace fs = std::filesystem;
+
+namespace {
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+struct Linear {
+  int IC, OC, count;  // in and out features, how many such layers in the model
+};
+
+std::vector<Linear> model_linears(const ModelConfig& c) {
+  const int C = c.d_model, A = c.n_heads * c.head_size();
+  return {{C, c.qkv_size(), c.n_layers}, {A, C, c.n_layers}, {C, 2 * c.ffn_hidden, c.n_layers},
+          {c.ffn_hidden, C, c.n_layers}, {C, c.vocab_size, 1}};
+}
+
+int measure_rows(int B, int T) { return std::max(1, std::min(B * T, 512)); }
+
+std::string cache_dir() {
+  if (const char* d = std::getenv("SMELT_CACHE_DIR"); d && *d) return d;
+  if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x) return std::string(x) + "/smelt";
+  if (const char* h = std::getenv("HOME"); h && *h) return std::string(h) + "/.cache/smelt";
+  return "";
+}
+
+std::string cache_key(const ModelConfig& c, int rows, Precision p, const char* engine, int threads) {
+  const CpuInfo& cpu = cpu_info();
+  std::string shapes;
+  for (const Linear& l : model_linears(c)) shapes += fmt::format("{}x{},", l.IC, l.OC);
+  return fmt::format("{} | {} | rows {} | {}| {} | {} | threads {}", cpu.model, cpu.flags(), rows, shapes,
+                     precision_name(p), engine, threads);
+}
+
+// The lock and the JSON file beside it; measurement happens with the lock held, so two runs
+// starting at once measure one after the other and the second reads the first's numbers.
+class RateCache {
+ public:
+  RateCache() {
+    dir_ = cache_dir();
+    if (dir_.empty()) return;
+    std::error_code ec;
+    fs::create_directories(dir_, ec);
+    fd_ = ::open((dir_ + "/gemm-rates.lock").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd_ >= 0) flock(fd_, LOCK_EX);
+    std::string text;
+    if (files_read_small(dir_ + "/gemm-rates.json", text)) {
+      try {
+        j_ = nlohmann::json::parse(text);
+      } catch (...) {
+        j_ = nlohmann::json::object();  // a damaged cache is measured again
+      }
+    }
+    if (!j_.is_object()) j_ = nlohmann::json::object();
+  }
+  ~RateCache() {
+    if (dirty_ && !dir_.empty()) (void)files_write_atomic(dir_ + "/gemm-rates.json", j_.dump(1) + "\n");
+    if (fd_ >= 0) ::close(fd_);  // releases the lock
+  }
+  bool get(const std::string& k, double& v) const {
+    auto it = j_.find(k);
+    if (it == j_.end() || !it->is_number()) return false;
+    v = it->get<double>();
+    return v > 0;
+  }
+  void put(const std::string& k, double v) {
+    j_[k] = v;
+    dirty_ = true;
+  }
+
+ private:
+  std::string dir_;
+  int fd_ = -1;
+  nlohmann::json j_;
+  bool dirty_ = false;
+};
+
+const char* engine_name(GemmBackend b, Precision p) {
+  if (p == Precision::kBf16) return gemm_bf16_native() ? "onednn-bf16" : "portable-bf16";
+  return gemm_backend_name(b);
+}
+
+// The cached rate or a fresh measurement (then cached); `how` says which.
+double rate(RateCache& cache, const ModelConfig& c, int B, int T, Precision p, GemmBackend b, int threads,
+            bool& measured) {
+  const std::string k = cache_key(c, measure_rows(B, T), p, engine_name(b, p), threads);
+  double v = 0;
+  if (cache.get(k, v)) return v;
+  const GemmBackend keep = gemm_backend();
+  gemm_set_backend(b);
+  v = gemm_measure_model(c, B, T, p, threads);
+  gemm_set_backend(keep);
+  cache.put(k, v);
+  measured = true;
+  return v;
+}
+}  // namespace
+
+std::string GemmChoice::report() const {
+  std::string fp32 = openblas_gflops > 0 && onednn_gflops > 0
+                         ? fmt::format("fp32 1 thread: openblas {:.1f}, onednn {:.1f} GFLOP/s", openblas_gflops,
+                                       onednn_gflops)
+                         : std::string("fp32 rates not measured");
+  return fmt::format("GEMMs on {} ({}, {}); the model's GEMMs at {} thread{}: {:.1f} GFLOP/s; {}", engine, how,
+                     precision_name(precision), threads, threads == 1 ? "" : "s", gflops, fp32);
+}
+
+double gemm_measure_model(const ModelConfig& c, int B, int T, Precision precision, int threads, double seconds) {
+  const int N = measure_rows(B, T);
+  const std::vector<Linear> ls = model_linears(c);
+  int maxIC = 1, maxOC = 1;
+  for (const Linear& l : ls) maxIC = std::max(maxIC, l.IC), maxOC = std::max(maxOC, l.OC);
+  // One weight, one input and one output gradient of the largest size, reused by every shape:
+  // rates do not depend on the values, only on the shapes.
+  std::vector<float> w((size_t)maxIC * maxOC), x((size_t)N * maxIC), dy((size_t)N * maxOC), y((size_t)N * maxOC);
+  std::vector<float> dx((size_t)N * maxIC), dw((size_t)maxIC * maxOC);
+  for (size_t i = 0; i < w.size(); i++) w[i] = (float)((i * 40503u) % 1000) * 1e-3f - 0.5f;
+  for (size_t i = 0; i < x.size(); i++) x[i] = (float)((i * 2654435761u) % 1000) * 1e-3f - 0.5f;
+  for (size_t i = 0; i < dy.size(); i++) dy[i] = (float)((i * 7919u) % 1000) * 1e-3f - 0.5f;
+  std::vector<uint16_t> w16, x16, d16;
+  const bool bf16 = precision == Precision::kBf16;
+  if (bf16) {
+    w16.resize(w.size()), x16.resize(x.size()), d16.resize(dy.size());
+    bf16_from_f32(w16.data(), w.data(), (int64_t)w.size());
+  }
+  kernels_set_threads(threads);
+  auto run_layer = [&](const Linear& l) {
+    if (bf16) {
+      matmul_forward_bf16(y.data(), x16.data(), x.data(), w16.data(), N, l.IC, l.OC);
+      matmul_backward_bf16(dx.data(), dw.data(), d16.data(), x16.data(), dy.data(), x.data(), w16.data(), N, l.IC,
+                           l.OC);
+    } else {
+      matmul_forward(y.data(), x.data(), w.data(), N, l.IC, l.OC);
+      matmul_backward(dx.data(), dw.data(), dy.data(), x.data(), w.data(), N, l.IC, l.OC);
+    }
+  };
+  // Each layer kind once per pass, weighted by how often the model has it: the rate is the
+  // model's FLOPs over the time its layers would take.
+  std::vector<double> secs(ls.size(), 0.0);
+  for (const Linear& l : ls) run_layer(l);  // warm-up: packing buffers, oneDNN primitives
+  const double t_end = now_s() + seconds;
+  int passes = 0;
+  do {
+    for (size_t i = 0; i < ls.size(); i++) {
+      double t0 = now_s();
+      run_layer(ls[i]);
+      secs[i] += now_s() - t0;
+    }
+    passes++;
+  } while (now_s() < t_end || passes < 2);
+  double flop = 0, time = 0;
+  for (size_t i = 0; i < ls.size(); i++) {
+    flop += 6.0 * N * ls[i].IC * ls[i].OC * ls[i].count;
+    time += secs[i] / passes * ls[i].count;
+  }
+  return flop / time / 1e9;
+}
+
+Status gemm_select(const std::string& want, const ModelConfig& c, int B, int T, Precision precision, int threads,
+                   GemmChoice& out) {
+  out = GemmChoice{};
+  out.precision = precision;
+  out.threads = threads;
+  if (want != "auto" && want != "openblas" && want != "onednn")
+    return Status::error(fmt::format("[train] gemm = \"{}\": expected \"auto\", \"openblas\" or \"onednn\"", want));
+  RateCache cache;
+  bool measured = false;
+  if (want == "auto") {
+    out.openblas_gflops = rate(cache, c, B, T, Precision::kFp32, GemmBackend::kOpenBlas, 1, measured);
+    out.onednn_gflops = rate(cache, c, B, T, Precision::kFp32, GemmBackend::kOneDnn, 1, measured);
+    out.backend = out.onednn_gflops > out.openblas_gflops ? GemmBackend::kOneDnn : GemmBackend::kOpenBlas;
+    out.how = measured ? "measured" : "cached";
+  } else {
+    out.backend = want == "onednn" ? GemmBackend::kOneDnn : GemmBackend::kOpenBlas;
+    out.how = "configured";
+  }
+  gemm_set_backend(out.backend);
+  out.engine = precision == Precision::kBf16 ? (gemm_bf16_native() ? gemm_bf16_isa() : std::string("portable bf16 on ") +
+                                                                                          gemm_backend_name(out.backend))
+                                             : gemm_backend_name(out.backend);
+  out.gflops = rate(cache, c, B, T, precision, out.backend, threads, measured);
+  return Status::ok();
+}
+
+}  // namespace smelt

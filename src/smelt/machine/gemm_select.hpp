@@ -1,0 +1,40 @@
+// Choosing the GEMM back end by measurement: the linear layers' GEMMs of one training step of a
+// model (forward and both backward products, at the model's own shapes) are timed on each fp32
+// back end (OpenBLAS, oneDNN) and in the run's precision; the faster fp32 back end is chosen, and
+// the rates are cached per machine so later runs choose the same without measuring again. Not
+// the kernels (kernels/cpu/gemm.cpp), not the trainer.
+#pragma once
+#include <string>
+
+#include "smelt/common/status.hpp"
+#include "smelt/kernels/kernels.hpp"
+#include "smelt/model/config.hpp"
+
+namespace smelt {
+
+struct GemmChoice {
+  GemmBackend backend = GemmBackend::kOpenBlas;  // fp32 GEMMs (and the portable bf16 path's sgemm)
+  std::string how;           // "measured", "cached" or "configured"
+  double openblas_gflops = 0, onednn_gflops = 0;  // fp32, 1 thread, at the model's shapes
+  Precision precision = Precision::kFp32;
+  std::string engine;        // what the run's GEMMs run on: "openblas", "onednn", "onednn amx_bf16", ...
+  double gflops = 0;         // the model's GEMM set at the run's thread count, back end and precision
+  int threads = 1;
+  std::string report() const;  // one line
+};
+
+// The GEMM rate (GFLOP/s) of the linear layers of one step at batch (B,T) rows capped at 512
+// (enough for every kernel's steady state), on the current back end and `precision`, with
+// `threads` threads; at least `seconds` of timing after a warm-up.
+double gemm_measure_model(const ModelConfig& c, int B, int T, Precision precision, int threads,
+                          double seconds = 0.3);
+
+// want: "auto" (measure, or read this machine's cache), "openblas" or "onednn". Sets the chosen
+// back end (gemm_set_backend) and fills out. The fp32 choice uses 1-thread rates, so every thread
+// count of the same model picks the same back end (and gets the same bits). Cache:
+// $SMELT_CACHE_DIR or $XDG_CACHE_HOME/smelt or ~/.cache/smelt, file gemm-rates.json, keyed by CPU
+// model, flags, shapes, precision and threads; written under a lock so concurrent runs agree.
+Status gemm_select(const std::string& want, const ModelConfig& c, int B, int T, Precision precision,
+                   int threads, GemmChoice& out);
+
+}  // namespace smelt
