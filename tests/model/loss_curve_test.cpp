@@ -296,3 +296,46 @@ TEST(LossCurve, TwoHundredStepsMatchPyTorch) {
 }
 
 }  // namespace
+
+// bf16 mixed precision over the same 200 steps of real text: the bf16 curve must stay within
+// bf16 noise of the fp32 one. "Noise" is made concrete twice: (1) relative to the loss, the mean
+// |bf16 - fp32| over the last 50 steps below 0.5% and every step below 1%; (2) against the natural
+// run-to-run spread, bf16 must move the curve less than a different initialisation seed moves the
+// fp32 curve (same data, same schedule). Measured 2026-12-01 (oneDNN on AMX): last-50 mean |bf16 -
+// fp32| 1.9e-4 nats (0.004% of 4.67), max step 0.029%; seed 1235 vs 1234 in fp32: 6.6e-2 nats, 350x
+// more. The bf16 curve must differ from fp32 at all (else the bf16 path did not run), and learn as
+// much (1.2 nats).
+TEST(LossCurve, Bf16StaysWithinBf16NoiseOfFp32) {
+  std::vector<Batch> batches = make_batches(corpus_tokens());
+  AdamWConfig h;
+  h.beta1 = 0.9f, h.beta2 = 0.95f, h.eps = 1e-8f, h.weight_decay = 0.1f, h.grad_clip = 1.0f;
+  auto train = [&](Precision p, uint64_t seed) {
+    Model m;
+    m.set_precision(p);
+    EXPECT_TRUE(m.init(tiny_config(), kB, kT, 1, seed).is_ok());
+    std::vector<float> loss(kSteps);
+    for (int s = 0; s < kSteps; s++) {
+      h.lr = (float)lr_at(s);
+      EXPECT_TRUE(m.forward(batches[s], loss[s]).is_ok());
+      m.zero_grad();
+      m.backward();
+      m.optimizer_step(h);
+    }
+    return loss;
+  };
+  const auto f32 = train(Precision::kFp32, 1234), b16 = train(Precision::kBf16, 1234);
+  const auto other_seed = train(Precision::kFp32, 1235);
+  double worst = 0;
+  for (int s = 0; s < kSteps; s++) worst = std::max(worst, std::fabs((double)b16[s] - f32[s]) / f32[s]);
+  const double tail = mean_abs_diff(b16, f32, kSteps - 50, kSteps);
+  const double seed_tail = mean_abs_diff(other_seed, f32, kSteps - 50, kSteps);
+  const double tail_loss = mean_of(f32, kSteps - 50, kSteps);
+  std::printf("bf16 vs fp32: last-50 mean |diff| %.3e nats (%.3f%% of %.3f), max step %.3f%%; fp32 seed 1235 vs "
+              "1234: %.3e nats; bf16 last-20 %.4f, fp32 %.4f\n", tail, 100 * tail / tail_loss, tail_loss,
+              100 * worst, seed_tail, mean_of(b16, kSteps - 20, kSteps), mean_of(f32, kSteps - 20, kSteps));
+  EXPECT_GT(tail, 0.0) << "bf16 and fp32 curves are identical: the bf16 path did not run";
+  EXPECT_LT(tail / tail_loss, 0.005);
+  EXPECT_LT(worst, 0.01);
+  EXPECT_LT(tail, seed_tail) << "bf16 moves the curve more than a different seed does";
+  EXPECT_GT(b16[0] - mean_of(b16, kSteps - 20, kSteps), kMinDrop);
+}
