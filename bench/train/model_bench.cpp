@@ -1,7 +1,9 @@
 // Forward+backward(+AdamW) throughput of the decoder on random tokens: tokens/s, CPU seconds,
 // MFU against a given sgemm rate, and a per-op time breakdown of Smelt's step.
 // Usage: model_bench CONFIG.toml [--threads N] [--steps S] [--no-optim] [--profile]
-//                    [--sgemm-gflops G]
+//                    [--sgemm-gflops G] [--precision fp32|bf16]
+// --precision: the linear layers' numerics (Model::set_precision; bf16 = bf16 GEMM inputs, fp32
+// accumulation, fp32 master weights and AdamW state); printed in the result line.
 // CONFIG has [model] and [bench] batch, seq_len (configs/bench-small.toml). Not a trainer; the
 // side-by-side run with PyTorch and the sgemm ceiling is bench/train/run.
 //
@@ -20,6 +22,7 @@
 #include <vector>
 
 #include "smelt/common/config.hpp"
+#include "smelt/kernels/kernels.hpp"
 #include "smelt/model/model.hpp"
 
 using namespace smelt;
@@ -35,18 +38,27 @@ double cpu_seconds() {
 int main(int argc, char** argv) {
   if (argc < 2) {
     std::fprintf(stderr, "usage: model_bench CONFIG.toml [--threads N] [--steps S] [--no-optim] "
-                         "[--profile] [--sgemm-gflops G]\n");
+                         "[--profile] [--sgemm-gflops G] [--precision fp32|bf16]\n");
     return 2;
   }
   int threads = 1, steps = 5;
   bool optim = true, profile = false;
   double sgemm_gflops = 0;
+  Precision precision = Precision::kFp32;
   for (int i = 2; i < argc; i++) {
     if (!std::strcmp(argv[i], "--threads") && i + 1 < argc) threads = std::atoi(argv[++i]);
     else if (!std::strcmp(argv[i], "--steps") && i + 1 < argc) steps = std::atoi(argv[++i]);
     else if (!std::strcmp(argv[i], "--no-optim")) optim = false;
     else if (!std::strcmp(argv[i], "--profile")) profile = true;
     else if (!std::strcmp(argv[i], "--sgemm-gflops") && i + 1 < argc) sgemm_gflops = std::atof(argv[++i]);
+    else if (!std::strcmp(argv[i], "--precision") && i + 1 < argc) {
+      std::string p = argv[++i];
+      if (p != "fp32" && p != "bf16") {
+        std::fprintf(stderr, "model_bench: --precision %s: expected fp32 or bf16\n", p.c_str());
+        return 2;
+      }
+      precision = p == "bf16" ? Precision::kBf16 : Precision::kFp32;
+    }
   }
   toml::table root;
   if (auto s = config_load(argv[1], root); !s) { std::fprintf(stderr, "%s\n", s.message().c_str()); return 1; }
@@ -58,6 +70,7 @@ int main(int argc, char** argv) {
   root.erase("bench");  // [model] reads only its own section; the rest belongs to the bench
   if (auto s = model_config_read(root, c); !s) { std::fprintf(stderr, "%s\n", s.message().c_str()); return 1; }
   Model m;
+  m.set_precision(precision);
   if (auto s = m.init(c, B, T, threads, 1); !s) { std::fprintf(stderr, "%s\n", s.message().c_str()); return 1; }
   Batch b;
   b.B = B;
@@ -108,11 +121,14 @@ int main(int argc, char** argv) {
               "%.1f GFLOP per step\n", flop_per_token * 1e-6, matmul_params * 1e-6,
               flop_per_step * 1e-9);
   std::printf("threads %d batch %dx%d: mean %.0f tokens/s, best %.0f tokens/s, cpu %.2f s per "
-              "step (%s)\n", threads, B, T, tps_mean, tps_best, cpu_total / steps,
-              optim ? "fwd+bwd+adamw" : "fwd+bwd");
+              "step (%s, %s%s%s)\n", threads, B, T, tps_mean, tps_best, cpu_total / steps,
+              optim ? "fwd+bwd+adamw" : "fwd+bwd", precision_name(precision),
+              precision == Precision::kBf16 ? " GEMMs on " : "",
+              precision == Precision::kBf16 ? gemm_bf16_isa() : "");
   double achieved = flop_per_step / best * 1e-9;
-  std::printf("result smelt threads %d best_tps %.1f mean_tps %.1f cpu_s_per_step %.3f "
-              "gflops %.1f mfu %.3f\n", threads, tps_best, tps_mean, cpu_total / steps, achieved,
+  std::printf("result smelt threads %d precision %s best_tps %.1f mean_tps %.1f cpu_s_per_step "
+              "%.3f gflops %.1f mfu %.3f\n", threads, precision_name(precision), tps_best, tps_mean,
+              cpu_total / steps, achieved,
               sgemm_gflops > 0 ? achieved / sgemm_gflops : 0.0);
   return 0;
 }
