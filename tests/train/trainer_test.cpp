@@ -198,6 +198,49 @@ TEST_F(TrainerTest, LossFallsAndMetricsCarryEveryField) {
   EXPECT_NE(man.find("optim.v.model.norm.weight"), nullptr);
 }
 
+// Checkpoints hold fp32 master weights and moments whatever the precision: a run saved in fp32
+// resumes in bf16 and one saved in bf16 resumes in fp32, continuing from the same loader position
+// and step with losses within bf16 noise of the uninterrupted run in the first precision (0.5%
+// per step; measured 2.7e-5 and 2.3e-5), and the loss keeps falling.
+TEST_F(TrainerTest, ResumesAcrossPrecisions) {
+  for (const char* first : {"fp32", "bf16"}) {
+    const std::string second = std::string(first) == "fp32" ? "bf16" : "fp32";
+    TrainConfig full = config(fmt::format("train.steps=10 ckpt.save_every=5 ckpt.keep_last=10 eval.every=0 "
+                                          "train.precision=\"{}\"", first));
+    full.train.run_dir = (dir_ / (std::string("full_") + first)).string();
+    TrainSummary a;
+    ASSERT_TRUE(train_run(full, a).is_ok());
+    auto want = metrics(full.train.run_dir);
+    const std::string cut = (dir_ / (std::string("cut_") + first)).string();
+    fs::copy(full.train.run_dir, cut, fs::copy_options::recursive);
+    fs::remove_all(cut + "/checkpoints/step_00000010");
+    TrainConfig resumed = full;
+    resumed.train.run_dir = cut;
+    resumed.train.precision = second;
+    resumed.resume = true;
+    TrainSummary b;
+    Status s = train_run(resumed, b);
+    ASSERT_TRUE(s.is_ok()) << s.message();
+    EXPECT_EQ(b.start_step, 5);
+    EXPECT_EQ(json::parse(test::read_file(cut + "/summary.json"))["timing"]["precision"], second);
+    auto got = metrics(cut);
+    ASSERT_EQ(got.size(), want.size());
+    double worst = 0;
+    for (size_t i = 0; i < want.size(); i++) {
+      ASSERT_EQ(got[i]["step"], want[i]["step"]);
+      if (want[i].contains("loss"))
+        worst = std::max(worst, std::fabs(got[i]["loss"].get<double>() / want[i]["loss"].get<double>() - 1));
+      if (!want[i].contains("loss")) continue;
+      EXPECT_EQ(got[i]["tokens"], want[i]["tokens"]) << "line " << i;
+      const double lw = want[i]["loss"].get<double>(), lg = got[i]["loss"].get<double>();
+      if (want[i]["step"].get<int>() <= 5) EXPECT_EQ(lg, lw) << "line " << i << " (before the resume)";
+      else EXPECT_NEAR(lg, lw, 5e-3 * lw) << first << " -> " << second << " line " << i;
+    }
+    EXPECT_LT(b.last_loss, got[1]["loss"].get<double>());
+    std::printf("%s -> %s: worst relative loss difference after the resume %.2e\n", first, second.c_str(), worst);
+  }
+}
+
 TEST_F(TrainerTest, ResumeReproducesTheUninterruptedRun) {
   TrainConfig full = config("train.steps=12 ckpt.save_every=4 ckpt.keep_last=10 eval.every=6");
   TrainSummary a;
