@@ -6,6 +6,7 @@
 #include <array>
 #include <cmath>
 #include <cstring>
+#include <random>
 
 #include "kernel_check.hpp"
 #include "smelt/kernels/kernels.hpp"
@@ -77,6 +78,23 @@ TEST(Bf16, RoundsToNearestTiesToEven) {
   f32_from_bf16(&back, &h, 1);
   EXPECT_TRUE(std::isnan(back));
   EXPECT_EQ(bf16_round_f32(3.14159265f), from_bits(0x40490000u));
+}
+
+// The vector conversion (16 at a time) follows the scalar rule (one at a time) on every edge case
+// and on random bits, including the tail that is not a multiple of 16.
+TEST(Bf16, VectorConversionEqualsTheScalarRule) {
+  std::vector<float> x = {from_bits(0x3f808000u), from_bits(0x3f818000u), from_bits(0x3f808001u), INFINITY,
+                          -INFINITY, from_bits(0x7f7fffffu), from_bits(0xff7fffffu), from_bits(0x7f800001u),
+                          from_bits(0xffc00001u), 0.0f, -0.0f, from_bits(0x00000001u), from_bits(0x807fffffu)};
+  std::mt19937 g(5);
+  while (x.size() < 1000) x.push_back(from_bits(g()));
+  std::vector<uint16_t> v(x.size());
+  bf16_from_f32(v.data(), x.data(), (int64_t)x.size());
+  for (size_t i = 0; i < x.size(); i++) {
+    uint16_t one;
+    bf16_from_f32(&one, &x[i], 1);
+    ASSERT_EQ(v[i], one) << "element " << i;
+  }
 }
 
 class GemmShapes : public ::testing::TestWithParam<std::array<int, 3>> {};
