@@ -25,12 +25,6 @@
 
 namespace smelt {
 
-// Until `smelt tokenizer train` is linked in, this stands in for it.
-__attribute__((weak)) int cli_tokenizer_train(int, char**) {
-  std::fputs("smelt tokenizer train: not built\n", stderr);
-  return kExitFailure;
-}
-
 namespace {
 
 constexpr size_t kBlockBytes = 1 << 20;  // lines are encoded in blocks of about this size

@@ -1,0 +1,40 @@
+// The one table of `smelt` subcommands: name, entry point, the binary that runs it, summary.
+// Not the dispatch itself (cli_main.cpp) nor the two mains (main.cpp: light; full_main.cpp: full).
+//
+// Two executables are built from it. `smelt` (light) links only the LIGHT commands, with
+// --as-needed, so it never loads MPI, OpenBLAS, OpenMP or oneDNN (~40 ms of start-up on a Xeon,
+// a tenth of a 10 MB tokenizer encode); for a FULL command it execs `smelt-full`, its sibling
+// file, with argv unchanged (same pid, signals, stdin/stdout, exit code). A new command goes here;
+// if it needs none of those libraries mark it LIGHT, else FULL.
+#pragma once
+
+#include <span>
+
+#define SMELT_COMMANDS(X)                                                                           \
+  X("prep", cli_prep, LIGHT, "raw HTML/WARC/JSONL/text -> refined, deduplicated shards")            \
+  X("tokenizer", cli_tokenizer, LIGHT,                                                              \
+    "train | encode | decode: byte-level BPE (tokenizer.json, tiktoken files)")                     \
+  X("tokenize", cli_tokenize, LIGHT, "refined text -> Megatron .bin/.idx token shards")             \
+  X("train", cli_train, FULL, "train the Llama-style decoder on token shards")                      \
+  X("eval", cli_eval, FULL, "loss and perplexity of a checkpoint on held-out tokens")               \
+  X("generate", cli_generate, FULL, "sample text from a checkpoint (KV-cache decoding)")            \
+  X("ckpt", cli_ckpt, FULL, "verify | list checkpoints")                                            \
+  X("export", cli_export, FULL, "a checkpoint -> Hugging Face Llama safetensors + config.json")     \
+  X("pipeline", cli_pipeline, FULL, "run every stage of a pipeline config in order")
+
+namespace smelt {
+
+// File name of the full binary, looked up next to the light one (/proc/self/exe).
+inline constexpr const char* kFullBinaryName = "smelt-full";
+
+struct Command {
+  const char* name;
+  const char* summary;
+  int (*run)(int argc, char** argv);  // argv[0] = the command name; nullptr: runs in smelt-full
+};
+
+// Runs argv[1]'s command from `table` and returns its exit code; --help / no command print the
+// usage. A command whose `run` is nullptr goes to `elsewhere(argc, argv)` with the whole argv.
+int cli_main(std::span<const Command> table, int argc, char** argv, int (*elsewhere)(int, char**));
+
+}  // namespace smelt
