@@ -6,8 +6,6 @@
 #include <cstring>
 #include <limits>
 
-#include <cblas.h>
-
 #include "smelt/kernels/cpu/vec_math.hpp"
 #include "smelt/kernels/kernels.hpp"
 
@@ -34,8 +32,7 @@ inline int tiles(int T) { return (T + kTile - 1) / kTile; }
 // Returns false when every entry is masked.
 bool scores(float* S, const float* Q, const float* K, int ld, const int32_t* seg, int64_t row0,
             int i0, int qn, int j0, int kn, int HS, float scale) {
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, qn, kn, HS, scale, Q, ld, K, ld, 0.0f, S,
-              kTile);
+  gemm_f32(false, true, qn, kn, HS, scale, Q, ld, K, ld, 0.0f, S, kTile);
   if (!seg && j0 + kn - 1 <= i0) return true;  // wholly below the diagonal: nothing masked
   bool any = false;
   for (int r = 0; r < qn; r++)
@@ -88,8 +85,7 @@ void attention_forward(float* out, float* lse, const float* qkv, const int32_t* 
             for (int d = 0; d < HS; d++) o[d] *= alpha;
           }
         }
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, qn, HS, kn, 1.0f, S, kTile, V, QKV,
-                    1.0f, O, OC);
+        gemm_f32(false, false, qn, HS, kn, 1.0f, S, kTile, V, QKV, 1.0f, O, OC);
       }
       for (int r = 0; r < qn; r++) {
         float inv = 1.0f / l[r];
@@ -164,15 +160,11 @@ void attention_backward(float* dqkv, const float* dout, const float* qkv, const 
           if (!scores(P, Q, K, QKV, seg, row0, i0, qn, j0, kn, HS, scale)) continue;
           for (int r = 0; r < qn; r++)
             D[r] = dot(dO + (int64_t)r * OC, out + (row0 + i0 + r) * OC + h * HS, HS);
-          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, qn, kn, HS, 1.0f, dO, OC, V, QKV,
-                      0.0f, dP, kTile);
+          gemm_f32(false, true, qn, kn, HS, 1.0f, dO, OC, V, QKV, 0.0f, dP, kTile);
           softmax_grad(P, dP, lse + ((int64_t)b * NH + h) * T + i0, D, qn, kn, scale);
-          cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, kn, HS, qn, 1.0f, P, kTile, dO, OC,
-                      1.0f, dV, QKV);
-          cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, kn, HS, qn, 1.0f, dP, kTile, Q, QKV,
-                      1.0f, dK, QKV);
-          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, qn, HS, kn, 1.0f, dP, kTile, K,
-                      QKV, 1.0f, dQ, QKV);
+          gemm_f32(true, false, kn, HS, qn, 1.0f, P, kTile, dO, OC, 1.0f, dV, QKV);
+          gemm_f32(true, false, kn, HS, qn, 1.0f, dP, kTile, Q, QKV, 1.0f, dK, QKV);
+          gemm_f32(false, false, qn, HS, kn, 1.0f, dP, kTile, K, QKV, 1.0f, dQ, QKV);
         }
       }
     }
