@@ -20,7 +20,8 @@
   X("generate", cli_generate, FULL, "sample text from a checkpoint (KV-cache decoding)")            \
   X("ckpt", cli_ckpt, FULL, "verify | list checkpoints")                                            \
   X("export", cli_export, FULL, "a checkpoint -> Hugging Face Llama safetensors + config.json")     \
-  X("pipeline", cli_pipeline, FULL, "run every stage of a pipeline config in order")
+  X("pipeline", cli_pipeline, FULL, "run every stage of a pipeline config in order")                \
+  X("machine", cli_machine, FULL, "the CPU, its peaks, the GEMM back ends and a model's GEMM rates")
 
 namespace smelt {
 

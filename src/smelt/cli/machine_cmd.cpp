@@ -1,0 +1,95 @@
+// `smelt machine [--config RUN.toml] [--threads N] [--json]`: what this machine gives the GEMMs —
+// CPU model and features, clock, fp32 and bf16 peaks, the OpenBLAS core (and whether it was fixed
+// at start-up), what bf16 runs on; with --config, the GEMM back end chosen for that model and the
+// rates measured at its shapes (the same measurement and cache `smelt train` uses). Text on
+// stderr, JSON on stdout with --json. Not a benchmark of the whole step (bench/train).
+#include <cstdio>
+#include <string>
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
+
+#include "smelt/cli/cli_parse.hpp"
+#include "smelt/cli/commands.hpp"
+#include "smelt/common/config.hpp"
+#include "smelt/kernels/kernels.hpp"
+#include "smelt/machine/cpu_info.hpp"
+#include "smelt/machine/gemm_select.hpp"
+#include "smelt/train/train_config.hpp"
+#include "smelt/train/trainer.hpp"
+
+namespace smelt {
+
+int cli_machine(int argc, char** argv) {
+  CLI::App app{"smelt machine: the CPU, its peaks, the GEMM back ends and what a model's GEMMs reach"};
+  app.name("smelt machine");
+  std::string config, gemm = "auto";
+  std::vector<std::string> sets;
+  int threads = 1;
+  bool as_json = false;
+  app.add_option("--config", config, "a run config: measure its model's GEMMs (fp32 and bf16) and choose the back end");
+  app.add_option("--set", sets, "section.key=value overrides of the config");
+  app.add_option("--threads", threads, "threads for the peaks and the measurement (default 1)")->check(CLI::PositiveNumber);
+  app.add_option("--gemm", gemm, "auto, openblas or onednn (as [train] gemm)");
+  app.add_flag("--json", as_json, "JSON on stdout");
+  if (int rc = cli_parse(app, argc, argv, "machine", "warn"); rc >= 0) return rc;
+
+  const CpuInfo& cpu = cpu_info();
+  const BlasCore core = blas_core();
+  const PeakRate p32 = cpu_peak(cpu, Precision::kFp32, threads), p16 = cpu_peak(cpu, Precision::kBf16, threads);
+  nlohmann::json j;
+  j["cpu"] = {{"model", cpu.model}, {"vendor", cpu.vendor}, {"flags", cpu.flags()}, {"mhz", cpu.mhz},
+              {"mhz_source", cpu.mhz_source}, {"logical_cpus", cpu.logical_cpus}};
+  j["peak_gflops"] = {{"threads", threads},
+                      {"fp32", p32.gflops}, {"fp32_unit", p32.unit}, {"fp32_flop_per_cycle", p32.flop_per_cycle},
+                      {"bf16", p16.gflops}, {"bf16_unit", p16.unit}, {"bf16_flop_per_cycle", p16.flop_per_cycle}};
+  j["openblas"] = {{"core", core.name}, {"wanted", core.wanted}, {"fixed_from", core.fixed_from},
+                   {"mismatched", core.mismatched}};
+  j["bf16"] = {{"native", gemm_bf16_native()}, {"engine", gemm_bf16_isa()}};
+  std::string text = fmt::format(
+      "cpu        {} ({} logical CPUs)\n"
+      "features   {}\n"
+      "clock      {:.0f} MHz ({})\n"
+      "peak       fp32 {:.1f} GFLOP/s ({}), bf16 {:.1f} GFLOP/s ({}), {} thread{}\n"
+      "openblas   {}\n"
+      "bf16       {}\n",
+      cpu.model, cpu.logical_cpus, cpu.flags(), cpu.mhz, cpu.mhz_source, p32.gflops, p32.unit, p16.gflops, p16.unit,
+      threads, threads == 1 ? "" : "s", core.note(), gemm_bf16_isa());
+  if (!config.empty()) {
+    toml::table root;
+    if (Status s = config_load(config, root); !s) {
+      spdlog::error("{}", s.message());
+      return kExitUsage;
+    }
+    for (const auto& a : sets)
+      if (Status st = config_apply_set(root, a); !st) {
+        spdlog::error("--set {}: {}", a, st.message());
+        return kExitUsage;
+      }
+    TrainConfig tc;
+    if (Status s = train_config_read(root, tc); !s) {
+      spdlog::error("{}", s.message());
+      return kExitUsage;
+    }
+    int B = 1, T = 1;
+    train_batch_shape(tc.data, B, T);
+    for (Precision p : {Precision::kFp32, Precision::kBf16}) {
+      GemmChoice g;
+      if (Status s = gemm_select(gemm, tc.model, B, T, p, threads, g); !s) {
+        spdlog::error("{}", s.message());
+        return kExitUsage;
+      }
+      j["gemm"][precision_name(p)] = {{"engine", g.engine}, {"backend", gemm_backend_name(g.backend)},
+                                       {"how", g.how}, {"gflops", g.gflops},
+                                       {"fp32_1thread", {{"openblas", g.openblas_gflops}, {"onednn", g.onednn_gflops}}}};
+      text += fmt::format("model      {}\n", g.report());
+    }
+  }
+  std::fputs(text.c_str(), stderr);
+  if (as_json) std::printf("%s\n", j.dump(2).c_str());
+  return kExitOk;
+}
+
+}  // namespace smelt
