@@ -17,6 +17,7 @@
 #include "smelt/cli/commands.hpp"
 #include "smelt/cli/resolve_checkpoint.hpp"
 #include "smelt/common/log.hpp"
+#include "smelt/kernels/kernels.hpp"
 #include "smelt/model/config.hpp"
 #include "smelt/model/inference.hpp"
 #include "smelt/serve/sampling.hpp"
@@ -50,7 +51,7 @@ int cli_generate(int argc, char** argv) {
   CLI::App app{"smelt generate: sample text from a checkpoint with KV-cache decoding; the text "
                "streams to stdout, a summary goes to stderr (or one JSON object to stdout with --json)"};
   app.name("smelt generate");
-  std::string ckpt, prompt, tok_path;
+  std::string ckpt, prompt, tok_path, dtype = "f32";
   int max_new = 128, top_k = 0, threads = 1;
   float temperature = 1.0f, top_p = 1.0f;
   uint64_t seed = 0;
@@ -70,6 +71,9 @@ int cli_generate(int argc, char** argv) {
   app.add_option("--threads", threads, "threads (default 1: one-row decoding has ~60 thread barriers per "
                  "token, which a busy machine turns into waits; see docs/generate.md)")->check(CLI::PositiveNumber);
   app.add_option("--tokenizer", tok_path, "tokenizer.json (default: the checkpoint's copy)");
+  app.add_option("--dtype", dtype, "linear layers in f32 (default, exact) or bf16 (a bf16 copy of the weights: "
+                 "half the bytes per token; AMX/AVX512-BF16 where the CPU has them)")
+      ->check(CLI::IsMember({"f32", "fp32", "bf16"}));
   app.add_flag("--json", json, "print one JSON object (text, ids, counts, speed) instead of streaming");
   app.add_flag("--ignore-eos", no_stop, "keep going past the end-of-document token");
   if (int rc = cli_parse(app, argc, argv, "generate", "warn"); rc >= 0) return rc;
@@ -135,14 +139,16 @@ int cli_generate(int argc, char** argv) {
 
   InferenceSession session;
   Sampler sampler;
-  Status s = session.init(cfg, params.data(), n_prompt + max_new, threads);
+  const Precision precision = dtype == "bf16" ? Precision::kBf16 : Precision::kFp32;
+  Status s = session.init(cfg, params.data(), n_prompt + max_new, threads, precision);
   if (s) s = sampler.init(sc, V);
   if (!s) {
     spdlog::error("{}", s.message());
     return kExitFailure;
   }
-  spdlog::info("{}: {} parameters, KV cache + scratch {:.1f} MiB, {} threads", step_dir, params.size(),
-               session.bytes() / 1048576.0, threads);
+  spdlog::info("{}: {} parameters, KV cache + scratch {:.1f} MiB, {} threads, {}{}", step_dir, params.size(),
+               session.bytes() / 1048576.0, threads, precision_name(precision),
+               precision == Precision::kBf16 ? std::string(" on ") + gemm_bf16_isa() : std::string());
 
   using clock = std::chrono::steady_clock;
   std::vector<float> logits(V);
@@ -194,6 +200,7 @@ int cli_generate(int argc, char** argv) {
                         {"prompt_tokens", n_prompt}, {"new_tokens", n_new}, {"ids", out_ids},
                         {"stop", stop}, {"prefill_seconds", prefill_s}, {"decode_seconds", decode_s},
                         {"tokens_per_second", tps}, {"threads", threads},
+                        {"dtype", precision_name(precision)},
                         {"sampling", {{"temperature", temperature}, {"top_k", top_k},
                                       {"top_p", top_p}, {"seed", seed}}}};
     std::fputs((j.dump() + "\n").c_str(), stdout);

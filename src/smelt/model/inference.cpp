@@ -23,7 +23,7 @@ constexpr int kWideRows = 16;
 }  // namespace
 
 Status InferenceSession::init(const ModelConfig& c, const float* params, int max_tokens,
-                              int threads) {
+                              int threads, Precision precision) {
   if (auto s = model_config_validate(c); !s) return s;
   if (!params) return Status::error("[inference] no parameter buffer");
   if (max_tokens <= 0 || max_tokens > c.max_seq_len)
@@ -52,24 +52,43 @@ Status InferenceSession::init(const ModelConfig& c, const float* params, int max
   sw_.assign(r * H, 0.0f);
   rstd_.assign(r, 0.0f);
   posbuf_.assign(r, 0);
+  precision_ = precision;
+  if (precision == Precision::kBf16) {
+    w16_.assign(layout_.total, 0);
+    kernels_set_threads(threads_);
+    bf16_from_f32(w16_.data(), params, layout_.total);
+    x16_.assign(r * std::max({C, c.n_heads * HS, H}), 0);
+  } else {
+    w16_ = {}, x16_ = {};
+  }
   bytes_ = (int64_t)sizeof(float) *
-           (int64_t)(2 * cache + rope_.size() + x_.size() + ln_.size() + qkv_.size() + att_.size() +
-                     gu_.size() + sw_.size() + rstd_.size() + posbuf_.size());
+               (int64_t)(2 * cache + rope_.size() + x_.size() + ln_.size() + qkv_.size() + att_.size() +
+                         gu_.size() + sw_.size() + rstd_.size() + posbuf_.size()) +
+           (int64_t)sizeof(uint16_t) * (int64_t)(w16_.size() + x16_.size());
   return Status::ok();
 }
 
-void InferenceSession::linear(float* out, const float* inp, const float* w, int n, int IC, int OC,
-                              float beta) {
+void InferenceSession::linear(float* out, const float* inp, int64_t w, int n, int IC, int OC, float beta) {
+  const bool bf16 = precision_ == Precision::kBf16;
   if (n > 1) {
-    matmul_forward(out, inp, w, n, IC, OC, beta);
+    if (bf16) matmul_forward_bf16(out, x16_.data(), inp, w16_.data() + w, n, IC, OC, beta);
+    else matmul_forward(out, inp, w_ + w, n, IC, OC, beta);
     return;
   }
   // One row: out is OC contiguous floats, so a block of weight rows is a smaller matmul.
   const int blocks = (OC + kGemvBlock - 1) / kGemvBlock;
+  if (bf16) {
+    kernels_set_threads(1);
+    bf16_from_f32(x16_.data(), inp, IC);  // once, before the blocks share it
+    kernels_set_threads(threads_);
+  }
 #pragma omp parallel for schedule(static)
   for (int b = 0; b < blocks; b++) {
     const int o0 = b * kGemvBlock, oc = std::min(kGemvBlock, OC - o0);
-    matmul_forward(out + o0, inp, w + (int64_t)o0 * IC, 1, IC, oc, beta);  // nested: 1 thread
+    if (bf16)
+      gemm_bf16(false, true, 1, oc, IC, x16_.data(), IC, w16_.data() + w + (int64_t)o0 * IC, IC, beta, out + o0, OC);
+    else
+      matmul_forward(out + o0, inp, w_ + w + (int64_t)o0 * IC, 1, IC, oc, beta);  // nested: 1 thread
   }
 }
 
@@ -87,7 +106,7 @@ void InferenceSession::layer(int l, int n) {
   kernels_set_threads(row_threads);
   rmsnorm_forward(ln_.data(), rstd_.data(), x_.data(), w_ + o.ln1, n, C, eps);
   kernels_set_threads(threads_);
-  linear(qkv_.data(), ln_.data(), w_ + o.wqkv, n, C, QKV, 0.0f);
+  linear(qkv_.data(), ln_.data(), o.wqkv, n, C, QKV, 0.0f);
   kernels_set_threads(row_threads);
   rope_forward(qkv_.data(), posbuf_.data(), rope_.data(), n, n, QKV, 0, NH, HS);
   rope_forward(qkv_.data(), posbuf_.data(), rope_.data(), n, n, QKV, A, NKV, HS);
@@ -137,15 +156,15 @@ void InferenceSession::layer(int l, int n) {
       for (int e = 0; e < HS; e++) out[e] = acc[e] * inv;
     }
 
-  linear(x_.data(), att_.data(), w_ + o.wo, n, A, C, 1.0f);  // residual add (beta 1)
+  linear(x_.data(), att_.data(), o.wo, n, A, C, 1.0f);  // residual add (beta 1)
   kernels_set_threads(row_threads);
   rmsnorm_forward(ln_.data(), rstd_.data(), x_.data(), w_ + o.ln2, n, C, eps);
   kernels_set_threads(threads_);
-  linear(gu_.data(), ln_.data(), w_ + o.wgu, n, C, 2 * H, 0.0f);
+  linear(gu_.data(), ln_.data(), o.wgu, n, C, 2 * H, 0.0f);
   kernels_set_threads(row_threads);
   swiglu_forward(sw_.data(), gu_.data(), n, H);
   kernels_set_threads(threads_);
-  linear(x_.data(), sw_.data(), w_ + o.wdown, n, H, C, 1.0f);
+  linear(x_.data(), sw_.data(), o.wdown, n, H, C, 1.0f);
 }
 
 Status InferenceSession::prefill(const int32_t* ids, int n, float* logits_out) {
@@ -176,7 +195,7 @@ Status InferenceSession::prefill(const int32_t* ids, int n, float* logits_out) {
       kernels_set_threads(1);
       rmsnorm_forward(ln_.data(), rstd_.data(), last, w_ + layout_.lnf, 1, C, (float)c.norm_eps);
       kernels_set_threads(threads_);
-      linear(logits_out, ln_.data(), w_ + layout_.lm_head, 1, C, V, 0.0f);
+      linear(logits_out, ln_.data(), layout_.lm_head, 1, C, V, 0.0f);
     }
   }
   return Status::ok();

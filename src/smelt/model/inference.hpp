@@ -17,7 +17,10 @@ class InferenceSession {
   // Plans the KV cache (L, max_tokens, NKV*HS) for keys and for values and every scratch buffer
   // once; params (layout param_layout(c)) is borrowed and must outlive the session.
   // max_tokens <= c.max_seq_len (the RoPE table and what training saw).
-  Status init(const ModelConfig& c, const float* params, int max_tokens, int threads);
+  // precision bf16: the linear layers run on a bf16 copy of the weights made here (half the bytes
+  // each decoded token reads) with bf16 inputs and fp32 sums; everything else stays fp32.
+  Status init(const ModelConfig& c, const float* params, int max_tokens, int threads,
+              Precision precision = Precision::kFp32);
   // Appends n tokens at positions position()..position()+n-1 (in chunks of up to kChunk rows);
   // logits_out (V) receives the logits of the last one (nullptr: not computed).
   Status prefill(const int32_t* ids, int n, float* logits_out);
@@ -35,11 +38,14 @@ class InferenceSession {
 
  private:
   void layer(int l, int n);
-  void linear(float* out, const float* inp, const float* w, int n, int IC, int OC, float beta);
+  // out (n,OC) = beta out + inp (n,IC) @ W^T, W at params offset w, in the session's precision.
+  void linear(float* out, const float* inp, int64_t w, int n, int IC, int OC, float beta);
 
   ModelConfig cfg_;
   ParamLayout layout_;
   const float* w_ = nullptr;
+  Precision precision_ = Precision::kFp32;
+  std::vector<uint16_t> w16_, x16_;  // bf16: the weights' copy, one chunk of GEMM inputs
   int max_tokens_ = 0, rows_ = 0, threads_ = 1, pos_ = 0;
   int64_t bytes_ = 0;
   std::vector<float> kcache_, vcache_;  // (L, max_tokens, NKV*HS) each, keys after RoPE
