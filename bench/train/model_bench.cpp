@@ -1,9 +1,11 @@
 // Forward+backward(+AdamW) throughput of the decoder on random tokens: tokens/s, CPU seconds,
 // MFU against a given sgemm rate, and a per-op time breakdown of Smelt's step.
 // Usage: model_bench CONFIG.toml [--threads N] [--steps S] [--no-optim] [--profile]
-//                    [--sgemm-gflops G] [--precision fp32|bf16]
+//                    [--sgemm-gflops G] [--precision fp32|bf16] [--gemm auto|openblas|onednn]
 // --precision: the linear layers' numerics (Model::set_precision; bf16 = bf16 GEMM inputs, fp32
 // accumulation, fp32 master weights and AdamW state); printed in the result line.
+// --gemm: the GEMM back end, chosen as `smelt train` chooses it (machine/gemm_select; auto
+// measures at the model's shapes or reads this machine's cache).
 // CONFIG has [model] and [bench] batch, seq_len (configs/bench-small.toml). Not a trainer; the
 // side-by-side run with PyTorch and the sgemm ceiling is bench/train/run.
 //
@@ -23,6 +25,7 @@
 
 #include "smelt/common/config.hpp"
 #include "smelt/kernels/kernels.hpp"
+#include "smelt/machine/gemm_select.hpp"
 #include "smelt/model/model.hpp"
 
 using namespace smelt;
@@ -38,13 +41,14 @@ double cpu_seconds() {
 int main(int argc, char** argv) {
   if (argc < 2) {
     std::fprintf(stderr, "usage: model_bench CONFIG.toml [--threads N] [--steps S] [--no-optim] "
-                         "[--profile] [--sgemm-gflops G] [--precision fp32|bf16]\n");
+                         "[--profile] [--sgemm-gflops G] [--precision fp32|bf16] [--gemm auto|openblas|onednn]\n");
     return 2;
   }
   int threads = 1, steps = 5;
   bool optim = true, profile = false;
   double sgemm_gflops = 0;
   Precision precision = Precision::kFp32;
+  std::string gemm = "auto";
   for (int i = 2; i < argc; i++) {
     if (!std::strcmp(argv[i], "--threads") && i + 1 < argc) threads = std::atoi(argv[++i]);
     else if (!std::strcmp(argv[i], "--steps") && i + 1 < argc) steps = std::atoi(argv[++i]);
@@ -58,7 +62,7 @@ int main(int argc, char** argv) {
         return 2;
       }
       precision = p == "bf16" ? Precision::kBf16 : Precision::kFp32;
-    }
+    } else if (!std::strcmp(argv[i], "--gemm") && i + 1 < argc) gemm = argv[++i];
   }
   toml::table root;
   if (auto s = config_load(argv[1], root); !s) { std::fprintf(stderr, "%s\n", s.message().c_str()); return 1; }
@@ -69,6 +73,9 @@ int main(int argc, char** argv) {
   bs.get("seq_len", T);
   root.erase("bench");  // [model] reads only its own section; the rest belongs to the bench
   if (auto s = model_config_read(root, c); !s) { std::fprintf(stderr, "%s\n", s.message().c_str()); return 1; }
+  GemmChoice gc;
+  if (auto s = gemm_select(gemm, c, B, T, precision, threads, gc); !s) { std::fprintf(stderr, "%s\n", s.message().c_str()); return 1; }
+  std::printf("gemm: %s\n", gc.report().c_str());
   Model m;
   m.set_precision(precision);
   if (auto s = m.init(c, B, T, threads, 1); !s) { std::fprintf(stderr, "%s\n", s.message().c_str()); return 1; }
@@ -121,14 +128,14 @@ int main(int argc, char** argv) {
               "%.1f GFLOP per step\n", flop_per_token * 1e-6, matmul_params * 1e-6,
               flop_per_step * 1e-9);
   std::printf("threads %d batch %dx%d: mean %.0f tokens/s, best %.0f tokens/s, cpu %.2f s per "
-              "step (%s, %s%s%s)\n", threads, B, T, tps_mean, tps_best, cpu_total / steps,
-              optim ? "fwd+bwd+adamw" : "fwd+bwd", precision_name(precision),
-              precision == Precision::kBf16 ? " GEMMs on " : "",
-              precision == Precision::kBf16 ? gemm_bf16_isa() : "");
+              "step (%s, %s, GEMMs on %s)\n", threads, B, T, tps_mean, tps_best, cpu_total / steps,
+              optim ? "fwd+bwd+adamw" : "fwd+bwd", precision_name(precision), gc.engine.c_str());
   double achieved = flop_per_step / best * 1e-9;
+  std::string engine = gc.engine;
+  std::replace(engine.begin(), engine.end(), ' ', '_');
   std::printf("result smelt threads %d precision %s best_tps %.1f mean_tps %.1f cpu_s_per_step "
-              "%.3f gflops %.1f mfu %.3f\n", threads, precision_name(precision), tps_best, tps_mean,
-              cpu_total / steps, achieved,
-              sgemm_gflops > 0 ? achieved / sgemm_gflops : 0.0);
+              "%.3f gflops %.1f mfu %.3f gemm_engine %s gemm_gflops %.1f\n", threads,
+              precision_name(precision), tps_best, tps_mean, cpu_total / steps, achieved,
+              sgemm_gflops > 0 ? achieved / sgemm_gflops : 0.0, engine.c_str(), gc.gflops);
   return 0;
 }
