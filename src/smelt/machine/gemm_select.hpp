@@ -18,7 +18,8 @@ struct GemmChoice {
   double openblas_gflops = 0, onednn_gflops = 0;  // fp32, 1 thread, at the model's shapes
   Precision precision = Precision::kFp32;
   std::string engine;        // what the run's GEMMs run on: "openblas", "onednn", "onednn amx_bf16", ...
-  double gflops = 0;         // the model's GEMM set at the run's thread count, back end and precision
+  double gflops = 0;         // the model's GEMM set at the run's thread count, back end and precision:
+                             // the best of this run's measurement and the best cached before
   int threads = 1;
   std::string report() const;  // one line
 };
@@ -33,7 +34,9 @@ double gemm_measure_model(const ModelConfig& c, int B, int T, Precision precisio
 // back end (gemm_set_backend) and fills out. The fp32 choice uses 1-thread rates, so every thread
 // count of the same model picks the same back end (and gets the same bits). Cache:
 // $SMELT_CACHE_DIR or $XDG_CACHE_HOME/smelt or ~/.cache/smelt, file gemm-rates.json, keyed by CPU
-// model, flags, shapes, precision and threads; written under a lock so concurrent runs agree.
+// model, flags, shapes, precision and threads; written under a lock so concurrent runs agree. The
+// 1-thread fp32 rates that choose the back end are measured once; the run's own rate (the MFU
+// denominator) is measured every time and the cache keeps the best seen.
 Status gemm_select(const std::string& want, const ModelConfig& c, int B, int T, Precision precision,
                    int threads, GemmChoice& out);
 
