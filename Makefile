@@ -18,7 +18,10 @@ test: build
 	cd $(BUILD) && ctest --output-on-failure -j$(JOBS)
 
 # The main job on the built-in default corpus (Debian's documentation, crawled into WARC files).
-demo: build
+# It builds only the two binaries the pipeline runs (not the tests).
+demo: deps
+	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release >/dev/null
+	@cmake --build $(BUILD) -j$(JOBS) --target smelt smelt-full
 	@scripts/demo
 
 bench: build

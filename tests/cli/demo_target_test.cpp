@@ -1,0 +1,34 @@
+// `make demo` builds only what the demo runs: the two binaries, never the test executables (a
+// new user waits for the demo, not for the test suite to compile). Read from make's dry run.
+#include <cstdio>
+#include <regex>
+#include <sstream>
+#include <string>
+
+#include <gtest/gtest.h>
+
+TEST(DemoTarget, BuildsTheBinariesAndNoTest) {
+  std::string cmd = std::string("make -n -C ") + SMELT_SOURCE_DIR + " demo BUILD=/tmp/smelt-demo-dry 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  ASSERT_NE(p, nullptr);
+  std::string out;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+  ASSERT_EQ(pclose(p), 0) << out;
+  std::istringstream in(out);
+  std::string line;
+  int builds = 0;
+  while (std::getline(in, line)) {
+    if (line.find("cmake --build") == std::string::npos) continue;
+    builds++;
+    std::smatch m;
+    ASSERT_TRUE(std::regex_search(line, m, std::regex("--target (.*)$"))) << "builds every target: " << line;
+    std::istringstream targets(m[1].str());
+    std::string t;
+    while (targets >> t) EXPECT_TRUE(t == "smelt" || t == "smelt-full") << "the demo builds " << t;
+  }
+  EXPECT_EQ(builds, 1) << out;
+  EXPECT_NE(out.find("scripts/demo"), std::string::npos) << out;
+  EXPECT_EQ(out.find("ctest"), std::string::npos) << out;
+}
