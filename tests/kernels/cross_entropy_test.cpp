@@ -35,3 +35,23 @@ TEST(CrossEntropy, MatchesReferenceAndFiniteDifferences) {
   };
   check_fd(logits, d, fd_loss, 60, 1e-2, 2e-3);
 }
+
+// The bf16 backward writes the fp32 backward's values rounded to bf16, bit for bit (every target
+// position incl. the vector tail, ignored rows all zero), and leaves the logits as they were.
+TEST(CrossEntropy, Bf16BackwardIsTheRoundedFp32Backward) {
+  const int N = 23, V = 4133;
+  auto logits = randn((size_t)N * V, 2, 3.0f);
+  std::vector<int32_t> tgt(N);
+  for (int n = 0; n < N; n++) tgt[n] = n % 5 == 3 ? -1 : (n == 7 ? V - 1 : (n * 977) % V);
+  std::vector<float> loss(N), lse(N);
+  cross_entropy_forward(loss.data(), lse.data(), logits.data(), tgt.data(), N, V);
+  const float dloss = 1.0f / 19;
+  std::vector<float> d = logits;
+  cross_entropy_backward(d.data(), lse.data(), tgt.data(), dloss, N, V);
+  std::vector<uint16_t> want(d.size()), got(d.size(), 0xffff);
+  bf16_from_f32(want.data(), d.data(), (int64_t)d.size());
+  const auto keep = logits;
+  cross_entropy_backward_bf16(got.data(), logits.data(), lse.data(), tgt.data(), dloss, N, V);
+  EXPECT_EQ(got, want);
+  EXPECT_EQ(logits, keep);
+}

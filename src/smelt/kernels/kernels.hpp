@@ -128,7 +128,8 @@ void matmul_backward(float* dinp, float* dweight, const float* dout, const float
 void matmul_forward_bf16(float* out, uint16_t* inp16, const float* inp, const uint16_t* weight16,
                          int N, int IC, int OC, float beta = 0.0f);
 // dout16 (N,OC) and inp16 (N,IC) scratch, filled here (the forward's inp16 may be reused by the
-// caller, this kernel refills it); dinp and dweight in fp32 as matmul_backward.
+// caller, this kernel refills it); dout nullptr: dout16 already holds the gradient in bf16 (from
+// cross_entropy_backward_bf16). dinp and dweight in fp32 as matmul_backward.
 void matmul_backward_bf16(float* dinp, float* dweight, uint16_t* dout16, uint16_t* inp16,
                           const float* dout, const float* inp, const uint16_t* weight16, int N,
                           int IC, int OC);
@@ -159,6 +160,11 @@ void cross_entropy_forward(float* losses, float* lse, const float* logits, const
 // No second (N,V) buffer.
 void cross_entropy_backward(float* logits, const float* lse, const int32_t* targets, float dloss,
                             int N, int V);
+// bf16 mixed precision: the same dlogits rounded to bf16 straight into dlogits16 (N,V) (the LM
+// head's backward GEMMs read them in bf16 anyway); logits are left untouched. Bit-equal to
+// bf16_from_f32 of cross_entropy_backward's output.
+void cross_entropy_backward_bf16(uint16_t* dlogits16, const float* logits, const float* lse,
+                                 const int32_t* targets, float dloss, int N, int V);
 void cross_entropy_forward_ref(float* losses, const float* logits, const int32_t* targets, int N,
                                int V);
 void cross_entropy_backward_ref(float* dlogits, const float* logits, const int32_t* targets,

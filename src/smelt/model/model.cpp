@@ -125,6 +125,7 @@ void Model::linear_forward(float* out, const float* inp, int64_t w, int N, int I
   }
 }
 
+// dout nullptr (bf16 only): d16_ already holds the output gradient in bf16.
 void Model::linear_backward(float* dinp, int64_t w, const float* dout, const float* inp, int N, int IC, int OC) {
   float* dw = grads_.data() + w;
   if (precision_ == Precision::kBf16) {
@@ -285,14 +286,18 @@ void Model::backward(float dloss) {
   if (dloss == 0.0f) dloss = valid_ ? 1.0f / (float)valid_ : 0.0f;
   const bool ref = reference_;
   prof_start();
+  // bf16 (fast kernels): dlogits go straight to bf16, the LM head's GEMM operand.
+  const bool dlogits16 = precision_ == Precision::kBf16 && !ref;
   if (ref) {
     std::memcpy(ref_logits_.data(), acts_.logits, sizeof(float) * N * V);
     cross_entropy_backward_ref(acts_.logits, ref_logits_.data(), b.targets.data(), dloss, N, V);
+  } else if (dlogits16) {
+    cross_entropy_backward_bf16(d16_.data(), acts_.logits, acts_.lse_ce, b.targets.data(), dloss, N, V);
   } else {
     cross_entropy_backward(acts_.logits, acts_.lse_ce, b.targets.data(), dloss, N, V);
   }
   prof_mark(kPCeB);
-  linear_backward(acts_.dln, layout_.lm_head, acts_.logits, acts_.lnf, N, C, V);
+  linear_backward(acts_.dln, layout_.lm_head, dlogits16 ? nullptr : acts_.logits, acts_.lnf, N, C, V);
   prof_mark(kPHeadB);
   const bool tied = layout_.lm_head == layout_.wte;
   if (grad_ready_ && !tied) grad_ready_(layout_.lm_head, layout_.total);

@@ -38,7 +38,8 @@ class Model {
   Status forward(const Batch& batch, float& loss);
   // Backward of the last forward: parameter gradients ADD into grads() (call zero_grad first).
   // dloss: gradient of the objective per token loss; 0 means 1 / (targets != -1) of the batch
-  // (the gradient of the mean). Turns acts().logits into dlogits.
+  // (the gradient of the mean). Turns acts().logits into dlogits (in bf16 precision they stay
+  // logits: the dlogits go to bf16 scratch).
   void backward(float dloss = 0.0f);
   // Called by backward() each time the gradient of a flat range [begin, end) of grads() is final
   // for this backward: the untied LM head, the final norm, each layer from the last, the embedding

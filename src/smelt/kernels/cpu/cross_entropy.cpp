@@ -52,6 +52,36 @@ void cross_entropy_backward(float* logits, const float* lse, const int32_t* targ
   }
 }
 
+void cross_entropy_backward_bf16(uint16_t* dlogits16, const float* logits, const float* lse,
+                                 const int32_t* targets, float dloss, int N, int V) {
+  // The fp32 kernel's values, rounded to bf16 as they are made: one read of the logits and one
+  // half-size write, instead of an fp32 write and a conversion pass over it.
+#pragma omp parallel for schedule(static)
+  for (int n = 0; n < N; n++) {
+    const float* l = logits + (int64_t)n * V;
+    uint16_t* d = dlogits16 + (int64_t)n * V;
+    const int t = targets[n];
+    if (t < 0) {
+      for (int v = 0; v < V; v++) d[v] = 0;
+      continue;
+    }
+    const __m256 vz = _mm256_set1_ps(lse[n]), vd = _mm256_set1_ps(dloss);
+    alignas(32) float buf[16];
+    int v = 0;
+    for (; v + 16 <= V; v += 16) {
+      for (int k = 0; k < 16; k += 8)
+        _mm256_store_ps(buf + k, _mm256_mul_ps(vmath::exp8(_mm256_sub_ps(_mm256_loadu_ps(l + v + k), vz)), vd));
+      if (t >= v && t < v + 16) buf[t - v] -= dloss;
+      vmath::bf16_round16(d + v, buf);
+    }
+    for (; v < V; v++) {
+      float x = vmath::exp1(l[v] - lse[n]) * dloss;
+      if (v == t) x -= dloss;
+      d[v] = vmath::bf16_round(x);
+    }
+  }
+}
+
 void cross_entropy_forward_ref(float* losses, const float* logits, const int32_t* targets, int N,
                                int V) {
   for (int n = 0; n < N; n++) {

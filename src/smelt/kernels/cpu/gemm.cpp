@@ -17,6 +17,7 @@
 #include <omp.h>
 #include <oneapi/dnnl/dnnl.hpp>
 
+#include "smelt/kernels/cpu/vec_math.hpp"
 #include "smelt/kernels/kernels.hpp"
 
 namespace smelt {
@@ -73,13 +74,6 @@ Bf16Gemm& bf16_gemm_for(bool ta, bool tb, int M, int N, int K, int lda, int ldb,
   return *slot;
 }
 
-inline uint16_t bf16_round(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40);  // NaN stays a quiet NaN
-  u += 0x7fffu + ((u >> 16) & 1u);  // round to nearest, ties to even
-  return (uint16_t)(u >> 16);
-}
 inline float bf16_widen(uint16_t h) {
   uint32_t u = (uint32_t)h << 16;
   float f;
@@ -192,36 +186,14 @@ void gemm_bf16(bool ta, bool tb, int M, int N, int K, const uint16_t* A, int lda
   else gemm_bf16_portable(ta, tb, M, N, K, A, lda, B, ldb, beta, C, ldc);
 }
 
-namespace {
-// 16 floats -> 16 bf16, the scalar bf16_round's rule in AVX2 integer operations (the build's
-// baseline; the conversion is memory-bound, so wider instructions would not pay).
-inline void bf16_round16(uint16_t* out, const float* inp) {
-  const __m256i bias = _mm256_set1_epi32(0x7fff), one = _mm256_set1_epi32(1);
-  const __m256i abs_mask = _mm256_set1_epi32(0x7fffffff), inf = _mm256_set1_epi32(0x7f800000);
-  const __m256i quiet = _mm256_set1_epi32(0x40);
-  __m256i h[2];
-  for (int k = 0; k < 2; k++) {
-    __m256i u = _mm256_loadu_si256((const __m256i*)(inp + 8 * k));
-    __m256i r = _mm256_add_epi32(u, _mm256_add_epi32(bias, _mm256_and_si256(_mm256_srli_epi32(u, 16), one)));
-    r = _mm256_srli_epi32(r, 16);
-    __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, abs_mask), inf);
-    __m256i q = _mm256_or_si256(_mm256_srli_epi32(u, 16), quiet);
-    h[k] = _mm256_blendv_epi8(r, q, nan);
-  }
-  // packus works within 128-bit lanes: put the four 64-bit quarters back in order.
-  __m256i p = _mm256_permute4x64_epi64(_mm256_packus_epi32(h[0], h[1]), 0xD8);
-  _mm256_storeu_si256((__m256i*)out, p);
-}
-}  // namespace
-
 void bf16_from_f32(uint16_t* out, const float* inp, int64_t n) {
   constexpr int64_t kBlock = 1 << 16;
 #pragma omp parallel for schedule(static)
   for (int64_t b = 0; b < n; b += kBlock) {
     const int64_t e = std::min<int64_t>(n, b + kBlock);
     int64_t i = b;
-    for (; i + 16 <= e; i += 16) bf16_round16(out + i, inp + i);
-    for (; i < e; i++) out[i] = bf16_round(inp[i]);
+    for (; i + 16 <= e; i += 16) vmath::bf16_round16(out + i, inp + i);
+    for (; i < e; i++) out[i] = vmath::bf16_round(inp[i]);
   }
 }
 
@@ -229,6 +201,6 @@ void f32_from_bf16(float* out, const uint16_t* inp, int64_t n) {
   for (int64_t i = 0; i < n; i++) out[i] = bf16_widen(inp[i]);
 }
 
-float bf16_round_f32(float x) { return bf16_widen(bf16_round(x)); }
+float bf16_round_f32(float x) { return bf16_widen(vmath::bf16_round(x)); }
 
 }  // namespace smelt

@@ -104,7 +104,7 @@ void matmul_forward_bf16(float* out, uint16_t* inp16, const float* inp, const ui
 void matmul_backward_bf16(float* dinp, float* dweight, uint16_t* dout16, uint16_t* inp16,
                           const float* dout, const float* inp, const uint16_t* weight16, int N,
                           int IC, int OC) {
-  bf16_from_f32(dout16, dout, (int64_t)N * OC);
+  if (dout) bf16_from_f32(dout16, dout, (int64_t)N * OC);
   bf16_from_f32(inp16, inp, (int64_t)N * IC);
   backward_tiles(dinp, dweight, dout16, inp16, weight16, N, IC, OC);
 }

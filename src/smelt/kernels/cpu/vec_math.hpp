@@ -114,4 +114,30 @@ inline float max_of(const float* x, int n, float init) {
   return r;
 }
 
+// fp32 -> bf16, round to nearest with ties to even; a NaN stays a (quiet) NaN. The scalar rule and
+// its 16-wide AVX2 twin give the same bits (tested), so a value never depends on the tail.
+inline uint16_t bf16_round(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40);
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return (uint16_t)(u >> 16);
+}
+inline void bf16_round16(uint16_t* out, const float* inp) {
+  const __m256i bias = _mm256_set1_epi32(0x7fff), one = _mm256_set1_epi32(1);
+  const __m256i abs_mask = _mm256_set1_epi32(0x7fffffff), inf = _mm256_set1_epi32(0x7f800000);
+  const __m256i quiet = _mm256_set1_epi32(0x40);
+  __m256i h[2];
+  for (int k = 0; k < 2; k++) {
+    __m256i u = _mm256_loadu_si256((const __m256i*)(inp + 8 * k));
+    __m256i r = _mm256_add_epi32(u, _mm256_add_epi32(bias, _mm256_and_si256(_mm256_srli_epi32(u, 16), one)));
+    r = _mm256_srli_epi32(r, 16);
+    __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, abs_mask), inf);
+    __m256i q = _mm256_or_si256(_mm256_srli_epi32(u, 16), quiet);
+    h[k] = _mm256_blendv_epi8(r, q, nan);
+  }
+  // packus works within 128-bit lanes: put the four 64-bit quarters back in order.
+  _mm256_storeu_si256((__m256i*)out, _mm256_permute4x64_epi64(_mm256_packus_epi32(h[0], h[1]), 0xD8));
+}
+
 }  // namespace smelt::vmath
