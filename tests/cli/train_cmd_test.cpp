@@ -102,7 +102,8 @@ TEST_F(TrainCmdTest, SigtermSavesAndResumeMatchesTheUninterruptedRun) {
   kill(pid, SIGTERM);
   int st = 0;
   waitpid(pid, &st, 0);
-  ASSERT_TRUE(WIFEXITED(st));
+  ASSERT_TRUE(WIFEXITED(st)) << "ended by signal " << (WIFSIGNALED(st) ? WTERMSIG(st) : 0) << ": "
+                             << test::read_file((dir_ / "cut.err").string());
   EXPECT_EQ(WEXITSTATUS(st), 0) << test::read_file((dir_ / "cut.err").string());
   auto cut = metrics(dir_ / "cut");
   ASSERT_GE(cut.size(), 2u);
