@@ -167,10 +167,11 @@ INSTANTIATE_TEST_SUITE_P(
 
 // bf16 mixed precision against the same PyTorch reference with its linear layers in bf16
 // (llama_ref.py's Bf16Linear: inputs and incoming gradients rounded to bf16, exact sums). Both
-// round at the same places; what differs is fp32 against fp64 upstream of each rounding, which
-// now and then moves a value across a bf16 rounding edge (one bf16 ulp, 2^-8 relative): measured
-// 1e-7 to 3.2e-3 for logits and 1.3e-3 to 4.8e-3 for the worst gradient. Tolerances 1e-2 and
-// 4e-2. The same Smelt numbers against the fp32 reference are further away (8e-3 and 1.3e-2 to
+// round at the same places (llama_ref.py also rounds the attention products: Bf16Matmul); what
+// differs is fp32 against fp64 upstream of each rounding, which now and then moves a value across
+// a bf16 rounding edge (one bf16 ulp, 2^-8 relative), and D = dO . O for the softmax gradient
+// where autograd sums P dP: measured 7e-8 to 6.4e-3 for logits and 5.5e-3 to 7.2e-3 for the
+// worst gradient. Tolerances 1e-2 and 4e-2. The same Smelt numbers against the fp32 reference are further away (8e-3 and 1.3e-2 to
 // 1.5e-2: bf16 rounding everywhere), checked too, so the test fails if the bf16 path were fp32.
 TEST_P(VsPyTorch, Bf16LogitsLossAndEveryGradient) {
   const Case& k = GetParam();
@@ -247,8 +248,11 @@ TEST(Model, ReferenceKernelsMatchFastKernels) {
   EXPECT_LT(rel_err(logits[0].data(), logits[1]), 1e-5);
 }
 
-// bf16 precision on the fast kernels (oneDNN or the portable path) and on the references (the
-// same bf16 roundings, double sums): equal to fp32 accumulation error; and 1 vs 2 threads.
+// bf16 precision on the fast kernels (oneDNN or the portable path) and on the references: the
+// linear layers' references round as the fast ones do (double sums); attention's reference is
+// the fp32 one (the bf16 attention kernel is checked against it in attention_test, and the whole
+// bf16 model against PyTorch's bf16 attention above), so the two differ by bf16 attention
+// rounding: measured up to 1.4e-2 per gradient, allowed 3e-2. And 1 vs 2 threads: same bits.
 TEST(Model, Bf16ReferenceKernelsMatchFastKernelsAndThreadCountsAgree) {
   Batch b = make_batch(8, 128, 512, true, true, 17);
   std::vector<float> grads[3];
@@ -266,13 +270,12 @@ TEST(Model, Bf16ReferenceKernelsMatchFastKernelsAndThreadCountsAgree) {
     if (r < 2) continue;
     for (const auto& t : m.layout().tensors) {
       std::vector<float> fast(grads[0].begin() + t.offset, grads[0].begin() + t.offset + t.size());
-      // A rounding edge crossed differently upstream moves a value by one bf16 ulp: 1e-2.
-      EXPECT_LT(rel_err(m.grads() + t.offset, fast), 1e-2) << t.name;
+      EXPECT_LT(rel_err(m.grads() + t.offset, fast), 3e-2) << t.name;
     }
   }
   EXPECT_EQ(losses[0], losses[1]);
   EXPECT_TRUE(grads[0] == grads[1]);
-  EXPECT_NEAR(losses[0], losses[2], 1e-3);
+  EXPECT_NEAR(losses[0], losses[2], 2e-3);
 }
 
 // The fixed reduction orders make the whole step independent of the thread count.

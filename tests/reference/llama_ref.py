@@ -19,7 +19,8 @@ Input tensors: "config.int" i32 [V, C, L, NH, NKV, H, tied, B, T, steps, segment
 "config.float" f32 [rope_theta, norm_eps, lr, beta1, beta2, eps, weight_decay, grad_clip];
 "inputs", "targets" i32 (B,T) (target -1 = no loss); optional "segments", "positions" i32 (B,T);
 every parameter under its Hugging Face Llama name (model.embed_tokens.weight, ...); optional
-"precision.bf16" i32 (1) = 1: bf16 mixed precision of the linear layers (below).
+"precision.bf16" i32 (1) = 1: bf16 mixed precision of the linear layers and the attention
+products (Bf16Linear, Bf16Matmul below).
 Output tensors: "logits" f32 (B,T,V), "loss" f32 (1), "grad.<name>" for every parameter (from the
 initial weights), and when steps > 0: "loss.step<k>" f32 (1) for k in [0, steps) (the loss before
 step k) and "param.<name>" after the last step.
@@ -89,11 +90,31 @@ class Bf16Linear(torch.autograd.Function):
         return g @ bf16(w), dw
 
 
+class Bf16Matmul(torch.autograd.Function):
+    """a @ b with both rounded to bf16, and the incoming gradient rounded in backward: the
+    attention products (scores, probabilities times values) under bf16 mixed precision."""
+
+    @staticmethod
+    def forward(ctx, a, b):
+        ctx.save_for_backward(a, b)
+        return bf16(a) @ bf16(b)
+
+    @staticmethod
+    def backward(ctx, g):
+        a, b = ctx.saved_tensors
+        g = bf16(g)
+        return g @ bf16(b).transpose(-1, -2), bf16(a).transpose(-1, -2) @ g
+
+
 LINEAR = {"bf16": False}
 
 
 def linear(x, w):
     return Bf16Linear.apply(x, w) if LINEAR["bf16"] else x @ w.T
+
+
+def matmul(a, b):
+    return Bf16Matmul.apply(a, b) if LINEAR["bf16"] else a @ b
 
 
 def rms_norm(x, w, eps):
@@ -138,9 +159,9 @@ def forward(p, cfg, batch):
         q, k = rope(q, pos, theta), rope(k, pos, theta)
         k = k.repeat_interleave(NH // NKV, dim=1)              # query head h uses kv head h // group
         v = v.repeat_interleave(NH // NKV, dim=1)
-        att = (q @ k.transpose(-1, -2)) / math.sqrt(HS)        # (B,NH,T,T)
+        att = matmul(q, k.transpose(-1, -2)) / math.sqrt(HS)   # (B,NH,T,T)
         att = att.masked_fill(~mask[:, None], float("-inf")).softmax(-1)
-        y = (att @ v).transpose(1, 2).reshape(B, T, NH * HS)
+        y = matmul(att, v).transpose(1, 2).reshape(B, T, NH * HS)
         x = x + linear(y, p[pre + "self_attn.o_proj.weight"])
         h = rms_norm(x, p[pre + "post_attention_layernorm.weight"], eps)
         g = linear(h, p[pre + "mlp.gate_proj.weight"])

@@ -113,7 +113,22 @@ void gemm_bf16_set_portable(bool portable);  // tests and benchmarks: force the 
 // out (n) = inp rounded to bf16 (nearest, ties to even; NaN stays NaN). OpenMP over fixed blocks.
 void bf16_from_f32(uint16_t* out, const float* inp, int64_t n);
 void f32_from_bf16(float* out, const uint16_t* inp, int64_t n);
+void bf16_from_f32_serial(uint16_t* out, const float* inp, int64_t n);  // one thread (inside a team)
 float bf16_round_f32(float x);    // x rounded to the nearest bf16, as an fp32
+
+// ---- attention_bf16.cpp ---------------------------------------------------------------------
+// The same attention for bf16 mixed precision: every matrix product (Q K^T, P V and the backward
+// dO V^T, P^T dO, dS^T Q, dS K) on bf16 inputs with fp32 sums; softmax, its gradient, lse and D in
+// fp32. Blocked by 128 query rows meeting all their visible keys in one GEMM. qkv16 (B,T,QKV) and
+// dout16 (B,T,NH*HS) scratch receive the bf16 copies; scratch holds
+// attention_bf16_scratch_floats(T, threads) floats (per thread: scores, their gradient and bf16
+// copies of a block). Same arguments otherwise as attention_forward / attention_backward.
+int64_t attention_bf16_scratch_floats(int T, int threads);
+void attention_forward_bf16(float* out, float* lse, uint16_t* qkv16, float* scratch, const float* qkv,
+                            const int32_t* seg, int B, int T, int NH, int NKV, int HS);
+void attention_backward_bf16(float* dqkv, uint16_t* qkv16, uint16_t* dout16, float* scratch,
+                             const float* dout, const float* qkv, const float* out, const float* lse,
+                             const int32_t* seg, int B, int T, int NH, int NKV, int HS);
 
 // ---- matmul.cpp -----------------------------------------------------------------------------
 // out (N,OC) = beta*out + inp (N,IC) @ weight(OC,IC)^T. beta 1 adds into out (the residual add).

@@ -8,6 +8,7 @@
 
 #include <fmt/format.h>
 
+#include "smelt/kernels/kernels.hpp"
 #include "smelt/model/params.hpp"
 
 namespace smelt {
@@ -92,16 +93,18 @@ std::string MemoryPlan::report() const {
          line("total", total());
 }
 
-Bf16Sizes bf16_sizes(const ModelConfig& c, int B, int T) {
+Bf16Sizes bf16_sizes(const ModelConfig& c, int B, int T, int threads) {
   const int64_t N = (int64_t)B * T, A = (int64_t)c.n_heads * c.head_size();
   Bf16Sizes s;
   s.weights = param_layout(c).total;
   s.inputs = N * std::max<int64_t>({c.d_model, A, c.ffn_hidden});
   s.grads = N * std::max<int64_t>({c.qkv_size(), c.d_model, 2 * (int64_t)c.ffn_hidden, c.vocab_size});
+  s.qkv = N * c.qkv_size();
+  s.attn_scratch_floats = attention_bf16_scratch_floats(T, std::max(1, threads));
   return s;
 }
 
-MemoryPlan memory_plan(const ModelConfig& c, int B, int T, int zero_ranks, Precision precision) {
+MemoryPlan memory_plan(const ModelConfig& c, int B, int T, int zero_ranks, Precision precision, int threads) {
   MemoryPlan p;
   int64_t n = param_layout(c).total;
   p.param_bytes = n * 4;
@@ -112,7 +115,7 @@ MemoryPlan memory_plan(const ModelConfig& c, int B, int T, int zero_ranks, Preci
   for (int r = 0; r < p.zero_ranks; r++) shard = std::max(shard, b[r + 1] - b[r]);
   p.optimizer_bytes = 2 * shard * 4;
   p.activation_bytes = activation_floats(c, B, T) * 4;
-  if (precision == Precision::kBf16) p.bf16_bytes = bf16_sizes(c, B, T).total() * 2;
+  if (precision == Precision::kBf16) p.bf16_bytes = bf16_sizes(c, B, T, threads).total() * 2;
   return p;
 }
 

@@ -55,11 +55,13 @@ void activations_init(Activations& a, const ModelConfig& c, int B, int T);
 // bf16 operands of the linear layers at (B,T) (in bf16 elements): the weights' copy, the widest
 // GEMM input (N x max in-features) and the widest output gradient (N x max out-features, the
 // LM head's V).
+// Attention adds a bf16 copy of qkv (N x QKV) and, per thread, one query block's scores and
+// their gradient (attention_bf16_scratch_floats, counted as 2 bf16 elements per float).
 struct Bf16Sizes {
-  int64_t weights = 0, inputs = 0, grads = 0;
-  int64_t total() const { return weights + inputs + grads; }
+  int64_t weights = 0, inputs = 0, grads = 0, qkv = 0, attn_scratch_floats = 0;
+  int64_t total() const { return weights + inputs + grads + qkv + 2 * attn_scratch_floats; }
 };
-Bf16Sizes bf16_sizes(const ModelConfig& c, int B, int T);
+Bf16Sizes bf16_sizes(const ModelConfig& c, int B, int T, int threads = 1);
 
 struct MemoryPlan {
   int64_t param_bytes = 0, grad_bytes = 0, optimizer_bytes = 0, activation_bytes = 0;
@@ -74,7 +76,7 @@ struct MemoryPlan {
 // plan counts the largest shard (zero_shard_bounds).
 // precision bf16 adds bf16_sizes (2 bytes each).
 MemoryPlan memory_plan(const ModelConfig& c, int B, int T, int zero_ranks = 1,
-                       Precision precision = Precision::kFp32);
+                       Precision precision = Precision::kFp32, int threads = 1);
 // Physical memory of this machine in bytes (the natural budget for a single-process run).
 int64_t memory_physical_bytes();
 // Fails, naming every item and the budget, when the plan exceeds budget_bytes (<= 0: no limit).

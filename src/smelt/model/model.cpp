@@ -74,7 +74,7 @@ Status Model::init(const ModelConfig& c, int B, int T, int threads, uint64_t see
   Tmax_ = T;
   threads_ = threads;
   layout_ = param_layout(c);
-  plan_ = memory_plan(c, B, T, zero_ranks_, precision_);
+  plan_ = memory_plan(c, B, T, zero_ranks_, precision_, threads);
   spdlog::info("[model] memory plan for batch {}x{} ({} parameters{}{}):\n{}", B, T, layout_.total,
                c.recompute ? ", recompute on" : "",
                precision_ == Precision::kBf16 ? fmt::format(", bf16 GEMMs on {}", gemm_bf16_isa()) : "",
@@ -89,12 +89,14 @@ Status Model::init(const ModelConfig& c, int B, int T, int threads, uint64_t see
   activations_init(acts_, c, B, T);
   rope_.assign((size_t)c.max_seq_len * c.head_size(), 0.0f);
   if (precision_ == Precision::kBf16) {
-    const Bf16Sizes z = bf16_sizes(c, B, T);
+    const Bf16Sizes z = bf16_sizes(c, B, T, threads);
     w16_.assign(z.weights, 0);
     x16_.assign(z.inputs, 0);
     d16_.assign(z.grads, 0);
+    qkv16_.assign(z.qkv, 0);
+    attn16_scratch_.assign(z.attn_scratch_floats, 0.0f);
   } else {
-    w16_ = {}, x16_ = {}, d16_ = {};
+    w16_ = {}, x16_ = {}, d16_ = {}, qkv16_ = {}, attn16_scratch_ = {};
   }
   sparsity_scratch_.assign(T, 0.0f);
   rope_table(rope_.data(), c.max_seq_len, c.head_size(), (float)c.rope_theta);
@@ -162,7 +164,10 @@ void Model::layer_forward(int l, int B, int T) {
     rope_forward(a.qkv, pos, rope_.data(), N, T, QKV, 0, NH, HS);
     rope_forward(a.qkv, pos, rope_.data(), N, T, QKV, NH * HS, NKV, HS);
     prof_mark(kPRopeF);
-    attention_forward(a.att, a.lse, a.qkv, seg, B, T, NH, NKV, HS);
+    if (precision_ == Precision::kBf16)
+      attention_forward_bf16(a.att, a.lse, qkv16_.data(), attn16_scratch_.data(), a.qkv, seg, B, T, NH, NKV, HS);
+    else
+      attention_forward(a.att, a.lse, a.qkv, seg, B, T, NH, NKV, HS);
   }
   prof_mark(kPAttnF);
   std::memcpy(a.xmid, x, sizeof(float) * N * C);
@@ -208,7 +213,11 @@ Status Model::forward(const Batch& b, float& loss) {
   const bool ref = reference_;
   prof_start();
   // bf16: the weights as they are now (after the last optimizer step, a load or a gather).
-  if (precision_ == Precision::kBf16) bf16_from_f32(w16_.data(), w, layout_.total);
+  if (precision_ == Precision::kBf16) {
+    bf16_from_f32(w16_.data(), w, layout_.total);
+    const int64_t need = attention_bf16_scratch_floats(Tmax_, threads_);
+    if ((int64_t)attn16_scratch_.size() < need) attn16_scratch_.assign(need, 0.0f);  // set_threads raised the count
+  }
   (ref ? embedding_forward_ref : embedding_forward)(acts_.resid[0], b.inputs.data(),
                                                     w + layout_.wte, N, C, V);
   prof_mark(kPEmbedF);
@@ -264,7 +273,11 @@ void Model::layer_backward(int l, int B, int T) {
     rope_backward_ref(s.dqkv, pos, N, T, QKV, 0, NH, HS, (float)c.rope_theta);
     rope_backward_ref(s.dqkv, pos, N, T, QKV, NH * HS, NKV, HS, (float)c.rope_theta);
   } else {
-    attention_backward(s.dqkv, s.datt, a.qkv, a.att, a.lse, seg, B, T, NH, NKV, HS);
+    if (precision_ == Precision::kBf16)
+      attention_backward_bf16(s.dqkv, qkv16_.data(), d16_.data(), attn16_scratch_.data(), s.datt, a.qkv, a.att,
+                              a.lse, seg, B, T, NH, NKV, HS);
+    else
+      attention_backward(s.dqkv, s.datt, a.qkv, a.att, a.lse, seg, B, T, NH, NKV, HS);
     prof_mark(kPAttnB);
     rope_backward(s.dqkv, pos, rope_.data(), N, T, QKV, 0, NH, HS);
     rope_backward(s.dqkv, pos, rope_.data(), N, T, QKV, NH * HS, NKV, HS);

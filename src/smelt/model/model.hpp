@@ -128,6 +128,8 @@ class Model {
   bool reference_ = false;
   Precision precision_ = Precision::kFp32;
   std::vector<uint16_t> w16_, x16_, d16_;  // bf16: weights' copy (params layout), GEMM operand scratch
+  std::vector<uint16_t> qkv16_;            // bf16: attention's copy of one layer's qkv
+  std::vector<float> attn16_scratch_;      // bf16: attention's per-thread block scratch
   std::vector<float> ref_scratch_, ref_logits_;  // reference mode only
   bool profiling_ = false;
   double prof_[32] = {};  // [op] seconds

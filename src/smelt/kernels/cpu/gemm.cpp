@@ -197,6 +197,12 @@ void bf16_from_f32(uint16_t* out, const float* inp, int64_t n) {
   }
 }
 
+void bf16_from_f32_serial(uint16_t* out, const float* inp, int64_t n) {
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) vmath::bf16_round16(out + i, inp + i);
+  for (; i < n; i++) out[i] = vmath::bf16_round(inp[i]);
+}
+
 void f32_from_bf16(float* out, const uint16_t* inp, int64_t n) {
   for (int64_t i = 0; i < n; i++) out[i] = bf16_widen(inp[i]);
 }
