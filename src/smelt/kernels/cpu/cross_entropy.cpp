@@ -1,6 +1,7 @@
 // Softmax cross-entropy over the vocabulary, fused: one streaming pass for the loss (online
 // max/sum, chunked over V), one in-place pass turning logits into dlogits. Not the LM head GEMM.
 #include <cmath>
+#include <cstdint>
 #include <limits>
 
 #include "smelt/kernels/cpu/vec_math.hpp"
@@ -66,19 +67,14 @@ void cross_entropy_backward_bf16(uint16_t* dlogits16, const float* logits, const
       continue;
     }
     const __m256 vz = _mm256_set1_ps(lse[n]), vd = _mm256_set1_ps(dloss);
-    alignas(32) float buf[16];
     int v = 0;
     for (; v + 16 <= V; v += 16) {
-      for (int k = 0; k < 16; k += 8)
-        _mm256_store_ps(buf + k, _mm256_mul_ps(vmath::exp8(_mm256_sub_ps(_mm256_loadu_ps(l + v + k), vz)), vd));
-      if (t >= v && t < v + 16) buf[t - v] -= dloss;
-      vmath::bf16_round16(d + v, buf);
+      __m256 a = _mm256_mul_ps(vmath::exp8(_mm256_sub_ps(_mm256_loadu_ps(l + v), vz)), vd);
+      __m256 b = _mm256_mul_ps(vmath::exp8(_mm256_sub_ps(_mm256_loadu_ps(l + v + 8), vz)), vd);
+      _mm256_storeu_si256((__m256i*)(d + v), vmath::bf16_pack16(a, b));
     }
-    for (; v < V; v++) {
-      float x = vmath::exp1(l[v] - lse[n]) * dloss;
-      if (v == t) x -= dloss;
-      d[v] = vmath::bf16_round(x);
-    }
+    for (; v < V; v++) d[v] = vmath::bf16_round(vmath::exp1(l[v] - lse[n]) * dloss);
+    d[t] = vmath::bf16_round(vmath::exp1(l[t] - lse[n]) * dloss - dloss);  // exp1 = exp8's bits
   }
 }
 

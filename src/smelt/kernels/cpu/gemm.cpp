@@ -45,13 +45,16 @@ struct Bf16Gemm {
   dnnl::memory::desc ad, bd, cd, sd;
   std::array<std::unique_ptr<PerThread>, kMaxThreads> threads;
 };
-using Key = std::tuple<bool, bool, int, int, int, int, int, int, bool>;
+// (transposes, shape, leading dimensions, accumulate, threads the primitive was made for: a
+// primitive executed outside an OpenMP team threads itself, and its scratchpad is sized for that)
+using Key = std::tuple<bool, bool, int, int, int, int, int, int, bool, int>;
 std::mutex g_mu;
 std::map<Key, std::unique_ptr<Bf16Gemm>> g_cache;
 
 Bf16Gemm& bf16_gemm_for(bool ta, bool tb, int M, int N, int K, int lda, int ldb, int ldc, bool accumulate) {
+  const int team = omp_in_parallel() ? 1 : omp_get_max_threads();
   std::lock_guard<std::mutex> lock(g_mu);
-  auto& slot = g_cache[Key{ta, tb, M, N, K, lda, ldb, ldc, accumulate}];
+  auto& slot = g_cache[Key{ta, tb, M, N, K, lda, ldb, ldc, accumulate, team}];
   if (slot) return *slot;
   using dt = dnnl::memory::data_type;
   using dims = dnnl::memory::dims;

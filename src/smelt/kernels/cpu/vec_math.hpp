@@ -123,13 +123,15 @@ inline uint16_t bf16_round(float f) {
   u += 0x7fffu + ((u >> 16) & 1u);
   return (uint16_t)(u >> 16);
 }
-inline void bf16_round16(uint16_t* out, const float* inp) {
+// 16 floats (two registers) -> 16 bf16 in one register, in order.
+inline __m256i bf16_pack16(__m256 lo, __m256 hi) {
   const __m256i bias = _mm256_set1_epi32(0x7fff), one = _mm256_set1_epi32(1);
   const __m256i abs_mask = _mm256_set1_epi32(0x7fffffff), inf = _mm256_set1_epi32(0x7f800000);
   const __m256i quiet = _mm256_set1_epi32(0x40);
   __m256i h[2];
+  const __m256 in[2] = {lo, hi};
   for (int k = 0; k < 2; k++) {
-    __m256i u = _mm256_loadu_si256((const __m256i*)(inp + 8 * k));
+    __m256i u = _mm256_castps_si256(in[k]);
     __m256i r = _mm256_add_epi32(u, _mm256_add_epi32(bias, _mm256_and_si256(_mm256_srli_epi32(u, 16), one)));
     r = _mm256_srli_epi32(r, 16);
     __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, abs_mask), inf);
@@ -137,7 +139,10 @@ inline void bf16_round16(uint16_t* out, const float* inp) {
     h[k] = _mm256_blendv_epi8(r, q, nan);
   }
   // packus works within 128-bit lanes: put the four 64-bit quarters back in order.
-  _mm256_storeu_si256((__m256i*)out, _mm256_permute4x64_epi64(_mm256_packus_epi32(h[0], h[1]), 0xD8));
+  return _mm256_permute4x64_epi64(_mm256_packus_epi32(h[0], h[1]), 0xD8);
+}
+inline void bf16_round16(uint16_t* out, const float* inp) {
+  _mm256_storeu_si256((__m256i*)out, bf16_pack16(_mm256_loadu_ps(inp), _mm256_loadu_ps(inp + 8)));
 }
 
 }  // namespace smelt::vmath
