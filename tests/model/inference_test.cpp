@@ -82,9 +82,11 @@ TEST_P(GreedyDecode, KvCacheEqualsFullRecomputation) {
   ASSERT_TRUE(m.init(c, 1, total, dc.threads, 1234));
   InferenceSession s;
   ASSERT_TRUE(s.init(c, m.params(), total, dc.threads, dc.precision));
-  // bf16 on both sides rounds the same GEMM inputs; summation orders differ upstream of each
-  // rounding, which now and then moves a value by one bf16 ulp (2^-8): 2e-2 instead of 1e-4.
-  const double tol = dc.precision == Precision::kBf16 ? 2e-2 : kTol;
+  // bf16 on both sides rounds the linear layers' inputs alike, but the training forward also runs
+  // its attention products in bf16 (attention_bf16.cpp) while the decoder attends over its fp32
+  // cache in fp32: measured up to 3.6e-2 on these wide-weight models, allowed 8e-2 (a stale or
+  // misplaced cache row moves logits by O(1)); the greedy tokens must still agree.
+  const double tol = dc.precision == Precision::kBf16 ? 8e-2 : kTol;
 
   std::vector<int32_t> prompt;
   for (int i = 0; i < dc.prompt; i++) prompt.push_back((int32_t)((i * 37 + 11) % V));
