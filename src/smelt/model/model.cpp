@@ -214,7 +214,10 @@ Status Model::forward(const Batch& b, float& loss) {
   prof_start();
   // bf16: the weights as they are now (after the last optimizer step, a load or a gather).
   if (precision_ == Precision::kBf16) {
-    bf16_from_f32(w16_.data(), w, layout_.total);
+    // Only what the GEMMs read: an untied embedding table is looked up in fp32, never multiplied.
+    const bool tied = layout_.lm_head == layout_.wte;
+    for (const auto& t : layout_.tensors)
+      if (t.cols > 1 && (tied || t.offset != layout_.wte)) bf16_from_f32(w16_.data() + t.offset, w + t.offset, t.size());
     const int64_t need = attention_bf16_scratch_floats(Tmax_, threads_);
     if ((int64_t)attn16_scratch_.size() < need) attn16_scratch_.assign(need, 0.0f);  // set_threads raised the count
   }
