@@ -86,8 +86,12 @@ TEST(CpuPeak, InstructionSetTimesClock) {
   c.amx_bf16 = c.amx_tile = true;
   EXPECT_DOUBLE_EQ(cpu_peak(c, Precision::kBf16, 1).gflops, 1024 * 2.0);
   EXPECT_DOUBLE_EQ(cpu_peak(c, Precision::kFp32, 1).gflops, 64 * 2.0);
-  EXPECT_GT(cpu_info().mhz, 0.0) << "no clock found for this machine";
-  EXPECT_FALSE(cpu_info().mhz_source.empty());
+  EXPECT_GT(cpu_info_measured().mhz, 0.0) << "no clock found for this machine";
+  EXPECT_FALSE(cpu_info_measured().mhz_source.empty());
+  // The measured clock: a plausible x86 frequency, and never below what the peaks use.
+  EXPECT_GT(cpu_info_measured().measured_mhz, 500.0);
+  EXPECT_LT(cpu_info_measured().measured_mhz, 7000.0);
+  EXPECT_GE(cpu_info_measured().mhz, cpu_info().mhz);
 }
 
 TEST(GemmSelect, MeasuresOnceThenReadsTheCacheAndObeysTheConfig) {

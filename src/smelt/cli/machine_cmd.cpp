@@ -36,12 +36,13 @@ int cli_machine(int argc, char** argv) {
   app.add_flag("--json", as_json, "JSON on stdout");
   if (int rc = cli_parse(app, argc, argv, "machine", "warn"); rc >= 0) return rc;
 
-  const CpuInfo& cpu = cpu_info();
+  const CpuInfo& cpu = cpu_info_measured();
   const BlasCore core = blas_core();
   const PeakRate p32 = cpu_peak(cpu, Precision::kFp32, threads), p16 = cpu_peak(cpu, Precision::kBf16, threads);
   nlohmann::json j;
   j["cpu"] = {{"model", cpu.model}, {"vendor", cpu.vendor}, {"flags", cpu.flags()}, {"mhz", cpu.mhz},
-              {"mhz_source", cpu.mhz_source}, {"logical_cpus", cpu.logical_cpus}};
+              {"mhz_source", cpu.mhz_source}, {"stated_mhz", cpu_info().mhz}, {"measured_mhz", cpu.measured_mhz},
+              {"logical_cpus", cpu.logical_cpus}};
   j["peak_gflops"] = {{"threads", threads},
                       {"fp32", p32.gflops}, {"fp32_unit", p32.unit}, {"fp32_flop_per_cycle", p32.flop_per_cycle},
                       {"bf16", p16.gflops}, {"bf16_unit", p16.unit}, {"bf16_flop_per_cycle", p16.flop_per_cycle}};

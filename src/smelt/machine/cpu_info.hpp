@@ -15,15 +15,19 @@ struct CpuInfo {
   bool avx = false, avx2 = false, fma = false;
   bool avx512f = false, avx512bw = false, avx512vl = false, avx512dq = false;
   bool avx512_bf16 = false, avx512_vnni = false, amx_bf16 = false, amx_tile = false;
-  double mhz = 0;           // the clock the peaks use
-  std::string mhz_source;   // where mhz came from (cpufreq max, cpuid leaf 0x16, /proc/cpuinfo)
+  double mhz = 0;           // the clock the peaks use (cpu_info_measured: the higher of stated and measured)
+  std::string mhz_source;   // where mhz came from (cpufreq max, cpuid leaf 0x16, /proc/cpuinfo, measured)
+  double measured_mhz = 0;  // a timed chain of dependent multiplies (3 cycles each)
   int logical_cpus = 1;
   // The feature list in /proc/cpuinfo order, only the ones above (for reports).
   std::string flags() const;
 };
 
-// Read once per process (cpuid and /proc/cpuinfo), then cached.
+// Read once per process (cpuid and /proc/cpuinfo), then cached; mhz is the stated clock.
 const CpuInfo& cpu_info();
+// The same with the clock also measured (~75 ms, once per process): mhz is the higher of the two.
+// What peaks and MFU use.
+const CpuInfo& cpu_info_measured();
 
 // Peak GFLOP/s of `threads` cores from the instruction set and clock: FLOP per cycle per core
 // x cores x GHz. fp32: 2 FMA units x (16 lanes AVX-512 | 8 lanes AVX2) x 2 (multiply and add);

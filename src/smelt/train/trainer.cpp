@@ -373,7 +373,7 @@ Status Trainer::setup() {
   model_.set_precision(precision);
   if (Status s = model_.init(c_.model, B_, T_, threads_, c_.train.seed, budget); !s) return s;
   if (Status s = gemm_select(c_.train.gemm, c_.model, B_, T_, precision, threads_, gemm_); !s) return s;
-  peak_ = cpu_peak(cpu_info(), precision, threads_);
+  peak_ = cpu_peak(cpu_info_measured(), precision, threads_);
   gemm_gflops_ = c_.train.peak_gflops > 0 ? c_.train.peak_gflops : gemm_.gflops;
   // Steps: the configured count, or what max_tokens needs at full batches.
   const int64_t tokens_per_step = (int64_t)B_ * T_ * c_.train.grad_accum;
@@ -815,7 +815,7 @@ Status Trainer::run(TrainSummary& out) {
   spdlog::info("MFU against {:.1f} GFLOP/s{} and against the CPU's peak {:.1f} GFLOP/s ({:.0f} FLOP/cycle x {} "
                "cores x {:.0f} MHz from {}, {})", gemm_gflops_,
                c_.train.peak_gflops > 0 ? " ([train] peak_gflops)" : " (the model's GEMMs, measured)", peak_.gflops,
-               peak_.flop_per_cycle, threads_, cpu_info().mhz, cpu_info().mhz_source, peak_.unit);
+               peak_.flop_per_cycle, threads_, cpu_info_measured().mhz, cpu_info_measured().mhz_source, peak_.unit);
   tty_ = isatty(STDERR_FILENO);
   run_start_s_ = now_s();
   const bool evaluating = !c_.eval.data.empty();
@@ -1115,8 +1115,8 @@ Status Trainer::run(TrainSummary& out) {
                            {"fp32_1thread_gflops", {{"openblas", gemm_.openblas_gflops}, {"onednn", gemm_.onednn_gflops}}},
                            {"blas_core", blas_core().name},
                            {"blas_core_fixed_from", blas_core().fixed_from}}},
-                 {"cpu", {{"model", cpu_info().model}, {"flags", cpu_info().flags()}, {"mhz", cpu_info().mhz},
-                          {"mhz_source", cpu_info().mhz_source}, {"peak_unit", peak_.unit}}},
+                 {"cpu", {{"model", cpu_info_measured().model}, {"flags", cpu_info_measured().flags()}, {"mhz", cpu_info_measured().mhz},
+                          {"mhz_source", cpu_info_measured().mhz_source}, {"peak_unit", peak_.unit}}},
                  {"flops_per_token", train_flops_per_token(c_.model, T_)},
                  {"data_wait_fraction", out.data_wait_fraction},
                  {"fetch_ms", {{"p50", lat.p50}, {"p95", lat.p95}, {"p99", lat.p99}}},
