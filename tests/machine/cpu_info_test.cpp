@@ -73,6 +73,28 @@ TEST(BlasCore, AGenericCoreIsDetectedAndFixed) {
   EXPECT_EQ(f["openblas"]["fixed_from"], "");
 }
 
+// With a config (here the demo's, whose [data] has no shards yet): the model's GEMM choice and
+// rates in both precisions, as `smelt train` would measure them.
+TEST(MachineCmd, MeasuresAConfigsGemms) {
+  const std::string cache = ::testing::TempDir() + "smelt_machine_cache_" + std::to_string(getpid());
+  std::string cmd = "SMELT_CACHE_DIR=" + cache + " " + SMELT_BINARY + " machine --json --config " +
+                    SMELT_SOURCE_DIR + "/configs/demo.toml 2>/dev/null";
+  FILE* p = popen(cmd.c_str(), "r");
+  ASSERT_NE(p, nullptr);
+  std::string out;
+  char buf[4096];
+  for (size_t n; (n = fread(buf, 1, sizeof buf, p)) > 0;) out.append(buf, n);
+  ASSERT_EQ(pclose(p), 0) << cmd;
+  nlohmann::json j = nlohmann::json::parse(out);
+  for (const char* prec : {"fp32", "bf16"}) {
+    EXPECT_GT(j["gemm"][prec]["gflops"].get<double>(), 0.0) << prec;
+    EXPECT_FALSE(j["gemm"][prec]["engine"].get<std::string>().empty()) << prec;
+  }
+  EXPECT_EQ(j["gemm"]["fp32"]["how"], "measured");
+  EXPECT_GT(j["cpu"]["measured_mhz"].get<double>(), 0.0);
+  fs::remove_all(cache);
+}
+
 TEST(CpuPeak, InstructionSetTimesClock) {
   CpuInfo c;
   c.mhz = 2000;

@@ -17,7 +17,8 @@
 #include "smelt/kernels/kernels.hpp"
 #include "smelt/machine/cpu_info.hpp"
 #include "smelt/machine/gemm_select.hpp"
-#include "smelt/train/train_config.hpp"
+#include "smelt/dataset/loader.hpp"
+#include "smelt/model/config.hpp"
 #include "smelt/train/trainer.hpp"
 
 namespace smelt {
@@ -29,7 +30,8 @@ int cli_machine(int argc, char** argv) {
   std::vector<std::string> sets;
   int threads = 1;
   bool as_json = false;
-  app.add_option("--config", config, "a run config: measure its model's GEMMs (fp32 and bf16) and choose the back end");
+  app.add_option("--config", config, "a run config ([model], [data] batch_size and seq_len): measure its model's "
+                 "GEMMs (fp32 and bf16) and choose the back end");
   app.add_option("--set", sets, "section.key=value overrides of the config");
   app.add_option("--threads", threads, "threads for the peaks and the measurement (default 1)")->check(CLI::PositiveNumber);
   app.add_option("--gemm", gemm, "auto, openblas or onednn (as [train] gemm)");
@@ -64,21 +66,30 @@ int cli_machine(int argc, char** argv) {
       spdlog::error("{}", s.message());
       return kExitUsage;
     }
-    for (const auto& a : sets)
-      if (Status st = config_apply_set(root, a); !st) {
-        spdlog::error("--set {}: {}", a, st.message());
-        return kExitUsage;
-      }
-    TrainConfig tc;
-    if (Status s = train_config_read(root, tc); !s) {
-      spdlog::error("{}", s.message());
+    if (Status st = config_apply_sets(root, sets); !st) {
+      spdlog::error("{}", st.message());
+      return kExitUsage;
+    }
+    // The model and the batch shape only: a config whose data are not there yet (a benchmark or
+    // pipeline config) still tells the GEMM shapes.
+    ModelConfig mc;
+    if (Status s = model_config_read(root, mc); !s) {
+      spdlog::error("{}: {}", config, s.message());
+      return kExitUsage;
+    }
+    LoaderConfig shape;
+    shape.batch_size = root.at_path("data.batch_size").value_or(shape.batch_size);
+    shape.seq_len = root.at_path("data.seq_len").value_or(shape.seq_len);
+    if (shape.batch_size <= 0 || shape.seq_len <= 0) {
+      spdlog::error("{}: [data] batch_size and seq_len must be >= 1", config);
       return kExitUsage;
     }
     int B = 1, T = 1;
-    train_batch_shape(tc.data, B, T);
+    train_batch_shape(shape, B, T);
+    T = std::min(T, mc.max_seq_len);
     for (Precision p : {Precision::kFp32, Precision::kBf16}) {
       GemmChoice g;
-      if (Status s = gemm_select(gemm, tc.model, B, T, p, threads, g); !s) {
+      if (Status s = gemm_select(gemm, mc, B, T, p, threads, g); !s) {
         spdlog::error("{}", s.message());
         return kExitUsage;
       }

@@ -179,11 +179,10 @@ int cli_pipeline(int argc, char** argv) {
     spdlog::error("{}", s.message());
     return kExitUsage;
   }
-  for (const auto& s : sets)
-    if (Status st = config_apply_set(root, s); !st) {
-      spdlog::error("--set {}: {}", s, st.message());
-      return kExitUsage;
-    }
+  if (Status st = config_apply_sets(root, sets); !st) {
+    spdlog::error("{}", st.message());
+    return kExitUsage;
+  }
   PipelineConfig c;
   if (Status s = read_config(root, c); !s) {
     spdlog::error("{}", s.message());

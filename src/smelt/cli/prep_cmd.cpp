@@ -58,11 +58,9 @@ int cli_prep(int argc, char** argv) {
   if (keep_rejected >= 0) sets.push_back(fmt::format("prep.keep_rejected={}", keep_rejected));
   if (seed >= 0) sets.push_back(fmt::format("prep.seed={}", seed));
   if (only == "extract") sets.push_back("prep.only_extract=true");
-  for (const auto& s : sets) {
-    if (Status st = config_apply_set(root, s); !st) {
-      spdlog::error("{}", st.message());
-      return kExitUsage;
-    }
+  if (Status st = config_apply_sets(root, sets); !st) {
+    spdlog::error("{}", st.message());
+    return kExitUsage;
   }
   PrepConfig c;
   if (Status s = prep_config_read(root, c); !s) {

@@ -65,11 +65,10 @@ int cli_train(int argc, char** argv) {
     sets.push_back(fmt::format("train.seed={}", seed));
     sets.push_back(fmt::format("data.seed={}", seed));
   }
-  for (const auto& s : sets)
-    if (Status st = config_apply_set(root, s); !st) {
-      spdlog::error("--set {}: {}", s, st.message());
-      return kExitUsage;
-    }
+  if (Status st = config_apply_sets(root, sets); !st) {
+    spdlog::error("{}", st.message());
+    return kExitUsage;
+  }
   TrainConfig c;
   if (Status s = train_config_read(root, c); !s) {
     spdlog::error("{}", s.message());

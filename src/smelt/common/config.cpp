@@ -18,6 +18,12 @@ Status config_load(const std::string& path, toml::table& root) {
   return Status::ok();
 }
 
+Status config_apply_sets(toml::table& root, const std::vector<std::string>& assignments) {
+  for (const auto& a : assignments)
+    if (Status s = config_apply_set(root, a); !s) return s;
+  return Status::ok();
+}
+
 Status config_apply_set(toml::table& root, std::string_view assignment) {
   size_t eq = assignment.find('=');
   if (eq == std::string_view::npos || eq == 0)

@@ -19,6 +19,8 @@ Status config_load(const std::string& path, toml::table& root);
 
 // Applies one "a.b.c=value" override; value is parsed as a TOML value, else taken as a string.
 Status config_apply_set(toml::table& root, std::string_view assignment);
+// Every assignment in order; the first error (its message names the --set) stops.
+Status config_apply_sets(toml::table& root, const std::vector<std::string>& assignments);
 
 // Reads keys of one section into typed fields. Every error names the section and key.
 class ConfigSection {
