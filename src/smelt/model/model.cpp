@@ -412,7 +412,12 @@ void Model::set_reference(bool on) {
 
 void Model::zero_grad() {
   prof_start();
-  std::memset(grads_.data(), 0, sizeof(float) * grads_.size());
+  // On the team: one thread's memset of a large model's gradients leaves the others idle.
+  kernels_set_threads(threads_);
+  const int64_t n = (int64_t)grads_.size(), block = 1 << 18;
+  float* g = grads_.data();
+#pragma omp parallel for schedule(static)
+  for (int64_t b = 0; b < n; b += block) std::memset(g + b, 0, sizeof(float) * std::min(block, n - b));
   prof_mark(kPZeroGrad);
 }
 
