@@ -1,8 +1,10 @@
 // The GEMM back ends every linear layer runs on: fp32 through OpenBLAS or oneDNN's sgemm, bf16
 // inputs with fp32 accumulation through oneDNN's matmul (AMX or AVX512-BF16 where the CPU has
 // them) or a portable path (bf16 widened to fp32, then sgemm: the same products, exact in fp32).
-// Each call is single-threaded; callers tile a GEMM over OpenMP (matmul.cpp). Not a GEMM of our
-// own, and not the choice of back end (machine/gemm_select measures that).
+// Called inside an OpenMP team a call runs on its thread (the fp32 tiles of matmul.cpp,
+// attention's blocks, the decoder's one-row blocks); called outside one, oneDNN's bf16 matmul
+// threads itself over the team size (matmul.cpp's whole bf16 GEMMs). Not a GEMM of our own, and
+// not the choice of back end (machine/gemm_select measures that).
 #include <algorithm>
 #include <array>
 #include <cstring>
@@ -31,9 +33,10 @@ dnnl::engine& engine() {
   return e;
 }
 
-// One oneDNN matmul per GEMM shape (tiles have at most a few shapes), created on first use and
-// kept. Each OpenMP thread executes through its own memory objects, stream and scratchpad, so two
-// tiles of the same shape run at once without sharing state.
+// One oneDNN matmul per GEMM shape (and team size), created on first use and kept. Each OpenMP
+// thread executes through its own memory objects, stream and scratchpad, so two tiles of the same
+// shape run at once without sharing state. Only one thread outside a team may call at a time
+// (the trainer's and the decoder's own thread; nothing else runs GEMMs).
 constexpr int kMaxThreads = 256;
 struct PerThread {
   std::unique_ptr<dnnl::stream> stream;
