@@ -205,6 +205,7 @@ class Trainer {
   Status eval_now(int64_t step, ojson* line);
   Status rollback(int64_t step);
   void event(ojson e);
+  void write_metrics(const std::string& line);
   Status load_checkpoint_weights(const std::string& dir, const CkptManifest& m);
   void status_line(int64_t step, double loss, double tok_s, double mfu, double wait_ms, bool final);
   json state_json() const;
@@ -215,6 +216,8 @@ class Trainer {
   std::unique_ptr<Tokenizer> tok_;
   std::string run_dir_, metrics_path_, config_text_;
   std::ofstream metrics_;
+  std::string metrics_pending_;  // lines a failed write (a full disk) could not keep yet
+  int64_t metrics_dropped_ = 0;   // lines given up on (the pending text outgrew its cap)
   int threads_ = 1, B_ = 1, T_ = 1;
   int64_t step_ = 0, start_step_ = 0, total_steps_ = 0;
   uint64_t tokens_ = 0;
@@ -553,8 +556,36 @@ Status Trainer::load_rank_state(const std::string& dir, const CkptManifest& m) {
   return Status::ok();
 }
 
-void Trainer::event(ojson e) {
-  if (lead_) metrics_ << e.dump() << "\n" << std::flush;
+void Trainer::event(ojson e) { write_metrics(e.dump()); }
+
+// One metrics line, whole or not at all. A write that fails (a full disk: the stream may have put
+// part of it out) is cut back to the last whole line, and the text waits to go out with the next
+// line, so metrics.jsonl stays valid JSONL and loses nothing once space returns (retention frees
+// it). "" only retries what is waiting. Beyond 4 MiB waiting the oldest text is given up, counted.
+void Trainer::write_metrics(const std::string& line) {
+  if (!lead_) return;
+  if (!line.empty()) metrics_pending_ += line + "\n";
+  if (metrics_pending_.empty()) return;
+  std::error_code ec;
+  const uintmax_t before = fs::file_size(metrics_path_, ec);
+  metrics_ << metrics_pending_ << std::flush;
+  if (metrics_) {
+    metrics_pending_.clear();
+    return;
+  }
+  metrics_.close();
+  if (!ec) fs::resize_file(metrics_path_, before, ec);
+  metrics_.clear();
+  metrics_.open(metrics_path_, std::ios::app);
+  constexpr size_t kMaxPending = 4u << 20;
+  if (metrics_pending_.size() > kMaxPending) {
+    const size_t cut = metrics_pending_.find('\n', metrics_pending_.size() - kMaxPending);
+    metrics_dropped_ += std::count(metrics_pending_.begin(), metrics_pending_.begin() + (long)cut + 1, '\n');
+    metrics_pending_.erase(0, cut + 1);
+  }
+  spdlog::warn("{}: writing a metrics line failed (disk full?); kept {} bytes to write with the next line{}",
+               metrics_path_, metrics_pending_.size(),
+               metrics_dropped_ ? fmt::format(", {} lines given up", metrics_dropped_) : std::string());
 }
 
 // Every rank writes its part, then (a barrier) rank 0 commits the step: used for a multi-rank save
@@ -823,7 +854,7 @@ Status Trainer::run(TrainSummary& out) {
     ojson line;
     line["step"] = 0;
     if (Status s = eval_now(0, &line); !s) return s;
-    if (lead_) metrics_ << line.dump() << "\n" << std::flush;
+    write_metrics(line.dump());
   }
   const int64_t stop_tokens = c_.train.max_tokens;
   const int K = c_.train.sparsity_every;
@@ -1052,7 +1083,7 @@ Status Trainer::run(TrainSummary& out) {
     if (periodic || stop_now_ || (last && c_.ckpt.save_at_end)) {
       if (Status s = save(step_, stop_now_ ? "signal" : periodic ? "periodic" : "end", &line); !s) return s;
     }
-    if (last_logged_) metrics_ << line.dump() << "\n" << std::flush;
+    if (last_logged_) write_metrics(line.dump());
     status_line(step_, loss, tok_s, mfu, wait_ms, false);
     if (roll)
       if (Status s = rollback(step_); !s) return s;
@@ -1066,6 +1097,7 @@ Status Trainer::run(TrainSummary& out) {
       last_ckpt_.clear();
     }
   }
+  write_metrics("");  // what a full disk held back, once more
   status_line(step_, last_loss_, last_tok_s, last_mfu, last_wait, true);
   const double seconds = now_s() - run_start_s_;
 
