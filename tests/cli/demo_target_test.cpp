@@ -7,15 +7,13 @@
 
 #include <gtest/gtest.h>
 
+#include "test_files.hpp"
+
 TEST(DemoTarget, BuildsTheBinariesAndNoTest) {
   std::string cmd = std::string("make -n -C ") + SMELT_SOURCE_DIR + " demo BUILD=/tmp/smelt-demo-dry 2>&1";
-  FILE* p = popen(cmd.c_str(), "r");
-  ASSERT_NE(p, nullptr);
-  std::string out;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-  ASSERT_EQ(pclose(p), 0) << out;
+  int rc = 0;
+  const std::string out = smelt::test::run_command(cmd, rc);
+  ASSERT_EQ(rc, 0) << out;
   std::istringstream in(out);
   std::string line;
   int builds = 0;

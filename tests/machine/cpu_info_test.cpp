@@ -12,6 +12,7 @@
 
 #include "smelt/machine/cpu_info.hpp"
 #include "smelt/machine/gemm_select.hpp"
+#include "test_files.hpp"
 
 using namespace smelt;
 namespace fs = std::filesystem;
@@ -20,13 +21,9 @@ namespace {
 // Runs `smelt machine --json` with the given environment prefix; returns its JSON.
 nlohmann::json machine_json(const std::string& env) {
   std::string cmd = env + " " + SMELT_BINARY + " machine --json 2>/dev/null";
-  FILE* p = popen(cmd.c_str(), "r");
-  EXPECT_NE(p, nullptr);
-  std::string out;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-  EXPECT_EQ(pclose(p), 0) << cmd;
+  int rc = 0;
+  const std::string out = smelt::test::run_command(cmd, rc);
+  EXPECT_EQ(rc, 0) << cmd;
   return nlohmann::json::parse(out);
 }
 }  // namespace
@@ -79,12 +76,9 @@ TEST(MachineCmd, MeasuresAConfigsGemms) {
   const std::string cache = ::testing::TempDir() + "smelt_machine_cache_" + std::to_string(getpid());
   std::string cmd = "SMELT_CACHE_DIR=" + cache + " " + SMELT_BINARY + " machine --json --config " +
                     SMELT_SOURCE_DIR + "/configs/demo.toml 2>/dev/null";
-  FILE* p = popen(cmd.c_str(), "r");
-  ASSERT_NE(p, nullptr);
-  std::string out;
-  char buf[4096];
-  for (size_t n; (n = fread(buf, 1, sizeof buf, p)) > 0;) out.append(buf, n);
-  ASSERT_EQ(pclose(p), 0) << cmd;
+  int rc = 0;
+  const std::string out = smelt::test::run_command(cmd, rc);
+  ASSERT_EQ(rc, 0) << cmd;
   nlohmann::json j = nlohmann::json::parse(out);
   for (const char* prec : {"fp32", "bf16"}) {
     EXPECT_GT(j["gemm"][prec]["gflops"].get<double>(), 0.0) << prec;
