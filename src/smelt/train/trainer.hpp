@@ -1,7 +1,7 @@
 // The training loop of `smelt train` (docs/train.md): model + loader + schedule + AdamW, gradient
 // accumulation, periodic evaluation, metrics.jsonl with health signals, a live console status,
-// checkpoints (every N steps, at the end, on SIGINT/SIGTERM) and --resume. Also the evaluation
-// used by `smelt eval`. Not the config parsing (train_config.hpp) nor checkpoint files (ckpt/).
+// checkpoints (every N steps, at the end, on SIGINT/SIGTERM) and --resume. Not the evaluation
+// (evaluate.hpp), the config parsing (train_config.hpp) nor checkpoint files (ckpt/).
 #pragma once
 #include <cstdint>
 #include <string>
@@ -11,6 +11,7 @@
 #include "smelt/common/status.hpp"
 #include "smelt/dataset/loader.hpp"
 #include "smelt/model/model.hpp"
+#include "smelt/train/evaluate.hpp"
 #include "smelt/train/train_config.hpp"
 
 namespace smelt {
@@ -37,16 +38,6 @@ struct TrainSummary {
 // a checkpoint and an ok status.
 Status train_run(const TrainConfig& c, TrainSummary& out);
 void train_request_stop();
-
-struct EvalResult {
-  double loss = 0, perplexity = 0;
-  double entropy = 0;  // mean entropy (nats) of the predictions, 128 sampled rows per batch
-  uint64_t tokens = 0;
-  int batches = 0;
-};
-// Mean loss over the first max_tokens target tokens of `sources` (file order, packed rows shaped
-// like base's), on the model's current weights.
-Status evaluate(Model& m, const LoaderConfig& base, const std::string& sources, int64_t max_tokens, EvalResult& r);
 
 // The model's planned batch (rows B, length T) for the largest batch the loader hands one rank.
 void train_batch_shape(const LoaderConfig& d, int& B, int& T);
