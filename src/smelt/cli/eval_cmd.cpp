@@ -1,8 +1,10 @@
-// `smelt eval --checkpoint DIR --data PREFIX [--max-tokens N]`: loss and perplexity of a checkpoint
-// on held-out tokens; a line for people on stderr, JSON on stdout (and in --output).
-// Not the evaluation itself (train/trainer.hpp evaluate).
+// `smelt eval --checkpoint DIR --data PREFIX [--max-tokens N] [--compressors]`: loss (nats per token,
+// perplexity, bits per byte of the text) of a checkpoint on held-out tokens, and with --compressors
+// what gzip / zstd / xz make of the same text; lines for people on stderr, JSON on stdout (and in
+// --output). Not the evaluation itself (train/evaluate.hpp).
 #include <cstdio>
 #include <filesystem>
+#include <memory>
 #include <string>
 
 #include <CLI/CLI.hpp>
@@ -17,6 +19,9 @@
 #include "smelt/common/log.hpp"
 #include "smelt/common/status.hpp"
 #include "smelt/model/model.hpp"
+#include "smelt/tokenizer/tokenizer.hpp"
+#include "smelt/train/compressors.hpp"
+#include "smelt/train/evaluate.hpp"
 #include "smelt/train/train_config.hpp"
 #include "smelt/train/trainer.hpp"
 
@@ -25,9 +30,10 @@ namespace smelt {
 namespace fs = std::filesystem;
 
 int cli_eval(int argc, char** argv) {
-  CLI::App app{"smelt eval: loss and perplexity of a checkpoint on held-out tokens"};
+  CLI::App app{"smelt eval: loss (nats per token, bits per byte) of a checkpoint on held-out tokens"};
   app.name("smelt eval");
-  std::string ckpt, data, output;
+  std::string ckpt, data, output, tok_path, dtype = "run";
+  bool compressors = false;
   int64_t max_tokens = 1 << 20;
   int threads = 0;
   app.add_option("--checkpoint", ckpt, "a checkpoint step folder, or a run folder (its newest valid checkpoint)")
@@ -37,6 +43,11 @@ int cli_eval(int argc, char** argv) {
       ->check(CLI::PositiveNumber);
   app.add_option("--threads", threads, "threads (0 = every core)")->check(CLI::NonNegativeNumber);
   app.add_option("--output", output, "also write the JSON result to this file");
+  app.add_option("--tokenizer", tok_path, "tokenizer.json for bits per byte (default: the checkpoint's copy)");
+  app.add_option("--dtype", dtype, "linear layers in f32 or bf16 (default: the run's [train] precision)")
+      ->check(CLI::IsMember({"run", "f32", "bf16"}));
+  app.add_flag("--compressors", compressors, "also compress the evaluated text with gzip -9, zstd -19 and xz -9e "
+                                             "and report their bits per byte");
   if (int rc = cli_parse(app, argc, argv, "eval", "warn"); rc >= 0) return rc;
   std::string dir = ckpt;
   if (fs::exists(fs::path(ckpt) / "checkpoints")) {
@@ -76,23 +87,70 @@ int cli_eval(int argc, char** argv) {
   lc.stream_tokenizer.clear();
   int B = 1, T = 1;
   train_batch_shape(lc, B, T);
+  std::string precision_key = "fp32";
+  if (auto p = root["train"]["precision"].value<std::string>()) precision_key = *p;
+  const bool bf16 = dtype == "bf16" || (dtype == "run" && precision_key == "bf16");
+  // The text view of the tokens: the checkpoint's tokenizer, or --tokenizer.
+  std::unique_ptr<Tokenizer> tok;
+  if (tok_path.empty() && fs::exists(fs::path(dir) / "tokenizer.json")) tok_path = (fs::path(dir) / "tokenizer.json").string();
+  if (!tok_path.empty()) {
+    tok = std::make_unique<Tokenizer>();
+    if (Status s = Tokenizer::load(tok_path, *tok); !s) {
+      spdlog::error("{}", s.message());
+      return kExitFailure;
+    }
+  } else if (compressors) {
+    spdlog::error("--compressors needs the text: {} holds no tokenizer.json; give --tokenizer", dir);
+    return kExitUsage;
+  }
   Model model;
   const int nthreads = threads > 0 ? threads : (int)std::max(1u, std::thread::hardware_concurrency());
   mc.recompute = false;
+  if (bf16) model.set_precision(Precision::kBf16);  // (before init: the plan holds the bf16 copies)
   if (Status s = model.init(mc, B, T, nthreads, 0); !s) {
     spdlog::error("{}", s.message());
     return kExitFailure;
   }
   std::copy(params.begin(), params.end(), model.params());
   EvalResult r;
-  if (Status s = evaluate(model, lc, data, max_tokens, r); !s) {
+  EvalText text;
+  if (tok) text = EvalText::from(*tok);
+  std::vector<int32_t> targets;
+  if (Status s = evaluate(model, lc, data, max_tokens, r, tok ? &text : nullptr, compressors ? &targets : nullptr); !s) {
     spdlog::error("{}", s.message());
     return kExitFailure;
   }
-  nlohmann::json j = {{"checkpoint", dir}, {"step", m.step}, {"data", data},        {"tokens", r.tokens},
-                      {"loss", r.loss},    {"perplexity", r.perplexity}, {"batches", r.batches}};
-  std::fprintf(stderr, "eval %s (step %lld) on %s: loss %.4f, perplexity %.2f over %llu tokens\n", dir.c_str(),
-               (long long)m.step, data.c_str(), r.loss, r.perplexity, (unsigned long long)r.tokens);
+  nlohmann::json j = {{"checkpoint", dir},     {"step", m.step},
+                      {"data", data},          {"tokens", r.tokens},
+                      {"loss", r.loss},        {"perplexity", r.perplexity},
+                      {"batches", r.batches},  {"precision", precision_name(model.precision())},
+                      {"seconds", r.seconds},  {"tokens_per_s", r.seconds > 0 ? r.tokens / r.seconds : 0.0}};
+  j["bytes"] = tok ? nlohmann::json(r.bytes) : nlohmann::json(nullptr);
+  j["bits_per_byte"] = r.bits_per_byte >= 0 ? nlohmann::json(r.bits_per_byte) : nlohmann::json(nullptr);
+  std::string bpb = r.bits_per_byte >= 0 ? fmt::format(", {:.4f} bits per byte of {} bytes", r.bits_per_byte, r.bytes)
+                                         : std::string(" (no tokenizer: no bits per byte)");
+  std::fprintf(stderr, "eval %s (step %lld) on %s: loss %.4f nats per token, perplexity %.2f over %llu tokens%s\n",
+               dir.c_str(), (long long)m.step, data.c_str(), r.loss, r.perplexity, (unsigned long long)r.tokens,
+               bpb.c_str());
+  if (compressors) {
+    const std::string t = eval_text(*tok, targets);
+    nlohmann::json cs = nlohmann::json::array();
+    std::string tmp = output.empty() ? std::string(fs::temp_directory_path()) : fs::absolute(output).parent_path().string();
+    for (const auto& c : compressors_measure(t, tmp)) {
+      nlohmann::json e = {{"name", c.name}, {"command", c.command}, {"bytes_in", c.bytes_in}};
+      if (c.error.empty()) {
+        e["bytes_out"] = c.bytes_out;
+        e["bits_per_byte"] = c.bits_per_byte;
+        std::fprintf(stderr, "  %-12s %.4f bits per byte (%llu -> %llu bytes)\n", c.command.c_str(), c.bits_per_byte,
+                     (unsigned long long)c.bytes_in, (unsigned long long)c.bytes_out);
+      } else {
+        e["error"] = c.error;
+        std::fprintf(stderr, "  %-12s did not run: %s\n", c.command.c_str(), c.error.c_str());
+      }
+      cs.push_back(e);
+    }
+    j["compressors"] = cs;
+  }
   std::printf("%s\n", j.dump(2).c_str());
   if (!output.empty())
     if (Status s = files_write_atomic(output, j.dump(2) + "\n"); !s) {

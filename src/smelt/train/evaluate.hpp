@@ -1,8 +1,11 @@
 // Held-out evaluation (`smelt eval`, the trainer's [eval]): the mean loss of a model over the first
-// tokens of held-out shards. Not the training loop (trainer.hpp).
+// tokens of held-out shards, in nats per token and in bits per byte of the text those tokens spell,
+// and that text itself (for the compressors beside it, compressors.hpp). Not the training loop
+// (trainer.hpp).
 #pragma once
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "smelt/common/status.hpp"
 #include "smelt/dataset/loader.hpp"
@@ -10,14 +13,37 @@
 
 namespace smelt {
 
+class Tokenizer;
+
 struct EvalResult {
-  double loss = 0, perplexity = 0;
+  double loss = 0, perplexity = 0;  // nats per target token, e^loss
   double entropy = 0;  // mean entropy (nats) of the predictions, 128 sampled rows per batch
   uint64_t tokens = 0;
+  // The text the target tokens spell (token_byte_lengths): its bytes, and the loss per byte in bits
+  // (sum of the losses / (ln 2 x bytes)); -1 when no tokenizer was given.
+  uint64_t bytes = 0;
+  double bits_per_byte = -1;
+  double seconds = 0;  // wall time of the evaluation
   int batches = 0;
 };
+
+// The evaluation's view of a tokenizer: every id's length in bytes of text. A byte-level BPE token
+// is its bytes; the end-of-document token is 1 (the newline that separates documents in
+// eval_text); other special tokens 0.
+struct EvalText {
+  std::vector<uint32_t> bytes;  // [id]
+  int64_t eod = -1;
+  static EvalText from(const Tokenizer& t);
+};
+
 // Mean loss over the first max_tokens target tokens of `sources` (file order, packed rows shaped
-// like base's), on the model's current weights.
-Status evaluate(Model& m, const LoaderConfig& base, const std::string& sources, int64_t max_tokens, EvalResult& r);
+// like base's; never past one pass), on the model's current weights. With `text`, also bytes and
+// bits per byte; with `targets`, the evaluated target ids in order.
+Status evaluate(Model& m, const LoaderConfig& base, const std::string& sources, int64_t max_tokens, EvalResult& r,
+                const EvalText* text = nullptr, std::vector<int32_t>* targets = nullptr);
+
+// The text of evaluated targets: tokens decoded, each end-of-document token a newline, other
+// special tokens nothing. Its size is the EvalResult's bytes.
+std::string eval_text(const Tokenizer& t, const std::vector<int32_t>& targets);
 
 }  // namespace smelt

@@ -167,6 +167,7 @@ class Trainer {
   Model model_;
   Feed feed_;
   std::unique_ptr<Tokenizer> tok_;
+  EvalText eval_text_;  // token byte lengths for bits per byte (empty without a tokenizer)
   std::string run_dir_, metrics_path_, config_text_;
   std::ofstream metrics_;
   std::string metrics_pending_;  // lines a failed write (a full disk) could not keep yet
@@ -183,6 +184,7 @@ class Trainer {
   double mfu(double flops_per_s) const;
   double mfu_peak(double flops_per_s) const;
   double first_loss_ = NAN, last_loss_ = NAN, eval_first_ = -1, eval_last_ = -1;
+  double eval_first_bpb_ = -1, eval_last_bpb_ = -1;
   LoaderPosition loader_pos_;
   bool have_resume_pos_ = false;
   std::string last_ckpt_;
@@ -316,6 +318,7 @@ Status Trainer::setup() {
                                        "vocab_size to at least {}", c_.train.tokenizer, tok_->vocab_size(),
                                        c_.model.vocab_size, tok_->vocab_size()));
     if (c_.data.eod_id < 0 && tok_->eod_id()) c_.data.eod_id = *tok_->eod_id();
+    eval_text_ = EvalText::from(*tok_);
   }
   if (Status s = loader_config_validate(c_.data); !s) return s;
   // (Token ids >= vocab_size are refused by Model::forward, naming the position.)
@@ -357,6 +360,8 @@ json Trainer::state_json() const {
   s["last_loss"] = std::isfinite(last_loss_) ? json(last_loss_) : json(nullptr);
   s["eval_first"] = eval_first_;
   s["eval_last"] = eval_last_;
+  s["eval_first_bpb"] = eval_first_bpb_;
+  s["eval_last_bpb"] = eval_last_bpb_;
   s["metrics"] = json::parse(last_metrics_.dump());  // the last step's metrics line
   // Its text as metrics.jsonl gets it: an asynchronous save can commit before the line is written,
   // and a resume after a kill in between restores the line from here.
@@ -406,6 +411,8 @@ Status Trainer::resume_from_checkpoint() {
     if (!st.at("last_loss").is_null()) last_loss_ = st["last_loss"].get<double>();
     eval_first_ = st.value("eval_first", -1.0);
     eval_last_ = st.value("eval_last", -1.0);
+    eval_first_bpb_ = st.value("eval_first_bpb", -1.0);
+    eval_last_bpb_ = st.value("eval_last_bpb", -1.0);
     c_.schedule.restart_step = st.at("schedule").value("restart_step", (int64_t)-1);
     if (st.contains("health")) {
       const json& h = st["health"];
@@ -677,17 +684,24 @@ Status Trainer::save(int64_t step, const char* why, ojson* line) {
 Status Trainer::eval_now(int64_t step, ojson* line) {
   EvalResult r;
   double t0 = now_s();
-  if (Status s = evaluate(model_, c_.data, c_.eval.data, c_.eval.tokens, r); !s) return s;
-  if (eval_first_ < 0) eval_first_ = r.loss;
-  eval_last_ = r.loss;
+  const EvalText* text = eval_text_.bytes.empty() ? nullptr : &eval_text_;
+  if (Status s = evaluate(model_, c_.data, c_.eval.data, c_.eval.tokens, r, text); !s) return s;
+  if (eval_first_ < 0) eval_first_ = r.loss, eval_first_bpb_ = r.bits_per_byte;
+  eval_last_ = r.loss, eval_last_bpb_ = r.bits_per_byte;
   if (line) {
     (*line)["eval_loss"] = r.loss;
     (*line)["eval_ppl"] = r.perplexity;
     (*line)["eval_tokens"] = r.tokens;
+    if (text) {
+      (*line)["eval_bpb"] = r.bits_per_byte;
+      (*line)["eval_bytes"] = r.bytes;
+    }
+    (*line)["eval_entropy"] = r.entropy;
+    (*line)["eval_tokens_per_s"] = r.seconds > 0 ? r.tokens / r.seconds : 0.0;
   }
-  if (line) (*line)["eval_entropy"] = r.entropy;
-  spdlog::info("eval at step {}: loss {:.4f}, perplexity {:.2f}, token entropy {:.3f} over {} tokens ({:.1f} s)", step,
-               r.loss, r.perplexity, r.entropy, r.tokens, now_s() - t0);
+  spdlog::info("eval at step {}: loss {:.4f}, perplexity {:.2f}{}, token entropy {:.3f} over {} tokens ({:.1f} s)", step,
+               r.loss, r.perplexity, text ? fmt::format(", {:.4f} bits per byte", r.bits_per_byte) : std::string(),
+               r.entropy, r.tokens, now_s() - t0);
   const HealthConfig& h = c_.health;
   if (h.entropy_floor > 0 && step > 0) {
     low_entropy_evals_ = r.entropy < h.entropy_floor ? low_entropy_evals_ + 1 : 0;
@@ -1085,6 +1099,8 @@ Status Trainer::run(TrainSummary& out) {
   j["last_loss"] = std::isfinite(last_loss_) ? json(last_loss_) : json(nullptr);
   j["eval_first"] = eval_first_ >= 0 ? json(eval_first_) : json(nullptr);
   j["eval_last"] = eval_last_ >= 0 ? json(eval_last_) : json(nullptr);
+  j["eval_first_bpb"] = eval_first_bpb_ >= 0 ? json(eval_first_bpb_) : json(nullptr);
+  j["eval_last_bpb"] = eval_last_bpb_ >= 0 ? json(eval_last_bpb_) : json(nullptr);
   j["checkpoint"] = last_ckpt_;
   j["stopped_by_signal"] = out.stopped_by_signal;
   j["timing"] = {{"seconds", seconds},
@@ -1122,8 +1138,11 @@ Status Trainer::run(TrainSummary& out) {
       "  {}; {}\n"
       "  checkpoint: {}\n",
       run_dir_, start_step_, step_, total_steps_, human_count((double)tokens_), first_loss_, last_loss_,
-      eval_first_ >= 0 ? fmt::format(", validation {:.4f} -> {:.4f} (perplexity {:.1f} -> {:.1f})", eval_first_,
-                                     eval_last_, std::exp(eval_first_), std::exp(eval_last_))
+      eval_first_ >= 0 ? fmt::format(", validation {:.4f} -> {:.4f} (perplexity {:.1f} -> {:.1f}){}", eval_first_,
+                                     eval_last_, std::exp(eval_first_), std::exp(eval_last_),
+                                     eval_last_bpb_ >= 0 ? fmt::format(", {:.3f} -> {:.3f} bits per byte",
+                                                                       eval_first_bpb_, eval_last_bpb_)
+                                                         : std::string())
                        : std::string(),
       out.tokens_per_s, 100 * out.mfu, out.sgemm_gflops, 100 * out.mfu_peak, peak_.gflops, threads_,
       precision_name(model_.precision()), 100 * out.data_wait_fraction, lat.p95, seconds, gemm_.report(),
