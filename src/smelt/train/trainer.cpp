@@ -140,6 +140,22 @@ double train_flops_per_token(const ModelConfig& c, int T) {
 
 namespace {
 
+// One optimizer step's numbers, summed over its micro-batches (and, after reduce_step, its ranks).
+struct StepStats {
+  double lr = 0, loss_sum = 0, entropy = 0, wait_ms = 0, sparsity = -1;
+  uint64_t tokens = 0;
+  int T = 0;                           // the step's row length (bucketed batches vary)
+  std::vector<double> src_sum, src_n;  // per-source loss sums and target counts
+  // communication: all of the step's (allreduce_ms) and the part the step waited for
+  double allreduce_ms = 0, allreduce_wait_ms = 0;
+  uint64_t bytes_before = 0;
+  int buckets = 0;
+  bool overlap = false;
+  // the update and its timing
+  bool finite = true;
+  double loss = 0, grad_norm = NAN, step_ms = 0, tok_s = 0, flops_per_s = 0, mfu = 0;
+};
+
 class Trainer {
  public:
   explicit Trainer(const TrainConfig& c) : c_(c) {}
@@ -162,6 +178,14 @@ class Trainer {
   Status load_checkpoint_weights(const std::string& dir, const CkptManifest& m);
   void status_line(int64_t step, double loss, double tok_s, double mfu, double wait_ms, bool final);
   json state_json() const;
+  Status start();
+  bool done() const;
+  Status train_step(StepStats& st);
+  Status reduce_step(StepStats& st, const std::vector<int64_t>* owners);
+  ojson step_line(const StepStats& st);
+  Status after_step(const StepStats& st);
+  Status summarize(TrainSummary& out, double seconds);
+  StepStats last_;  // the last step's numbers (for the final status line)
 
   TrainConfig c_;
   Model model_;
@@ -790,8 +814,7 @@ void Trainer::status_line(int64_t step, double loss, double tok_s, double mfu, d
   }
 }
 
-Status Trainer::run(TrainSummary& out) {
-  g_stop = false;
+Status Trainer::start() {
   if (Status s = setup(); !s) return s;
   if (c_.resume) {
     if (Status s = resume_from_checkpoint(); !s) return s;
@@ -816,244 +839,28 @@ Status Trainer::run(TrainSummary& out) {
                peak_.flop_per_cycle, threads_, cpu_info_measured().mhz, cpu_info_measured().mhz_source, peak_.unit);
   tty_ = isatty(STDERR_FILENO);
   run_start_s_ = now_s();
-  const bool evaluating = !c_.eval.data.empty();
-  if (evaluating && step_ == 0) {
+  if (!c_.eval.data.empty() && step_ == 0) {
     ojson line;
     line["step"] = 0;
     if (Status s = eval_now(0, &line); !s) return s;
     write_metrics(line.dump());
   }
+  return Status::ok();
+}
+
+// Steps stop the run when given; otherwise tokens do (total_steps_ then only lays out the schedule).
+bool Trainer::done() const {
   const int64_t stop_tokens = c_.train.max_tokens;
-  const int K = c_.train.sparsity_every;
-  std::vector<double> src_sum(feed_.names.size()), src_n(feed_.names.size());
-  double last_tok_s = 0, last_mfu = 0, last_wait = 0;
-  // Steps stop the run when given; otherwise tokens do (total_steps_ then only lays out the schedule).
-  auto done = [&] {
-    return (c_.train.steps > 0 && step_ >= c_.train.steps) || (stop_tokens > 0 && tokens_ >= (uint64_t)stop_tokens);
-  };
+  return (c_.train.steps > 0 && step_ >= c_.train.steps) || (stop_tokens > 0 && tokens_ >= (uint64_t)stop_tokens);
+}
+
+Status Trainer::run(TrainSummary& out) {
+  g_stop = false;
+  if (Status s = start(); !s) return s;
   while (!done() && !stop_now_) {
-    const double t0 = now_s();
-    const double lr = lr_at(c_.schedule, step_);
-    double loss_sum = 0, entropy = 0, wait_ms = 0, sparsity = -1;
-    uint64_t step_tokens = 0;
-    std::fill(src_sum.begin(), src_sum.end(), 0.0);
-    std::fill(src_n.begin(), src_n.end(), 0.0);
-    int T_step = T_;
-    const bool multi = comm_->size() > 1;
-    if (multi && comm_->rank() == c_.dist.inject_hang_rank && step_ + 1 == c_.dist.inject_hang_step)
-      for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));  // fault injection: a hung rank
-    if (multi) comm_->arrive(step_);
-    // Overlap: the last micro-batch's backward hands each finished range of the gradient to the
-    // communication thread in buckets of about dist.bucket_mb; top-k needs the whole gradient.
-    const bool overlap = multi && c_.dist.overlap && c_.dist.compression != "topk";
-    const int64_t bucket = std::max<int64_t>(1, (int64_t)(c_.dist.bucket_mb * 1e6 / sizeof(float)));
-    const std::vector<int64_t>* owners = bounds_.empty() ? nullptr : &bounds_;
-    int64_t pend_lo = -1, pend_hi = -1;
-    int buckets = 0;
-    auto flush = [&] {
-      if (pend_lo < 0) return;
-      float* g = model_.grads();
-      if (!acc_.empty())  // the earlier micro-batches' sum, added as in the serial path (acc + g)
-        for (int64_t i = pend_lo; i < pend_hi; i++) g[i] = acc_[i] + g[i];
-      comm_->sum_async(g + pend_lo, pend_lo, pend_hi - pend_lo, owners);
-      pend_lo = pend_hi = -1;
-      buckets++;
-    };
-    uint64_t bytes_before = comm_->bytes_sent();
-    for (int micro = 0; micro < c_.train.grad_accum; micro++) {
-      const Batch* bp = &feed_.next();
-      wait_ms += feed_.last_wait_ms();
-      if (std::find(c_.health.inject_bad_data_steps.begin(), c_.health.inject_bad_data_steps.end(), step_ + 1) !=
-          c_.health.inject_bad_data_steps.end()) {
-        // Fault injection: targets scrambled, as a corrupt shard would give.
-        injected_ = *bp;
-        for (auto& t : injected_.targets)
-          if (t >= 0) t = (int32_t)(((int64_t)t * 7919 + 13) % c_.model.vocab_size);
-        bp = &injected_;
-      }
-      const Batch& b = *bp;
-      model_.zero_grad();
-      float loss = 0;
-      if (Status s = model_.forward(b, loss); !s)
-        return Status::error(fmt::format("step {}: {}", step_ + 1, s.message()));
-      T_step = b.T;
-      loss_sum += loss;
-      step_tokens += b.target_tokens;
-      if (c_.train.entropy_rows > 0) entropy += model_.prediction_entropy(c_.train.entropy_rows);
-      if (K > 0 && micro == 0 && (step_ + 1) % K == 0) sparsity = model_.attention_sparsity();
-      const float* tl = model_.token_losses();
-      for (int n = 0, N = b.B * b.T; n < N; n++)
-        if (b.targets[n] >= 0 && b.sources[n] < src_sum.size()) {
-          src_sum[b.sources[n]] += tl[n];
-          src_n[b.sources[n]] += 1;
-        }
-      const int parts = c_.train.grad_accum * comm_->size();  // every micro-batch of every rank weighs the same
-      const bool hooked = overlap && micro + 1 == c_.train.grad_accum;
-      if (hooked)
-        model_.set_grad_ready([&](int64_t lo, int64_t hi) {  // contiguous ranges, from the top down
-          if (pend_lo < 0) pend_hi = hi;
-          pend_lo = lo;
-          if (pend_hi - pend_lo >= bucket) flush();
-        });
-      model_.backward(b.target_tokens ? 1.0f / ((float)b.target_tokens * parts) : 0.0f);
-      if (hooked) {
-        flush();
-        model_.set_grad_ready({});
-      }
-      // The step's gradient is ((g_0 + g_1) + g_2) + ..., each micro-batch's from zero: the same sum
-      // the ranks' reduction makes, so N ranks x 1 micro-batch == 1 rank x N micro-batches, bit for bit.
-      if (!acc_.empty() && !hooked) {
-        const float* g = model_.grads();
-        const int64_t n = (int64_t)acc_.size();
-        if (micro == 0) std::copy(g, g + n, acc_.begin());
-        else for (int64_t i = 0; i < n; i++) acc_[i] += g[i];
-      }
-    }
-    if (!acc_.empty() && !overlap) std::copy(acc_.begin(), acc_.end(), model_.grads());
-    if (writer_) {
-      // A deferred checkpoint copy ends before anything it copies changes: the top-k residual in
-      // the reduction below, the weights and moments in the optimizer step.
-      writer_->staged();
-      if (writer_->last_staged_wait_ms() > 0.01) line_extra_stall_ms_ = writer_->last_staged_wait_ms();
-    }
-    // allreduce_ms: all communication of the step; allreduce_wait_ms: the part the step waited for
-    // (the overlapped buckets' remainder, and everything done synchronously).
-    double allreduce_ms = 0, allreduce_wait_ms = 0;
-    if (multi) {
-      const double ta = now_s();
-      double busy_ms = 0, blocked_ms = 0;
-      const int64_t n = model_.layout().total;
-      if (overlap) {
-        if (Status s = comm_->wait_async(&busy_ms); !s) return s;
-        blocked_ms = (now_s() - ta) * 1e3;
-      } else if (c_.dist.compression == "topk") {
-        if (Status s = topk_reduce(model_.grads(), n); !s) return s;
-      } else if (owners) {
-        if (Status s = comm_->reduce_scatter_sum(model_.grads(), 0, n, *owners); !s) return s;
-      } else if (Status s = comm_->allreduce_sum(model_.grads(), n); !s) {
-        return s;
-      }
-      // The scalars: losses, tokens, entropy, the stop flag, "my checkpoint part is durable",
-      // per-source sums.
-      const bool part_done = pending_commit_ >= 0 && writer_ && writer_->completed() >= pending_completed_;
-      red_.assign({loss_sum, (double)step_tokens, entropy, g_stop ? 1.0 : 0.0, part_done ? 1.0 : 0.0});
-      red_.insert(red_.end(), src_sum.begin(), src_sum.end());
-      red_.insert(red_.end(), src_n.begin(), src_n.end());
-      if (Status s = comm_->allreduce_sum(red_.data(), (int64_t)red_.size()); !s) return s;
-      loss_sum = red_[0], step_tokens = (uint64_t)red_[1], entropy = red_[2];
-      stop_now_ = red_[3] > 0;
-      const size_t S = src_sum.size();
-      for (size_t i = 0; i < S; i++) src_sum[i] = red_[5 + i], src_n[i] = red_[5 + S + i];
-      allreduce_wait_ms = (now_s() - ta) * 1e3;  // (the blocked part of the buckets + the rest)
-      allreduce_ms = overlap ? busy_ms + (allreduce_wait_ms - blocked_ms) : allreduce_wait_ms;
-      if (pending_commit_ >= 0 && red_[4] >= comm_->size())  // every rank's part is durable
-        if (Status s = commit_pending("every part durable"); !s) return s;
-    } else {
-      stop_now_ = g_stop;
-    }
-    const int parts = c_.train.grad_accum * comm_->size();
-    const double loss = loss_sum / parts;
-    entropy /= comm_->size();
-    const HealthConfig& hc = c_.health;
-    if (std::find(hc.inject_nan_steps.begin(), hc.inject_nan_steps.end(), step_ + 1) != hc.inject_nan_steps.end())
-      model_.grads()[model_.layout().total / 2] = NAN;  // fault injection
-    double norm = 0;  // one pass: the finiteness check and the clipping share it
-    {
-      const double tn = now_s();
-      if (Status s = global_grad_norm(norm); !s) return s;
-      if (owners) {  // ZeRO-1: the norm's block partials went over the network
-        const double ms = (now_s() - tn) * 1e3;
-        allreduce_wait_ms += ms, allreduce_ms += ms;
-      }
-    }
-    const bool finite = std::isfinite(loss) && (!hc.skip_nonfinite || std::isfinite(norm));
-    double grad_norm = NAN;
-    if (finite || !hc.skip_nonfinite) {
-      AdamWConfig h = c_.optim;
-      h.lr = (float)lr;
-      grad_norm = model_.optimizer_step(h, norm);
-      if (owners) {  // ZeRO-1: each rank updated its range; every rank gets every range
-        const double tg = now_s();
-        if (Status s = comm_->allgather_ranges(model_.params(), *owners); !s) return s;
-        const double ms = (now_s() - tg) * 1e3;
-        allreduce_wait_ms += ms, allreduce_ms += ms;
-      }
-    } else {
-      nonfinite_skipped_++;
-      spdlog::warn("step {}: non-finite loss or gradient; the update was skipped ({} so far)", step_ + 1,
-                   nonfinite_skipped_);
-    }
-    loader_pos_ = feed_.position();
-    step_++;
-    tokens_ += step_tokens;
-    tokens_this_run_ += step_tokens;
-    const double step_ms = (now_s() - t0) * 1e3;
-    sum_step_ms_ += step_ms;
-    sum_wait_ms_ += wait_ms;
-    const double tok_s = step_tokens / (step_ms / 1e3);
-    const double step_flops_per_s = train_flops_per_token(c_.model, T_step) * tok_s;
-    const double mfu = this->mfu(step_flops_per_s);
-    if (!std::isfinite(first_loss_)) first_loss_ = loss;
-    last_loss_ = loss;
-    last_tok_s = tok_s, last_mfu = mfu, last_wait = wait_ms;
-
-    ojson line;
-    line["step"] = step_;
-    line["loss"] = std::isfinite(loss) ? json(loss) : json(nullptr);
-    line["lr"] = lr;
-    if (std::isfinite(grad_norm)) {
-      line["grad_norm"] = grad_norm;
-      line["grad_norm_ratio"] = prev_grad_norm_ > 0 ? grad_norm / prev_grad_norm_ : 1.0;
-    } else {
-      line["grad_norm"] = nullptr;
-      line["skipped"] = "nonfinite";
-    }
-    line["tokens"] = tokens_;
-    line["token_entropy"] = entropy / c_.train.grad_accum;
-    if (comm_->size() > 1) {
-      line["allreduce_ms"] = allreduce_ms;
-      line["allreduce_wait_ms"] = allreduce_wait_ms;
-      if (overlap) line["allreduce_buckets"] = buckets;
-      line["allreduce_bytes"] = comm_->bytes_sent() - bytes_before;
-    }
-    if (sparsity >= 0) line["attn_sparsity"] = sparsity;
-    ojson per_source = ojson::object();
-    for (size_t i = 0; i < src_sum.size(); i++)
-      if (src_n[i] > 0) per_source[feed_.names[i]] = src_sum[i] / src_n[i];
-    line["loss_by_source"] = per_source;
-    // timing (the only fields that differ between identical runs)
-    line["tokens_per_s"] = tok_s;
-    line["mfu"] = mfu;
-    line["mfu_peak"] = mfu_peak(step_flops_per_s);
-    line["step_ms"] = step_ms;
-    line["data_wait_ms"] = wait_ms;
-    const auto lat = feed_.latency().stats();
-    line["fetch_ms"] = {{"p50", lat.p50}, {"p95", lat.p95}, {"p99", lat.p99}};
-    if (line_extra_stall_ms_ > 0) {
-      line["ckpt_stall_ms"] = line_extra_stall_ms_;  // waiting for the previous save's staging copy
-      line_extra_stall_ms_ = 0;
-    }
-    if (std::isfinite(grad_norm)) prev_grad_norm_ = grad_norm;
-
-    const bool last = done();
-    // A signal adds nothing to the metrics (a resumed run's file equals an uninterrupted run's).
-    if (evaluating && ((c_.eval.every > 0 && step_ % c_.eval.every == 0) || last)) {
-      if (Status s = eval_now(step_, &line); !s) return s;
-    }
-    const bool spike = finite && spike_.observe(step_, loss);
-    if (spike) line["loss_spike"] = spike_.consecutive();
-    last_metrics_ = line;
-    last_logged_ = lead_ && (step_ % c_.train.log_every == 0 || last);
-    const bool roll = spike && spike_.consecutive() >= hc.spike_repeats;
-    // No periodic checkpoint in the middle of a spike run: it could become the rollback target.
-    const bool periodic = c_.ckpt.save_every > 0 && step_ % c_.ckpt.save_every == 0 && spike_.consecutive() == 0;
-    if (periodic || stop_now_ || (last && c_.ckpt.save_at_end)) {
-      if (Status s = save(step_, stop_now_ ? "signal" : periodic ? "periodic" : "end", &line); !s) return s;
-    }
-    if (last_logged_) write_metrics(line.dump());
-    status_line(step_, loss, tok_s, mfu, wait_ms, false);
-    if (roll)
-      if (Status s = rollback(step_); !s) return s;
+    StepStats st;
+    if (Status s = train_step(st); !s) return s;
+    if (Status s = after_step(st); !s) return s;
   }
   if (Status s = commit_pending("end of run"); !s) return s;
   if (writer_) {
@@ -1065,9 +872,252 @@ Status Trainer::run(TrainSummary& out) {
     }
   }
   write_metrics("");  // what a full disk held back, once more
-  status_line(step_, last_loss_, last_tok_s, last_mfu, last_wait, true);
-  const double seconds = now_s() - run_start_s_;
+  status_line(step_, last_loss_, last_.tok_s, last_.mfu, last_.wait_ms, true);
+  return summarize(out, now_s() - run_start_s_);
+}
 
+// One optimizer step: the micro-batches' forward and backward, the reduction over ranks, the
+// gradient norm and the update; step_ and the token counts advance.
+Status Trainer::train_step(StepStats& st) {
+  const double t0 = now_s();
+  st.lr = lr_at(c_.schedule, step_);
+  st.src_sum.assign(feed_.names.size(), 0.0);
+  st.src_n.assign(feed_.names.size(), 0.0);
+  st.T = T_;
+  const int K = c_.train.sparsity_every;
+  const bool multi = comm_->size() > 1;
+  if (multi && comm_->rank() == c_.dist.inject_hang_rank && step_ + 1 == c_.dist.inject_hang_step)
+    for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));  // fault injection: a hung rank
+  if (multi) comm_->arrive(step_);
+  // Overlap: the last micro-batch's backward hands each finished range of the gradient to the
+  // communication thread in buckets of about dist.bucket_mb; top-k needs the whole gradient.
+  st.overlap = multi && c_.dist.overlap && c_.dist.compression != "topk";
+  const int64_t bucket = std::max<int64_t>(1, (int64_t)(c_.dist.bucket_mb * 1e6 / sizeof(float)));
+  const std::vector<int64_t>* owners = bounds_.empty() ? nullptr : &bounds_;
+  int64_t pend_lo = -1, pend_hi = -1;
+  auto flush = [&] {
+    if (pend_lo < 0) return;
+    float* g = model_.grads();
+    if (!acc_.empty())  // the earlier micro-batches' sum, added as in the serial path (acc + g)
+      for (int64_t i = pend_lo; i < pend_hi; i++) g[i] = acc_[i] + g[i];
+    comm_->sum_async(g + pend_lo, pend_lo, pend_hi - pend_lo, owners);
+    pend_lo = pend_hi = -1;
+    st.buckets++;
+  };
+  st.bytes_before = comm_->bytes_sent();
+  for (int micro = 0; micro < c_.train.grad_accum; micro++) {
+    const Batch* bp = &feed_.next();
+    st.wait_ms += feed_.last_wait_ms();
+    if (std::find(c_.health.inject_bad_data_steps.begin(), c_.health.inject_bad_data_steps.end(), step_ + 1) !=
+        c_.health.inject_bad_data_steps.end()) {
+      // Fault injection: targets scrambled, as a corrupt shard would give.
+      injected_ = *bp;
+      for (auto& t : injected_.targets)
+        if (t >= 0) t = (int32_t)(((int64_t)t * 7919 + 13) % c_.model.vocab_size);
+      bp = &injected_;
+    }
+    const Batch& b = *bp;
+    model_.zero_grad();
+    float loss = 0;
+    if (Status s = model_.forward(b, loss); !s) return Status::error(fmt::format("step {}: {}", step_ + 1, s.message()));
+    st.T = b.T;
+    st.loss_sum += loss;
+    st.tokens += b.target_tokens;
+    if (c_.train.entropy_rows > 0) st.entropy += model_.prediction_entropy(c_.train.entropy_rows);
+    if (K > 0 && micro == 0 && (step_ + 1) % K == 0) st.sparsity = model_.attention_sparsity();
+    const float* tl = model_.token_losses();
+    for (int n = 0, N = b.B * b.T; n < N; n++)
+      if (b.targets[n] >= 0 && b.sources[n] < st.src_sum.size()) {
+        st.src_sum[b.sources[n]] += tl[n];
+        st.src_n[b.sources[n]] += 1;
+      }
+    const int parts = c_.train.grad_accum * comm_->size();  // every micro-batch of every rank weighs the same
+    const bool hooked = st.overlap && micro + 1 == c_.train.grad_accum;
+    if (hooked)
+      model_.set_grad_ready([&](int64_t lo, int64_t hi) {  // contiguous ranges, from the top down
+        if (pend_lo < 0) pend_hi = hi;
+        pend_lo = lo;
+        if (pend_hi - pend_lo >= bucket) flush();
+      });
+    model_.backward(b.target_tokens ? 1.0f / ((float)b.target_tokens * parts) : 0.0f);
+    if (hooked) {
+      flush();
+      model_.set_grad_ready({});
+    }
+    // The step's gradient is ((g_0 + g_1) + g_2) + ..., each micro-batch's from zero: the same sum
+    // the ranks' reduction makes, so N ranks x 1 micro-batch == 1 rank x N micro-batches, bit for bit.
+    if (!acc_.empty() && !hooked) {
+      const float* g = model_.grads();
+      const int64_t n = (int64_t)acc_.size();
+      if (micro == 0) std::copy(g, g + n, acc_.begin());
+      else for (int64_t i = 0; i < n; i++) acc_[i] += g[i];
+    }
+  }
+  if (!acc_.empty() && !st.overlap) std::copy(acc_.begin(), acc_.end(), model_.grads());
+  if (writer_) {
+    // A deferred checkpoint copy ends before anything it copies changes: the top-k residual in
+    // the reduction below, the weights and moments in the optimizer step.
+    writer_->staged();
+    if (writer_->last_staged_wait_ms() > 0.01) line_extra_stall_ms_ = writer_->last_staged_wait_ms();
+  }
+  if (Status s = reduce_step(st, owners); !s) return s;
+  const int parts = c_.train.grad_accum * comm_->size();
+  st.loss = st.loss_sum / parts;
+  st.entropy /= comm_->size();
+  const HealthConfig& hc = c_.health;
+  if (std::find(hc.inject_nan_steps.begin(), hc.inject_nan_steps.end(), step_ + 1) != hc.inject_nan_steps.end())
+    model_.grads()[model_.layout().total / 2] = NAN;  // fault injection
+  double norm = 0;  // one pass: the finiteness check and the clipping share it
+  {
+    const double tn = now_s();
+    if (Status s = global_grad_norm(norm); !s) return s;
+    if (owners) {  // ZeRO-1: the norm's block partials went over the network
+      const double ms = (now_s() - tn) * 1e3;
+      st.allreduce_wait_ms += ms, st.allreduce_ms += ms;
+    }
+  }
+  st.finite = std::isfinite(st.loss) && (!hc.skip_nonfinite || std::isfinite(norm));
+  if (st.finite || !hc.skip_nonfinite) {
+    AdamWConfig h = c_.optim;
+    h.lr = (float)st.lr;
+    st.grad_norm = model_.optimizer_step(h, norm);
+    if (owners) {  // ZeRO-1: each rank updated its range; every rank gets every range
+      const double tg = now_s();
+      if (Status s = comm_->allgather_ranges(model_.params(), *owners); !s) return s;
+      const double ms = (now_s() - tg) * 1e3;
+      st.allreduce_wait_ms += ms, st.allreduce_ms += ms;
+    }
+  } else {
+    nonfinite_skipped_++;
+    spdlog::warn("step {}: non-finite loss or gradient; the update was skipped ({} so far)", step_ + 1,
+                 nonfinite_skipped_);
+  }
+  loader_pos_ = feed_.position();
+  step_++;
+  tokens_ += st.tokens;
+  tokens_this_run_ += st.tokens;
+  st.step_ms = (now_s() - t0) * 1e3;
+  sum_step_ms_ += st.step_ms;
+  sum_wait_ms_ += st.wait_ms;
+  st.tok_s = st.tokens / (st.step_ms / 1e3);
+  st.flops_per_s = train_flops_per_token(c_.model, st.T) * st.tok_s;
+  st.mfu = mfu(st.flops_per_s);
+  if (!std::isfinite(first_loss_)) first_loss_ = st.loss;
+  last_loss_ = st.loss;
+  return Status::ok();
+}
+
+// The gradient and the step's scalars summed over ranks (one rank: only the stop flag).
+Status Trainer::reduce_step(StepStats& st, const std::vector<int64_t>* owners) {
+  if (comm_->size() == 1) {
+    stop_now_ = g_stop;
+    return Status::ok();
+  }
+  // allreduce_ms: all communication of the step; allreduce_wait_ms: the part the step waited for
+  // (the overlapped buckets' remainder, and everything done synchronously).
+  const double ta = now_s();
+  double busy_ms = 0, blocked_ms = 0;
+  const int64_t n = model_.layout().total;
+  if (st.overlap) {
+    if (Status s = comm_->wait_async(&busy_ms); !s) return s;
+    blocked_ms = (now_s() - ta) * 1e3;
+  } else if (c_.dist.compression == "topk") {
+    if (Status s = topk_reduce(model_.grads(), n); !s) return s;
+  } else if (owners) {
+    if (Status s = comm_->reduce_scatter_sum(model_.grads(), 0, n, *owners); !s) return s;
+  } else if (Status s = comm_->allreduce_sum(model_.grads(), n); !s) {
+    return s;
+  }
+  // The scalars: losses, tokens, entropy, the stop flag, "my checkpoint part is durable",
+  // per-source sums.
+  const bool part_done = pending_commit_ >= 0 && writer_ && writer_->completed() >= pending_completed_;
+  red_.assign({st.loss_sum, (double)st.tokens, st.entropy, g_stop ? 1.0 : 0.0, part_done ? 1.0 : 0.0});
+  red_.insert(red_.end(), st.src_sum.begin(), st.src_sum.end());
+  red_.insert(red_.end(), st.src_n.begin(), st.src_n.end());
+  if (Status s = comm_->allreduce_sum(red_.data(), (int64_t)red_.size()); !s) return s;
+  st.loss_sum = red_[0], st.tokens = (uint64_t)red_[1], st.entropy = red_[2];
+  stop_now_ = red_[3] > 0;
+  const size_t S = st.src_sum.size();
+  for (size_t i = 0; i < S; i++) st.src_sum[i] = red_[5 + i], st.src_n[i] = red_[5 + S + i];
+  st.allreduce_wait_ms = (now_s() - ta) * 1e3;  // (the blocked part of the buckets + the rest)
+  st.allreduce_ms = st.overlap ? busy_ms + (st.allreduce_wait_ms - blocked_ms) : st.allreduce_wait_ms;
+  if (pending_commit_ >= 0 && red_[4] >= comm_->size())  // every rank's part is durable
+    if (Status s = commit_pending("every part durable"); !s) return s;
+  return Status::ok();
+}
+
+// The step's metrics.jsonl line (before evaluation and checkpoint fields are added).
+ojson Trainer::step_line(const StepStats& st) {
+  ojson line;
+  line["step"] = step_;
+  line["loss"] = std::isfinite(st.loss) ? json(st.loss) : json(nullptr);
+  line["lr"] = st.lr;
+  if (std::isfinite(st.grad_norm)) {
+    line["grad_norm"] = st.grad_norm;
+    line["grad_norm_ratio"] = prev_grad_norm_ > 0 ? st.grad_norm / prev_grad_norm_ : 1.0;
+  } else {
+    line["grad_norm"] = nullptr;
+    line["skipped"] = "nonfinite";
+  }
+  line["tokens"] = tokens_;
+  line["token_entropy"] = st.entropy / c_.train.grad_accum;
+  if (comm_->size() > 1) {
+    line["allreduce_ms"] = st.allreduce_ms;
+    line["allreduce_wait_ms"] = st.allreduce_wait_ms;
+    if (st.overlap) line["allreduce_buckets"] = st.buckets;
+    line["allreduce_bytes"] = comm_->bytes_sent() - st.bytes_before;
+  }
+  if (st.sparsity >= 0) line["attn_sparsity"] = st.sparsity;
+  ojson per_source = ojson::object();
+  for (size_t i = 0; i < st.src_sum.size(); i++)
+    if (st.src_n[i] > 0) per_source[feed_.names[i]] = st.src_sum[i] / st.src_n[i];
+  line["loss_by_source"] = per_source;
+  // timing (the only fields that differ between identical runs)
+  line["tokens_per_s"] = st.tok_s;
+  line["mfu"] = st.mfu;
+  line["mfu_peak"] = mfu_peak(st.flops_per_s);
+  line["step_ms"] = st.step_ms;
+  line["data_wait_ms"] = st.wait_ms;
+  const auto lat = feed_.latency().stats();
+  line["fetch_ms"] = {{"p50", lat.p50}, {"p95", lat.p95}, {"p99", lat.p99}};
+  if (line_extra_stall_ms_ > 0) {
+    line["ckpt_stall_ms"] = line_extra_stall_ms_;  // waiting for the previous save's staging copy
+    line_extra_stall_ms_ = 0;
+  }
+  return line;
+}
+
+// After a step: its metrics line, an evaluation and a checkpoint when due, the console status, and
+// a rollback after repeated loss spikes.
+Status Trainer::after_step(const StepStats& st) {
+  last_ = st;
+  ojson line = step_line(st);
+  if (std::isfinite(st.grad_norm)) prev_grad_norm_ = st.grad_norm;
+  const bool last = done();
+  // A signal adds nothing to the metrics (a resumed run's file equals an uninterrupted run's).
+  if (!c_.eval.data.empty() && ((c_.eval.every > 0 && step_ % c_.eval.every == 0) || last)) {
+    if (Status s = eval_now(step_, &line); !s) return s;
+  }
+  const HealthConfig& hc = c_.health;
+  const bool spike = st.finite && spike_.observe(step_, st.loss);
+  if (spike) line["loss_spike"] = spike_.consecutive();
+  last_metrics_ = line;
+  last_logged_ = lead_ && (step_ % c_.train.log_every == 0 || last);
+  const bool roll = spike && spike_.consecutive() >= hc.spike_repeats;
+  // No periodic checkpoint in the middle of a spike run: it could become the rollback target.
+  const bool periodic = c_.ckpt.save_every > 0 && step_ % c_.ckpt.save_every == 0 && spike_.consecutive() == 0;
+  if (periodic || stop_now_ || (last && c_.ckpt.save_at_end)) {
+    if (Status s = save(step_, stop_now_ ? "signal" : periodic ? "periodic" : "end", &line); !s) return s;
+  }
+  if (last_logged_) write_metrics(line.dump());
+  status_line(step_, st.loss, st.tok_s, st.mfu, st.wait_ms, false);
+  if (roll)
+    if (Status s = rollback(step_); !s) return s;
+  return Status::ok();
+}
+
+// The end of the run: TrainSummary, its text and RUN/summary.json.
+Status Trainer::summarize(TrainSummary& out, double seconds) {
   out = TrainSummary{};
   out.start_step = start_step_;
   out.steps = step_;
