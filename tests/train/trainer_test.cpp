@@ -340,6 +340,65 @@ TEST_F(TrainerTest, BucketedAndStopByTokens) {
   EXPECT_EQ(m.back()["step"].get<int64_t>(), s.steps);
 }
 
+// [train] time_budget_minutes: the run plans its step count from its first steps, lays the schedule
+// out over it (the last step ends at min_lr), spreads [eval] points over it, stops within the
+// budget, and is the same run as `train.steps = N` with the planned N (the plan falls in warmup).
+TEST_F(TrainerTest, TimeBudgetPlansTheStepsAndTheScheduleEndsOnTime) {
+  const double minutes = 0.05;  // 3 s
+  TrainConfig c = config(fmt::format("train.steps=0 train.time_budget_minutes={} train.threads=1 eval.every=0 "
+                                     "eval.points=3 eval.tokens=512 optim.warmup_steps=40 optim.schedule=\"cosine\"",
+                                     minutes));
+  TrainSummary s;
+  Status st = train_run(c, s);
+  ASSERT_TRUE(st.is_ok()) << st.message();
+  const json& tb = s.json["time_budget"];
+  ASSERT_TRUE(tb["planned_steps"].is_number()) << s.json.dump();
+  const int64_t planned = tb["planned_steps"].get<int64_t>(), at = tb["planned_at_step"].get<int64_t>();
+  EXPECT_GE(at, 3);
+  EXPECT_GT(planned, at);
+  EXPECT_LT(s.seconds, minutes * 60 + 5) << "the budget is a wall-time cap";
+  auto m = metrics(c.train.run_dir);
+  std::vector<json> steps, evals;
+  for (const auto& l : m) {
+    if (l.contains("event")) {
+      EXPECT_EQ(l["event"], "time_budget_plan");
+      EXPECT_EQ(l["total_steps"].get<int64_t>(), planned);
+      continue;
+    }
+    if (l.contains("loss")) steps.push_back(l);
+    if (l.contains("eval_loss")) evals.push_back(l);
+  }
+  ASSERT_EQ((int64_t)steps.size(), s.steps);
+  // evaluations: at the start, every planned/3 steps, and at the end
+  EXPECT_GE(evals.size(), 3u);
+  EXPECT_LE(evals.size(), 5u);
+  for (size_t i = 1; i + 1 < evals.size(); i++) EXPECT_EQ(evals[i]["step"].get<int64_t>() % (planned / 3), 0);
+  LrSchedule sched = c.schedule;
+  sched.total_steps = planned;
+  if (tb["ended_by"] == "plan") {
+    EXPECT_EQ(s.steps, planned);
+    EXPECT_DOUBLE_EQ(steps.back()["lr"].get<double>(), lr_at(sched, planned - 1));
+    EXPECT_NEAR(steps.back()["lr"].get<double>(), c.schedule.min_lr, 0.02 * c.schedule.lr);
+  } else {
+    EXPECT_EQ(tb["ended_by"], "deadline");  // a slow machine: the deadline came first
+    EXPECT_LT(s.steps, planned);
+  }
+  // The same run by step count: every line equal but the timing fields.
+  ASSERT_LT(at, c.schedule.warmup_steps);
+  TrainConfig again = config(fmt::format("train.steps={} train.threads=1 eval.every={} eval.tokens=512 "
+                                         "optim.warmup_steps=40 optim.schedule=\"cosine\"", s.steps, planned / 3));
+  again.train.run_dir = (dir_ / "again").string();
+  TrainSummary s2;
+  ASSERT_TRUE(train_run(again, s2).is_ok());
+  std::vector<json> steps2;
+  for (const auto& l : metrics(again.train.run_dir))
+    if (l.contains("loss")) steps2.push_back(l);
+  ASSERT_EQ(steps2.size(), steps.size());
+  if (s.steps == planned)
+    for (size_t i = 0; i < steps.size(); i++)
+      EXPECT_EQ(deterministic(steps[i]).dump(), deterministic(steps2[i]).dump()) << "step " << i + 1;
+}
+
 TEST_F(TrainerTest, MemoryPlanRefusesBeforeTraining) {
   TrainConfig c = config("train.memory_mb=1");
   TrainSummary s;

@@ -50,6 +50,7 @@ Status train_config_read(const toml::table& root, TrainConfig& c) {
   t.get("run_dir", c.train.run_dir);
   t.get("steps", c.train.steps);
   t.get("max_tokens", c.train.max_tokens);
+  t.get("time_budget_minutes", c.train.time_budget_minutes);
   t.get("grad_accum", c.train.grad_accum);
   t.get("threads", c.train.threads);
   t.get("seed", c.train.seed);
@@ -89,6 +90,7 @@ Status train_config_read(const toml::table& root, TrainConfig& c) {
   ConfigSection e(root, "eval");
   e.get("data", c.eval.data);
   e.get("every", c.eval.every);
+  e.get("points", c.eval.points);
   e.get("tokens", c.eval.tokens);
   collect(e, errors);
   config_insert(resolved, "eval", e.resolved());
@@ -150,8 +152,11 @@ Status train_config_validate(const TrainConfig& c) {
   if (t.run_dir.empty()) return Status::error("[train] run_dir is empty: give --run-dir DIR");
   if (t.steps < 0) return Status::error(fmt::format("[train] steps = {}: must be >= 0", t.steps));
   if (t.max_tokens < 0) return Status::error(fmt::format("[train] max_tokens = {}: must be >= 0", t.max_tokens));
-  if (t.steps == 0 && t.max_tokens == 0)
-    return Status::error("[train] steps = 0 and max_tokens = 0: give at least one stopping rule");
+  if (!(t.time_budget_minutes >= 0))
+    return Status::error(fmt::format("[train] time_budget_minutes = {}: must be >= 0", t.time_budget_minutes));
+  if (t.steps == 0 && t.max_tokens == 0 && t.time_budget_minutes == 0)
+    return Status::error("[train] steps = 0, max_tokens = 0 and time_budget_minutes = 0: give at least one "
+                         "stopping rule");
   if (t.grad_accum < 1 || t.grad_accum > 4096)
     return Status::error(fmt::format("[train] grad_accum = {}: must be in [1, 4096]", t.grad_accum));
   if (t.threads < 0 || t.threads > 1024)
@@ -163,8 +168,9 @@ Status train_config_validate(const TrainConfig& c) {
   if (t.entropy_rows < 0)
     return Status::error(fmt::format("[train] entropy_rows = {}: must be >= 0", t.entropy_rows));
   if (!(t.peak_gflops >= 0)) return Status::error(fmt::format("[train] peak_gflops = {}: must be >= 0", t.peak_gflops));
-  if (t.precision != "fp32" && t.precision != "bf16")
-    return Status::error(fmt::format("[train] precision = \"{}\": expected \"fp32\" or \"bf16\"", t.precision));
+  if (t.precision != "fp32" && t.precision != "bf16" && t.precision != "auto")
+    return Status::error(fmt::format("[train] precision = \"{}\": expected \"fp32\", \"bf16\" or \"auto\"",
+                                     t.precision));
   if (t.gemm != "auto" && t.gemm != "openblas" && t.gemm != "onednn")
     return Status::error(fmt::format("[train] gemm = \"{}\": expected \"auto\", \"openblas\" or \"onednn\"", t.gemm));
   if (Status s = lr_schedule_validate(c.schedule); !s) return s;
@@ -177,6 +183,10 @@ Status train_config_validate(const TrainConfig& c) {
   if (!std::isfinite(o.grad_clip))
     return Status::error(fmt::format("[optim] grad_clip = {}: must be a number (<= 0 disables clipping)", o.grad_clip));
   if (c.eval.every < 0) return Status::error(fmt::format("[eval] every = {}: must be >= 0", c.eval.every));
+  if (c.eval.points < 0) return Status::error(fmt::format("[eval] points = {}: must be >= 0", c.eval.points));
+  if (c.eval.points > 0 && c.eval.every > 0)
+    return Status::error(fmt::format("[eval] every = {} and points = {}: give one of them", c.eval.every,
+                                     c.eval.points));
   if (c.eval.tokens < 1) return Status::error(fmt::format("[eval] tokens = {}: must be >= 1", c.eval.tokens));
   if (c.ckpt.save_every < 0) return Status::error(fmt::format("[ckpt] save_every = {}: must be >= 0", c.ckpt.save_every));
   if (c.ckpt.keep_last < 1) return Status::error(fmt::format("[ckpt] keep_last = {}: must be >= 1", c.ckpt.keep_last));

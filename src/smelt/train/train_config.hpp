@@ -22,6 +22,9 @@ struct TrainOptions {            // [train]
   std::string run_dir = "runs/default";
   int64_t steps = 1000;          // stop after this many optimizer steps (0: only max_tokens stops)
   int64_t max_tokens = 0;        // stop once this many target tokens were trained on (0: no limit)
+  // Stop when this much wall time (evaluations and checkpoints included) is spent; the schedule is
+  // laid out over the steps it buys, planned once from the first steps' time (0: no budget).
+  double time_budget_minutes = 0;
   int grad_accum = 1;            // micro-batches per optimizer step
   int threads = 0;               // 0: every core
   uint64_t seed = 1234;          // weight init (the loader's order comes from [data] seed)
@@ -39,6 +42,7 @@ struct TrainOptions {            // [train]
 struct EvalOptions {             // [eval]
   std::string data;              // held-out prefix(es), "[NAME=]PREFIX,..." ("" = no evaluation)
   int every = 0;                 // evaluate every N steps (0: only at the start and the end)
+  int points = 0;                // or this many evaluations spread over the run's steps (every = 0)
   int64_t tokens = 65536;        // target tokens per evaluation (capped at the data's size)
 };
 

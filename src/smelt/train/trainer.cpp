@@ -186,6 +186,12 @@ class Trainer {
   Status after_step(const StepStats& st);
   Status summarize(TrainSummary& out, double seconds);
   StepStats last_;  // the last step's numbers (for the final status line)
+  // [train] time_budget_minutes: the budget, the one-time plan of the step count, how the run ended
+  void plan_budget();
+  double budget_s_ = 0, first_step_end_s_ = 0, last_eval_s_ = 0, plan_step_s_ = 0;
+  bool planned_ = false, out_of_time_ = false;
+  int64_t planned_at_ = -1;
+  int eval_every() const;
 
   TrainConfig c_;
   Model model_;
@@ -352,7 +358,9 @@ Status Trainer::setup() {
     bounds_ = zero_shard_bounds(param_layout(c_.model).total, comm_->size());
     model_.set_optimizer_shard(bounds_[comm_->rank()], bounds_[comm_->rank() + 1], comm_->size());
   }
-  const Precision precision = c_.train.precision == "bf16" ? Precision::kBf16 : Precision::kFp32;
+  // auto: bf16 where the CPU has bf16 units (its GEMMs then run 2-4x fp32's), fp32 elsewhere.
+  const bool bf16 = c_.train.precision == "bf16" || (c_.train.precision == "auto" && gemm_bf16_native());
+  const Precision precision = bf16 ? Precision::kBf16 : Precision::kFp32;
   model_.set_precision(precision);
   if (Status s = model_.init(c_.model, B_, T_, threads_, c_.train.seed, budget); !s) return s;
   if (Status s = gemm_select(c_.train.gemm, c_.model, B_, T_, precision, threads_, gemm_); !s) return s;
@@ -362,6 +370,14 @@ Status Trainer::setup() {
   const int64_t tokens_per_step = (int64_t)B_ * T_ * c_.train.grad_accum;
   total_steps_ = c_.train.steps > 0 ? c_.train.steps
                                     : (c_.train.max_tokens + tokens_per_step - 1) / tokens_per_step;
+  if (c_.train.time_budget_minutes > 0) {
+    // Until the plan (plan_budget): the steps the budget buys at half the GEMM rate, within the caps.
+    budget_s_ = c_.train.time_budget_minutes * 60;
+    const double step_flops = train_flops_per_token(c_.model, T_) * tokens_per_step / comm_->size();
+    const int64_t guess = std::max<int64_t>(c_.schedule.warmup_steps + 1,
+                                            (int64_t)(budget_s_ * gemm_gflops_ * 0.5e9 / step_flops));
+    total_steps_ = total_steps_ > 0 ? std::min(total_steps_, guess) : guess;
+  }
   c_.schedule.total_steps = total_steps_;
   config_text_ = train_config_to_string(c_);
   if (lead_)
@@ -385,6 +401,7 @@ json Trainer::state_json() const {
   s["eval_first"] = eval_first_;
   s["eval_last"] = eval_last_;
   s["eval_first_bpb"] = eval_first_bpb_;
+  if (budget_s_ > 0) s["time_budget"] = {{"planned", planned_}, {"total_steps", total_steps_}};
   s["eval_last_bpb"] = eval_last_bpb_;
   s["metrics"] = json::parse(last_metrics_.dump());  // the last step's metrics line
   // Its text as metrics.jsonl gets it: an asynchronous save can commit before the line is written,
@@ -438,6 +455,11 @@ Status Trainer::resume_from_checkpoint() {
     eval_first_bpb_ = st.value("eval_first_bpb", -1.0);
     eval_last_bpb_ = st.value("eval_last_bpb", -1.0);
     c_.schedule.restart_step = st.at("schedule").value("restart_step", (int64_t)-1);
+    // A budgeted run resumes its plan (the budget then counts from the resume).
+    if (budget_s_ > 0 && st.contains("time_budget") && st["time_budget"].value("planned", false)) {
+      planned_ = true;
+      total_steps_ = c_.schedule.total_steps = st["time_budget"].at("total_steps").get<int64_t>();
+    }
     if (st.contains("health")) {
       const json& h = st["health"];
       spike_.from_json(h.value("spike", json::object()));
@@ -710,6 +732,7 @@ Status Trainer::eval_now(int64_t step, ojson* line) {
   double t0 = now_s();
   const EvalText* text = eval_text_.bytes.empty() ? nullptr : &eval_text_;
   if (Status s = evaluate(model_, c_.data, c_.eval.data, c_.eval.tokens, r, text); !s) return s;
+  last_eval_s_ = r.seconds;
   if (eval_first_ < 0) eval_first_ = r.loss, eval_first_bpb_ = r.bits_per_byte;
   eval_last_ = r.loss, eval_last_bpb_ = r.bits_per_byte;
   if (line) {
@@ -800,7 +823,8 @@ void Trainer::status_line(int64_t step, double loss, double tok_s, double mfu, d
   last_status_s_ = now;
   const double elapsed = now - run_start_s_;
   const double done = (double)(step - start_step_), left = (double)(total_steps_ - step);
-  std::string where = c_.train.steps > 0 ? fmt::format("step {}/{}", step, total_steps_)
+  std::string where = c_.train.steps > 0 || budget_s_ > 0
+                          ? fmt::format("step {}/{}{}", step, total_steps_, planned_ || budget_s_ <= 0 ? "" : "?")
                                         : fmt::format("step {} | tokens {}/{}", step, human_count((double)tokens_),
                                                       human_count((double)c_.train.max_tokens));
   std::string line = fmt::format("{} | loss {:.4f} | {} tok/s | mfu {:.1f}% | data wait {:.1f} ms | eta {}", where,
@@ -851,7 +875,48 @@ Status Trainer::start() {
 // Steps stop the run when given; otherwise tokens do (total_steps_ then only lays out the schedule).
 bool Trainer::done() const {
   const int64_t stop_tokens = c_.train.max_tokens;
-  return (c_.train.steps > 0 && step_ >= c_.train.steps) || (stop_tokens > 0 && tokens_ >= (uint64_t)stop_tokens);
+  return (c_.train.steps > 0 && step_ >= c_.train.steps) || (stop_tokens > 0 && tokens_ >= (uint64_t)stop_tokens) ||
+         (planned_ && step_ >= total_steps_) || out_of_time_;
+}
+
+// The evaluation interval in steps: [eval] every, or the planned steps / [eval] points.
+int Trainer::eval_every() const {
+  if (c_.eval.every > 0) return c_.eval.every;
+  if (c_.eval.points > 0) return (int)std::max<int64_t>(1, total_steps_ / c_.eval.points);
+  return 0;
+}
+
+// The time budget's plan, made once, when 5% of the budget or 30 s is spent (and at least 3 steps):
+// the steps left = 97% of the time left, less the evaluations still due and the final one, over the
+// mean step time since the first step (which pays for first touches). The schedule is laid out
+// over that count from then on; warmup does not depend on it, so a plan made within warmup gives
+// the same run as `train.steps = N`. A machine that slows down later meets the deadline first: the
+// run then ends there, with its final evaluation and checkpoint, before the schedule's end.
+void Trainer::plan_budget() {
+  const double now = now_s();
+  if (step_ == start_step_ + 1) first_step_end_s_ = now;
+  if (budget_s_ <= 0) return;
+  const double spent = now - run_start_s_;
+  const double reserve = last_eval_s_ + 1.0;  // the final evaluation and checkpoint hand-off
+  if (spent + reserve >= budget_s_) out_of_time_ = true;
+  if (planned_) return;
+  const int64_t done_steps = step_ - start_step_;
+  if (done_steps < 3 || spent < std::min(30.0, 0.05 * budget_s_)) return;
+  plan_step_s_ = (now - first_step_end_s_) / (double)(done_steps - 1);
+  const double left = 0.97 * (budget_s_ - spent) - reserve;
+  double n = 0;
+  if (c_.eval.data.empty()) n = left / plan_step_s_;
+  else if (c_.eval.every > 0) n = left / (plan_step_s_ + last_eval_s_ / c_.eval.every);
+  else n = (left - c_.eval.points * last_eval_s_) / plan_step_s_;
+  int64_t total = step_ + std::max<int64_t>(1, (int64_t)n);
+  if (c_.train.steps > 0) total = std::min(total, c_.train.steps);
+  total_steps_ = c_.schedule.total_steps = total;
+  planned_ = true;
+  planned_at_ = step_;
+  spdlog::info("time budget {:g} min: {} steps planned at step {} ({:.0f} ms a step, evaluations {:.1f} s each, "
+               "{:.0f} s left)", c_.train.time_budget_minutes, total, step_, plan_step_s_ * 1e3, last_eval_s_, left);
+  event({{"step", step_}, {"event", "time_budget_plan"}, {"total_steps", total}, {"step_ms", plan_step_s_ * 1e3},
+         {"eval_s", last_eval_s_}});
 }
 
 Status Trainer::run(TrainSummary& out) {
@@ -1093,9 +1158,11 @@ Status Trainer::after_step(const StepStats& st) {
   last_ = st;
   ojson line = step_line(st);
   if (std::isfinite(st.grad_norm)) prev_grad_norm_ = st.grad_norm;
+  plan_budget();
   const bool last = done();
   // A signal adds nothing to the metrics (a resumed run's file equals an uninterrupted run's).
-  if (!c_.eval.data.empty() && ((c_.eval.every > 0 && step_ % c_.eval.every == 0) || last)) {
+  const int every = eval_every();
+  if (!c_.eval.data.empty() && ((every > 0 && step_ % every == 0) || last)) {
     if (Status s = eval_now(step_, &line); !s) return s;
   }
   const HealthConfig& hc = c_.health;
@@ -1153,6 +1220,15 @@ Status Trainer::summarize(TrainSummary& out, double seconds) {
   j["eval_last_bpb"] = eval_last_bpb_ >= 0 ? json(eval_last_bpb_) : json(nullptr);
   j["checkpoint"] = last_ckpt_;
   j["stopped_by_signal"] = out.stopped_by_signal;
+  if (budget_s_ > 0)
+    j["time_budget"] = {{"minutes", c_.train.time_budget_minutes},
+                        {"planned_at_step", planned_at_},
+                        {"planned_steps", planned_ ? json(total_steps_) : json(nullptr)},
+                        {"step_ms", plan_step_s_ * 1e3},
+                        {"ended_by", out.stopped_by_signal ? "signal"
+                                     : out_of_time_ && !(planned_ && step_ >= total_steps_) ? "deadline"
+                                     : planned_ && step_ >= total_steps_                     ? "plan"
+                                                                                             : "steps or tokens"}};
   j["timing"] = {{"seconds", seconds},
                  {"tokens_per_s", out.tokens_per_s},
                  {"mfu", out.mfu},
@@ -1199,6 +1275,11 @@ Status Trainer::summarize(TrainSummary& out, double seconds) {
       blas_core().note(),
       last_ckpt_.empty() ? "none" : last_ckpt_);
   if (out.stopped_by_signal) out.text += "  stopped by a signal after the step above; --resume continues\n";
+  if (budget_s_ > 0)
+    out.text += fmt::format("  time budget {:g} min: {} steps planned at step {} ({:.0f} ms a step); ended by {} "
+                            "after {:.1f} min\n", c_.train.time_budget_minutes,
+                            planned_ ? std::to_string(total_steps_) : std::string("no"), planned_at_,
+                            plan_step_s_ * 1e3, j["time_budget"]["ended_by"].get<std::string>(), seconds / 60);
   if (!lead_) return Status::ok();
   return files_write_atomic((fs::path(run_dir_) / "summary.json").string(), j.dump(2) + "\n");
 }
