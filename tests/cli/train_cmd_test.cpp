@@ -198,9 +198,9 @@ lr = 1e-2
 warmup_steps = 5
 [eval]
 every = 20
-tokens = 2048
+tokens = 1000000
 [generate]
-prompt = "The"
+prompts = ["The", "我们"]
 max_new_tokens = 12
 )", d, d, d, (dir_ / "work").string()));
   CmdRun r = run("pipeline " + (dir_ / "pipe.toml").string() + " --threads 2", dir_);
@@ -210,16 +210,51 @@ max_new_tokens = 12
                         "run/metrics.jsonl", "run/summary.json", "sample.txt", "pipeline.json", "pipeline.toml"})
     EXPECT_TRUE(fs::exists(w / f)) << f;
   json j = json::parse(test::read_file((w / "pipeline.json").string()));
-  for (const char* s : {"prep", "tokenizer", "tokenize", "tokenize_holdout", "train", "generate"})
+  for (const char* s : {"prep", "tokenizer", "tokenize", "tokenize_holdout", "train", "eval", "generate"})
     EXPECT_EQ(j["stages"][s]["exit_code"], 0) << s;
   EXPECT_LT(j["train"]["eval_last"].get<double>(), j["train"]["eval_first"].get<double>());
-  EXPECT_FALSE(test::read_file((w / "sample.txt").string()).empty());
+  EXPECT_LT(j["train"]["eval_last_bpb"].get<double>(), j["train"]["eval_first_bpb"].get<double>());
+  // Bits per byte: the eval stage scores the final checkpoint on the whole held-out set, the same
+  // number the trainer's last evaluation gave, over the bytes `smelt tokenize` counted in those
+  // documents (each end of document one byte; the very first token is only an input).
+  const json& ev = j["eval"];
+  EXPECT_NEAR(ev["bits_per_byte"].get<double>(), j["train"]["eval_last_bpb"].get<double>(), 1e-9);
+  EXPECT_NEAR(ev["bits_per_byte"].get<double>() * ev["bytes"].get<double>() * std::log(2.0),
+              ev["loss"].get<double>() * ev["tokens"].get<double>(), 1e-6 * ev["loss"].get<double>() * ev["tokens"].get<double>());
+  json vs = json::parse(test::read_file((w / "valid.stats.json").string()));
+  uint64_t text_bytes = 0;
+  for (auto& [lang, v] : vs["languages"].items()) text_bytes += v["text_bytes"].get<uint64_t>();
+  const uint64_t held_out = text_bytes + vs["documents"].get<uint64_t>(), scored = ev["bytes"].get<uint64_t>();
+  EXPECT_LT(scored, held_out);
+  EXPECT_GE(scored + 32, held_out) << "all but the first token's bytes";
+  ASSERT_EQ(ev["compressors"].size(), 3u);
+  for (const auto& c : ev["compressors"]) {
+    EXPECT_EQ(c["bytes_in"].get<uint64_t>(), scored) << c.dump();
+    EXPECT_GT(c["bits_per_byte"].get<double>(), 0.5) << c.dump();
+    EXPECT_LT(c["bits_per_byte"].get<double>(), 8.5) << c.dump();
+  }
+  EXPECT_EQ(ev["compressors"][2]["command"], "xz -9e -c");
+  // Greedy and sampled continuations of each prompt, in the summary and sample.txt.
+  ASSERT_EQ(j["samples"].size(), 4u);
+  EXPECT_EQ(j["samples"][0]["prompt"], "The");
+  EXPECT_EQ(j["samples"][0]["mode"], "greedy");
+  EXPECT_EQ(j["samples"][3]["prompt"], "我们");
+  EXPECT_EQ(j["samples"][3]["mode"], "sampled");
+  const std::string sample_txt = test::read_file((w / "sample.txt").string());
+  EXPECT_NE(sample_txt.find("=== 我们 (greedy) ==="), std::string::npos) << sample_txt;
+  for (const auto& smp : j["samples"]) {
+    EXPECT_FALSE(smp["text"].get<std::string>().empty()) << smp.dump();
+    EXPECT_NE(r.err.find(smp["text"].get<std::string>()), std::string::npos) << "the summary prints every sample";
+  }
   EXPECT_NE(r.err.find("validation     loss"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("bits per byte on the same text"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("loss (nats per token)"), std::string::npos) << r.err;  // the chart
+  EXPECT_NE(r.err.find("o validation loss"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("MFU"), std::string::npos) << r.err;
   // Streaming mode: the refined text tokenized on the fly instead of the token shards.
   r = run(fmt::format("train --config {}/pipeline.toml --data \"{}/refined/part-*.jsonl.zst\" --run-dir {}/stream --steps 6 "
                       "--set data.stream_tokenizer=\\\"{}/tokenizer.json\\\" --set train.tokenizer=\\\"{}/tokenizer.json\\\" "
-                      "--set eval.data=\\\"{}/valid\\\" --set data.append_eod=true",
+                      "--set eval.data=\\\"{}/valid\\\" --set eval.tokens=2048 --set data.append_eod=true",
                       w.string(), w.string(), w.string(), w.string(), w.string(), w.string()),
           dir_);
   ASSERT_EQ(r.rc, 0) << r.err;

@@ -1,7 +1,7 @@
 // `smelt pipeline CONFIG`: every stage in order — prep, tokenizer train, tokenize (train and held-out
-// shards), train, generate — each run as its own `smelt` process on one resolved config file, then a
-// summary (artifacts, validation loss before and after, tokens/s, MFU) for people and as JSON.
-// Not the stages themselves (their *_cmd.cpp files).
+// shards), train, eval (bits per byte beside gzip / zstd / xz), generate (greedy and sampled
+// continuations of each prompt) — each run as its own `smelt` process on one resolved config file,
+// then the summary (pipeline_summary.hpp). Not the stages themselves (their *_cmd.cpp files).
 #include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -26,6 +26,7 @@
 
 #include "smelt/cli/cli_parse.hpp"
 #include "smelt/cli/commands.hpp"
+#include "smelt/cli/pipeline_summary.hpp"
 #include "smelt/common/config.hpp"
 #include "smelt/common/files.hpp"
 #include "smelt/common/log.hpp"
@@ -40,7 +41,7 @@ namespace {
 namespace fs = std::filesystem;
 using json = nlohmann::json;
 
-const std::vector<std::string> kStages = {"prep", "tokenizer", "tokenize", "train", "generate"};
+const std::vector<std::string> kStages = {"prep", "tokenizer", "tokenize", "train", "eval", "generate"};
 
 struct PipelineConfig {
   std::vector<std::string> inputs;  // [pipeline] raw input for prep
@@ -53,8 +54,10 @@ struct PipelineConfig {
   int64_t tokenizer_memory_mb = 0;
   // [tokenize]
   double holdout = 0.01;
-  // [generate]
-  std::string prompt = "The";
+  // [eval] (the trainer's section; the eval stage reads its token count)
+  int64_t eval_tokens = 65536;
+  // [generate]: each prompt continued greedily and sampled
+  std::vector<std::string> prompts = {"The"};
   int64_t max_new_tokens = 64;
   double temperature = 0.8;
   int64_t top_k = 40;
@@ -78,7 +81,10 @@ Status read_config(const toml::table& root, PipelineConfig& c) {
   k.get("holdout", c.holdout);
   for (auto& e : k.finish()) errors.push_back(e);
   ConfigSection g(root, "generate");
-  g.get("prompt", c.prompt);
+  std::string prompt;
+  g.get("prompt", prompt);
+  g.get("prompts", c.prompts);
+  if (!prompt.empty()) c.prompts.insert(c.prompts.begin(), prompt);
   g.get("max_new_tokens", c.max_new_tokens);
   g.get("temperature", c.temperature);
   g.get("top_k", c.top_k);
@@ -87,11 +93,13 @@ Status read_config(const toml::table& root, PipelineConfig& c) {
   for (const auto& s : c.stages)
     if (std::find(kStages.begin(), kStages.end(), s) == kStages.end())
       errors.push_back(fmt::format("[pipeline] stages: \"{}\" is not a stage; allowed: prep, tokenizer, tokenize, "
-                                   "train, generate", s));
+                                   "train, eval, generate", s));
   if (c.inputs.empty() && std::find(c.stages.begin(), c.stages.end(), "prep") != c.stages.end())
     errors.push_back("[pipeline] inputs is empty: list the raw input files or folders for prep");
   if (!(c.holdout >= 0 && c.holdout < 1))
     errors.push_back(fmt::format("[tokenize] holdout = {}: must be in [0, 1)", c.holdout));
+  if (auto t = root["eval"]["tokens"].value<int64_t>()) c.eval_tokens = *t;
+  if (c.prompts.empty()) errors.push_back("[generate] prompts is empty: give at least one prompt");
   if (c.vocab_size < 257) errors.push_back(fmt::format("[tokenizer] vocab_size = {}: must be >= 257", c.vocab_size));
   if (!errors.empty()) {
     std::string m = errors[0];
@@ -139,22 +147,6 @@ json read_json(const std::string& path) {
   std::ifstream in(path);
   if (!in) return json();
   return json::parse(in, nullptr, false);
-}
-
-std::string fmt_bytes(uintmax_t b) {
-  if (b >= (1u << 30)) return fmt::format("{:.1f} GB", b / 1073741824.0);
-  if (b >= (1u << 20)) return fmt::format("{:.1f} MB", b / 1048576.0);
-  return fmt::format("{:.1f} KB", b / 1024.0);
-}
-
-uintmax_t size_of(const fs::path& p) {
-  std::error_code ec;
-  if (fs::is_regular_file(p, ec)) return fs::file_size(p, ec);
-  uintmax_t n = 0;
-  if (fs::is_directory(p, ec))
-    for (auto& e : fs::recursive_directory_iterator(p, ec))
-      if (e.is_regular_file(ec)) n += e.file_size(ec);
-  return n;
 }
 
 }  // namespace
@@ -216,6 +208,7 @@ int cli_pipeline(int argc, char** argv) {
   int n = 0, total = 0;
   for (const auto& s : kStages) total += wanted(s);
   if (wanted("tokenize") && c.holdout > 0) total++;  // the held-out shards are a second run
+  if (wanted("eval") && c.holdout <= 0) total--;     // nothing held out: nothing to evaluate
   auto stage = [&](const std::string& name, const std::vector<std::string>& args, const std::string& out = "") {
     spdlog::info("stage {}/{}: {}", ++n, total, name);
     const auto t0 = std::chrono::steady_clock::now();
@@ -257,58 +250,58 @@ int cli_pipeline(int argc, char** argv) {
     if (c.holdout > 0) a.insert(a.end(), {"--set", "eval.data=\"" + valid + "\""});
     if (int rc = stage("train", a); rc) return rc;
   }
+  const std::string eval_json = (w / "eval.json").string();
+  if (wanted("eval") && c.holdout > 0) {
+    // The final model on the held-out text, and what gzip / zstd / xz make of the same bytes.
+    std::vector<std::string> a = {"eval", "--checkpoint", run, "--data", valid, "--max-tokens",
+                                  std::to_string(c.eval_tokens), "--compressors", "--output", eval_json,
+                                  "--threads", th};
+    if (int rc = stage("eval", a, "/dev/null"); rc) return rc;
+  }
+  std::vector<PipelineSample> samples;
   if (wanted("generate")) {
-    std::vector<std::string> a = {"generate", "--checkpoint", run, "--prompt", c.prompt,
-                                  "--max-new-tokens", std::to_string(c.max_new_tokens),
-                                  "--temperature", fmt::format("{}", c.temperature),
-                                  "--top-k", std::to_string(c.top_k), "--seed", std::to_string(c.seed)};
-    if (threads > 0) a.insert(a.end(), {"--threads", th});  // generate picks its own default otherwise
-    if (int rc = stage("generate", a, sample); rc) return rc;
+    spdlog::info("stage {}/{}: generate", ++n, total);
+    const auto t0 = std::chrono::steady_clock::now();
+    std::string all;
+    int rc = 0;
+    for (size_t i = 0; i < c.prompts.size() && rc == 0; i++)
+      for (const char* mode : {"greedy", "sampled"}) {
+        const bool greedy = std::string(mode) == "greedy";
+        const std::string out = (w / fmt::format(".sample-{}-{}.json", i, mode)).string();
+        std::vector<std::string> a = {"generate", "--checkpoint", run, "--prompt", c.prompts[i],
+                                      "--max-new-tokens", std::to_string(c.max_new_tokens),
+                                      "--temperature", greedy ? std::string("0") : fmt::format("{}", c.temperature),
+                                      "--top-k", std::to_string(c.top_k), "--seed", std::to_string(c.seed), "--json"};
+        if (threads > 0) a.insert(a.end(), {"--threads", th});  // generate picks its own default otherwise
+        if ((rc = run_stage(a, out)) != 0) break;
+        json g = read_json(out);
+        std::error_code ec;
+        fs::remove(out, ec);
+        PipelineSample smp{c.prompts[i], mode, g.is_object() ? g.value("text", std::string()) : std::string()};
+        all += fmt::format("=== {} ({}) ===\n{}{}\n\n", smp.prompt, smp.mode, smp.prompt, smp.text);
+        samples.push_back(std::move(smp));
+      }
+    stages["generate"] = {{"exit_code", rc},
+                          {"seconds", std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()}};
+    if (rc != 0) {
+      spdlog::error("stage generate failed (exit {}); fix it and rerun with --from generate", rc);
+      return rc;
+    }
+    if (Status s = files_write_atomic(sample, all); !s) {
+      spdlog::error("{}", s.message());
+      return kExitFailure;
+    }
   }
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_all).count();
-
-  // The summary.
-  json prep = read_json(refined + "/stats.json"), tok = read_json(tokens + ".stats.json");
-  json tr = read_json(run + "/summary.json");
+  PipelineSummaryInput in;
+  in.config_path = config_path;
+  in.refined = refined, in.tokenizer = tokenizer, in.tokens = tokens, in.valid = c.holdout > 0 ? valid : "";
+  in.run = run, in.eval = fs::exists(eval_json) ? eval_json : "", in.sample = sample;
+  in.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_all).count();
+  in.stages = stages;
+  in.samples = samples;
+  std::string text;
   json j;
-  j["stage"] = "pipeline";
-  j["config"] = cfg;
-  j["seconds"] = seconds;
-  j["stages"] = stages;
-  j["artifacts"] = {{"refined", refined}, {"tokenizer", tokenizer}, {"tokens", tokens},
-                    {"valid", c.holdout > 0 ? valid : ""}, {"run", run}, {"sample", sample}};
-  j["prep"] = prep.is_object() ? json{{"docs_in", prep.value("/docs/in"_json_pointer, json())},
-                                      {"docs_out", prep.value("/docs/out"_json_pointer, json())}}
-                               : json();
-  j["tokens"] = tok.is_object() ? tok.value("tokens", json()) : json();
-  j["train"] = tr.is_object() ? tr : json();
-  std::string text = fmt::format("\npipeline {} done in {:.1f} min\n", config_path, seconds / 60);
-  for (auto& [k, v] : stages.items()) text += fmt::format("  {:<17} {:7.1f} s\n", k, v["seconds"].get<double>());
-  text += fmt::format("  refined text   {} ({})\n", refined, fmt_bytes(size_of(refined)));
-  text += fmt::format("  tokenizer      {}\n", tokenizer);
-  if (tok.is_object())
-    text += fmt::format("  token shards   {}.bin/.idx ({} tokens){}\n", tokens, tok.value("tokens", 0ull),
-                        c.holdout > 0 ? fmt::format(", held out: {}.bin/.idx", valid) : std::string());
-  if (tr.is_object()) {
-    const json& tm = tr["timing"];
-    text += fmt::format("  model          {} ({} parameters), checkpoint {}\n", run, tr.value("parameters", 0ll),
-                        tr.value("checkpoint", std::string()));
-    if (!tr["eval_first"].is_null())
-      text += fmt::format("  validation     loss {:.3f} -> {:.3f} (perplexity {:.0f} -> {:.0f})\n",
-                          tr["eval_first"].get<double>(), tr["eval_last"].get<double>(),
-                          std::exp(tr["eval_first"].get<double>()), std::exp(tr["eval_last"].get<double>()));
-    text += fmt::format("  training       {} steps, {:.0f} tokens/s ({}), MFU {:.1f}% of the model's GEMMs at "
-                        "{:.1f} GFLOP/s, {:.1f}% of the CPU's peak {:.1f} GFLOP/s\n",
-                        tr.value("steps", 0ll), tm.value("tokens_per_s", 0.0), tm.value("precision", std::string("fp32")),
-                        100 * tm.value("mfu", 0.0), tm.value("gemm_gflops", 0.0), 100 * tm.value("mfu_peak", 0.0),
-                        tm.value("peak_gflops", 0.0));
-  }
-  if (fs::exists(sample)) {
-    std::ifstream in(sample);
-    std::string s((std::istreambuf_iterator<char>(in)), {});
-    j["sample_text"] = s;
-    text += fmt::format("  sample         \"{}\" ->\n{}\n", c.prompt, s);
-  }
+  pipeline_summary(in, text, j);
   if (Status s = files_write_atomic((w / "pipeline.json").string(), j.dump(2) + "\n"); !s) {
     spdlog::error("{}", s.message());
     return kExitFailure;

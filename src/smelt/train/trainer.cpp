@@ -143,6 +143,7 @@ namespace {
 // One optimizer step's numbers, summed over its micro-batches (and, after reduce_step, its ranks).
 struct StepStats {
   double lr = 0, loss_sum = 0, entropy = 0, wait_ms = 0, sparsity = -1;
+  double forward_ms = 0;  // in the model's forward passes (against the evaluation's speed)
   uint64_t tokens = 0;
   int T = 0;                           // the step's row length (bucketed batches vary)
   std::vector<double> src_sum, src_n;  // per-source loss sums and target counts
@@ -221,7 +222,7 @@ class Trainer {
   bool tty_ = false;
   double last_status_s_ = 0, run_start_s_ = 0;
   int64_t last_status_step_ = -1;
-  double sum_step_ms_ = 0, sum_wait_ms_ = 0;
+  double sum_step_ms_ = 0, sum_wait_ms_ = 0, sum_forward_ms_ = 0;
   uint64_t tokens_this_run_ = 0;
   // checkpoints
   std::unique_ptr<CkptWriter> writer_;
@@ -984,7 +985,9 @@ Status Trainer::train_step(StepStats& st) {
     const Batch& b = *bp;
     model_.zero_grad();
     float loss = 0;
+    const double tf = now_s();
     if (Status s = model_.forward(b, loss); !s) return Status::error(fmt::format("step {}: {}", step_ + 1, s.message()));
+    st.forward_ms += (now_s() - tf) * 1e3;
     st.T = b.T;
     st.loss_sum += loss;
     st.tokens += b.target_tokens;
@@ -1064,6 +1067,7 @@ Status Trainer::train_step(StepStats& st) {
   st.step_ms = (now_s() - t0) * 1e3;
   sum_step_ms_ += st.step_ms;
   sum_wait_ms_ += st.wait_ms;
+  sum_forward_ms_ += st.forward_ms;
   st.tok_s = st.tokens / (st.step_ms / 1e3);
   st.flops_per_s = train_flops_per_token(c_.model, st.T) * st.tok_s;
   st.mfu = mfu(st.flops_per_s);
@@ -1142,6 +1146,7 @@ ojson Trainer::step_line(const StepStats& st) {
   line["mfu"] = st.mfu;
   line["mfu_peak"] = mfu_peak(st.flops_per_s);
   line["step_ms"] = st.step_ms;
+  line["forward_ms"] = st.forward_ms;
   line["data_wait_ms"] = st.wait_ms;
   const auto lat = feed_.latency().stats();
   line["fetch_ms"] = {{"p50", lat.p50}, {"p95", lat.p95}, {"p99", lat.p99}};
@@ -1231,6 +1236,7 @@ Status Trainer::summarize(TrainSummary& out, double seconds) {
                                                                                              : "steps or tokens"}};
   j["timing"] = {{"seconds", seconds},
                  {"tokens_per_s", out.tokens_per_s},
+                 {"forward_tokens_per_s", sum_forward_ms_ > 0 ? tokens_this_run_ / (sum_forward_ms_ / 1e3) : 0.0},
                  {"mfu", out.mfu},
                  {"mfu_peak", out.mfu_peak},
                  {"gemm_gflops", out.sgemm_gflops},

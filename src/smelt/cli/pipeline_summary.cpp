@@ -1,0 +1,199 @@
+// The pipeline's summary (pipeline_summary.hpp): every figure is read from the files the stages
+// wrote, so the summary says what is on disk.
+#include "smelt/cli/pipeline_summary.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include <fmt/format.h>
+
+#include "smelt/common/text_chart.hpp"
+
+namespace smelt {
+
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+json read_json(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return json();
+  return json::parse(in, nullptr, false);
+}
+
+std::vector<json> read_lines(const std::string& path) {
+  std::vector<json> out;
+  std::ifstream in(path);
+  for (std::string l; std::getline(in, l);) {
+    json j = json::parse(l, nullptr, false);
+    if (j.is_object()) out.push_back(std::move(j));
+  }
+  return out;
+}
+
+std::string fmt_bytes(uintmax_t b) {
+  if (b >= (1u << 30)) return fmt::format("{:.1f} GB", b / 1073741824.0);
+  if (b >= (1u << 20)) return fmt::format("{:.1f} MB", b / 1048576.0);
+  return fmt::format("{:.1f} KB", b / 1024.0);
+}
+
+uintmax_t size_of(const fs::path& p) {
+  std::error_code ec;
+  if (fs::is_regular_file(p, ec)) return fs::file_size(p, ec);
+  uintmax_t n = 0;
+  if (fs::is_directory(p, ec))
+    for (auto& e : fs::recursive_directory_iterator(p, ec))
+      if (e.is_regular_file(ec)) n += e.file_size(ec);
+  return n;
+}
+
+double num(const json& j, const char* key, double fallback = NAN) {
+  return j.is_object() && j.contains(key) && j[key].is_number() ? j[key].get<double>() : fallback;
+}
+
+// The training loss averaged over `buckets` equal ranges of steps (one chart column each).
+std::vector<std::pair<double, double>> smoothed(const std::vector<std::pair<double, double>>& pts, int buckets) {
+  if (pts.size() <= (size_t)buckets) return pts;
+  std::vector<std::pair<double, double>> out;
+  const size_t per = (pts.size() + buckets - 1) / buckets;
+  for (size_t i = 0; i < pts.size(); i += per) {
+    double sx = 0, sy = 0;
+    size_t n = 0;
+    for (size_t k = i; k < std::min(pts.size(), i + per); k++) sx += pts[k].first, sy += pts[k].second, n++;
+    out.emplace_back(sx / n, sy / n);
+  }
+  return out;
+}
+
+// The metrics' curves: training loss per step, validation loss and bits per byte per evaluation.
+void curves(const std::string& run, std::string& text, json& j, const json& compressors) {
+  std::vector<std::pair<double, double>> train, valid, bpb;
+  for (const json& l : read_lines((fs::path(run) / "metrics.jsonl").string())) {
+    if (!l.contains("step")) continue;
+    const double step = l["step"].get<double>();
+    if (l.contains("loss") && l["loss"].is_number()) train.emplace_back(step, l["loss"].get<double>());
+    if (l.contains("eval_loss")) valid.emplace_back(step, l["eval_loss"].get<double>());
+    if (l.contains("eval_bpb")) bpb.emplace_back(step, l["eval_bpb"].get<double>());
+  }
+  json c = json::array();
+  for (size_t i = 0; i < valid.size(); i++) {
+    json e = {{"step", valid[i].first}, {"loss", valid[i].second}};
+    if (i < bpb.size()) e["bits_per_byte"] = bpb[i].second;
+    c.push_back(e);
+  }
+  j["validation_curve"] = c;
+  const int width = 60, height = 12;
+  std::string chart = text_chart({{"training loss", '.', smoothed(train, width)}, {"validation loss", 'o', valid}}, {},
+                                 width, height, "step", "loss (nats per token)");
+  if (!chart.empty()) text += "\n" + chart;
+  if (!bpb.empty()) {
+    std::vector<ChartLine> refs;
+    const char glyphs[] = {'-', '=', '~'};
+    int g = 0;
+    for (const json& cmp : compressors)
+      if (cmp.contains("bits_per_byte")) refs.push_back({cmp["command"].get<std::string>(), cmp["bits_per_byte"].get<double>(), glyphs[g++ % 3]});
+    text += "\n" + text_chart({{"validation", 'o', bpb}}, refs, width, 8, "step", "bits per byte of the held-out text");
+    std::string row = "  validation bits per byte by step:";
+    for (const auto& [s, v] : bpb) row += fmt::format(" {:g}: {:.3f}", s, v);
+    text += row + "\n";
+  }
+}
+
+}  // namespace
+
+void pipeline_summary(const PipelineSummaryInput& in, std::string& text, json& j) {
+  json prep = read_json(in.refined + "/stats.json"), tok = read_json(in.tokens + ".stats.json");
+  json tr = in.run.empty() ? json() : read_json(in.run + "/summary.json");
+  json ev = in.eval.empty() ? json() : read_json(in.eval);
+  j = json::object();
+  j["stage"] = "pipeline";
+  j["config"] = in.config_path;
+  j["seconds"] = in.seconds;
+  j["stages"] = in.stages;
+  j["artifacts"] = {{"refined", in.refined}, {"tokenizer", in.tokenizer}, {"tokens", in.tokens}, {"valid", in.valid},
+                    {"run", in.run}, {"eval", in.eval}, {"sample", in.sample}};
+  j["prep"] = prep.is_object() ? json{{"docs_in", prep.value("/docs/in"_json_pointer, json())},
+                                      {"docs_out", prep.value("/docs/out"_json_pointer, json())}}
+                               : json();
+  j["tokens"] = tok.is_object() ? tok.value("tokens", json()) : json();
+  j["train"] = tr.is_object() ? tr : json();
+  j["eval"] = ev.is_object() ? ev : json();
+  text = fmt::format("\npipeline {} done in {:.1f} min\n", in.config_path, in.seconds / 60);
+  for (auto& [k, v] : in.stages.items()) text += fmt::format("  {:<17} {:7.1f} s\n", k, v["seconds"].get<double>());
+  text += fmt::format("  refined text   {} ({})\n", in.refined, fmt_bytes(size_of(in.refined)));
+  text += fmt::format("  tokenizer      {}\n", in.tokenizer);
+  if (tok.is_object())
+    text += fmt::format("  token shards   {}.bin/.idx ({} tokens){}\n", in.tokens, tok.value("tokens", 0ull),
+                        in.valid.empty() ? std::string() : fmt::format(", held out: {}.bin/.idx", in.valid));
+  if (tr.is_object()) {
+    const json& tm = tr["timing"];
+    text += fmt::format("  model          {} ({} parameters), checkpoint {}\n", in.run, tr.value("parameters", 0ll),
+                        tr.value("checkpoint", std::string()));
+    std::string budget;
+    if (tr.contains("time_budget"))
+      budget = fmt::format(" in {:.1f} min (time budget {:g} min, ended by {})", tm.value("seconds", 0.0) / 60,
+                           tr["time_budget"].value("minutes", 0.0), tr["time_budget"].value("ended_by", std::string()));
+    text += fmt::format("  training       {} steps{}, {} tokens, {:.0f} tokens/s ({}), MFU {:.1f}% of the model's "
+                        "GEMMs at {:.1f} GFLOP/s, {:.1f}% of the CPU's peak {:.1f} GFLOP/s\n",
+                        tr.value("steps", 0ll), budget, tr.value("tokens", 0ull), tm.value("tokens_per_s", 0.0),
+                        tm.value("precision", std::string("fp32")), 100 * tm.value("mfu", 0.0),
+                        tm.value("gemm_gflops", 0.0), 100 * tm.value("mfu_peak", 0.0), tm.value("peak_gflops", 0.0));
+    if (!tr["eval_first"].is_null()) {
+      text += fmt::format("  validation     loss {:.3f} -> {:.3f} nats per token (perplexity {:.0f} -> {:.0f})",
+                          tr["eval_first"].get<double>(), tr["eval_last"].get<double>(),
+                          std::exp(tr["eval_first"].get<double>()), std::exp(tr["eval_last"].get<double>()));
+      if (tr.contains("eval_last_bpb") && tr["eval_last_bpb"].is_number())
+        text += fmt::format(", {:.3f} -> {:.3f} bits per byte", tr["eval_first_bpb"].get<double>(),
+                            tr["eval_last_bpb"].get<double>());
+      text += "\n";
+    }
+  }
+  json compressors = ev.is_object() ? ev.value("compressors", json::array()) : json::array();
+  if (ev.is_object()) {
+    const double bpb = num(ev, "bits_per_byte");
+    text += fmt::format("  evaluation     {} tokens = {} bytes of held-out text: {:.3f} nats per token, {:.3f} bits "
+                        "per byte ({:.0f} tokens/s", ev.value("tokens", 0ull), ev.value("bytes", 0ull),
+                        num(ev, "loss"), bpb, num(ev, "tokens_per_s", 0));
+    if (tr.is_object() && num(tr["timing"], "forward_tokens_per_s", 0) > 0)
+      text += fmt::format("; training's forward {:.0f} tokens/s", num(tr["timing"], "forward_tokens_per_s"));
+    text += ")\n";
+    std::string best;
+    double best_bpb = INFINITY;
+    for (const json& c : compressors) {
+      if (!c.contains("bits_per_byte")) {
+        text += fmt::format("  {:<14} did not run: {}\n", c.value("command", std::string()), c.value("error", std::string()));
+        continue;
+      }
+      const double b = c["bits_per_byte"].get<double>();
+      text += fmt::format("  {:<14} {:.3f} bits per byte on the same text ({} -> {} bytes)\n", c["command"].get<std::string>(),
+                          b, c.value("bytes_in", 0ull), c.value("bytes_out", 0ull));
+      if (b < best_bpb) best_bpb = b, best = c["command"].get<std::string>();
+    }
+    if (std::isfinite(best_bpb) && std::isfinite(bpb)) {
+      text += bpb < best_bpb ? fmt::format("  => the model codes the held-out text in {:.3f} bits per byte fewer than "
+                                           "the best compressor ({})\n", best_bpb - bpb, best)
+                             : fmt::format("  => the model needs {:.3f} bits per byte more than {}: it knows less about "
+                                           "this text than a general-purpose compressor\n", bpb - best_bpb, best);
+      j["beats_compressors"] = bpb < best_bpb;
+    }
+  }
+  if (!in.run.empty()) curves(in.run, text, j, compressors);
+  json samples = json::array();
+  for (const auto& s : in.samples) {
+    samples.push_back({{"prompt", s.prompt}, {"mode", s.mode}, {"text", s.text}});
+    text += fmt::format("\n  sample ({}) \"{}\" ->\n{}\n", s.mode, s.prompt, s.text);
+  }
+  j["samples"] = samples;
+  if (!in.run.empty()) {
+    text += fmt::format("\n  next           smelt generate --checkpoint {} --prompt \"...\"\n", in.run);
+    text += fmt::format("                 smelt eval --checkpoint {} --data {} --compressors\n", in.run,
+                        in.valid.empty() ? std::string("HELDOUT") : in.valid);
+    text += fmt::format("                 smelt export --checkpoint {} --format hf --output MODEL_DIR\n", in.run);
+  }
+}
+
+}  // namespace smelt

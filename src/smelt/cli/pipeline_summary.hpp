@@ -1,0 +1,30 @@
+// The end of `smelt pipeline`: what every stage made, read back from the work folder, as a summary
+// for people (artifacts, stage times, training speed and MFU, validation loss in nats per token and
+// bits per byte beside gzip / zstd / xz on the same text, a chart of the loss curves, the samples,
+// what to run next) and the same as JSON (WORKDIR/pipeline.json). Not the stages (pipeline_cmd.cpp).
+#pragma once
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace smelt {
+
+struct PipelineSample {
+  std::string prompt, mode, text;  // mode: "greedy" or "sampled"
+};
+
+struct PipelineSummaryInput {
+  std::string config_path;
+  // artifacts ("" where the run made none)
+  std::string refined, tokenizer, tokens, valid, run, eval, sample;
+  double seconds = 0;
+  nlohmann::json stages = nlohmann::json::object();  // name -> {exit_code, seconds}
+  std::vector<PipelineSample> samples;
+};
+
+// Reads refined/stats.json, TOKENS.stats.json, RUN/summary.json, RUN/metrics.jsonl and the eval
+// stage's JSON; fills `text` and `j`.
+void pipeline_summary(const PipelineSummaryInput& in, std::string& text, nlohmann::json& j);
+
+}  // namespace smelt
