@@ -105,9 +105,10 @@ int main(int argc, char** argv) {
     double c0 = cpu_seconds();
     auto t0 = std::chrono::steady_clock::now();
     float loss;
-    if (auto st = m.forward(b, loss); !st) { std::fprintf(stderr, "%s\n", st.message().c_str()); return 1; }
+    const float dloss = 1.0f / (float)(B * T);  // every target counts, as smelt train passes it
+    if (auto st = m.forward(b, loss, dloss); !st) { std::fprintf(stderr, "%s\n", st.message().c_str()); return 1; }
     m.zero_grad();
-    m.backward();
+    m.backward(dloss);
     if (optim) m.optimizer_step(h);
     double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     double dc = cpu_seconds() - c0;

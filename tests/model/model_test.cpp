@@ -278,6 +278,28 @@ TEST(Model, Bf16ReferenceKernelsMatchFastKernelsAndThreadCountsAgree) {
   EXPECT_NEAR(losses[0], losses[2], 2e-3);
 }
 
+// Training's forward under bf16 makes the LM head's gradient while the logits are in cache
+// (forward with grad_dloss): the same loss and gradients, bit for bit, as forward then backward.
+TEST(Model, Bf16FusedHeadGradientEqualsTheSeparateBackward) {
+  for (bool tied : {false, true}) {
+    std::vector<float> grads[2];
+    float losses[2];
+    for (int r = 0; r < 2; r++) {
+      Model m;
+      m.set_precision(Precision::kBf16);
+      ASSERT_TRUE(m.init(tiny(2, tied, false), 4, 64, 2, 8).is_ok());
+      Batch b = make_batch(4, 64, 512, true, true, 21);
+      const float dloss = 1.0f / 229;  // not a power of two
+      m.zero_grad();
+      ASSERT_TRUE(m.forward(b, losses[r], r == 1 ? dloss : 0.0f).is_ok());
+      m.backward(dloss);
+      grads[r].assign(m.grads(), m.grads() + m.layout().total);
+    }
+    EXPECT_EQ(losses[0], losses[1]) << "tied " << tied;
+    EXPECT_TRUE(grads[0] == grads[1]) << "tied " << tied;
+  }
+}
+
 // The fixed reduction orders make the whole step independent of the thread count.
 TEST(Model, OneAndTwoThreadsGiveIdenticalGradients) {
   std::vector<float> grads[2];

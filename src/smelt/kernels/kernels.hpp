@@ -180,6 +180,11 @@ void cross_entropy_backward(float* logits, const float* lse, const int32_t* targ
 // bf16_from_f32 of cross_entropy_backward's output.
 void cross_entropy_backward_bf16(uint16_t* dlogits16, const float* logits, const float* lse,
                                  const int32_t* targets, float dloss, int N, int V);
+// Training's forward under bf16: cross_entropy_forward and, while each row is still in cache,
+// its gradient bf16(dloss * (softmax - onehot)) into dlogits16 (N,V), so the backward does not read
+// the (N,V) logits again. Bit-equal to cross_entropy_forward + cross_entropy_backward_bf16.
+void cross_entropy_forward_grad_bf16(float* losses, float* lse, uint16_t* dlogits16, const float* logits,
+                                     const int32_t* targets, float dloss, int N, int V);
 void cross_entropy_forward_ref(float* losses, const float* logits, const int32_t* targets, int N,
                                int V);
 void cross_entropy_backward_ref(float* dlogits, const float* logits, const int32_t* targets,

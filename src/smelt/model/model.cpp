@@ -187,7 +187,7 @@ void Model::layer_forward(int l, int B, int T) {
   prof_mark(kPDownF);
 }
 
-Status Model::forward(const Batch& b, float& loss) {
+Status Model::forward(const Batch& b, float& loss, float grad_dloss) {
   const ModelConfig& c = cfg_;
   // Every buffer is sized by rows N = B*T (and T for RoPE/attention scratch), so any batch with
   // B*T <= Bmax*Tmax and T <= Tmax fits: bucketed batches trade rows for length.
@@ -230,8 +230,16 @@ Status Model::forward(const Batch& b, float& loss) {
   prof_mark(kPNormF);
   linear_forward(acts_.logits, acts_.lnf, layout_.lm_head, N, C, V, 0.0f);
   prof_mark(kPHeadF);
-  if (ref) cross_entropy_forward_ref(acts_.losses, acts_.logits, b.targets.data(), N, V);
-  else cross_entropy_forward(acts_.losses, acts_.lse_ce, acts_.logits, b.targets.data(), N, V);
+  fused_dloss_ = 0.0f;
+  if (ref) {
+    cross_entropy_forward_ref(acts_.losses, acts_.logits, b.targets.data(), N, V);
+  } else if (grad_dloss > 0.0f && precision_ == Precision::kBf16) {
+    cross_entropy_forward_grad_bf16(acts_.losses, acts_.lse_ce, d16_.data(), acts_.logits, b.targets.data(),
+                                    grad_dloss, N, V);
+    fused_dloss_ = grad_dloss;
+  } else {
+    cross_entropy_forward(acts_.losses, acts_.lse_ce, acts_.logits, b.targets.data(), N, V);
+  }
   prof_mark(kPCeF);
   double sum = 0.0;  // in row order: deterministic
   valid_ = 0;
@@ -307,12 +315,15 @@ void Model::backward(float dloss) {
   if (ref) {
     std::memcpy(ref_logits_.data(), acts_.logits, sizeof(float) * N * V);
     cross_entropy_backward_ref(acts_.logits, ref_logits_.data(), b.targets.data(), dloss, N, V);
+  } else if (dlogits16 && fused_dloss_ == dloss) {
+    // made by the forward (grad_dloss)
   } else if (dlogits16) {
     cross_entropy_backward_bf16(d16_.data(), acts_.logits, acts_.lse_ce, b.targets.data(), dloss, N, V);
   } else {
     cross_entropy_backward(acts_.logits, acts_.lse_ce, b.targets.data(), dloss, N, V);
   }
   prof_mark(kPCeB);
+  fused_dloss_ = 0.0f;
   linear_backward(acts_.dln, layout_.lm_head, dlogits16 ? nullptr : acts_.logits, acts_.lnf, N, C, V);
   prof_mark(kPHeadB);
   const bool tied = layout_.lm_head == layout_.wte;

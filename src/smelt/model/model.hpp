@@ -35,7 +35,9 @@ class Model {
   // Forward pass: logits (acts().logits) and the mean loss over targets != -1. The batch must
   // stay alive and unchanged until backward() (it is read again there). Uses
   // batch.segments (document masking) and batch.positions (RoPE) when they are non-empty.
-  Status forward(const Batch& batch, float& loss);
+  // grad_dloss > 0 (training, followed by backward(grad_dloss)): under bf16 the LM head's output
+  // gradient is made here while the logits are in cache (cross_entropy_forward_grad_bf16).
+  Status forward(const Batch& batch, float& loss, float grad_dloss = 0.0f);
   // Backward of the last forward: parameter gradients ADD into grads() (call zero_grad first).
   // dloss: gradient of the objective per token loss; 0 means 1 / (targets != -1) of the batch
   // (the gradient of the mean). Turns acts().logits into dlogits (in bf16 precision they stay
@@ -127,6 +129,7 @@ class Model {
   int zero_ranks_ = 1;
   bool reference_ = false;
   Precision precision_ = Precision::kFp32;
+  float fused_dloss_ = 0.0f;  // the dloss d16_ already holds the LM head's gradient for (0: none)
   std::vector<uint16_t> w16_, x16_, d16_;  // bf16: weights' copy (params layout), GEMM operand scratch
   std::vector<uint16_t> qkv16_;            // bf16: attention's copy of one layer's qkv
   std::vector<float> attn16_scratch_;      // bf16: attention's per-thread block scratch

@@ -985,8 +985,11 @@ Status Trainer::train_step(StepStats& st) {
     const Batch& b = *bp;
     model_.zero_grad();
     float loss = 0;
+    const int parts = c_.train.grad_accum * comm_->size();  // every micro-batch of every rank weighs the same
+    const float dloss = b.target_tokens ? 1.0f / ((float)b.target_tokens * parts) : 0.0f;
     const double tf = now_s();
-    if (Status s = model_.forward(b, loss); !s) return Status::error(fmt::format("step {}: {}", step_ + 1, s.message()));
+    if (Status s = model_.forward(b, loss, dloss); !s)
+      return Status::error(fmt::format("step {}: {}", step_ + 1, s.message()));
     st.forward_ms += (now_s() - tf) * 1e3;
     st.T = b.T;
     st.loss_sum += loss;
@@ -999,7 +1002,6 @@ Status Trainer::train_step(StepStats& st) {
         st.src_sum[b.sources[n]] += tl[n];
         st.src_n[b.sources[n]] += 1;
       }
-    const int parts = c_.train.grad_accum * comm_->size();  // every micro-batch of every rank weighs the same
     const bool hooked = st.overlap && micro + 1 == c_.train.grad_accum;
     if (hooked)
       model_.set_grad_ready([&](int64_t lo, int64_t hi) {  // contiguous ranges, from the top down
@@ -1007,7 +1009,7 @@ Status Trainer::train_step(StepStats& st) {
         pend_lo = lo;
         if (pend_hi - pend_lo >= bucket) flush();
       });
-    model_.backward(b.target_tokens ? 1.0f / ((float)b.target_tokens * parts) : 0.0f);
+    model_.backward(dloss);
     if (hooked) {
       flush();
       model_.set_grad_ready({});

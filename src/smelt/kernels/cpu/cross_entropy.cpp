@@ -11,25 +11,60 @@ namespace smelt {
 
 namespace {
 constexpr int kChunk = 2048;  // vocabulary chunk: the running max is rescaled once per chunk
+
+// One row's log-sum-exp: online max and sum over chunks.
+inline float row_lse(const float* l, int V) {
+  float m = -std::numeric_limits<float>::infinity(), s = 0.0f;
+  for (int v0 = 0; v0 < V; v0 += kChunk) {
+    int v1 = v0 + kChunk < V ? v0 + kChunk : V;
+    float cm = vmath::max_of(l + v0, v1 - v0, m);
+    float cs = vmath::exp_sub_sum(l + v0, cm, v1 - v0);
+    s = s * vmath::exp1(m - cm) + cs;
+    m = cm;
+  }
+  return m + std::log(s);
 }
+
+// One row's dlogits in bf16: dloss * (softmax - onehot(t)); zeros when t < 0.
+inline void row_grad_bf16(uint16_t* d, const float* l, float z, int t, float dloss, int V) {
+  if (t < 0) {
+    for (int v = 0; v < V; v++) d[v] = 0;
+    return;
+  }
+  const __m256 vz = _mm256_set1_ps(z), vd = _mm256_set1_ps(dloss);
+  int v = 0;
+  for (; v + 16 <= V; v += 16) {
+    __m256 a = _mm256_mul_ps(vmath::exp8(_mm256_sub_ps(_mm256_loadu_ps(l + v), vz)), vd);
+    __m256 b = _mm256_mul_ps(vmath::exp8(_mm256_sub_ps(_mm256_loadu_ps(l + v + 8), vz)), vd);
+    _mm256_storeu_si256((__m256i*)(d + v), vmath::bf16_pack16(a, b));
+  }
+  for (; v < V; v++) d[v] = vmath::bf16_round(vmath::exp1(l[v] - z) * dloss);
+  d[t] = vmath::bf16_round(vmath::exp1(l[t] - z) * dloss - dloss);  // exp1 = exp8's bits
+}
+}  // namespace
 
 void cross_entropy_forward(float* losses, float* lse, const float* logits, const int32_t* targets,
                            int N, int V) {
 #pragma omp parallel for schedule(static)
   for (int n = 0; n < N; n++) {
     const float* l = logits + (int64_t)n * V;
-    float m = -std::numeric_limits<float>::infinity(), s = 0.0f;
-    for (int v0 = 0; v0 < V; v0 += kChunk) {
-      int v1 = v0 + kChunk < V ? v0 + kChunk : V;
-      float cm = vmath::max_of(l + v0, v1 - v0, m);
-      float cs = vmath::exp_sub_sum(l + v0, cm, v1 - v0);
-      s = s * vmath::exp1(m - cm) + cs;
-      m = cm;
-    }
-    float z = m + std::log(s);
+    const float z = row_lse(l, V);
     lse[n] = z;
     int t = targets[n];
     losses[n] = t < 0 ? 0.0f : z - l[t];
+  }
+}
+
+void cross_entropy_forward_grad_bf16(float* losses, float* lse, uint16_t* dlogits16, const float* logits,
+                                     const int32_t* targets, float dloss, int N, int V) {
+#pragma omp parallel for schedule(static)
+  for (int n = 0; n < N; n++) {
+    const float* l = logits + (int64_t)n * V;
+    const float z = row_lse(l, V);  // the row stays in cache for its gradient below
+    lse[n] = z;
+    const int t = targets[n];
+    losses[n] = t < 0 ? 0.0f : z - l[t];
+    row_grad_bf16(dlogits16 + (int64_t)n * V, l, z, t, dloss, V);
   }
 }
 
@@ -58,24 +93,8 @@ void cross_entropy_backward_bf16(uint16_t* dlogits16, const float* logits, const
   // The fp32 kernel's values, rounded to bf16 as they are made: one read of the logits and one
   // half-size write, instead of an fp32 write and a conversion pass over it.
 #pragma omp parallel for schedule(static)
-  for (int n = 0; n < N; n++) {
-    const float* l = logits + (int64_t)n * V;
-    uint16_t* d = dlogits16 + (int64_t)n * V;
-    const int t = targets[n];
-    if (t < 0) {
-      for (int v = 0; v < V; v++) d[v] = 0;
-      continue;
-    }
-    const __m256 vz = _mm256_set1_ps(lse[n]), vd = _mm256_set1_ps(dloss);
-    int v = 0;
-    for (; v + 16 <= V; v += 16) {
-      __m256 a = _mm256_mul_ps(vmath::exp8(_mm256_sub_ps(_mm256_loadu_ps(l + v), vz)), vd);
-      __m256 b = _mm256_mul_ps(vmath::exp8(_mm256_sub_ps(_mm256_loadu_ps(l + v + 8), vz)), vd);
-      _mm256_storeu_si256((__m256i*)(d + v), vmath::bf16_pack16(a, b));
-    }
-    for (; v < V; v++) d[v] = vmath::bf16_round(vmath::exp1(l[v] - lse[n]) * dloss);
-    d[t] = vmath::bf16_round(vmath::exp1(l[t] - lse[n]) * dloss - dloss);  // exp1 = exp8's bits
-  }
+  for (int n = 0; n < N; n++)
+    row_grad_bf16(dlogits16 + (int64_t)n * V, logits + (int64_t)n * V, lse[n], targets[n], dloss, V);
 }
 
 void cross_entropy_forward_ref(float* losses, const float* logits, const int32_t* targets, int N,
