@@ -234,6 +234,7 @@ max_new_tokens = 12
     EXPECT_LT(c["bits_per_byte"].get<double>(), 8.5) << c.dump();
   }
   EXPECT_EQ(ev["compressors"][2]["command"], "xz -9e -c");
+  EXPECT_EQ(ev["compressors"][2]["label"], "xz -9e");
   // Greedy and sampled continuations of each prompt, in the summary and sample.txt.
   ASSERT_EQ(j["samples"].size(), 4u);
   EXPECT_EQ(j["samples"][0]["prompt"], "The");

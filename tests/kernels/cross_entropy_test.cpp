@@ -1,6 +1,8 @@
 // Fused cross-entropy vs the two-pass double reference: losses, in-place dlogits, ignored targets
 // (-1 rows get zero loss and zero gradient), a vocabulary that is not a multiple of the 2048
 // chunk; and vs finite differences of the mean loss.
+#include <cstring>
+
 #include "kernel_check.hpp"
 #include "smelt/kernels/kernels.hpp"
 
@@ -56,8 +58,10 @@ TEST(CrossEntropy, Bf16BackwardIsTheRoundedFp32Backward) {
   EXPECT_EQ(logits, keep);
 }
 
-// Training's fused forward under bf16 makes the same losses and lse as the forward and the same
-// bf16 gradient as the backward, bit for bit, in one pass over the logits.
+// Training's fused forward under bf16 makes the forward's losses and lse (to fp32 rounding) and
+// the backward's bf16 gradient (to one bf16 rounding: its probabilities come from one exponential
+// per logit scaled per chunk, not a second exponential), overwriting its logits scratch. The
+// vocabulary is not a multiple of the chunk or the vector width.
 TEST(CrossEntropy, FusedForwardGradEqualsForwardThenBackward) {
   const int N = 23, V = 4133;
   auto logits = randn((size_t)N * V, 3, 3.0f);
@@ -68,10 +72,40 @@ TEST(CrossEntropy, FusedForwardGradEqualsForwardThenBackward) {
   cross_entropy_forward(loss.data(), lse.data(), logits.data(), tgt.data(), N, V);
   std::vector<uint16_t> want((size_t)N * V), got((size_t)N * V, 0xffff);
   cross_entropy_backward_bf16(want.data(), logits.data(), lse.data(), tgt.data(), dloss, N, V);
-  const auto keep = logits;
-  cross_entropy_forward_grad_bf16(loss2.data(), lse2.data(), got.data(), logits.data(), tgt.data(), dloss, N, V);
-  EXPECT_EQ(loss2, loss);
-  EXPECT_EQ(lse2, lse);
-  EXPECT_EQ(got, want);
-  EXPECT_EQ(logits, keep);
+  auto scratch = logits;
+  cross_entropy_forward_grad_bf16(loss2.data(), lse2.data(), got.data(), scratch.data(), tgt.data(), dloss, N, V);
+  for (int n = 0; n < N; n++) {
+    EXPECT_NEAR(loss2[n], loss[n], 2e-6f * std::max(1.0f, loss[n])) << n;
+    EXPECT_NEAR(lse2[n], lse[n], 2e-6f * std::fabs(lse[n])) << n;
+  }
+  auto f32 = [](uint16_t b) {
+    uint32_t u = (uint32_t)b << 16;
+    float f;
+    std::memcpy(&f, &u, 4);
+    return f;
+  };
+  int differ = 0;
+  for (size_t i = 0; i < got.size(); i++) {
+    const float a = f32(got[i]), b = f32(want[i]);
+    ASSERT_LE(std::fabs(a - b), std::ldexp(std::fabs(b), -7) + 1e-30f) << i;  // one bf16 step at most
+    differ += got[i] != want[i];
+  }
+  EXPECT_LT(differ, (int)got.size() / 20) << "most values identical";
+  for (int n = 0; n < N; n++)
+    if (tgt[n] < 0)
+      for (int v = 0; v < V; v++) ASSERT_EQ(got[(size_t)n * V + v], 0) << n;
+}
+
+// The prediction entropy of one row: log V for equal logits, and the double-precision definition
+// on random ones (a vocabulary that is not a multiple of the chunk or the vector width).
+TEST(CrossEntropy, SoftmaxEntropyMatchesTheDefinition) {
+  const int V = 4133;
+  std::vector<float> flat(V, 1.5f);
+  EXPECT_NEAR(softmax_entropy(flat.data(), V), std::log((double)V), 1e-5);
+  auto z = randn(V, 4, 3.0f);
+  double m = z[0], s = 0, sz = 0;
+  for (float x : z) m = std::max(m, (double)x);
+  for (float x : z) s += std::exp(x - m);
+  for (float x : z) sz += std::exp(x - m) / s * (x - m);
+  EXPECT_NEAR(softmax_entropy(z.data(), V), std::log(s) - sz, 1e-4);
 }

@@ -279,7 +279,8 @@ TEST(Model, Bf16ReferenceKernelsMatchFastKernelsAndThreadCountsAgree) {
 }
 
 // Training's forward under bf16 makes the LM head's gradient while the logits are in cache
-// (forward with grad_dloss): the same loss and gradients, bit for bit, as forward then backward.
+// (forward with grad_dloss): the loss and gradients of forward then backward, to the one bf16
+// rounding of the output gradient that differs (kernels/cross_entropy_test).
 TEST(Model, Bf16FusedHeadGradientEqualsTheSeparateBackward) {
   for (bool tied : {false, true}) {
     std::vector<float> grads[2];
@@ -295,8 +296,9 @@ TEST(Model, Bf16FusedHeadGradientEqualsTheSeparateBackward) {
       m.backward(dloss);
       grads[r].assign(m.grads(), m.grads() + m.layout().total);
     }
-    EXPECT_EQ(losses[0], losses[1]) << "tied " << tied;
-    EXPECT_TRUE(grads[0] == grads[1]) << "tied " << tied;
+    EXPECT_NEAR(losses[0], losses[1], 1e-5 * losses[0]) << "tied " << tied;
+    EXPECT_LT(rel_err(grads[1].data(), grads[0]), 5e-3) << "tied " << tied;
+    EXPECT_GT(rel_err(grads[1].data(), grads[0]), 0.0) << "the fused path ran";
   }
 }
 

@@ -173,3 +173,20 @@ TEST(Sampling, BadSettingsAreRefusedByName) {
 }
 
 }  // namespace
+
+// The repetition penalty divides positive logits and multiplies negative ones of each id seen in
+// the last n history entries, once per id however often it occurs; 1 is a no-op.
+TEST(Sampling, RepeatPenaltyScalesTheRecentIdsOnce) {
+  std::vector<float> z = kLogits;  // {0.1, 2.0, -1.0, 1.5, 0.7, 3.0, -0.5, 1.0}
+  const std::vector<int32_t> hist = {5, 0, 2, 5, 5, 1, 9, -1};  // 9 and -1 are out of range
+  apply_repeat_penalty(z.data(), 8, hist.data(), (int)hist.size(), 2.0f, 6);  // the last 6: 2 5 5 1 9 -1
+  const std::vector<float> want = {0.1f, 1.0f, -2.0f, 1.5f, 0.7f, 1.5f, -0.5f, 1.0f};
+  EXPECT_EQ(z, want);
+  std::vector<float> same = kLogits;
+  apply_repeat_penalty(same.data(), 8, hist.data(), (int)hist.size(), 1.0f, 64);
+  EXPECT_EQ(same, kLogits);
+  // Greedy decoding then picks id 3: the repeated argmax, id 5 (3.0 -> 1.5), ties with it and ties
+  // go to the lower id; id 1 fell to 1.0.
+  Sampler s = make(0.0f, 0, 1.0f);
+  EXPECT_EQ(s.sample(z.data()), 3);
+}

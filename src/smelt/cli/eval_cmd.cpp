@@ -137,15 +137,15 @@ int cli_eval(int argc, char** argv) {
     nlohmann::json cs = nlohmann::json::array();
     std::string tmp = output.empty() ? std::string(fs::temp_directory_path()) : fs::absolute(output).parent_path().string();
     for (const auto& c : compressors_measure(t, tmp)) {
-      nlohmann::json e = {{"name", c.name}, {"command", c.command}, {"bytes_in", c.bytes_in}};
+      nlohmann::json e = {{"name", c.name}, {"label", c.label}, {"command", c.command}, {"bytes_in", c.bytes_in}};
       if (c.error.empty()) {
         e["bytes_out"] = c.bytes_out;
         e["bits_per_byte"] = c.bits_per_byte;
-        std::fprintf(stderr, "  %-12s %.4f bits per byte (%llu -> %llu bytes)\n", c.command.c_str(), c.bits_per_byte,
+        std::fprintf(stderr, "  %-9s %.4f bits per byte (%llu -> %llu bytes)\n", c.label.c_str(), c.bits_per_byte,
                      (unsigned long long)c.bytes_in, (unsigned long long)c.bytes_out);
       } else {
         e["error"] = c.error;
-        std::fprintf(stderr, "  %-12s did not run: %s\n", c.command.c_str(), c.error.c_str());
+        std::fprintf(stderr, "  %-9s did not run: %s\n", c.label.c_str(), c.error.c_str());
       }
       cs.push_back(e);
     }

@@ -53,7 +53,8 @@ int cli_generate(int argc, char** argv) {
   app.name("smelt generate");
   std::string ckpt, prompt, tok_path, dtype = "f32";
   int max_new = 128, top_k = 0, threads = 1;
-  float temperature = 1.0f, top_p = 1.0f;
+  float temperature = 1.0f, top_p = 1.0f, repeat_penalty = 1.0f;
+  int repeat_last_n = 64;
   uint64_t seed = 0;
   bool json = false, no_stop = false;
   app.add_option("--checkpoint", ckpt, "step directory (RUN/checkpoints/step_N) or run directory "
@@ -67,6 +68,10 @@ int cli_generate(int argc, char** argv) {
   app.add_option("--top-k", top_k, "sample among the k most likely tokens; 0: all")->check(CLI::NonNegativeNumber);
   app.add_option("--top-p", top_p, "nucleus: the smallest most-likely set with mass >= p; 1: all")
       ->check(CLI::Range(0.0f, 1.0f));
+  app.add_option("--repeat-penalty", repeat_penalty, "divide (multiply, when negative) the logits of ids among the "
+                 "last --repeat-last-n tokens by this; 1: off (default)")->check(CLI::Range(1.0f, 10.0f));
+  app.add_option("--repeat-last-n", repeat_last_n, "how many recent tokens (prompt included) the penalty looks at "
+                 "(default 64)")->check(CLI::NonNegativeNumber);
   app.add_option("--seed", seed, "sampling seed (same seed, checkpoint and flags: same text)");
   app.add_option("--threads", threads, "threads (default 1: one-row decoding has ~60 thread barriers per "
                  "token, which a busy machine turns into waits; see docs/generate.md)")->check(CLI::PositiveNumber);
@@ -167,6 +172,11 @@ int cli_generate(int argc, char** argv) {
   std::string stop = "max_new_tokens";
   for (int i = 0; i < max_new; i++) {
     mask();
+    if (repeat_penalty != 1.0f) {
+      std::vector<int32_t> hist(ids.begin(), ids.end());
+      hist.insert(hist.end(), out_ids.begin(), out_ids.end());
+      apply_repeat_penalty(logits.data(), V, hist.data(), (int)hist.size(), repeat_penalty, repeat_last_n);
+    }
     const int32_t next = sampler.sample(logits.data());
     out_ids.push_back(next);
     if (eod && (uint32_t)next == *eod && !no_stop) {
@@ -202,7 +212,8 @@ int cli_generate(int argc, char** argv) {
                         {"tokens_per_second", tps}, {"threads", threads},
                         {"dtype", precision_name(precision)},
                         {"sampling", {{"temperature", temperature}, {"top_k", top_k},
-                                      {"top_p", top_p}, {"seed", seed}}}};
+                                      {"top_p", top_p}, {"seed", seed}, {"repeat_penalty", repeat_penalty},
+                                      {"repeat_last_n", repeat_last_n}}}};
     std::fputs((j.dump() + "\n").c_str(), stdout);
   }
   std::fputs(fmt::format("[generate] {} prompt tokens ({:.0f} tokens/s prefill), {} new tokens in "

@@ -61,6 +61,7 @@ struct PipelineConfig {
   int64_t max_new_tokens = 64;
   double temperature = 0.8;
   int64_t top_k = 40;
+  double repeat_penalty = 1.0;
   uint64_t seed = 1;
 };
 
@@ -89,6 +90,7 @@ Status read_config(const toml::table& root, PipelineConfig& c) {
   g.get("temperature", c.temperature);
   g.get("top_k", c.top_k);
   g.get("seed", c.seed);
+  g.get("repeat_penalty", c.repeat_penalty);
   for (auto& e : g.finish()) errors.push_back(e);
   for (const auto& s : c.stages)
     if (std::find(kStages.begin(), kStages.end(), s) == kStages.end())
@@ -100,6 +102,8 @@ Status read_config(const toml::table& root, PipelineConfig& c) {
     errors.push_back(fmt::format("[tokenize] holdout = {}: must be in [0, 1)", c.holdout));
   if (auto t = root["eval"]["tokens"].value<int64_t>()) c.eval_tokens = *t;
   if (c.prompts.empty()) errors.push_back("[generate] prompts is empty: give at least one prompt");
+  if (!(c.repeat_penalty >= 1 && c.repeat_penalty <= 10))
+    errors.push_back(fmt::format("[generate] repeat_penalty = {}: must be in [1, 10] (1: off)", c.repeat_penalty));
   if (c.vocab_size < 257) errors.push_back(fmt::format("[tokenizer] vocab_size = {}: must be >= 257", c.vocab_size));
   if (!errors.empty()) {
     std::string m = errors[0];
@@ -203,7 +207,7 @@ int cli_pipeline(int argc, char** argv) {
     if (from.empty()) return true;
     return std::find(kStages.begin(), kStages.end(), s) >= std::find(kStages.begin(), kStages.end(), from);
   };
-  json stages = json::object();
+  nlohmann::ordered_json stages = nlohmann::ordered_json::object();
   const auto t_all = std::chrono::steady_clock::now();
   int n = 0, total = 0;
   for (const auto& s : kStages) total += wanted(s);
@@ -271,7 +275,8 @@ int cli_pipeline(int argc, char** argv) {
         std::vector<std::string> a = {"generate", "--checkpoint", run, "--prompt", c.prompts[i],
                                       "--max-new-tokens", std::to_string(c.max_new_tokens),
                                       "--temperature", greedy ? std::string("0") : fmt::format("{}", c.temperature),
-                                      "--top-k", std::to_string(c.top_k), "--seed", std::to_string(c.seed), "--json"};
+                                      "--top-k", std::to_string(c.top_k), "--seed", std::to_string(c.seed),
+                                      "--repeat-penalty", fmt::format("{}", c.repeat_penalty), "--json"};
         if (threads > 0) a.insert(a.end(), {"--threads", th});  // generate picks its own default otherwise
         if ((rc = run_stage(a, out)) != 0) break;
         json g = read_json(out);
@@ -299,6 +304,11 @@ int cli_pipeline(int argc, char** argv) {
   in.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_all).count();
   in.stages = stages;
   in.samples = samples;
+  in.sampling = fmt::format("greedy = temperature 0; sampled = temperature {}, top-k {}, seed {}{}", c.temperature,
+                            c.top_k, c.seed, c.repeat_penalty != 1.0
+                                                 ? fmt::format("; both with repeat penalty {} over the last 64 tokens",
+                                                               c.repeat_penalty)
+                                                 : std::string());
   std::string text;
   json j;
   pipeline_summary(in, text, j);

@@ -95,7 +95,8 @@ void curves(const std::string& run, std::string& text, json& j, const json& comp
     const char glyphs[] = {'-', '=', '~'};
     int g = 0;
     for (const json& cmp : compressors)
-      if (cmp.contains("bits_per_byte")) refs.push_back({cmp["command"].get<std::string>(), cmp["bits_per_byte"].get<double>(), glyphs[g++ % 3]});
+      if (cmp.contains("bits_per_byte"))
+        refs.push_back({cmp.value("label", std::string()), cmp["bits_per_byte"].get<double>(), glyphs[g++ % 3]});
     text += "\n" + text_chart({{"validation", 'o', bpb}}, refs, width, 8, "step", "bits per byte of the held-out text");
     std::string row = "  validation bits per byte by step:";
     for (const auto& [s, v] : bpb) row += fmt::format(" {:g}: {:.3f}", s, v);
@@ -113,7 +114,7 @@ void pipeline_summary(const PipelineSummaryInput& in, std::string& text, json& j
   j["stage"] = "pipeline";
   j["config"] = in.config_path;
   j["seconds"] = in.seconds;
-  j["stages"] = in.stages;
+  j["stages"] = json::parse(in.stages.dump());
   j["artifacts"] = {{"refined", in.refined}, {"tokenizer", in.tokenizer}, {"tokens", in.tokens}, {"valid", in.valid},
                     {"run", in.run}, {"eval", in.eval}, {"sample", in.sample}};
   j["prep"] = prep.is_object() ? json{{"docs_in", prep.value("/docs/in"_json_pointer, json())},
@@ -165,13 +166,13 @@ void pipeline_summary(const PipelineSummaryInput& in, std::string& text, json& j
     double best_bpb = INFINITY;
     for (const json& c : compressors) {
       if (!c.contains("bits_per_byte")) {
-        text += fmt::format("  {:<14} did not run: {}\n", c.value("command", std::string()), c.value("error", std::string()));
+        text += fmt::format("  {:<14} did not run: {}\n", c.value("label", std::string()), c.value("error", std::string()));
         continue;
       }
       const double b = c["bits_per_byte"].get<double>();
-      text += fmt::format("  {:<14} {:.3f} bits per byte on the same text ({} -> {} bytes)\n", c["command"].get<std::string>(),
+      text += fmt::format("  {:<14} {:.3f} bits per byte on the same text ({} -> {} bytes)\n", c.value("label", std::string()),
                           b, c.value("bytes_in", 0ull), c.value("bytes_out", 0ull));
-      if (b < best_bpb) best_bpb = b, best = c["command"].get<std::string>();
+      if (b < best_bpb) best_bpb = b, best = c.value("label", std::string());
     }
     if (std::isfinite(best_bpb) && std::isfinite(bpb)) {
       text += bpb < best_bpb ? fmt::format("  => the model codes the held-out text in {:.3f} bits per byte fewer than "
@@ -183,6 +184,8 @@ void pipeline_summary(const PipelineSummaryInput& in, std::string& text, json& j
   }
   if (!in.run.empty()) curves(in.run, text, j, compressors);
   json samples = json::array();
+  if (!in.samples.empty()) text += fmt::format("\n  samples        {}\n", in.sampling);
+  j["sampling"] = in.sampling;
   for (const auto& s : in.samples) {
     samples.push_back({{"prompt", s.prompt}, {"mode", s.mode}, {"text", s.text}});
     text += fmt::format("\n  sample ({}) \"{}\" ->\n{}\n", s.mode, s.prompt, s.text);

@@ -19,8 +19,9 @@ struct PipelineSummaryInput {
   // artifacts ("" where the run made none)
   std::string refined, tokenizer, tokens, valid, run, eval, sample;
   double seconds = 0;
-  nlohmann::json stages = nlohmann::json::object();  // name -> {exit_code, seconds}
+  nlohmann::ordered_json stages = nlohmann::ordered_json::object();  // name -> {exit_code, seconds}, in run order
   std::vector<PipelineSample> samples;
+  std::string sampling;  // how the samples were drawn, in words
 };
 
 // Reads refined/stats.json, TOKENS.stats.json, RUN/summary.json, RUN/metrics.jsonl and the eval

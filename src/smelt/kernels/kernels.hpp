@@ -182,9 +182,15 @@ void cross_entropy_backward_bf16(uint16_t* dlogits16, const float* logits, const
                                  const int32_t* targets, float dloss, int N, int V);
 // Training's forward under bf16: cross_entropy_forward and, while each row is still in cache,
 // its gradient bf16(dloss * (softmax - onehot)) into dlogits16 (N,V), so the backward does not read
-// the (N,V) logits again. Bit-equal to cross_entropy_forward + cross_entropy_backward_bf16.
-void cross_entropy_forward_grad_bf16(float* losses, float* lse, uint16_t* dlogits16, const float* logits,
+// the (N,V) logits again. One exponential per logit: each chunk's e^(l - chunk max) is kept in
+// place of the logits (which are overwritten: a scratch block) and scaled by e^(chunk max - lse).
+// losses and lse equal cross_entropy_forward's to fp32 rounding; dlogits16 is
+// cross_entropy_backward_bf16's to within one bf16 rounding.
+void cross_entropy_forward_grad_bf16(float* losses, float* lse, uint16_t* dlogits16, float* logits,
                                      const int32_t* targets, float dloss, int N, int V);
+// Entropy (nats) of softmax(z) over V: log sum e^(z-m) - sum e^(z-m) (z-m) / sum e^(z-m), the
+// exponentials vectorised, each 2048-chunk's sums added in double. One row, one thread.
+double softmax_entropy(const float* z, int V);
 void cross_entropy_forward_ref(float* losses, const float* logits, const int32_t* targets, int N,
                                int V);
 void cross_entropy_backward_ref(float* dlogits, const float* logits, const int32_t* targets,

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cmath>
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <vector>
 
@@ -87,6 +88,7 @@ Status Model::init(const ModelConfig& c, int B, int T, int threads, uint64_t see
   m_.assign(shard_end_ - shard_begin_, 0.0f);
   v_.assign(shard_end_ - shard_begin_, 0.0f);
   activations_init(acts_, c, B, T);
+  head_block_.assign((size_t)kHeadRows * c.vocab_size, 0.0f);
   rope_.assign((size_t)c.max_seq_len * c.head_size(), 0.0f);
   if (precision_ == Precision::kBf16) {
     const Bf16Sizes z = bf16_sizes(c, B, T, threads);
@@ -187,7 +189,11 @@ void Model::layer_forward(int l, int B, int T) {
   prof_mark(kPDownF);
 }
 
-Status Model::forward(const Batch& b, float& loss, float grad_dloss) {
+Status Model::forward_loss(const Batch& b, float& loss) { return forward(b, loss, 0.0f, true); }
+
+Status Model::forward(const Batch& b, float& loss, float grad_dloss) { return forward(b, loss, grad_dloss, false); }
+
+Status Model::forward(const Batch& b, float& loss, float grad_dloss, bool loss_only) {
   const ModelConfig& c = cfg_;
   // Every buffer is sized by rows N = B*T (and T for RoPE/attention scratch), so any batch with
   // B*T <= Bmax*Tmax and T <= Tmax fits: bucketed batches trade rows for length.
@@ -228,17 +234,36 @@ Status Model::forward(const Batch& b, float& loss, float grad_dloss) {
   (ref ? rmsnorm_forward_ref : rmsnorm_forward)(acts_.lnf, acts_.rstdf, acts_.resid[c.n_layers],
                                                 w + layout_.lnf, N, C, (float)c.norm_eps);
   prof_mark(kPNormF);
-  linear_forward(acts_.logits, acts_.lnf, layout_.lm_head, N, C, V, 0.0f);
-  prof_mark(kPHeadF);
   fused_dloss_ = 0.0f;
-  if (ref) {
-    cross_entropy_forward_ref(acts_.losses, acts_.logits, b.targets.data(), N, V);
-  } else if (grad_dloss > 0.0f && precision_ == Precision::kBf16) {
-    cross_entropy_forward_grad_bf16(acts_.losses, acts_.lse_ce, d16_.data(), acts_.logits, b.targets.data(),
-                                    grad_dloss, N, V);
-    fused_dloss_ = grad_dloss;
+  block_entropy_ = -1.0;
+  const bool train16 = grad_dloss > 0.0f && precision_ == Precision::kBf16;
+  if ((train16 || loss_only) && !ref) {
+    // Training under bf16, or the loss alone: the LM head and the cross-entropy (with its
+    // gradient when training) in blocks of kHeadRows rows whose logits stay in a cache-sized
+    // scratch, never written out as (N,V); the sampled rows' prediction entropy is taken from the
+    // block too.
+    const std::vector<int> rows = entropy_sample(b, entropy_rows_);
+    double h = 0.0;
+    size_t next = 0;
+    for (int r0 = 0; r0 < N; r0 += kHeadRows) {
+      const int r = std::min(kHeadRows, N - r0);
+      float* lg = head_block_.data();
+      linear_forward(lg, acts_.lnf + (int64_t)r0 * C, layout_.lm_head, r, C, V, 0.0f);
+      for (; next < rows.size() && rows[next] < r0 + r; next++) h += softmax_entropy(lg + (int64_t)(rows[next] - r0) * V, V);
+      if (train16)
+        cross_entropy_forward_grad_bf16(acts_.losses + r0, acts_.lse_ce + r0, d16_.data() + (int64_t)r0 * V, lg,
+                                        b.targets.data() + r0, grad_dloss, r, V);  // (overwrites the block)
+      else
+        cross_entropy_forward(acts_.losses + r0, acts_.lse_ce + r0, lg, b.targets.data() + r0, r, V);
+    }
+    block_entropy_ = rows.empty() ? 0.0 : h / (double)rows.size();
+    if (train16) fused_dloss_ = grad_dloss;
+    prof_mark(kPHeadF);
   } else {
-    cross_entropy_forward(acts_.losses, acts_.lse_ce, acts_.logits, b.targets.data(), N, V);
+    linear_forward(acts_.logits, acts_.lnf, layout_.lm_head, N, C, V, 0.0f);
+    prof_mark(kPHeadF);
+    if (ref) cross_entropy_forward_ref(acts_.losses, acts_.logits, b.targets.data(), N, V);
+    else cross_entropy_forward(acts_.losses, acts_.lse_ce, acts_.logits, b.targets.data(), N, V);
   }
   prof_mark(kPCeF);
   double sum = 0.0;  // in row order: deterministic
@@ -346,27 +371,29 @@ void Model::backward(float dloss) {
   if (grad_ready_) grad_ready_(layout_.wte, layout_.layers.empty() ? layout_.lnf : layout_.layers[0].ln1);
 }
 
+// Up to max_rows evenly spaced rows with a target, in increasing order.
+std::vector<int> Model::entropy_sample(const Batch& b, int max_rows) {
+  const int N = b.B * b.T;
+  std::vector<int> rows, out;
+  for (int n = 0; n < N; n++)
+    if (b.targets[n] >= 0) rows.push_back(n);
+  const int take = std::min<int>(max_rows, (int)rows.size());
+  for (int i = 0; i < take; i++) out.push_back(rows[(size_t)i * rows.size() / take]);
+  return out;
+}
+
 double Model::prediction_entropy(int max_rows) const {
   if (!batch_) return 0.0;
-  const int N = batch_->B * batch_->T, V = cfg_.vocab_size;
-  std::vector<int> rows;
-  for (int n = 0; n < N; n++)
-    if (batch_->targets[n] >= 0) rows.push_back(n);
+  if (block_entropy_ >= 0.0) return block_entropy_;  // a fused training forward kept no logits
+  const int V = cfg_.vocab_size;
+  const std::vector<int> rows = entropy_sample(*batch_, max_rows);
   if (rows.empty()) return 0.0;
-  const int take = std::min<int>(max_rows, (int)rows.size());
-  double total = 0.0;
-  for (int i = 0; i < take; i++) {
-    const float* z = acts_.logits + (size_t)rows[(size_t)i * rows.size() / take] * V;
-    float mx = z[0];
-    for (int j = 1; j < V; j++) mx = std::max(mx, z[j]);
-    double sum = 0.0, sz = 0.0;  // H = log(sum e) - sum(e * (z - mx)) / sum e
-    for (int j = 0; j < V; j++) {
-      double e = std::exp((double)z[j] - mx);
-      sum += e;
-      sz += e * ((double)z[j] - mx);
-    }
-    total += std::log(sum) - sz / sum;
-  }
+  const int take = (int)rows.size();
+  std::vector<double> h(take);
+#pragma omp parallel for schedule(static) num_threads(threads_)
+  for (int i = 0; i < take; i++) h[i] = softmax_entropy(acts_.logits + (size_t)rows[i] * V, V);
+  double total = 0.0;  // in row order: the same bits for any thread count
+  for (double x : h) total += x;
   return total / take;
 }
 

@@ -32,12 +32,17 @@ class Model {
   Status init(const ModelConfig& c, int B, int T, int threads, uint64_t seed,
               int64_t budget_bytes = 0);
 
-  // Forward pass: logits (acts().logits) and the mean loss over targets != -1. The batch must
+  // Forward pass: logits (acts().logits; not kept by a bf16 forward with grad_dloss) and the mean
+  // loss over targets != -1. The batch must
   // stay alive and unchanged until backward() (it is read again there). Uses
   // batch.segments (document masking) and batch.positions (RoPE) when they are non-empty.
   // grad_dloss > 0 (training, followed by backward(grad_dloss)): under bf16 the LM head's output
   // gradient is made here while the logits are in cache (cross_entropy_forward_grad_bf16).
   Status forward(const Batch& batch, float& loss, float grad_dloss = 0.0f);
+  // The loss and token_losses() only (an evaluation): the LM head and the cross-entropy run in
+  // blocks of rows, no (N,V) logits are kept (prediction_entropy as after a fused forward); no
+  // backward may follow.
+  Status forward_loss(const Batch& batch, float& loss);
   // Backward of the last forward: parameter gradients ADD into grads() (call zero_grad first).
   // dloss: gradient of the objective per token loss; 0 means 1 / (targets != -1) of the batch
   // (the gradient of the mean). Turns acts().logits into dlogits (in bf16 precision they stay
@@ -74,7 +79,10 @@ class Model {
   // rows with a target; the fraction of attention weights below `threshold` for up to max_queries
   // evenly spaced (row, head) queries per layer (every layer, or only the last with recompute on,
   // since recompute keeps one layer's activations).
+  // After a forward with grad_dloss under bf16 the logits are not kept: the entropy is the one the
+  // forward took over set_entropy_rows() rows (default 128), whatever max_rows says.
   double prediction_entropy(int max_rows = 128) const;
+  void set_entropy_rows(int n) { entropy_rows_ = n; }
   double attention_sparsity(int max_queries = 64, float threshold = 1e-3f) const;
   // Per-token losses of the last forward (N = B*T; 0 where the target is -1).
   const float* token_losses() const { return acts_.losses; }
@@ -130,6 +138,11 @@ class Model {
   bool reference_ = false;
   Precision precision_ = Precision::kFp32;
   float fused_dloss_ = 0.0f;  // the dloss d16_ already holds the LM head's gradient for (0: none)
+  std::vector<float> head_block_;  // bf16 training: one block of kHeadRows rows of logits
+  int entropy_rows_ = 128;
+  double block_entropy_ = -1.0;    // the fused forward's prediction entropy (-1: none, logits kept)
+  static std::vector<int> entropy_sample(const Batch& b, int max_rows);
+  Status forward(const Batch& b, float& loss, float grad_dloss, bool loss_only);
   std::vector<uint16_t> w16_, x16_, d16_;  // bf16: weights' copy (params layout), GEMM operand scratch
   std::vector<uint16_t> qkv16_;            // bf16: attention's copy of one layer's qkv
   std::vector<float> attn16_scratch_;      // bf16: attention's per-thread block scratch

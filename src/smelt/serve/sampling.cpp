@@ -51,6 +51,16 @@ Status sampling_config_validate(const SamplingConfig& c) {
   return Status::ok();
 }
 
+void apply_repeat_penalty(float* logits, int V, const int32_t* history, int n, float penalty, int last_n) {
+  if (penalty == 1.0f || n <= 0 || last_n <= 0) return;
+  const int from = std::max(0, n - last_n);
+  std::vector<int32_t> seen(history + from, history + n);
+  std::sort(seen.begin(), seen.end());
+  seen.erase(std::unique(seen.begin(), seen.end()), seen.end());
+  for (int32_t id : seen)
+    if (id >= 0 && id < V) logits[id] = logits[id] > 0.0f ? logits[id] / penalty : logits[id] * penalty;
+}
+
 Status Sampler::init(const SamplingConfig& c, int V) {
   if (auto s = sampling_config_validate(c); !s) return s;
   if (V <= 0) return Status::error(fmt::format("[sampling] vocabulary size {}: must be > 0", V));

@@ -32,6 +32,12 @@ struct SamplingConfig {
 // Errors name the setting, its value and the allowed range.
 Status sampling_config_validate(const SamplingConfig& c);
 
+// Repetition penalty (as llama.cpp's repeat_penalty): every distinct id among the last `last_n`
+// entries of history (prompt and generated ids) has its logit divided by `penalty` when positive
+// and multiplied by it otherwise, in place. penalty 1 changes nothing; ids outside [0, V) are
+// skipped.
+void apply_repeat_penalty(float* logits, int V, const int32_t* history, int n, float penalty, int last_n);
+
 class Sampler {
  public:
   // Sizes the scratch for a vocabulary of V once (sampling then allocates nothing).

@@ -49,15 +49,19 @@ std::string run_tool(const std::vector<std::string>& args, const std::string& in
 }  // namespace
 
 std::vector<CompressorResult> compressors_measure(const std::string& text, const std::string& tmp_dir) {
-  const std::vector<std::vector<std::string>> tools = {
-      {"gzip", "-9", "-c"}, {"zstd", "-19", "-c", "-q"}, {"xz", "-9e", "-c"}};
+  // {label words, then the flags that only route the output}
+  const std::vector<std::pair<std::vector<std::string>, std::vector<std::string>>> tools = {
+      {{"gzip", "-9"}, {"-c"}}, {{"zstd", "-19"}, {"-c", "-q"}}, {{"xz", "-9e"}, {"-c"}}};
   std::vector<CompressorResult> out;
   const std::string stem = (fs::path(tmp_dir) / fmt::format(".compressors-{}", getpid())).string();
   const std::string in = stem + ".txt", packed = stem + ".out";
   const Status wrote = files_write_atomic(in, text);
-  for (const auto& t : tools) {
+  for (const auto& [setting, routing] : tools) {
     CompressorResult r;
-    r.name = t[0];
+    r.name = setting[0];
+    std::vector<std::string> t = setting;
+    t.insert(t.end(), routing.begin(), routing.end());
+    for (size_t i = 0; i < setting.size(); i++) r.label += (i ? " " : "") + setting[i];
     for (size_t i = 0; i < t.size(); i++) r.command += (i ? " " : "") + t[i];
     r.bytes_in = text.size();
     const auto t0 = std::chrono::steady_clock::now();

@@ -10,6 +10,7 @@ namespace smelt {
 
 struct CompressorResult {
   std::string name;     // "gzip", "zstd", "xz"
+  std::string label;    // the setting, e.g. "xz -9e"
   std::string command;  // as run, e.g. "xz -9e -c"
   uint64_t bytes_in = 0, bytes_out = 0;
   double bits_per_byte = -1;  // 8 x bytes_out / bytes_in; -1 when it did not run

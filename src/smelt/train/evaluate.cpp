@@ -83,7 +83,7 @@ Status evaluate(Model& m, const LoaderConfig& base, const std::string& sources, 
   while (r.tokens < limit) {
     const Batch& b = loader.next();
     float loss = 0;
-    if (Status s = m.forward(b, loss); !s) return s;
+    if (Status s = m.forward_loss(b, loss); !s) return s;
     r.entropy += m.prediction_entropy(128);
     const float* losses = m.token_losses();
     const int N = b.B * b.T;

@@ -364,6 +364,7 @@ Status Trainer::setup() {
   const Precision precision = bf16 ? Precision::kBf16 : Precision::kFp32;
   model_.set_precision(precision);
   if (Status s = model_.init(c_.model, B_, T_, threads_, c_.train.seed, budget); !s) return s;
+  model_.set_entropy_rows(c_.train.entropy_rows);
   if (Status s = gemm_select(c_.train.gemm, c_.model, B_, T_, precision, threads_, gemm_); !s) return s;
   peak_ = cpu_peak(cpu_info_measured(), precision, threads_);
   gemm_gflops_ = c_.train.peak_gflops > 0 ? c_.train.peak_gflops : gemm_.gflops;
@@ -898,8 +899,10 @@ void Trainer::plan_budget() {
   if (step_ == start_step_ + 1) first_step_end_s_ = now;
   if (budget_s_ <= 0) return;
   const double spent = now - run_start_s_;
-  const double reserve = last_eval_s_ + 1.0;  // the final evaluation and checkpoint hand-off
-  if (spent + reserve >= budget_s_) out_of_time_ = true;
+  // The final evaluation (a busy machine makes it slower) and the checkpoint hand-off; the run
+  // stops when one more step like the last would not end before them.
+  const double reserve = 1.2 * last_eval_s_ + 1.0;
+  if (spent + last_.step_ms / 1e3 + reserve >= budget_s_) out_of_time_ = true;
   if (planned_) return;
   const int64_t done_steps = step_ - start_step_;
   if (done_steps < 3 || spent < std::min(30.0, 0.05 * budget_s_)) return;

@@ -1,0 +1,59 @@
+// `make demo`'s script and config end to end on a small slice of the default corpus: a few pages of
+// each documentation package crawled into WARC files, the Chinese text, then `smelt pipeline
+// configs/demo.toml` as the demo runs it, with only the time budget (and the evaluation's size)
+// made small. Every stage succeeds; the summary has bits per byte beside the three compressors on
+// the same text, the planned steps, the loss chart and greedy and sampled continuations of the
+// config's English and Chinese prompts.
+#include <sys/wait.h>
+
+#include <filesystem>
+#include <string>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "test_files.hpp"
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+TEST(DemoPipeline, TheDemoConfigRunsEndToEndOnASlice) {
+  const fs::path dir = fs::temp_directory_path() / ("smelt_demo_slice_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  const std::string bin = fs::path(SMELT_BINARY).parent_path().string();
+  // 4 pages per package; a 0.2-minute budget; 4096 evaluation tokens.
+  const std::string cmd = "cd " + std::string(SMELT_SOURCE_DIR) + " && SMELT=" + SMELT_BINARY + " DEMO_DIR=" +
+                          dir.string() + " DEMO_PAGES=4 DEMO_SET='--set train.time_budget_minutes=0.2 "
+                          "--set eval.tokens=4096 --set ckpt.save_every=0' bash scripts/demo 2>" +
+                          (dir.string() + ".err") + " >/dev/null";
+  int rc = std::system(cmd.c_str());
+  const std::string err = smelt::test::read_file(dir.string() + ".err");
+  ASSERT_TRUE(WIFEXITED(rc) && WEXITSTATUS(rc) == 0) << err;
+  json j = json::parse(smelt::test::read_file((dir / "pipeline.json").string()));
+  for (const char* s : {"prep", "tokenizer", "tokenize", "tokenize_holdout", "train", "eval", "generate"})
+    EXPECT_EQ(j["stages"][s]["exit_code"], 0) << s;
+  EXPECT_GT(j["prep"]["docs_out"].get<int64_t>(), 20);
+  const json& tr = j["train"];
+  EXPECT_EQ(tr["time_budget"]["minutes"].get<double>(), 0.2);
+  EXPECT_TRUE(tr["time_budget"]["planned_steps"].is_number()) << tr.dump();
+  EXPECT_LT(tr["eval_last_bpb"].get<double>(), tr["eval_first_bpb"].get<double>());
+  EXPECT_LT(tr["timing"]["seconds"].get<double>(), 0.2 * 60 + 10);
+  const json& ev = j["eval"];
+  EXPECT_GT(ev["bits_per_byte"].get<double>(), 0.5);
+  ASSERT_EQ(ev["compressors"].size(), 3u);
+  for (const auto& c : ev["compressors"]) EXPECT_TRUE(c.contains("bits_per_byte")) << c.dump();
+  EXPECT_TRUE(j.contains("beats_compressors"));
+  // Two modes for each of the config's prompts, one of them Chinese.
+  ASSERT_EQ(j["samples"].size(), 6u);
+  bool zh = false;
+  for (const auto& s : j["samples"]) zh = zh || s["prompt"] == "内核";
+  EXPECT_TRUE(zh);
+  EXPECT_GE(j["validation_curve"].size(), 2u);
+  EXPECT_NE(err.find("bits per byte on the same text"), std::string::npos) << err;
+  EXPECT_NE(err.find("xz -9e"), std::string::npos) << err;
+  EXPECT_NE(err.find("loss (nats per token)"), std::string::npos) << err;
+  EXPECT_NE(err.find("sample (greedy) \"内核\""), std::string::npos) << err;
+  EXPECT_NE(err.find("[demo] crawl"), std::string::npos) << "the script times its phases: " << err;
+  fs::remove_all(dir);
+  fs::remove(dir.string() + ".err");
+}
