@@ -17,12 +17,17 @@ build: deps
 test: build
 	cd $(BUILD) && ctest --output-on-failure -j$(JOBS)
 
-# The main job on the built-in default corpus (Debian's documentation, crawled into WARC files).
-# It builds only the two binaries the pipeline runs (not the tests).
-demo: deps
-	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release >/dev/null
-	@cmake --build $(BUILD) -j$(JOBS) --target smelt smelt-full
-	@scripts/demo
+# The main job on the built-in default corpus (Debian's documentation, crawled into WARC files):
+# installs only what the demo needs, builds only the two binaries the pipeline runs (not the
+# tests), then runs it; each phase says how long it took.
+demo:
+	@t0=$$(date +%s); scripts/install-deps --demo; \
+	t1=$$(date +%s); echo "[demo] install: $$((t1 - t0)) s"; \
+	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release >/dev/null && \
+	cmake --build $(BUILD) -j$(JOBS) --target smelt smelt-full; \
+	t2=$$(date +%s); echo "[demo] build: $$((t2 - t1)) s"; \
+	scripts/demo; \
+	t3=$$(date +%s); echo "[demo] install $$((t1 - t0)) s, build $$((t2 - t1)) s, corpus + pipeline $$((t3 - t2)) s: $$((t3 - t0)) s in all"
 
 bench: build
 	@bench/prep/run
