@@ -24,8 +24,8 @@ TEST(DemoPipeline, TheDemoConfigRunsEndToEndOnASlice) {
   // 4 pages per package; a 0.2-minute budget; 4096 evaluation tokens.
   const std::string cmd = "cd " + std::string(SMELT_SOURCE_DIR) + " && SMELT=" + SMELT_BINARY + " DEMO_DIR=" +
                           dir.string() + " DEMO_PAGES=4 DEMO_SET='--set train.time_budget_minutes=0.2 "
-                          "--set eval.tokens=4096 --set ckpt.save_every=0' bash scripts/demo 2>" +
-                          (dir.string() + ".err") + " >/dev/null";
+                          "--set eval.tokens=4096 --set ckpt.save_every=0' bash scripts/demo >" +
+                          (dir.string() + ".err") + " 2>&1";
   int rc = std::system(cmd.c_str());
   const std::string err = smelt::test::read_file(dir.string() + ".err");
   ASSERT_TRUE(WIFEXITED(rc) && WEXITSTATUS(rc) == 0) << err;

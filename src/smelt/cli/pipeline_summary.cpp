@@ -117,15 +117,19 @@ void pipeline_summary(const PipelineSummaryInput& in, std::string& text, json& j
   j["stages"] = json::parse(in.stages.dump());
   j["artifacts"] = {{"refined", in.refined}, {"tokenizer", in.tokenizer}, {"tokens", in.tokens}, {"valid", in.valid},
                     {"run", in.run}, {"eval", in.eval}, {"sample", in.sample}};
-  j["prep"] = prep.is_object() ? json{{"docs_in", prep.value("/docs/in"_json_pointer, json())},
-                                      {"docs_out", prep.value("/docs/out"_json_pointer, json())}}
+  j["prep"] = prep.is_object() ? json{{"docs_in", prep.value("/documents/read"_json_pointer, json())},
+                                      {"docs_out", prep.value("/documents/kept"_json_pointer, json())}}
                                : json();
   j["tokens"] = tok.is_object() ? tok.value("tokens", json()) : json();
   j["train"] = tr.is_object() ? tr : json();
   j["eval"] = ev.is_object() ? ev : json();
   text = fmt::format("\npipeline {} done in {:.1f} min\n", in.config_path, in.seconds / 60);
   for (auto& [k, v] : in.stages.items()) text += fmt::format("  {:<17} {:7.1f} s\n", k, v["seconds"].get<double>());
-  text += fmt::format("  refined text   {} ({})\n", in.refined, fmt_bytes(size_of(in.refined)));
+  text += fmt::format("  refined text   {} ({}{})\n", in.refined, fmt_bytes(size_of(in.refined)),
+                      prep.is_object() ? fmt::format(", {} of {} documents kept",
+                                                     prep.value("/documents/kept"_json_pointer, 0ull),
+                                                     prep.value("/documents/read"_json_pointer, 0ull))
+                                       : std::string());
   text += fmt::format("  tokenizer      {}\n", in.tokenizer);
   if (tok.is_object())
     text += fmt::format("  token shards   {}.bin/.idx ({} tokens){}\n", in.tokens, tok.value("tokens", 0ull),
