@@ -69,6 +69,15 @@ std::vector<std::pair<double, double>> smoothed(const std::vector<std::pair<doub
   return out;
 }
 
+// The mean speed of the trainer's evaluations (metrics' eval_tokens_per_s); 0 when none.
+double mean_eval_speed(const std::string& run) {
+  double s = 0;
+  int n = 0;
+  for (const json& l : read_lines((fs::path(run) / "metrics.jsonl").string()))
+    if (l.contains("eval_tokens_per_s")) s += l["eval_tokens_per_s"].get<double>(), n++;
+  return n ? s / n : 0.0;
+}
+
 // The metrics' curves: training loss per step, validation loss and bits per byte per evaluation.
 void curves(const std::string& run, std::string& text, json& j, const json& compressors) {
   std::vector<std::pair<double, double>> train, valid, bpb;
@@ -161,11 +170,14 @@ void pipeline_summary(const PipelineSummaryInput& in, std::string& text, json& j
   if (ev.is_object()) {
     const double bpb = num(ev, "bits_per_byte");
     text += fmt::format("  evaluation     {} tokens = {} bytes of held-out text: {:.3f} nats per token, {:.3f} bits "
-                        "per byte ({:.0f} tokens/s", ev.value("tokens", 0ull), ev.value("bytes", 0ull),
-                        num(ev, "loss"), bpb, num(ev, "tokens_per_s", 0));
-    if (tr.is_object() && num(tr["timing"], "forward_tokens_per_s", 0) > 0)
-      text += fmt::format("; training's forward {:.0f} tokens/s", num(tr["timing"], "forward_tokens_per_s"));
-    text += ")\n";
+                        "per byte\n", ev.value("tokens", 0ull), ev.value("bytes", 0ull), num(ev, "loss"), bpb);
+    // Speed: the trainer's evaluations (warm, in the training process) against its forward passes;
+    // the eval stage is a fresh process whose first batches pay for setup.
+    const double train_eval = mean_eval_speed(in.run), fwd = tr.is_object() ? num(tr["timing"], "forward_tokens_per_s", 0) : 0;
+    if (train_eval > 0 && fwd > 0)
+      text += fmt::format("  eval speed     {:.0f} tokens/s in training's evaluations, training's forward {:.0f} tokens/s "
+                          "(this stage, a fresh process: {:.0f})\n", train_eval, fwd, num(ev, "tokens_per_s", 0));
+    j["eval_tokens_per_s_in_training"] = train_eval;
     std::string best;
     double best_bpb = INFINITY;
     for (const json& c : compressors) {

@@ -1,6 +1,8 @@
 // RMSNorm forward/backward [Zhang & Sennrich 2019], the Llama pre-norm. Not LayerNorm (no mean,
 // no bias). Backward adds into dinp: the norm's input is always the residual stream.
+#include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include <omp.h>
 
@@ -25,31 +27,42 @@ void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* wei
 }
 
 // y = x*r*w, r = (mean(x^2)+eps)^-1/2:  dx = r*(dy*w) - x * r^3/C * sum(dy*w*x).
-// dweight is summed per channel range by row order (deterministic, no per-thread copies).
+// dweight: each block of kRows rows sums its dy*x*r per channel in the same pass as dx (the rows
+// are in cache once), then the blocks' sums are added in block order: the same bits for any
+// thread count.
 void rmsnorm_backward(float* dinp, float* dweight, const float* dout, const float* inp,
                       const float* weight, const float* rstd, int N, int C) {
+  constexpr int kRows = 64;
+  const int blocks = (N + kRows - 1) / kRows;
+  thread_local std::vector<float> part;
+  part.assign((size_t)blocks * C, 0.0f);
+  float* pw = part.data();
 #pragma omp parallel
   {
 #pragma omp for schedule(static)
-    for (int n = 0; n < N; n++) {
-      const float* x = inp + (int64_t)n * C;
-      const float* dy = dout + (int64_t)n * C;
-      float* dx = dinp + (int64_t)n * C;
-      float r = rstd[n];
-      float dot = 0.0f;
+    for (int blk = 0; blk < blocks; blk++) {
+      float* acc = pw + (size_t)blk * C;
+      for (int n = blk * kRows; n < std::min(N, (blk + 1) * kRows); n++) {
+        const float* x = inp + (int64_t)n * C;
+        const float* dy = dout + (int64_t)n * C;
+        float* dx = dinp + (int64_t)n * C;
+        float r = rstd[n];
+        float dot = 0.0f;
 #pragma omp simd reduction(+ : dot)
-      for (int c = 0; c < C; c++) dot += dy[c] * weight[c] * x[c];
-      float k = dot * r * r * r / C;
+        for (int c = 0; c < C; c++) dot += dy[c] * weight[c] * x[c];
+        float k = dot * r * r * r / C;
 #pragma omp simd
-      for (int c = 0; c < C; c++) dx[c] += r * dy[c] * weight[c] - k * x[c];
+        for (int c = 0; c < C; c++) {
+          dx[c] += r * dy[c] * weight[c] - k * x[c];
+          acc[c] += dy[c] * x[c] * r;
+        }
+      }
     }
-    int nt = omp_get_num_threads(), id = omp_get_thread_num();
-    int c0 = (int)((int64_t)C * id / nt), c1 = (int)((int64_t)C * (id + 1) / nt);
-    for (int n = 0; n < N; n++) {
-      const float* x = inp + (int64_t)n * C;
-      const float* dy = dout + (int64_t)n * C;
-      float r = rstd[n];
-      for (int c = c0; c < c1; c++) dweight[c] += dy[c] * x[c] * r;
+#pragma omp for schedule(static)
+    for (int c = 0; c < C; c++) {
+      float s = 0.0f;
+      for (int blk = 0; blk < blocks; blk++) s += pw[(size_t)blk * C + c];
+      dweight[c] += s;
     }
   }
 }
