@@ -237,11 +237,11 @@ Status Model::forward(const Batch& b, float& loss, float grad_dloss, bool loss_o
   fused_dloss_ = 0.0f;
   block_entropy_ = -1.0;
   const bool train16 = grad_dloss > 0.0f && precision_ == Precision::kBf16;
-  if ((train16 || loss_only) && !ref) {
-    // Training under bf16, or the loss alone: the LM head and the cross-entropy (with its
-    // gradient when training) in blocks of kHeadRows rows whose logits stay in a cache-sized
-    // scratch, never written out as (N,V); the sampled rows' prediction entropy is taken from the
-    // block too.
+  // (fp32 keeps the whole-matrix GEMM: its 64-row tiles measured slower than the memory saved)
+  if ((train16 || (loss_only && precision_ == Precision::kBf16)) && !ref) {
+    // bf16 training, or a bf16 loss alone: the LM head and the cross-entropy (with its gradient
+    // when training) in blocks of kHeadRows rows whose logits stay in a cache-sized scratch,
+    // never written out as (N,V); the sampled rows' prediction entropy is taken from the block.
     const std::vector<int> rows = entropy_sample(b, entropy_rows_);
     double h = 0.0;
     size_t next = 0;

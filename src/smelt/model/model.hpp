@@ -39,9 +39,9 @@ class Model {
   // grad_dloss > 0 (training, followed by backward(grad_dloss)): under bf16 the LM head's output
   // gradient is made here while the logits are in cache (cross_entropy_forward_grad_bf16).
   Status forward(const Batch& batch, float& loss, float grad_dloss = 0.0f);
-  // The loss and token_losses() only (an evaluation): the LM head and the cross-entropy run in
-  // blocks of rows, no (N,V) logits are kept (prediction_entropy as after a fused forward); no
-  // backward may follow.
+  // The loss and token_losses() only (an evaluation); no backward may follow. Under bf16 the LM
+  // head and the cross-entropy run in blocks of rows and no (N,V) logits are kept
+  // (prediction_entropy as after a fused forward).
   Status forward_loss(const Batch& batch, float& loss);
   // Backward of the last forward: parameter gradients ADD into grads() (call zero_grad first).
   // dloss: gradient of the objective per token loss; 0 means 1 / (targets != -1) of the batch
