@@ -56,8 +56,8 @@ struct PipelineConfig {
   double holdout = 0.01;
   // [eval] (the trainer's section; the eval stage reads its token count)
   int64_t eval_tokens = 65536;
-  // [generate]: each prompt continued greedily and sampled
-  std::vector<std::string> prompts = {"The"};
+  // [generate]: each prompt continued greedily and sampled ("The" when none is given)
+  std::vector<std::string> prompts;
   int64_t max_new_tokens = 64;
   double temperature = 0.8;
   int64_t top_k = 40;
@@ -86,6 +86,7 @@ Status read_config(const toml::table& root, PipelineConfig& c) {
   g.get("prompt", prompt);
   g.get("prompts", c.prompts);
   if (!prompt.empty()) c.prompts.insert(c.prompts.begin(), prompt);
+  if (c.prompts.empty()) c.prompts = {"The"};
   g.get("max_new_tokens", c.max_new_tokens);
   g.get("temperature", c.temperature);
   g.get("top_k", c.top_k);
@@ -101,7 +102,6 @@ Status read_config(const toml::table& root, PipelineConfig& c) {
   if (!(c.holdout >= 0 && c.holdout < 1))
     errors.push_back(fmt::format("[tokenize] holdout = {}: must be in [0, 1)", c.holdout));
   if (auto t = root["eval"]["tokens"].value<int64_t>()) c.eval_tokens = *t;
-  if (c.prompts.empty()) errors.push_back("[generate] prompts is empty: give at least one prompt");
   if (!(c.repeat_penalty >= 1 && c.repeat_penalty <= 10))
     errors.push_back(fmt::format("[generate] repeat_penalty = {}: must be in [1, 10] (1: off)", c.repeat_penalty));
   if (c.vocab_size < 257) errors.push_back(fmt::format("[tokenizer] vocab_size = {}: must be >= 257", c.vocab_size));

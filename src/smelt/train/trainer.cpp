@@ -372,6 +372,11 @@ Status Trainer::setup() {
   const int64_t tokens_per_step = (int64_t)B_ * T_ * c_.train.grad_accum;
   total_steps_ = c_.train.steps > 0 ? c_.train.steps
                                     : (c_.train.max_tokens + tokens_per_step - 1) / tokens_per_step;
+  if (c_.train.time_budget_minutes > 0 && comm_->size() > 1)
+    // Each rank would plan from its own clock; ranks must agree on the step count and the stop.
+    return Status::error(fmt::format("[train] time_budget_minutes = {} with {} ranks: a time budget plans the steps "
+                                     "on one process only for now; give train.steps or train.max_tokens",
+                                     c_.train.time_budget_minutes, comm_->size()));
   if (c_.train.time_budget_minutes > 0) {
     // Until the plan (plan_budget): the steps the budget buys at half the GEMM rate, within the caps.
     budget_s_ = c_.train.time_budget_minutes * 60;
