@@ -13,11 +13,20 @@ using namespace smelt::test;
 namespace {
 struct Shape { int B, T, NH, NKV, HS; bool seg; };
 
+// Segment ids of three documents per row: [0, T/3), [T/3, T/2), [T/2, T).
+std::vector<int32_t> three_documents(const Shape& s) {
+  std::vector<int32_t> seg((size_t)s.B * s.T);
+  for (size_t n = 0; n < seg.size(); n++) {
+    const int t = (int)(n % s.T);
+    seg[n] = t < s.T / 3 ? 0 : (t < s.T / 2 ? 1 : 2);
+  }
+  return seg;
+}
+
 void run(const Shape& s) {
   const int N = s.B * s.T, QKV = (s.NH + 2 * s.NKV) * s.HS, OC = s.NH * s.HS;
   auto qkv = randn((size_t)N * QKV, 11);
-  std::vector<int32_t> seg(N);
-  for (int n = 0; n < N; n++) seg[n] = (n % s.T) < s.T / 3 ? 0 : ((n % s.T) < s.T / 2 ? 1 : 2);
+  const std::vector<int32_t> seg = three_documents(s);
   const int32_t* sp = s.seg ? seg.data() : nullptr;
   std::vector<float> out((size_t)N * OC), lse((size_t)s.B * s.NH * s.T), out_ref((size_t)N * OC);
   std::vector<float> scratch((size_t)s.T * s.T);
@@ -68,8 +77,7 @@ namespace {
 void run_bf16(const Shape& s) {
   const int N = s.B * s.T, QKV = (s.NH + 2 * s.NKV) * s.HS, OC = s.NH * s.HS;
   auto qkv = randn((size_t)N * QKV, 21);
-  std::vector<int32_t> seg(N);
-  for (int n = 0; n < N; n++) seg[n] = (n % s.T) < s.T / 3 ? 0 : ((n % s.T) < s.T / 2 ? 1 : 2);
+  const std::vector<int32_t> seg = three_documents(s);
   const int32_t* sp = s.seg ? seg.data() : nullptr;
   std::vector<float> out((size_t)N * OC), lse((size_t)s.B * s.NH * s.T), out_ref((size_t)N * OC);
   std::vector<float> lse32(lse.size()), out32((size_t)N * OC);

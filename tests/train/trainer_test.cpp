@@ -394,9 +394,10 @@ TEST_F(TrainerTest, TimeBudgetPlansTheStepsAndTheScheduleEndsOnTime) {
   for (const auto& l : metrics(again.train.run_dir))
     if (l.contains("loss")) steps2.push_back(l);
   ASSERT_EQ(steps2.size(), steps.size());
-  if (s.steps == planned)
+  if (s.steps == planned) {
     for (size_t i = 0; i < steps.size(); i++)
       EXPECT_EQ(deterministic(steps[i]).dump(), deterministic(steps2[i]).dump()) << "step " << i + 1;
+  }
 }
 
 TEST_F(TrainerTest, MemoryPlanRefusesBeforeTraining) {

@@ -15,7 +15,6 @@
 #include <cstring>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <string>
 #include <vector>
 
@@ -147,11 +146,6 @@ int run_stage(const std::vector<std::string>& args, const std::string& stdout_pa
   return kExitFailure;
 }
 
-json read_json(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) return json();
-  return json::parse(in, nullptr, false);
-}
 
 }  // namespace
 
@@ -279,7 +273,7 @@ int cli_pipeline(int argc, char** argv) {
                                       "--repeat-penalty", fmt::format("{}", c.repeat_penalty), "--json"};
         if (threads > 0) a.insert(a.end(), {"--threads", th});  // generate picks its own default otherwise
         if ((rc = run_stage(a, out)) != 0) break;
-        json g = read_json(out);
+        json g = pipeline_read_json(out);
         std::error_code ec;
         fs::remove(out, ec);
         PipelineSample smp{c.prompts[i], mode, g.is_object() ? g.value("text", std::string()) : std::string()};

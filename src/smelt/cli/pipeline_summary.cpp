@@ -19,12 +19,6 @@ namespace {
 namespace fs = std::filesystem;
 using json = nlohmann::json;
 
-json read_json(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) return json();
-  return json::parse(in, nullptr, false);
-}
-
 std::vector<json> read_lines(const std::string& path) {
   std::vector<json> out;
   std::ifstream in(path);
@@ -70,28 +64,29 @@ std::vector<std::pair<double, double>> smoothed(const std::vector<std::pair<doub
 }
 
 // The mean speed of the trainer's evaluations (metrics' eval_tokens_per_s); 0 when none.
-double mean_eval_speed(const std::string& run) {
+double mean_eval_speed(const std::vector<json>& metrics) {
   double s = 0;
   int n = 0;
-  for (const json& l : read_lines((fs::path(run) / "metrics.jsonl").string()))
+  for (const json& l : metrics)
     if (l.contains("eval_tokens_per_s")) s += l["eval_tokens_per_s"].get<double>(), n++;
   return n ? s / n : 0.0;
 }
 
 // The metrics' curves: training loss per step, validation loss and bits per byte per evaluation.
-void curves(const std::string& run, std::string& text, json& j, const json& compressors) {
+void curves(const std::vector<json>& metrics, std::string& text, json& j, const json& compressors) {
   std::vector<std::pair<double, double>> train, valid, bpb;
-  for (const json& l : read_lines((fs::path(run) / "metrics.jsonl").string())) {
+  json c = json::array();
+  for (const json& l : metrics) {
     if (!l.contains("step")) continue;
     const double step = l["step"].get<double>();
     if (l.contains("loss") && l["loss"].is_number()) train.emplace_back(step, l["loss"].get<double>());
-    if (l.contains("eval_loss")) valid.emplace_back(step, l["eval_loss"].get<double>());
-    if (l.contains("eval_bpb")) bpb.emplace_back(step, l["eval_bpb"].get<double>());
-  }
-  json c = json::array();
-  for (size_t i = 0; i < valid.size(); i++) {
-    json e = {{"step", valid[i].first}, {"loss", valid[i].second}};
-    if (i < bpb.size()) e["bits_per_byte"] = bpb[i].second;
+    if (!l.contains("eval_loss")) continue;
+    valid.emplace_back(step, l["eval_loss"].get<double>());
+    json e = {{"step", step}, {"loss", l["eval_loss"]}};
+    if (l.contains("eval_bpb")) {
+      bpb.emplace_back(step, l["eval_bpb"].get<double>());
+      e["bits_per_byte"] = l["eval_bpb"];
+    }
     c.push_back(e);
   }
   j["validation_curve"] = c;
@@ -115,10 +110,18 @@ void curves(const std::string& run, std::string& text, json& j, const json& comp
 
 }  // namespace
 
+json pipeline_read_json(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return json();
+  return json::parse(in, nullptr, false);
+}
+
 void pipeline_summary(const PipelineSummaryInput& in, std::string& text, json& j) {
-  json prep = read_json(in.refined + "/stats.json"), tok = read_json(in.tokens + ".stats.json");
-  json tr = in.run.empty() ? json() : read_json(in.run + "/summary.json");
-  json ev = in.eval.empty() ? json() : read_json(in.eval);
+  json prep = pipeline_read_json(in.refined + "/stats.json"), tok = pipeline_read_json(in.tokens + ".stats.json");
+  json tr = in.run.empty() ? json() : pipeline_read_json(in.run + "/summary.json");
+  json ev = in.eval.empty() ? json() : pipeline_read_json(in.eval);
+  const std::vector<json> metrics =
+      in.run.empty() ? std::vector<json>() : read_lines((fs::path(in.run) / "metrics.jsonl").string());
   j = json::object();
   j["stage"] = "pipeline";
   j["config"] = in.config_path;
@@ -173,7 +176,7 @@ void pipeline_summary(const PipelineSummaryInput& in, std::string& text, json& j
                         "per byte\n", ev.value("tokens", 0ull), ev.value("bytes", 0ull), num(ev, "loss"), bpb);
     // Speed: the trainer's evaluations (warm, in the training process) against its forward passes;
     // the eval stage is a fresh process whose first batches pay for setup.
-    const double train_eval = mean_eval_speed(in.run), fwd = tr.is_object() ? num(tr["timing"], "forward_tokens_per_s", 0) : 0;
+    const double train_eval = mean_eval_speed(metrics), fwd = tr.is_object() ? num(tr["timing"], "forward_tokens_per_s", 0) : 0;
     if (train_eval > 0 && fwd > 0)
       text += fmt::format("  eval speed     {:.0f} tokens/s in training's evaluations, training's forward {:.0f} tokens/s "
                           "(this stage, a fresh process: {:.0f})\n", train_eval, fwd, num(ev, "tokens_per_s", 0));
@@ -198,7 +201,7 @@ void pipeline_summary(const PipelineSummaryInput& in, std::string& text, json& j
       j["beats_compressors"] = bpb < best_bpb;
     }
   }
-  if (!in.run.empty()) curves(in.run, text, j, compressors);
+  if (!in.run.empty()) curves(metrics, text, j, compressors);
   json samples = json::array();
   if (!in.samples.empty()) text += fmt::format("\n  samples        {}\n", in.sampling);
   j["sampling"] = in.sampling;

@@ -24,6 +24,9 @@ struct PipelineSummaryInput {
   std::string sampling;  // how the samples were drawn, in words
 };
 
+// The JSON object in path; null when the file is missing or does not parse.
+nlohmann::json pipeline_read_json(const std::string& path);
+
 // Reads refined/stats.json, TOKENS.stats.json, RUN/summary.json, RUN/metrics.jsonl and the eval
 // stage's JSON; fills `text` and `j`.
 void pipeline_summary(const PipelineSummaryInput& in, std::string& text, nlohmann::json& j);

@@ -114,8 +114,11 @@ MemoryPlan memory_plan(const ModelConfig& c, int B, int T, int zero_ranks, Preci
   const std::vector<int64_t> b = zero_shard_bounds(n, p.zero_ranks);
   for (int r = 0; r < p.zero_ranks; r++) shard = std::max(shard, b[r + 1] - b[r]);
   p.optimizer_bytes = 2 * shard * 4;
-  p.activation_bytes = (activation_floats(c, B, T) + (int64_t)kHeadRows * c.vocab_size) * 4;  // + the LM head block
-  if (precision == Precision::kBf16) p.bf16_bytes = bf16_sizes(c, B, T, threads).total() * 2;
+  p.activation_bytes = activation_floats(c, B, T) * 4;
+  if (precision == Precision::kBf16) {
+    p.bf16_bytes = bf16_sizes(c, B, T, threads).total() * 2;
+    p.activation_bytes += (int64_t)kHeadRows * c.vocab_size * 4;  // the blocked LM head's logits
+  }
   return p;
 }
 

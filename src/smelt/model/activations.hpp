@@ -57,8 +57,9 @@ void activations_init(Activations& a, const ModelConfig& c, int B, int T);
 // LM head's V).
 // Attention adds a bf16 copy of qkv (N x QKV) and, per thread, one query block's scores and
 // their gradient (attention_bf16_scratch_floats, counted as 2 bf16 elements per float).
-// kHeadRows: the blocked LM head and cross-entropy (bf16 training, evaluation) run in blocks of
-// this many rows, whose fp32 logits live in a kHeadRows x V scratch instead of the (N,V) logits.
+// kHeadRows: under bf16 the blocked LM head and cross-entropy (training, evaluation) run in
+// blocks of this many rows, whose fp32 logits live in a kHeadRows x V scratch instead of the
+// (N,V) logits (counted with the activations).
 constexpr int kHeadRows = 64;
 struct Bf16Sizes {
   int64_t weights = 0, inputs = 0, grads = 0, qkv = 0, attn_scratch_floats = 0;

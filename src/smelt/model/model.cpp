@@ -6,7 +6,6 @@
 #include <chrono>
 #include <cmath>
 #include <algorithm>
-#include <cstdlib>
 #include <cstring>
 #include <vector>
 
@@ -88,7 +87,6 @@ Status Model::init(const ModelConfig& c, int B, int T, int threads, uint64_t see
   m_.assign(shard_end_ - shard_begin_, 0.0f);
   v_.assign(shard_end_ - shard_begin_, 0.0f);
   activations_init(acts_, c, B, T);
-  head_block_.assign((size_t)kHeadRows * c.vocab_size, 0.0f);
   rope_.assign((size_t)c.max_seq_len * c.head_size(), 0.0f);
   if (precision_ == Precision::kBf16) {
     const Bf16Sizes z = bf16_sizes(c, B, T, threads);
@@ -97,8 +95,9 @@ Status Model::init(const ModelConfig& c, int B, int T, int threads, uint64_t see
     d16_.assign(z.grads, 0);
     qkv16_.assign(z.qkv, 0);
     attn16_scratch_.assign(z.attn_scratch_floats, 0.0f);
+    head_block_.assign((size_t)kHeadRows * c.vocab_size, 0.0f);
   } else {
-    w16_ = {}, x16_ = {}, d16_ = {}, qkv16_ = {}, attn16_scratch_ = {};
+    w16_ = {}, x16_ = {}, d16_ = {}, qkv16_ = {}, attn16_scratch_ = {}, head_block_ = {};
   }
   sparsity_scratch_.assign(T, 0.0f);
   rope_table(rope_.data(), c.max_seq_len, c.head_size(), (float)c.rope_theta);

@@ -138,7 +138,7 @@ class Model {
   bool reference_ = false;
   Precision precision_ = Precision::kFp32;
   float fused_dloss_ = 0.0f;  // the dloss d16_ already holds the LM head's gradient for (0: none)
-  std::vector<float> head_block_;  // bf16 training: one block of kHeadRows rows of logits
+  std::vector<float> head_block_;  // bf16: one block of kHeadRows rows of logits (training, forward_loss)
   int entropy_rows_ = 128;
   double block_entropy_ = -1.0;    // the fused forward's prediction entropy (-1: none, logits kept)
   static std::vector<int> entropy_sample(const Batch& b, int max_rows);
