@@ -1,0 +1,58 @@
+// Linear layers for decoding a few rows at a time (KV-cache inference, `smelt serve`'s batches),
+// in fp32 and in Q8_0 (int8 weights and activations in blocks of 32 with one fp16 scale, the
+// layout GGUF files use). Batch invariant by construction: every output element is computed by
+// the same instructions in the same order whatever the number of rows n, the thread count or the
+// other rows, so a sequence decodes to the same bits alone or in any batch. Runtime dispatch:
+// AVX-512 (VNNI for int8) where the CPU has it, else AVX2; a portable scalar path is the
+// reference each is tested against. Not the training GEMMs (kernels.hpp, gemm.cpp).
+#pragma once
+#include <cstdint>
+
+namespace smelt {
+
+// ---- Q8_0 -----------------------------------------------------------------------------------
+constexpr int kQ8Block = 32;
+// 34 bytes: scale d (IEEE fp16 bits) then 32 int8 values; value i = d * qs[i].
+struct BlockQ8_0 {
+  uint16_t d;
+  int8_t qs[kQ8Block];
+};
+static_assert(sizeof(BlockQ8_0) == 34, "Q8_0 blocks are 34 bytes, as in GGUF");
+
+// IEEE 754 binary16 <-> binary32, round to nearest even (fp16 infinities/NaN preserved).
+uint16_t fp16_from_f32(float x);
+float f32_from_fp16(uint16_t h);
+
+// The reference rounding, byte for byte ggml's quantize_row_q8_0_ref: per block amax = max |x|,
+// d = amax / 127, id = d ? 1/d : 0, q = roundf(x * id) (half away from zero), the scale stored
+// as fp16(d); an all-zero block has d = 0, q = 0, and no q is -128. n % kQ8Block == 0.
+// quantize(dequantize(b)) == b for any block made here whose fp16 scale is neither 0 nor
+// infinite (amax within about [4e-6, 8e6]). Dequantize: value i = fp32(d) * qs[i].
+void quantize_row_q8_0(BlockQ8_0* out, const float* x, int64_t n);
+void dequantize_row_q8_0(float* out, const BlockQ8_0* in, int64_t n);
+
+// ---- the linear layers ------------------------------------------------------------------------
+// out (n, ldo) = beta * out + inp (n, IC) @ W^T with W (OC, IC) row-major (the nn.Linear layout):
+// out[r][o] = beta * out[r][o] + dot(inp[r], W[o]). beta is 0 or 1 (1: the residual add).
+// Parallel over blocks of output columns with the current OpenMP team (kernels_set_threads).
+void decode_linear_f32(float* out, int ldo, const float* inp, const float* W, int n, int IC, int OC,
+                       float beta);
+// Q8_0: xq (n, IC/32 blocks) the rows quantized by quantize_row_q8_0, Wq (OC, IC/32 blocks).
+// out[r][o] = beta * out[r][o] + sum over blocks b of fp16(Wd) * fp16(xd) * (int32 sum of the
+// 32 int8 products of block b), the block sums added in block order. IC % 32 == 0.
+void decode_linear_q8_0(float* out, int ldo, const BlockQ8_0* xq, const BlockQ8_0* Wq, int n, int IC,
+                        int OC, float beta);
+
+// The scalar references (same contract; the fp32 one sums in the lane order the vector paths use
+// so that it matches them exactly, see decode_linear.cpp).
+void decode_linear_f32_ref(float* out, int ldo, const float* inp, const float* W, int n, int IC,
+                           int OC, float beta);
+void decode_linear_q8_0_ref(float* out, int ldo, const BlockQ8_0* xq, const BlockQ8_0* Wq, int n,
+                            int IC, int OC, float beta);
+
+// What the dispatch chose ("avx512-vnni", "avx2", "portable"), and a switch for tests and
+// benchmarks: force the portable path (true) or go back to the CPU's best (false).
+const char* decode_linear_isa();
+void decode_linear_set_portable(bool portable);
+
+}  // namespace smelt
