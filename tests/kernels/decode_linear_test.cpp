@@ -171,3 +171,211 @@ TEST(Q8_0, QuantizeOfDequantizeIsIdentity) {
     EXPECT_TRUE(same_blocks(a, b)) << "scale " << scale;
   }
 }
+
+// ---- the linear layers ---------------------------------------------------------------------
+
+namespace {
+
+struct Shape {
+  int n, IC, OC;
+};
+
+// Every path's arithmetic is the same formula, so every comparison below is bitwise.
+std::vector<float> run_f32(DecodeIsa isa, const std::vector<float>& x, const std::vector<float>& w, Shape s,
+                           int ldo, float beta, const std::vector<float>& init) {
+  EXPECT_TRUE(decode_linear_set_isa(isa));
+  std::vector<float> out = init;
+  decode_linear_f32(out.data(), ldo, x.data(), w.data(), s.n, s.IC, s.OC, beta);
+  return out;
+}
+
+std::vector<float> run_q8(DecodeIsa isa, const std::vector<BlockQ8_0>& x, const std::vector<BlockQ8_0>& w,
+                          Shape s, int ldo, float beta, const std::vector<float>& init) {
+  EXPECT_TRUE(decode_linear_set_isa(isa));
+  std::vector<float> out = init;
+  decode_linear_q8_0(out.data(), ldo, x.data(), w.data(), s.n, s.IC, s.OC, beta);
+  return out;
+}
+
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+std::vector<BlockQ8_0> quantize(const std::vector<float>& v) {
+  std::vector<BlockQ8_0> q(v.size() / kQ8Block);
+  quantize_row_q8_0(q.data(), v.data(), (int64_t)v.size());
+  return q;
+}
+
+// Weights as foreign GGUF files may hold them: -128 sprinkled in, one block of -128 only.
+void add_minus_128(std::vector<BlockQ8_0>& w, uint64_t seed) {
+  std::mt19937 g((uint32_t)seed);
+  for (auto& b : w)
+    if (g() % 3 == 0) b.qs[g() % kQ8Block] = -128;
+  for (auto& q : w[w.size() / 2].qs) q = -128;
+}
+
+class DecodeLinear : public ::testing::TestWithParam<DecodeIsa> {
+ protected:
+  void SetUp() override {
+    if (!decode_linear_set_isa(GetParam())) {
+      if (GetParam() == DecodeIsa::kAvx512Vnni) GTEST_SKIP() << "CPU lacks AVX512-VNNI (with AVX512F/BW/VL)";
+      GTEST_SKIP() << "CPU lacks AVX2/FMA/F16C";
+    }
+  }
+  void TearDown() override {
+    decode_linear_set_portable(false);
+    kernels_set_threads(1);
+  }
+};
+
+}  // namespace
+
+TEST_P(DecodeLinear, F32EqualsReferenceBitwise) {
+  kernels_set_threads(2);
+  std::mt19937 g(1);
+  std::vector<Shape> shapes;
+  for (int n = 1; n <= 17; n++) shapes.push_back({n, 16 * (1 + n % 5) + n % 16, 48 + 3 * n + 1});
+  for (int i = 0; i < 12; i++) shapes.push_back({1 + (int)(g() % 17), 1 + (int)(g() % 300), 1 + (int)(g() % 200)});
+  shapes.push_back({5, 0, 7});  // IC 0: out = beta * out
+  for (Shape s : shapes) {
+    const int ldo = s.OC + 3;
+    auto x = randn((size_t)s.n * s.IC, g()), w = randn((size_t)s.OC * s.IC, g());
+    for (float beta : {0.0f, 1.0f}) {
+      std::vector<float> init = randn((size_t)s.n * ldo, g());
+      if (beta == 0.0f) init.assign(init.size(), NAN);  // beta 0 must not read out
+      std::vector<float> ref = init;
+      decode_linear_f32_ref(ref.data(), ldo, x.data(), w.data(), s.n, s.IC, s.OC, beta);
+      EXPECT_TRUE(same_bits(run_f32(GetParam(), x, w, s, ldo, beta, init), ref))
+          << "n " << s.n << " IC " << s.IC << " OC " << s.OC << " beta " << beta;
+      for (int r = 0; r < s.n; r++)  // the padding columns are left alone
+        for (int c = s.OC; c < ldo; c++) EXPECT_TRUE(std::isnan(ref[r * ldo + c]) || ref[r * ldo + c] == init[r * ldo + c]);
+    }
+  }
+}
+
+TEST_P(DecodeLinear, Q8EqualsReferenceBitwise) {
+  kernels_set_threads(2);
+  std::mt19937 g(2);
+  std::vector<Shape> shapes;
+  for (int n = 1; n <= 17; n++) shapes.push_back({n, 32 * (1 + n % 4), 128 + 5 * n + 3});
+  for (int i = 0; i < 10; i++) shapes.push_back({1 + (int)(g() % 17), 32 * (1 + (int)(g() % 80)), 1 + (int)(g() % 300)});
+  shapes.push_back({3, 32 * 130, 17});  // more blocks than one chunk of the fast paths
+  shapes.push_back({33, 64, 20});       // more rows than one row tile
+  for (Shape s : shapes) {
+    const int ldo = s.OC + 1;
+    auto xq = quantize(randn((size_t)s.n * s.IC, g()));
+    auto wq = quantize(randn((size_t)s.OC * s.IC, g(), 0.05f));
+    add_minus_128(wq, g());
+    for (float beta : {0.0f, 1.0f}) {
+      std::vector<float> init = randn((size_t)s.n * ldo, g());
+      if (beta == 0.0f) init.assign(init.size(), NAN);
+      std::vector<float> ref = init;
+      decode_linear_q8_0_ref(ref.data(), ldo, xq.data(), wq.data(), s.n, s.IC, s.OC, beta);
+      EXPECT_TRUE(same_bits(run_q8(GetParam(), xq, wq, s, ldo, beta, init), ref))
+          << "n " << s.n << " IC " << s.IC << " OC " << s.OC << " beta " << beta;
+    }
+  }
+}
+
+TEST_P(DecodeLinear, ExtremeQ8BlocksAreExact) {
+  // w all -128 against x all +-127 (the largest products, the sign trick's edge), and mixtures.
+  const Shape s{3, 96, 21};
+  std::vector<BlockQ8_0> xq(s.n * 3), wq(s.OC * 3);
+  std::mt19937 g(3);
+  for (auto& b : xq) {
+    b.d = fp16_from_f32(0.5f);
+    for (auto& q : b.qs) q = (g() & 1) ? 127 : -127;
+  }
+  for (auto& b : wq) {
+    b.d = fp16_from_f32(0.25f);
+    for (auto& q : b.qs) q = (int8_t)(g() % 4 == 0 ? 127 : -128);
+  }
+  for (auto& q : wq[0].qs) q = -128;
+  for (auto& q : xq[0].qs) q = 127;
+  std::vector<float> init(s.n * s.OC, 0.0f), ref = init;
+  decode_linear_q8_0_ref(ref.data(), s.OC, xq.data(), wq.data(), s.n, s.IC, s.OC, 0.0f);
+  EXPECT_EQ(ref[0], -0.125f * 127 * 128 * 32 + [&] {  // the first block by hand, then the rest
+    float acc = 0;
+    for (int b = 1; b < 3; b++) {
+      int32_t isum = 0;
+      for (int i = 0; i < 32; i++) isum += xq[b].qs[i] * wq[b].qs[i];
+      acc += 0.125f * isum;
+    }
+    return acc;
+  }());
+  EXPECT_TRUE(same_bits(run_q8(GetParam(), xq, wq, s, s.OC, 0.0f, init), ref));
+}
+
+TEST_P(DecodeLinear, BatchAndThreadInvariant) {
+  // Row r of an n-row call == the same row alone, for every n; 1 thread == 2 threads.
+  const int IC = 16 * 13 + 5, OC = 100, ICq = 32 * 9;
+  std::mt19937 g(4);
+  auto x = randn((size_t)17 * IC, g()), w = randn((size_t)OC * IC, g());
+  auto xq = quantize(randn((size_t)17 * ICq, g())), wq = quantize(randn((size_t)OC * ICq, g()));
+  add_minus_128(wq, g());
+  std::vector<float> alone((size_t)17 * OC), alone_q((size_t)17 * OC);
+  kernels_set_threads(1);
+  for (int r = 0; r < 17; r++) {
+    decode_linear_f32(&alone[r * OC], OC, &x[(size_t)r * IC], w.data(), 1, IC, OC, 0.0f);
+    decode_linear_q8_0(&alone_q[r * OC], OC, &xq[(size_t)r * (ICq / 32)], wq.data(), 1, ICq, OC, 0.0f);
+  }
+  for (int threads : {1, 2}) {
+    kernels_set_threads(threads);
+    for (int n = 1; n <= 17; n++) {
+      std::vector<float> out((size_t)n * OC), outq((size_t)n * OC);
+      decode_linear_f32(out.data(), OC, x.data(), w.data(), n, IC, OC, 0.0f);
+      decode_linear_q8_0(outq.data(), OC, xq.data(), wq.data(), n, ICq, OC, 0.0f);
+      EXPECT_EQ(std::memcmp(out.data(), alone.data(), out.size() * 4), 0) << "f32 n " << n << " threads " << threads;
+      EXPECT_EQ(std::memcmp(outq.data(), alone_q.data(), outq.size() * 4), 0) << "q8 n " << n << " threads " << threads;
+    }
+  }
+}
+
+TEST_P(DecodeLinear, CloseToDoublePrecisionDot) {
+  // Each fp32 rounding (one per FMA or add) errs by at most 2^-24 of the partial sum, which is
+  // bounded by the sum of |terms|: |out - exact| <= steps * 2^-24 * sum |term|.
+  const Shape s{4, 32 * 24, 70};
+  std::mt19937 g(5);
+  auto x = randn((size_t)s.n * s.IC, g()), w = randn((size_t)s.OC * s.IC, g(), 0.02f);
+  auto xq = quantize(x), wq = quantize(w);
+  std::vector<float> xd(x.size()), wd(w.size()), out(s.n * s.OC), outq(s.n * s.OC);
+  dequantize_row_q8_0(xd.data(), xq.data(), (int64_t)x.size());
+  dequantize_row_q8_0(wd.data(), wq.data(), (int64_t)w.size());
+  decode_linear_f32(out.data(), s.OC, x.data(), w.data(), s.n, s.IC, s.OC, 0.0f);
+  decode_linear_q8_0(outq.data(), s.OC, xq.data(), wq.data(), s.n, s.IC, s.OC, 0.0f);
+  for (int r = 0; r < s.n; r++)
+    for (int o = 0; o < s.OC; o++) {
+      double e = 0, a = 0, eq = 0, aq = 0;
+      for (int k = 0; k < s.IC; k++) {
+        e += (double)x[r * s.IC + k] * w[o * s.IC + k], a += std::fabs((double)x[r * s.IC + k] * w[o * s.IC + k]);
+        const double t = (double)xd[r * s.IC + k] * wd[o * s.IC + k];
+        eq += t, aq += std::fabs(t);
+      }
+      const double f32_steps = s.IC / 16 + 4, q8_steps = s.IC / 32;
+      EXPECT_LE(std::fabs(out[r * s.OC + o] - e), f32_steps * 0x1p-24 * a) << r << "," << o;
+      EXPECT_LE(std::fabs(outq[r * s.OC + o] - eq), q8_steps * 0x1p-24 * aq) << r << "," << o;
+      EXPECT_NEAR(outq[r * s.OC + o], e, 0.05 * a / std::sqrt((double)s.IC) + 1e-3);  // Q8_0 ~ fp32
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(Isa, DecodeLinear,
+                         ::testing::Values(DecodeIsa::kPortable, DecodeIsa::kAvx2, DecodeIsa::kAvx512Vnni),
+                         [](const auto& info) {
+                           switch (info.param) {
+                             case DecodeIsa::kAvx2: return std::string("avx2");
+                             case DecodeIsa::kAvx512Vnni: return std::string("avx512_vnni");
+                             default: return std::string("portable");
+                           }
+                         });
+
+TEST(DecodeLinearDispatch, NamesTheChosenPath) {
+  decode_linear_set_portable(true);
+  EXPECT_STREQ(decode_linear_isa(), "portable");
+  decode_linear_set_portable(false);
+  const CpuInfo& c = cpu_info();
+  const char* want = c.avx512f && c.avx512bw && c.avx512vl && c.avx512_vnni ? "avx512-vnni"
+                     : c.avx2 && c.fma                                         ? "avx2"
+                                                                               : "portable";
+  EXPECT_STREQ(decode_linear_isa(), want);
+}

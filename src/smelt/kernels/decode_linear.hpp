@@ -52,7 +52,13 @@ void decode_linear_q8_0_ref(float* out, int ldo, const BlockQ8_0* xq, const Bloc
 
 // What the dispatch chose ("avx512-vnni", "avx2", "portable"), and a switch for tests and
 // benchmarks: force the portable path (true) or go back to the CPU's best (false).
+// avx512-vnni needs AVX512F/BW/VL and AVX512-VNNI (both kernels then run on AVX-512); avx2 needs
+// AVX2, FMA and F16C. A CPU with AVX-512 but no VNNI runs the avx2 paths.
 const char* decode_linear_isa();
 void decode_linear_set_portable(bool portable);
+// Force one path (tests compare them on one machine); false, and nothing changes, when the CPU
+// lacks it.
+enum class DecodeIsa : int { kPortable = 0, kAvx2 = 1, kAvx512Vnni = 2 };
+bool decode_linear_set_isa(DecodeIsa isa);
 
 }  // namespace smelt

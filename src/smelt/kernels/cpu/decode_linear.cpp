@@ -1,11 +1,44 @@
 // Decode-time linear layers (decode_linear.hpp): fp16 <-> fp32 in software, Q8_0 quantization
 // (ggml's reference rounding), and fp32 / Q8_0 matrix-vector products for a few rows at a time.
 // Not the training GEMMs (gemm.cpp, matmul.cpp).
+//
+// Batch invariance is a property of the arithmetic, not of the schedule: each output element has
+// one formula, and every path (AVX-512, AVX2, portable, _ref) evaluates exactly it, whatever tile
+// the element falls in, whatever n or the thread count:
+//
+//  fp32, K16 = IC - IC % 16:
+//    p[j] = 0, then for k = j, j+16, ... < K16:   p[j] = fma(x[k], w[k], p[j])     (j = 0..15)
+//    s = ((p0+p8 + p4+p12) + (p2+p10 + p6+p14)) + ((p1+p9 + p5+p13) + (p3+p11 + p7+p15)),
+//        i.e. q[j] = p[j] + p[j+8], then q[j] + q[j+4], then + [j+2], then + [j+1]
+//    for k = K16 .. IC-1:                         s = fma(x[k], w[k], s)
+//  Q8_0, blocks b = 0 .. IC/32 - 1 in order:
+//    isum = sum of the 32 products x.qs[i] * w.qs[i] (exact int32)
+//    acc  = fma(fp32(w.d) * fp32(x.d), (float)isum, acc)    (acc = 0 first; the product of two
+//           halves is exact in fp32, and |isum| <= 32*128*127 < 2^24 converts exactly)
+//  out = beta == 0 ? s : fma(beta, out, s)   (beta 1: out + s; out is not read when beta is 0)
+//
+// AVX-512 keeps the 16 lanes of p in one register, AVX2 in two (lanes 0-7, 8-15); the tree is
+// the usual halving reduction. Tiles of rows x output columns share each weight load among the
+// rows (weights stream from memory once per call for n <= the row tile); OpenMP threads take
+// fixed blocks of output columns.
 #include "smelt/kernels/decode_linear.hpp"
 
+// GCC 12's AVX-512 headers trip -W(maybe-)uninitialized on their own _mm512_undefined_*()
+// (GCC bug 105593, fixed in 13); the warning is placed in the header, so it is silenced for it.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#include <immintrin.h>
+#pragma GCC diagnostic pop
+#include <omp.h>
+
+#include <algorithm>
+#include <atomic>
 #include <bit>
 #include <cmath>
 #include <cstring>
+
+#include "smelt/machine/cpu_info.hpp"
 
 namespace smelt {
 
@@ -69,6 +102,448 @@ void dequantize_row_q8_0(float* out, const BlockQ8_0* in, int64_t n) {
     const float d = f32_from_fp16(in[b].d);
     for (int j = 0; j < kQ8Block; j++) out[b * kQ8Block + j] = (float)in[b].qs[j] * d;
   }
+}
+
+// ---- dispatch -------------------------------------------------------------------------------
+namespace {
+
+std::atomic<int> g_isa{-1};  // DecodeIsa, -1 until first use
+
+bool cpu_has(DecodeIsa isa) {
+  const CpuInfo& c = cpu_info();
+  switch (isa) {
+    case DecodeIsa::kPortable: return true;
+    case DecodeIsa::kAvx2: return c.avx2 && c.fma && __builtin_cpu_supports("f16c");
+    case DecodeIsa::kAvx512Vnni:
+      return c.avx512f && c.avx512bw && c.avx512vl && c.avx512_vnni && cpu_has(DecodeIsa::kAvx2);
+  }
+  return false;
+}
+
+DecodeIsa best_isa() {
+  if (cpu_has(DecodeIsa::kAvx512Vnni)) return DecodeIsa::kAvx512Vnni;
+  if (cpu_has(DecodeIsa::kAvx2)) return DecodeIsa::kAvx2;
+  return DecodeIsa::kPortable;
+}
+
+DecodeIsa current_isa() {
+  int v = g_isa.load(std::memory_order_relaxed);
+  if (v < 0) g_isa.store(v = (int)best_isa(), std::memory_order_relaxed);
+  return (DecodeIsa)v;
+}
+
+inline float finish(float s, const float* o, float beta) { return beta == 0.0f ? s : std::fma(beta, *o, s); }
+
+// ---- fp32 -----------------------------------------------------------------------------------
+constexpr int kLanes = 16;
+// Output columns per OpenMP task: a multiple of every tile width (AVX-512 4, AVX2 2, 1).
+constexpr int kColBlockF32 = 48;
+
+inline float tree16(const float* p) {
+  float q[8];
+  for (int j = 0; j < 8; j++) q[j] = p[j] + p[j + 8];
+  for (int j = 0; j < 4; j++) q[j] = q[j] + q[j + 4];
+  for (int j = 0; j < 2; j++) q[j] = q[j] + q[j + 2];
+  return q[0] + q[1];
+}
+
+inline float tail_f32(float s, const float* x, const float* w, int k0, int IC) {
+  for (int k = k0; k < IC; k++) s = std::fma(x[k], w[k], s);
+  return s;
+}
+
+float dot_f32_portable(const float* x, const float* w, int IC) {
+  float p[kLanes] = {};
+  const int K16 = IC - IC % kLanes;
+  for (int k = 0; k < K16; k += kLanes)
+    for (int j = 0; j < kLanes; j++) p[j] = std::fma(x[k + j], w[k + j], p[j]);
+  return tail_f32(tree16(p), x, w, K16, IC);
+}
+
+// One tile: rows [r0, r0+R) x columns [c0, c0+C). Each weight vector is loaded once for R rows.
+using TileF32 = void (*)(float* out, int ldo, const float* inp, const float* W, int IC, int r0, int c0,
+                         float beta);
+
+template <int R, int C>
+__attribute__((target("avx512f"))) void tile_f32_avx512(float* out, int ldo, const float* inp, const float* W,
+                                                        int IC, int r0, int c0, float beta) {
+  const float* x[R];
+  const float* w[C];
+  for (int r = 0; r < R; r++) x[r] = inp + (int64_t)(r0 + r) * IC;
+  for (int c = 0; c < C; c++) w[c] = W + (int64_t)(c0 + c) * IC;
+  __m512 acc[R][C];
+  for (int r = 0; r < R; r++)
+    for (int c = 0; c < C; c++) acc[r][c] = _mm512_setzero_ps();
+  const int K16 = IC - IC % kLanes;
+  for (int k = 0; k < K16; k += kLanes) {
+    __m512 wv[C];
+    for (int c = 0; c < C; c++) wv[c] = _mm512_loadu_ps(w[c] + k);
+    for (int r = 0; r < R; r++) {
+      const __m512 xv = _mm512_loadu_ps(x[r] + k);
+      for (int c = 0; c < C; c++) acc[r][c] = _mm512_fmadd_ps(xv, wv[c], acc[r][c]);
+    }
+  }
+  for (int r = 0; r < R; r++)
+    for (int c = 0; c < C; c++) {
+      const __m512 v = acc[r][c];
+      const __m256 h8 = _mm256_add_ps(_mm512_castps512_ps256(v),
+                                      _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
+      const __m128 h4 = _mm_add_ps(_mm256_castps256_ps128(h8), _mm256_extractf128_ps(h8, 1));
+      const __m128 h2 = _mm_add_ps(h4, _mm_movehl_ps(h4, h4));
+      const float s = _mm_cvtss_f32(_mm_add_ss(h2, _mm_shuffle_ps(h2, h2, 1)));
+      float* o = out + (int64_t)(r0 + r) * ldo + c0 + c;
+      *o = finish(tail_f32(s, x[r], w[c], K16, IC), o, beta);
+    }
+}
+
+template <int R, int C>
+__attribute__((target("avx2,fma"))) void tile_f32_avx2(float* out, int ldo, const float* inp, const float* W,
+                                                      int IC, int r0, int c0, float beta) {
+  const float* x[R];
+  const float* w[C];
+  for (int r = 0; r < R; r++) x[r] = inp + (int64_t)(r0 + r) * IC;
+  for (int c = 0; c < C; c++) w[c] = W + (int64_t)(c0 + c) * IC;
+  __m256 lo[R][C], hi[R][C];  // lanes 0-7 and 8-15
+  for (int r = 0; r < R; r++)
+    for (int c = 0; c < C; c++) lo[r][c] = hi[r][c] = _mm256_setzero_ps();
+  const int K16 = IC - IC % kLanes;
+  for (int k = 0; k < K16; k += kLanes) {
+    __m256 wv[C];
+    for (int c = 0; c < C; c++) wv[c] = _mm256_loadu_ps(w[c] + k);
+    for (int r = 0; r < R; r++) {
+      const __m256 xv = _mm256_loadu_ps(x[r] + k);
+      for (int c = 0; c < C; c++) lo[r][c] = _mm256_fmadd_ps(xv, wv[c], lo[r][c]);
+    }
+    for (int c = 0; c < C; c++) wv[c] = _mm256_loadu_ps(w[c] + k + 8);
+    for (int r = 0; r < R; r++) {
+      const __m256 xv = _mm256_loadu_ps(x[r] + k + 8);
+      for (int c = 0; c < C; c++) hi[r][c] = _mm256_fmadd_ps(xv, wv[c], hi[r][c]);
+    }
+  }
+  for (int r = 0; r < R; r++)
+    for (int c = 0; c < C; c++) {
+      const __m256 h8 = _mm256_add_ps(lo[r][c], hi[r][c]);
+      const __m128 h4 = _mm_add_ps(_mm256_castps256_ps128(h8), _mm256_extractf128_ps(h8, 1));
+      const __m128 h2 = _mm_add_ps(h4, _mm_movehl_ps(h4, h4));
+      const float s = _mm_cvtss_f32(_mm_add_ss(h2, _mm_shuffle_ps(h2, h2, 1)));
+      float* o = out + (int64_t)(r0 + r) * ldo + c0 + c;
+      *o = finish(tail_f32(s, x[r], w[c], K16, IC), o, beta);
+    }
+}
+
+void tile_f32_portable(float* out, int ldo, const float* inp, const float* W, int IC, int r0, int c0,
+                       float beta) {
+  const float* x = inp + (int64_t)r0 * IC;
+  const float* w = W + (int64_t)c0 * IC;
+  float* o = out + (int64_t)r0 * ldo + c0;
+  *o = finish(dot_f32_portable(x, w, IC), o, beta);
+}
+
+// Tile tables [R-1][C-1].
+constexpr int kAvx512RowsF32 = 4, kAvx512ColsF32 = 4;
+constexpr TileF32 kTilesAvx512[4][4] = {
+    {tile_f32_avx512<1, 1>, tile_f32_avx512<1, 2>, tile_f32_avx512<1, 3>, tile_f32_avx512<1, 4>},
+    {tile_f32_avx512<2, 1>, tile_f32_avx512<2, 2>, tile_f32_avx512<2, 3>, tile_f32_avx512<2, 4>},
+    {tile_f32_avx512<3, 1>, tile_f32_avx512<3, 2>, tile_f32_avx512<3, 3>, tile_f32_avx512<3, 4>},
+    {tile_f32_avx512<4, 1>, tile_f32_avx512<4, 2>, tile_f32_avx512<4, 3>, tile_f32_avx512<4, 4>}};
+constexpr int kAvx2RowsF32 = 3, kAvx2ColsF32 = 2;  // 12 accumulators of the 16 ymm registers
+constexpr TileF32 kTilesAvx2[3][2] = {{tile_f32_avx2<1, 1>, tile_f32_avx2<1, 2>},
+                                      {tile_f32_avx2<2, 1>, tile_f32_avx2<2, 2>},
+                                      {tile_f32_avx2<3, 1>, tile_f32_avx2<3, 2>}};
+
+template <int RT, int CT, typename Pick>
+void run_f32(float* out, int ldo, const float* inp, const float* W, int n, int IC, int OC, float beta,
+             Pick pick) {
+  const int blocks = (OC + kColBlockF32 - 1) / kColBlockF32;
+#pragma omp parallel for schedule(static)
+  for (int blk = 0; blk < blocks; blk++) {
+    const int c1 = std::min(OC, (blk + 1) * kColBlockF32);
+    for (int c = blk * kColBlockF32; c < c1; c += CT) {  // columns outer: their weights stay in cache
+      const int cw = std::min(CT, c1 - c);
+      for (int r = 0; r < n; r += RT) pick(std::min(RT, n - r), cw)(out, ldo, inp, W, IC, r, c, beta);
+    }
+  }
+}
+
+// ---- Q8_0 -----------------------------------------------------------------------------------
+// Output columns per OpenMP task, a multiple of the tiles (AVX-512 16, AVX2 8 columns); rows are
+// taken kRowTileQ8 at a time and blocks kChunkQ8 at a time, so the scratch below is fixed-size.
+constexpr int kColBlockQ8 = 128, kRowTileQ8 = 16, kChunkQ8 = 64;
+
+// Per (row, block) of one chunk: fp32(x.d), and 128 * sum(x.qs) for the AVX-512 path, which
+// multiplies (w + 128) as unsigned bytes by x and subtracts it.
+struct RowPrepQ8 {
+  float xd[kRowTileQ8][kChunkQ8];
+  int32_t xs128[kRowTileQ8][kChunkQ8];
+};
+
+inline int32_t load_i32(const int8_t* p) {
+  int32_t v;
+  std::memcpy(&v, p, 4);
+  return v;
+}
+
+inline int32_t block_dot(const int8_t* a, const int8_t* b) {
+  int32_t s = 0;
+  for (int i = 0; i < kQ8Block; i++) s += (int32_t)a[i] * (int32_t)b[i];
+  return s;
+}
+
+float dot_q8_portable(const BlockQ8_0* x, const BlockQ8_0* w, int nb) {
+  float acc = 0.0f;
+  for (int b = 0; b < nb; b++)
+    acc = std::fma(f32_from_fp16(w[b].d) * f32_from_fp16(x[b].d), (float)block_dot(x[b].qs, w[b].qs), acc);
+  return acc;
+}
+
+__attribute__((target("avx2"))) void prep_q8(RowPrepQ8& p, const BlockQ8_0* xq, int nb, int r0, int rh, int b0,
+                                             int bn, bool sums) {
+  for (int r = 0; r < rh; r++) {
+    const BlockQ8_0* x = xq + (int64_t)(r0 + r) * nb + b0;
+    for (int b = 0; b < bn; b++) {
+      p.xd[r][b] = f32_from_fp16(x[b].d);
+      if (!sums) continue;
+      // sum of the bytes + 128 each, as four u64 partial sums (sad against zero)
+      const __m256i u = _mm256_xor_si256(_mm256_loadu_si256((const __m256i*)x[b].qs), _mm256_set1_epi8((char)0x80));
+      const __m256i s = _mm256_sad_epu8(u, _mm256_setzero_si256());
+      const __m128i t = _mm_add_epi64(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+      const int32_t sum = (int32_t)(_mm_cvtsi128_si64(t) + _mm_extract_epi64(t, 1)) - 128 * kQ8Block;
+      p.xs128[r][b] = 128 * sum;
+    }
+  }
+}
+
+// A 16-column tile over blocks [b0, b0+bn) for rows [0, rh) of the prepared chunk, AVX-512 VNNI.
+// The 16 columns' 32-byte blocks are transposed so that dword lane j of T[k] holds bytes
+// 4k..4k+3 of column j: one vpdpbusd per 4 bytes of x (broadcast) then serves 16 columns, and
+// lane j ends with column j's exact int32 block sum, no horizontal adds. vpdpbusd multiplies
+// unsigned by signed bytes: T holds w + 128 (0..255, -128 included), x is signed, and
+// 128 * sum(x) is subtracted. facc (rh, ldf) accumulates the tile's 16 columns.
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni"))) void tile_q8_avx512(
+    float* facc, int ldf, const RowPrepQ8& p, const BlockQ8_0* xq, const BlockQ8_0* W, int nb, int r0, int rh,
+    int cw, int b0, int bn) {
+  const BlockQ8_0* col[16];
+  alignas(64) int32_t off[16];
+  for (int j = 0; j < 16; j++) {
+    const int c = std::min(j, cw - 1);  // lanes past the edge repeat the last column (not stored)
+    col[j] = W + (int64_t)c * nb;
+    off[j] = c * nb * (int)sizeof(BlockQ8_0);
+  }
+  const __m512i goff = _mm512_load_si512(off);
+  const __m512i bias = _mm512_set1_epi8((char)0x80);
+  for (int b = b0; b < b0 + bn; b++) {
+    __m512i Z[8];
+    for (int j = 0; j < 4; j++) {
+      Z[j] = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i*)col[j][b].qs)),
+                                _mm256_loadu_si256((const __m256i*)col[j + 4][b].qs), 1);
+      Z[j + 4] = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i*)col[j + 8][b].qs)),
+                                    _mm256_loadu_si256((const __m256i*)col[j + 12][b].qs), 1);
+    }
+    __m512i T[8];
+    for (int g = 0; g < 2; g++) {  // 4x4 dword transposes within 128-bit lanes
+      const __m512i* z = Z + 4 * g;
+      const __m512i t0 = _mm512_unpacklo_epi32(z[0], z[1]), t1 = _mm512_unpackhi_epi32(z[0], z[1]);
+      const __m512i t2 = _mm512_unpacklo_epi32(z[2], z[3]), t3 = _mm512_unpackhi_epi32(z[2], z[3]);
+      T[4 * g + 0] = _mm512_unpacklo_epi64(t0, t2);
+      T[4 * g + 1] = _mm512_unpackhi_epi64(t0, t2);
+      T[4 * g + 2] = _mm512_unpacklo_epi64(t1, t3);
+      T[4 * g + 3] = _mm512_unpackhi_epi64(t1, t3);
+    }
+    // T[m] (g=0): lanes [c0-3 dword m, c0-3 dword m+4, c4-7 dword m, c4-7 dword m+4]; T[4+m] the
+    // same for c8-15. Gather the 128-bit lanes into dword m and dword m+4 of all 16 columns.
+    __m512i D[8];
+    for (int m = 0; m < 4; m++) {
+      D[m] = _mm512_xor_si512(_mm512_shuffle_i32x4(T[m], T[4 + m], 0x88), bias);
+      D[m + 4] = _mm512_xor_si512(_mm512_shuffle_i32x4(T[m], T[4 + m], 0xdd), bias);
+    }
+    // the 16 columns' scales: a 4-byte gather at each block's start, the low half kept
+    const __m512i g = _mm512_i32gather_epi32(goff, (const void*)(W + b), 1);
+    const __m512 wd = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(g));
+    for (int r = 0; r < rh; r++) {
+      const int8_t* xb = xq[(int64_t)(r0 + r) * nb + b].qs;
+      __m512i a0 = _mm512_setzero_si512(), a1 = _mm512_setzero_si512();
+      for (int k = 0; k < 8; k += 2) {
+        a0 = _mm512_dpbusd_epi32(a0, D[k], _mm512_set1_epi32(load_i32(xb + 4 * k)));
+        a1 = _mm512_dpbusd_epi32(a1, D[k + 1], _mm512_set1_epi32(load_i32(xb + 4 * k + 4)));
+      }
+      const __m512i isum = _mm512_sub_epi32(_mm512_add_epi32(a0, a1), _mm512_set1_epi32(p.xs128[r][b - b0]));
+      const __m512 s = _mm512_mul_ps(wd, _mm512_set1_ps(p.xd[r][b - b0]));
+      float* f = facc + (int64_t)r * ldf;
+      _mm512_storeu_ps(f, _mm512_fmadd_ps(s, _mm512_cvtepi32_ps(isum), _mm512_loadu_ps(f)));
+    }
+  }
+}
+
+// An 8-column tile, AVX2: the same transpose (8x8 dwords), then ggml's sign trick per 4 bytes:
+// maddubs(|w|, x * sign(w)) (|w| <= 128 unsigned, |x| <= 127, so a pair of products is at most
+// 32512: no int16 saturation, -128 in w included), madd by ones to int32.
+__attribute__((target("avx2,fma,f16c"))) void tile_q8_avx2(float* facc, int ldf, const RowPrepQ8& p,
+                                                          const BlockQ8_0* xq, const BlockQ8_0* W, int nb,
+                                                          int r0, int rh, int cw, int b0, int bn) {
+  const BlockQ8_0* col[8];
+  alignas(32) int32_t off[8];
+  for (int j = 0; j < 8; j++) {
+    const int c = std::min(j, cw - 1);
+    col[j] = W + (int64_t)c * nb;
+    off[j] = c * nb * (int)sizeof(BlockQ8_0);
+  }
+  const __m256i goff = _mm256_load_si256((const __m256i*)off);
+  const __m256i ones = _mm256_set1_epi16(1);
+  const __m256i lo16 = _mm256_setr_epi8(0, 1, 4, 5, 8, 9, 12, 13, -1, -1, -1, -1, -1, -1, -1, -1, 0, 1, 4, 5, 8,
+                                        9, 12, 13, -1, -1, -1, -1, -1, -1, -1, -1);
+  for (int b = b0; b < b0 + bn; b++) {
+    __m256i Y[8];
+    for (int j = 0; j < 8; j++) Y[j] = _mm256_loadu_si256((const __m256i*)col[j][b].qs);
+    __m256i U[8];
+    for (int g = 0; g < 2; g++) {
+      const __m256i* y = Y + 4 * g;
+      const __m256i t0 = _mm256_unpacklo_epi32(y[0], y[1]), t1 = _mm256_unpackhi_epi32(y[0], y[1]);
+      const __m256i t2 = _mm256_unpacklo_epi32(y[2], y[3]), t3 = _mm256_unpackhi_epi32(y[2], y[3]);
+      U[4 * g + 0] = _mm256_unpacklo_epi64(t0, t2);  // [c dword 0 | c dword 4], 4 columns
+      U[4 * g + 1] = _mm256_unpackhi_epi64(t0, t2);
+      U[4 * g + 2] = _mm256_unpacklo_epi64(t1, t3);
+      U[4 * g + 3] = _mm256_unpackhi_epi64(t1, t3);
+    }
+    __m256i T[8], A[8];
+    for (int m = 0; m < 4; m++) {
+      T[m] = _mm256_permute2x128_si256(U[m], U[4 + m], 0x20);
+      T[m + 4] = _mm256_permute2x128_si256(U[m], U[4 + m], 0x31);
+    }
+    for (int k = 0; k < 8; k++) A[k] = _mm256_sign_epi8(T[k], T[k]);
+    const __m256i g = _mm256_permute4x64_epi64(
+        _mm256_shuffle_epi8(_mm256_i32gather_epi32((const int*)(W + b), goff, 1), lo16), 0x08);
+    const __m256 wd = _mm256_cvtph_ps(_mm256_castsi256_si128(g));
+    for (int r = 0; r < rh; r++) {
+      const int8_t* xb = xq[(int64_t)(r0 + r) * nb + b].qs;
+      __m256i a0 = _mm256_setzero_si256(), a1 = _mm256_setzero_si256();
+      for (int k = 0; k < 8; k += 2) {
+        const __m256i s0 = _mm256_sign_epi8(_mm256_set1_epi32(load_i32(xb + 4 * k)), T[k]);
+        const __m256i s1 = _mm256_sign_epi8(_mm256_set1_epi32(load_i32(xb + 4 * k + 4)), T[k + 1]);
+        a0 = _mm256_add_epi32(a0, _mm256_madd_epi16(_mm256_maddubs_epi16(A[k], s0), ones));
+        a1 = _mm256_add_epi32(a1, _mm256_madd_epi16(_mm256_maddubs_epi16(A[k + 1], s1), ones));
+      }
+      const __m256 s = _mm256_mul_ps(wd, _mm256_set1_ps(p.xd[r][b - b0]));
+      float* f = facc + (int64_t)r * ldf;
+      _mm256_storeu_ps(f, _mm256_fmadd_ps(s, _mm256_cvtepi32_ps(_mm256_add_epi32(a0, a1)), _mm256_loadu_ps(f)));
+    }
+  }
+}
+
+template <int CT, typename Tile>
+void run_q8(float* out, int ldo, const BlockQ8_0* xq, const BlockQ8_0* Wq, int n, int nb, int OC, float beta,
+            bool sums, Tile tile) {
+  const int blocks = (OC + kColBlockQ8 - 1) / kColBlockQ8;
+#pragma omp parallel for schedule(static)
+  for (int blk = 0; blk < blocks; blk++) {
+    const int c0 = blk * kColBlockQ8, c1 = std::min(OC, c0 + kColBlockQ8);
+    alignas(64) float facc[kRowTileQ8][kColBlockQ8];
+    RowPrepQ8 p;
+    for (int r0 = 0; r0 < n; r0 += kRowTileQ8) {
+      const int rh = std::min(kRowTileQ8, n - r0);
+      for (int r = 0; r < rh; r++) std::fill(facc[r], facc[r] + kColBlockQ8, 0.0f);
+      for (int b0 = 0; b0 < nb; b0 += kChunkQ8) {
+        const int bn = std::min(kChunkQ8, nb - b0);
+        prep_q8(p, xq, nb, r0, rh, b0, bn, sums);
+        for (int c = c0; c < c1; c += CT)
+          tile(&facc[0][c - c0], kColBlockQ8, p, xq, Wq + (int64_t)c * nb, nb, r0, rh, std::min(CT, c1 - c), b0, bn);
+      }
+      for (int r = 0; r < rh; r++)
+        for (int c = c0; c < c1; c++) {
+          float* o = out + (int64_t)(r0 + r) * ldo + c;
+          *o = finish(facc[r][c - c0], o, beta);
+        }
+    }
+  }
+}
+
+}  // namespace
+
+// ---- the entry points -------------------------------------------------------------------------
+void decode_linear_f32(float* out, int ldo, const float* inp, const float* W, int n, int IC, int OC,
+                       float beta) {
+  if (n <= 0 || OC <= 0) return;
+  switch (current_isa()) {
+    case DecodeIsa::kAvx512Vnni:
+      return run_f32<kAvx512RowsF32, kAvx512ColsF32>(out, ldo, inp, W, n, IC, OC, beta,
+                                                     [](int r, int c) { return kTilesAvx512[r - 1][c - 1]; });
+    case DecodeIsa::kAvx2:
+      return run_f32<kAvx2RowsF32, kAvx2ColsF32>(out, ldo, inp, W, n, IC, OC, beta,
+                                                 [](int r, int c) { return kTilesAvx2[r - 1][c - 1]; });
+    case DecodeIsa::kPortable:
+      return run_f32<1, 1>(out, ldo, inp, W, n, IC, OC, beta, [](int, int) { return tile_f32_portable; });
+  }
+}
+
+void decode_linear_q8_0(float* out, int ldo, const BlockQ8_0* xq, const BlockQ8_0* Wq, int n, int IC,
+                        int OC, float beta) {
+  if (n <= 0 || OC <= 0) return;
+  const int nb = IC / kQ8Block;
+  switch (current_isa()) {
+    case DecodeIsa::kAvx512Vnni: return run_q8<16>(out, ldo, xq, Wq, n, nb, OC, beta, true, tile_q8_avx512);
+    case DecodeIsa::kAvx2: return run_q8<8>(out, ldo, xq, Wq, n, nb, OC, beta, false, tile_q8_avx2);
+    case DecodeIsa::kPortable: break;
+  }
+  const int blocks = (OC + kColBlockQ8 - 1) / kColBlockQ8;
+#pragma omp parallel for schedule(static)
+  for (int blk = 0; blk < blocks; blk++)
+    for (int o = blk * kColBlockQ8; o < std::min(OC, (blk + 1) * kColBlockQ8); o++)
+      for (int r = 0; r < n; r++) {
+        float* d = out + (int64_t)r * ldo + o;
+        *d = finish(dot_q8_portable(xq + (int64_t)r * nb, Wq + (int64_t)o * nb, nb), d, beta);
+      }
+}
+
+// The references: one element at a time, serial, the formulas of the file's opening comment.
+void decode_linear_f32_ref(float* out, int ldo, const float* inp, const float* W, int n, int IC, int OC,
+                           float beta) {
+  for (int r = 0; r < n; r++)
+    for (int o = 0; o < OC; o++) {
+      const float* x = inp + (int64_t)r * IC;
+      const float* w = W + (int64_t)o * IC;
+      float p[kLanes] = {};
+      for (int k = 0; k < IC - IC % kLanes; k++) p[k % kLanes] = std::fma(x[k], w[k], p[k % kLanes]);
+      float s = tree16(p);
+      for (int k = IC - IC % kLanes; k < IC; k++) s = std::fma(x[k], w[k], s);
+      float* d = out + (int64_t)r * ldo + o;
+      *d = beta == 0.0f ? s : std::fma(beta, *d, s);
+    }
+}
+
+void decode_linear_q8_0_ref(float* out, int ldo, const BlockQ8_0* xq, const BlockQ8_0* Wq, int n, int IC,
+                            int OC, float beta) {
+  const int nb = IC / kQ8Block;
+  for (int r = 0; r < n; r++)
+    for (int o = 0; o < OC; o++) {
+      float acc = 0.0f;
+      for (int b = 0; b < nb; b++) {
+        const BlockQ8_0& x = xq[(int64_t)r * nb + b];
+        const BlockQ8_0& w = Wq[(int64_t)o * nb + b];
+        int32_t isum = 0;
+        for (int i = 0; i < kQ8Block; i++) isum += (int32_t)x.qs[i] * (int32_t)w.qs[i];
+        acc = std::fma(f32_from_fp16(w.d) * f32_from_fp16(x.d), (float)isum, acc);
+      }
+      float* d = out + (int64_t)r * ldo + o;
+      *d = beta == 0.0f ? acc : std::fma(beta, *d, acc);
+    }
+}
+
+const char* decode_linear_isa() {
+  switch (current_isa()) {
+    case DecodeIsa::kAvx512Vnni: return "avx512-vnni";
+    case DecodeIsa::kAvx2: return "avx2";
+    case DecodeIsa::kPortable: break;
+  }
+  return "portable";
+}
+
+void decode_linear_set_portable(bool portable) {
+  g_isa.store((int)(portable ? DecodeIsa::kPortable : best_isa()), std::memory_order_relaxed);
+}
+
+bool decode_linear_set_isa(DecodeIsa isa) {
+  if (!cpu_has(isa)) return false;
+  g_isa.store((int)isa, std::memory_order_relaxed);
+  return true;
 }
 
 }  // namespace smelt
