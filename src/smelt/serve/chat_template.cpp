@@ -1,0 +1,106 @@
+// Chat messages -> prompt ids (chat_template.hpp): markers as special-token ids, message text as
+// ordinary text.
+#include "smelt/serve/chat_template.hpp"
+
+#include <string_view>
+
+namespace smelt {
+
+namespace {
+
+bool has_special(const Tokenizer& tok, std::string_view text) {
+  for (const auto& s : tok.model().specials)
+    if (s.text == text) return true;
+  return false;
+}
+
+// One piece of the rendered prompt: a template marker (special tokens recognised) or text.
+struct Piece {
+  std::string text;
+  bool marker = false;
+};
+
+std::string plain_role(const std::string& role) { return role == "assistant" ? "Assistant" : "User"; }
+
+std::vector<Piece> pieces(const ChatTemplate& t, const Tokenizer* tok, const std::vector<ChatMessage>& msgs) {
+  std::vector<Piece> p;
+  switch (t.format) {
+    case ChatFormat::kPlain:
+      for (const auto& m : msgs) {
+        if (m.role == "system") {
+          p.push_back({m.content, false});
+          p.push_back({"\n\n", true});
+        } else {
+          p.push_back({plain_role(m.role) + ": ", true});
+          p.push_back({m.content, false});
+          p.push_back({"\n\n", true});
+        }
+      }
+      p.push_back({"Assistant:", true});
+      break;
+    case ChatFormat::kChatml:
+      for (const auto& m : msgs) {
+        p.push_back({"<|im_start|>" + m.role + "\n", true});
+        p.push_back({m.content, false});
+        p.push_back({"<|im_end|>\n", true});
+      }
+      p.push_back({"<|im_start|>assistant\n", true});
+      break;
+    case ChatFormat::kLlama3:
+      if (!tok || has_special(*tok, "<|begin_of_text|>")) p.push_back({"<|begin_of_text|>", true});
+      for (const auto& m : msgs) {
+        p.push_back({"<|start_header_id|>" + m.role + "<|end_header_id|>\n\n", true});
+        p.push_back({m.content, false});
+        p.push_back({"<|eot_id|>", true});
+      }
+      p.push_back({"<|start_header_id|>assistant<|end_header_id|>\n\n", true});
+      break;
+  }
+  return p;
+}
+
+}  // namespace
+
+const char* chat_format_name(ChatFormat f) {
+  switch (f) {
+    case ChatFormat::kChatml: return "chatml";
+    case ChatFormat::kLlama3: return "llama3";
+    default: return "plain";
+  }
+}
+
+ChatTemplate chat_template_for(const Tokenizer& tok) {
+  ChatTemplate t;
+  if (has_special(tok, "<|im_start|>") && has_special(tok, "<|im_end|>")) {
+    t.format = ChatFormat::kChatml;
+    t.stop = {"<|im_end|>"};
+  } else if (has_special(tok, "<|start_header_id|>") && has_special(tok, "<|end_header_id|>") &&
+             has_special(tok, "<|eot_id|>")) {
+    t.format = ChatFormat::kLlama3;
+    t.stop = {"<|eot_id|>"};
+  } else {
+    t.format = ChatFormat::kPlain;
+    t.stop = {"\nUser:"};
+  }
+  return t;
+}
+
+void chat_template_encode(const ChatTemplate& t, const Tokenizer& tok, const std::vector<ChatMessage>& msgs,
+                          std::vector<uint32_t>& out) {
+  // plain has no markers: the whole transcript is one text, so it splits and merges exactly as the
+  // same words did in training. The others: markers with special tokens recognised, message text
+  // without (a user cannot forge a turn); a merge never crosses a special token anyway.
+  if (t.format == ChatFormat::kPlain) {
+    tok.encode(chat_template_render(t, msgs), out, /*allow_special=*/false);
+    return;
+  }
+  for (const auto& p : pieces(t, &tok, msgs)) tok.encode(p.text, out, /*allow_special=*/p.marker);
+}
+
+std::string chat_template_render(const ChatTemplate& t, const std::vector<ChatMessage>& msgs) {
+  std::string s;
+  for (const auto& p : pieces(t, nullptr, msgs)) s += p.text;
+  return s;
+}
+
+}  // namespace smelt
