@@ -162,6 +162,12 @@ TEST(OpenaiApi, GoodCompletionBodiesBecomeTheirGeneration) {
   ASSERT_TRUE(api_parse_request(C, R"({"prompt": ""})", kCtx, r, e));
   ASSERT_TRUE(api_build_generation(r, tok, tmpl, kCtx, g, e));
   EXPECT_EQ(g.prompt, (std::vector<int32_t>{256}));
+  // logprobs 0: the chosen token's log probability, no top entries (the engine is asked for one)
+  ASSERT_TRUE(api_parse_request(C, R"({"prompt": "a", "logprobs": 0})", kCtx, r, e));
+  ASSERT_TRUE(api_build_generation(r, tok, tmpl, kCtx, g, e));
+  EXPECT_TRUE(r.logprobs);
+  EXPECT_EQ(r.top_logprobs, 0);
+  EXPECT_EQ(g.logprobs, 1);
   // null means "not given"
   ASSERT_TRUE(api_parse_request(C, R"({"prompt": "a", "max_tokens": null, "stop": null, "logprobs": null})", kCtx, r, e));
   EXPECT_FALSE(r.logprobs);

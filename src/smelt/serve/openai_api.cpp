@@ -500,7 +500,9 @@ bool api_build_generation(const ApiRequest& r, const Tokenizer& tok, const ChatT
   gen.stop = r.stop;
   if (r.route == ApiRoute::kChat)
     for (const auto& s : tmpl.stop) gen.stop.push_back(s);
-  gen.logprobs = r.logprobs ? r.top_logprobs : 0;
+  // the engine computes log probabilities only when asked for top entries: ask for at least one
+  // (the chosen token's own is wanted even with top_logprobs 0); the responses keep top_logprobs
+  gen.logprobs = r.logprobs ? std::max(1, r.top_logprobs) : 0;
   gen.ignore_eos = r.ignore_eos;
   return true;
 }
