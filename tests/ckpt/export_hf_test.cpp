@@ -248,7 +248,7 @@ TEST_F(ExportHf, PeakMemoryStaysNearTheLargestTensor) {
 }
 
 TEST_F(ExportHf, UsageErrorsExitTwoFailuresExitOne) {
-  EXPECT_EQ(test::run_smelt("export --checkpoint x --output y --format gguf", dir_).rc, 2);
+  EXPECT_EQ(test::run_smelt("export --checkpoint x --output y --format onnx", dir_).rc, 2);
   EXPECT_EQ(test::run_smelt("export --checkpoint x", dir_).rc, 2);  // no --output
   test::CmdResult r = test::run_smelt("export --checkpoint " + (dir_ / "none").string() + " --output " +
                                           (dir_ / "o").string(), dir_);

@@ -1,6 +1,7 @@
-// `smelt export --format hf`: a checkpoint (step or run directory) -> a Hugging Face Llama folder
-// (model.safetensors, config.json, tokenizer.json) that LlamaForCausalLM.from_pretrained loads;
-// --check reads it back and compares logits. Not the export itself (ckpt/export_hf.cpp), not GGUF.
+// `smelt export`: a checkpoint (step or run directory) -> a Hugging Face Llama folder
+// (model.safetensors, config.json, tokenizer.json) that LlamaForCausalLM.from_pretrained loads, or
+// one GGUF file (F32/F16/Q8_0) that llama.cpp loads; --check reads the export back and compares
+// logits. Not the exports themselves (ckpt/export_hf.cpp, ckpt/export_gguf.cpp).
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -10,6 +11,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "smelt/ckpt/export_gguf.hpp"
 #include "smelt/ckpt/export_hf.hpp"
 #include "smelt/cli/cli_parse.hpp"
 #include "smelt/cli/commands.hpp"
@@ -28,25 +30,78 @@ int64_t peak_rss_bytes() {
     if (line.rfind("VmHWM:", 0) == 0) return std::stoll(line.substr(6)) * 1024;  // "VmHWM:  1234 kB"
   return 0;
 }
+// --format gguf: the export, --check, the summary line and --json.
+int export_gguf_main(const std::string& step_dir, const std::string& output, GgufDtype dtype,
+                     const std::string& tok_path, bool check, bool json) {
+  auto t0 = std::chrono::steady_clock::now();
+  GgufExportStats st;
+  if (Status s = export_gguf(step_dir, output, dtype, tok_path, &st); !s) {
+    spdlog::error("{}", s.message());
+    return kExitFailure;
+  }
+  double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::string check_result = "not run", file_type = gguf_dtype_name(dtype);
+  double diff = 0, rel = 0;
+  if (check) {
+    if (Status s = export_gguf_check(step_dir, output, &diff, &rel, &file_type); !s) {
+      spdlog::error("--check failed: {}", s.message());
+      return kExitFailure;
+    }
+    check_result = "passed";
+  }
+  std::string types;
+  for (const auto& [t, n] : st.types) types += fmt::format("{}{} {}", types.empty() ? "" : ", ", n, t);
+  std::fputs(fmt::format("[export] {} -> {}: {} tensors ({}), {:.1f} MiB GGUF, tokenizer.ggml.pre {}, {:.2f} s; "
+                         "check {}{}\n",
+                         step_dir, output, st.tensors, types, st.bytes / 1048576.0, st.pre, secs, check_result,
+                         check ? (diff == 0 ? " (logits identical)"
+                                            : fmt::format(" (logits within {:.2e} of max(1, max|logit|))", rel))
+                               : "")
+                 .c_str(),
+             stderr);
+  if (json) {
+    nlohmann::json j = {{"checkpoint", step_dir}, {"output", output}, {"format", "gguf"},
+                        {"dtype", gguf_dtype_name(dtype)}, {"tensors", st.tensors}, {"types", st.types},
+                        {"f16_fallbacks", st.f16_fallbacks}, {"bytes", st.bytes},
+                        {"largest_tensor_bytes", st.largest_tensor}, {"pre", st.pre}, {"seconds", secs},
+                        {"check", check_result}, {"check_max_abs_diff", diff}, {"check_rel_diff", rel},
+                        {"peak_rss_bytes", peak_rss_bytes()}};
+    std::fputs((j.dump() + "\n").c_str(), stdout);
+  }
+  return kExitOk;
+}
+
 }  // namespace
 
 int cli_export(int argc, char** argv) {
   CLI::App app{"smelt export: a checkpoint -> Hugging Face Llama layout (model.safetensors, config.json, "
-               "tokenizer.json), streamed one tensor at a time"};
+               "tokenizer.json) or one GGUF file for llama.cpp, streamed one tensor at a time"};
   app.name("smelt export");
-  std::string ckpt, format = "hf", output, tok_path;
+  std::string ckpt, format = "hf", output, tok_path, dtype_name = "f32";
   bool check = false, json = false;
   app.add_option("--checkpoint", ckpt, "step directory or run directory (its newest valid checkpoint) (required)")
       ->required();
-  app.add_option("--format", format, "hf (Hugging Face LlamaForCausalLM, F32 safetensors); gguf is not built yet");
-  app.add_option("-o,--output", output, "folder to write (created; files in it are replaced) (required)")->required();
+  app.add_option("--format", format, "hf (Hugging Face LlamaForCausalLM, F32 safetensors; default) or gguf "
+                 "(llama.cpp's llama architecture, one file)");
+  app.add_option("--dtype", dtype_name, "gguf: f32 (default), f16 or q8_0 for the matrices (norms stay f32)");
+  app.add_option("-o,--output", output, "hf: folder to write (created; files in it are replaced); gguf: the file "
+                 "(required)")->required();
   app.add_option("--tokenizer", tok_path, "tokenizer.json to include (default: the checkpoint's copy)");
   app.add_flag("--check", check, "read the export back, run a fixed batch with both weight sets, exit 1 on any "
                "difference in the logits");
   app.add_flag("--json", json, "print a JSON summary on stdout");
   if (int rc = cli_parse(app, argc, argv, "export"); rc >= 0) return rc;
-  if (format != "hf") {
-    spdlog::error("--format {}: only 'hf' (Hugging Face Llama safetensors + config.json) is available", format);
+  if (format != "hf" && format != "gguf") {
+    spdlog::error("--format {}: expected hf (Hugging Face Llama safetensors + config.json) or gguf", format);
+    return kExitUsage;
+  }
+  GgufDtype dtype = GgufDtype::kF32;
+  if (Status s = gguf_dtype_parse(dtype_name, dtype); !s) {
+    spdlog::error("{}", s.message());
+    return kExitUsage;
+  }
+  if (format == "hf" && dtype != GgufDtype::kF32) {
+    spdlog::error("--dtype {}: the hf export writes F32 only; --dtype is for --format gguf", dtype_name);
     return kExitUsage;
   }
   std::string step_dir;
@@ -54,6 +109,7 @@ int cli_export(int argc, char** argv) {
     spdlog::error("{}", s.message());
     return kExitFailure;
   }
+  if (format == "gguf") return export_gguf_main(step_dir, output, dtype, tok_path, check, json);
   auto t0 = std::chrono::steady_clock::now();
   HfExportStats st;
   if (Status s = export_hf(step_dir, output, tok_path, &st); !s) {

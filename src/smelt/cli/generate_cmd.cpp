@@ -1,4 +1,4 @@
-// `smelt generate`: a checkpoint (step or run directory) and a prompt in, sampled text streamed to
+// `smelt generate`: a checkpoint (step or run directory) or a GGUF file and a prompt in, sampled text streamed to
 // stdout as tokens arrive (KV-cache decoding, model/inference.hpp; sampling, serve/sampling.hpp),
 // a summary on stderr or, with --json, one JSON object on stdout. Not an HTTP server.
 #include <algorithm>
@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "smelt/ckpt/checkpoint.hpp"
+#include "smelt/ckpt/export_gguf.hpp"
 #include "smelt/cli/cli_parse.hpp"
 #include "smelt/cli/commands.hpp"
 #include "smelt/cli/resolve_checkpoint.hpp"
@@ -51,14 +52,16 @@ int cli_generate(int argc, char** argv) {
   CLI::App app{"smelt generate: sample text from a checkpoint with KV-cache decoding; the text "
                "streams to stdout, a summary goes to stderr (or one JSON object to stdout with --json)"};
   app.name("smelt generate");
-  std::string ckpt, prompt, tok_path, dtype = "f32";
+  std::string ckpt, gguf, prompt, tok_path, dtype = "f32";
   int max_new = 128, top_k = 0, threads = 1;
   float temperature = 1.0f, top_p = 1.0f, repeat_penalty = 1.0f;
   int repeat_last_n = 64;
   uint64_t seed = 0;
   bool json = false, no_stop = false;
-  app.add_option("--checkpoint", ckpt, "step directory (RUN/checkpoints/step_N) or run directory "
-                 "(its newest valid checkpoint) (required)")->required();
+  auto* ckpt_opt = app.add_option("--checkpoint", ckpt, "step directory (RUN/checkpoints/step_N) or run directory "
+                                  "(its newest valid checkpoint); this or --gguf is required");
+  app.add_option("--gguf", gguf, "a GGUF file (llama architecture, F32/F16/Q8_0, e.g. from smelt export --format "
+                 "gguf) instead of --checkpoint; its own tokenizer unless --tokenizer")->excludes(ckpt_opt);
   app.add_option("--prompt", prompt, "text to continue (required; may be \"\" when the tokenizer "
                  "has an end-of-document token, which then starts the sequence)")->required();
   app.add_option("--max-new-tokens", max_new, "tokens to generate at most (the model's "
@@ -75,7 +78,7 @@ int cli_generate(int argc, char** argv) {
   app.add_option("--seed", seed, "sampling seed (same seed, checkpoint and flags: same text)");
   app.add_option("--threads", threads, "threads (default 1: one-row decoding has ~60 thread barriers per "
                  "token, which a busy machine turns into waits; see docs/generate.md)")->check(CLI::PositiveNumber);
-  app.add_option("--tokenizer", tok_path, "tokenizer.json (default: the checkpoint's copy)");
+  app.add_option("--tokenizer", tok_path, "tokenizer.json (default: the checkpoint's copy, or the GGUF file's)");
   app.add_option("--dtype", dtype, "linear layers in f32 (default, exact) or bf16 (a bf16 copy of the weights: "
                  "half the bytes per token; AMX/AVX512-BF16 where the CPU has them)")
       ->check(CLI::IsMember({"f32", "fp32", "bf16"}));
@@ -88,34 +91,50 @@ int cli_generate(int argc, char** argv) {
     return kExitUsage;
   }
 
-  std::string step_dir;
-  if (Status s = cli_resolve_checkpoint(ckpt, step_dir); !s) {
-    spdlog::error("{}", s.message());
-    return kExitFailure;
+  if (ckpt.empty() && gguf.empty()) {
+    spdlog::error("give --checkpoint DIR or --gguf FILE");
+    return kExitUsage;
   }
-  if (tok_path.empty()) {
-    tok_path = (fs::path(step_dir) / "tokenizer.json").string();
-    std::error_code ec;
-    if (!fs::exists(tok_path, ec)) {
-      spdlog::error("{}: the checkpoint carries no tokenizer.json; pass --tokenizer FILE", step_dir);
+  std::string step_dir;
+  Tokenizer tok;
+  ModelConfig cfg;
+  std::vector<float> params;
+  if (!gguf.empty()) {
+    GgufModelInfo info;
+    if (Status s = gguf_load_model(gguf, cfg, params, tok, &info); !s) {
+      spdlog::error("{}", s.message());
+      return kExitFailure;
+    }
+    spdlog::info("{}: {} GGUF, tokenizer.ggml.pre {}", gguf, info.file_type, info.pre);
+    step_dir = gguf;
+  } else {
+    if (Status s = cli_resolve_checkpoint(ckpt, step_dir); !s) {
+      spdlog::error("{}", s.message());
+      return kExitFailure;
+    }
+    if (tok_path.empty()) {
+      tok_path = (fs::path(step_dir) / "tokenizer.json").string();
+      std::error_code ec;
+      if (!fs::exists(tok_path, ec)) {
+        spdlog::error("{}: the checkpoint carries no tokenizer.json; pass --tokenizer FILE", step_dir);
+        return kExitFailure;
+      }
+    }
+    if (Status s = ckpt_load_model(step_dir, cfg, params); !s) {
+      spdlog::error("{}", s.message());
       return kExitFailure;
     }
   }
-  Tokenizer tok;
-  if (Status s = Tokenizer::load(tok_path, tok); !s) {
-    spdlog::error("--tokenizer {}: {}", tok_path, s.message());
-    return kExitFailure;
-  }
-  ModelConfig cfg;
-  std::vector<float> params;
-  if (Status s = ckpt_load_model(step_dir, cfg, params); !s) {
-    spdlog::error("{}", s.message());
-    return kExitFailure;
+  if (!tok_path.empty()) {
+    if (Status s = Tokenizer::load(tok_path, tok); !s) {
+      spdlog::error("--tokenizer {}: {}", tok_path, s.message());
+      return kExitFailure;
+    }
   }
   const int V = cfg.vocab_size;
   if ((int64_t)tok.vocab_size() > V) {
     spdlog::error("{}: tokenizer vocabulary {} is larger than the model's vocab_size {}; is it the "
-                  "tokenizer the model was trained with?", tok_path, tok.vocab_size(), V);
+                  "tokenizer the model was trained with?", tok_path.empty() ? gguf : tok_path, tok.vocab_size(), V);
     return kExitFailure;
   }
 
@@ -206,7 +225,7 @@ int cli_generate(int argc, char** argv) {
   const int n_new = (int)out_ids.size();
   const double tps = decode_s > 0 ? n_new / decode_s : 0.0;
   if (json) {
-    nlohmann::json j = {{"checkpoint", step_dir}, {"prompt", prompt}, {"text", stream.text()},
+    nlohmann::json j = {{gguf.empty() ? "checkpoint" : "gguf", step_dir}, {"prompt", prompt}, {"text", stream.text()},
                         {"prompt_tokens", n_prompt}, {"new_tokens", n_new}, {"ids", out_ids},
                         {"stop", stop}, {"prefill_seconds", prefill_s}, {"decode_seconds", decode_s},
                         {"tokens_per_second", tps}, {"threads", threads},

@@ -1,0 +1,85 @@
+// Smelt's Llama in GGUF (docs/generate.md "GGUF"), both ways: export_gguf streams a checkpoint into
+// one file that llama.cpp's `llama` architecture loads (llama.* metadata, the byte-level BPE
+// tokenizer as tokenizer.ggml.*, tensors under llama.cpp's names with Q and K rows permuted to its
+// adjacent-pair RoPE, F32 / F16 / Q8_0), and gguf_load_model reads such a file back into our
+// config, flat fp32 parameters and Tokenizer. Not the file format itself (gguf.hpp), not HF export.
+#pragma once
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "smelt/ckpt/gguf.hpp"
+#include "smelt/common/status.hpp"
+#include "smelt/model/config.hpp"
+
+namespace smelt {
+
+class Tokenizer;
+
+// What the matrices are stored as. Norm weights stay F32 in every case (llama.cpp does the same:
+// they are tiny and its norm kernels read F32). q8_0: a matrix whose rows are not whole blocks of
+// 32 falls back to F16, as llama.cpp's convert_hf_to_gguf.py does.
+enum class GgufDtype { kF32, kF16, kQ8_0 };
+const char* gguf_dtype_name(GgufDtype d);                      // "f32", "f16", "q8_0"
+Status gguf_dtype_parse(const std::string& s, GgufDtype& out);  // errors name the value and the choices
+
+struct GgufExportStats {
+  int tensors = 0;
+  int64_t bytes = 0;           // file size
+  int64_t largest_tensor = 0;  // fp32 bytes of the largest tensor: what export holds at once (x2)
+  int f16_fallbacks = 0;       // q8_0 requested, rows not whole blocks: stored F16
+  std::string pre;             // tokenizer.ggml.pre written
+  std::map<std::string, int> types;  // ggml type name -> tensor count
+};
+
+// step_dir -> out_path (written beside, renamed into place). tokenizer_path: "" = the
+// checkpoint's tokenizer.json; a GGUF file without a tokenizer is useless to llama.cpp, so none is
+// an error. Memory: two buffers the size of the largest tensor, whatever the model's size.
+Status export_gguf(const std::string& step_dir, const std::string& out_path, GgufDtype dtype,
+                   const std::string& tokenizer_path = "", GgufExportStats* stats = nullptr);
+
+// The tokenizer.ggml.pre name whose pre-tokenizer is exactly ours, from llama.cpp's
+// src/llama-vocab.cpp (names -> LLAMA_VOCAB_PRE_TYPE_* -> regex): gpt2 -> "gpt-2"; llama3/cl100k
+// -> "llama-bpe" when pre-tokens in the vocabulary skip the merges (ignore_merges, which
+// "llama-bpe" turns on), else "dbrx" (the same regex without it); qwen2 -> "qwen2"; o200k ->
+// "gpt-4o". "" for a pattern llama.cpp has no name for.
+std::string gguf_pre_name(const std::string& pretokenizer, bool ignore_merges);
+
+struct GgufModelInfo {
+  std::string path;
+  std::string name;         // general.name ("" when absent)
+  std::string pre;          // tokenizer.ggml.pre
+  std::string file_type;    // "f32", "f16", "q8_0" or "mixed": the matrices' storage
+  std::map<std::string, int> types;  // ggml type name -> tensor count
+  int64_t file_bytes = 0;
+};
+
+// Loads a GGUF file of the `llama` architecture (Smelt's, or any other whose tensors are F32, F16
+// or Q8_0 and whose tokenizer is byte-level BPE with a pre-tokenizer Smelt has) into:
+//   c       the config (context_length -> max_seq_len, an absent output.weight -> tied);
+//   params  fp32, param_layout(c) order, exactly what ckpt_load_model gives: F16 and Q8_0 are
+//           dequantized, Q and K rows put back into our rotate_half order;
+//   tok     rebuilt from tokenizer.ggml.{tokens,token_type,merges,pre} (a Smelt file gives the
+//           tokenizer it was exported from, same content hash).
+// Refused, with the file, the key or tensor and what Smelt supports: another architecture, a
+// tensor type other than F32/F16/Q8_0, RoPE scaling or partial rotary, a missing or extra tensor,
+// a SentencePiece or unknown tokenizer. info may be null.
+Status gguf_load_model(const std::string& path, ModelConfig& c, std::vector<float>& params, Tokenizer& tok,
+                       GgufModelInfo* info = nullptr);
+
+// --check: the checkpoint and the file read back by gguf_load_model run one fixed batch (2 rows of
+// up to 32 tokens) through Model. The configs must agree and the tokenizer must have the
+// checkpoint's content hash; logits must be identical for an F32 file (the same fp32 values) and
+// within max|diff| <= tol * max(1, max|logit|) otherwise (tol: f16 2e-2, q8_0 5e-2; see
+// docs/generate.md for the measured errors). rel_diff: max|diff| / max(1, max|logit|).
+double gguf_check_tolerance(const std::string& file_type);
+Status export_gguf_check(const std::string& step_dir, const std::string& gguf_path, double* max_abs_diff = nullptr,
+                         double* rel_diff = nullptr, std::string* file_type = nullptr);
+
+// The Q/K row order llama.cpp's llama architecture needs (convert_hf_to_gguf.py's permute):
+// within each head of HS rows, row s*HS/2 + j (ours: element i pairs with i + HS/2) goes to row
+// 2j + s (llama.cpp: adjacent pairs). w (heads*HS, cols) in place; inverse puts it back.
+void gguf_permute_rope_rows(float* w, int heads, int HS, int64_t cols, bool inverse);
+
+}  // namespace smelt
