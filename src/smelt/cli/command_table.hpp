@@ -21,9 +21,12 @@
   X("ckpt", cli_ckpt, FULL, "verify | list checkpoints")                                            \
   X("export", cli_export, FULL, "a checkpoint -> Hugging Face Llama safetensors + config.json")     \
   X("pipeline", cli_pipeline, FULL, "run every stage of a pipeline config in order")                \
-  X("machine", cli_machine, FULL, "the CPU, its peaks, the GEMM back ends and a model's GEMM rates")
+  X("machine", cli_machine, FULL, "the CPU, its peaks, the GEMM back ends and a model's GEMM rates") \
+  X("serve", cli_serve, FULL, "an OpenAI-compatible HTTP server over a checkpoint or GGUF file")
 
 namespace smelt {
+
+int cli_serve(int argc, char** argv);  // serve_cmd.cpp (TODO: move beside the others in commands.hpp)
 
 // File name of the full binary, looked up next to the light one (/proc/self/exe).
 inline constexpr const char* kFullBinaryName = "smelt-full";
