@@ -1,0 +1,298 @@
+// Batched KV-cache decoding over the training model's parameters and row-wise kernels
+// (rmsnorm_forward, rope_forward, swiglu_forward, embedding_forward); linear layers on the decode
+// kernels (decode_linear.hpp), the training GEMMs for wide non-invariant steps, or bf16 GEMMs.
+// Only the single-query attention over a slot's cache is written here. Not sampling, not the
+// training forward (model.cpp), not scheduling (serve/engine.cpp).
+#include "smelt/model/decoder.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include <fmt/format.h>
+
+#include "smelt/kernels/kernels.hpp"
+
+namespace smelt {
+
+namespace {
+// Output rows per block of a one-row bf16 linear layer: the OpenMP team splits the weight's rows
+// (a single input row has no rows to split); fixed, so bits do not depend on the thread count.
+constexpr int kGemvBlock = 128;
+// Fewer rows than this: norms, RoPE, SwiGLU and the embedding run on one thread (a parallel
+// region's barrier is most of a one-row norm's time), and f32 linear layers run on the decode
+// kernel (weights read once for all rows) rather than sgemm.
+constexpr int kWideRows = 16;
+}  // namespace
+
+const char* weight_format_name(WeightFormat f) {
+  switch (f) {
+    case WeightFormat::kF32: return "f32";
+    case WeightFormat::kBf16: return "bf16";
+    case WeightFormat::kQ8_0: return "q8_0";
+  }
+  return "?";
+}
+
+Status weight_format_parse(const std::string& s, WeightFormat& out) {
+  if (s == "f32" || s == "fp32") out = WeightFormat::kF32;
+  else if (s == "bf16") out = WeightFormat::kBf16;
+  else if (s == "q8_0") out = WeightFormat::kQ8_0;
+  else return Status::error(fmt::format("dtype \"{}\": expected f32, bf16 or q8_0", s));
+  return Status::ok();
+}
+
+Status Decoder::init(const ModelConfig& c, const float* params, const DecoderOptions& o) {
+  if (auto s = model_config_validate(c); !s) return s;
+  if (!params) return Status::error("[decoder] no parameter buffer");
+  DecoderOptions opt = o;
+  if (opt.slot_tokens == 0) opt.slot_tokens = c.max_seq_len;
+  if (opt.slot_tokens < 0 || opt.slot_tokens > c.max_seq_len)
+    return Status::error(fmt::format("[decoder] {} tokens per sequence: must be in [1, max_seq_len = {}] "
+                                     "(the RoPE positions the model was trained for)",
+                                     opt.slot_tokens, c.max_seq_len));
+  if (opt.slots < 1 || opt.max_rows < 1)
+    return Status::error(fmt::format("[decoder] slots = {}, max_rows = {}: both must be >= 1", opt.slots,
+                                     opt.max_rows));
+  if (opt.batch_invariant && opt.format == WeightFormat::kBf16)
+    return Status::error("[decoder] bf16 linear layers are not batch invariant (oneDNN's GEMMs depend on the "
+                         "row count); use f32 or q8_0");
+  const int C = c.d_model, HS = c.head_size(), KV = c.n_kv_heads * HS, H = c.ffn_hidden;
+  const int A = c.n_heads * HS;
+  cfg_ = c;
+  opt_ = opt;
+  opt_.threads = std::max(1, opt.threads);
+  layout_ = param_layout(c);
+  w_ = params;
+  pos_.assign(opt.slots, 0);
+  const size_t cache = (size_t)opt.slots * c.n_layers * opt.slot_tokens * KV;
+  kcache_.assign(cache, 0.0f);
+  vcache_.assign(cache, 0.0f);
+  rope_.assign((size_t)opt.slot_tokens * HS, 0.0f);
+  rope_table(rope_.data(), opt.slot_tokens, HS, (float)c.rope_theta);
+  const size_t r = opt.max_rows;
+  x_.assign(r * C, 0.0f);
+  ln_.assign(r * C, 0.0f);
+  head_.assign(r * C, 0.0f);
+  qkv_.assign(r * c.qkv_size(), 0.0f);
+  att_.assign(r * A, 0.0f);
+  gu_.assign(r * 2 * H, 0.0f);
+  sw_.assign(r * H, 0.0f);
+  rstd_.assign(r, 0.0f);
+  posbuf_.assign(r, 0);
+  slotbuf_.assign(r, 0);
+  tokbuf_.assign(r, 0);
+  const size_t widest = std::max({C, A, H});
+  w16_ = {}, x16_ = {}, wq_ = {}, xq_ = {};
+  kernels_set_threads(opt_.threads);
+  if (opt.format == WeightFormat::kBf16) {
+    w16_.assign(layout_.total, 0);
+    bf16_from_f32(w16_.data(), params, layout_.total);
+    x16_.assign(r * widest, 0);
+  } else if (opt.format == WeightFormat::kQ8_0) {
+    // Each matrix the linear layers read (not the embedding table, unless it is also the LM head)
+    // whose rows are whole blocks is quantized; one whose rows are not (IC % 32 != 0) stays fp32,
+    // as GGUF's q8_0 files keep such tensors in a float type.
+    q_at_.clear();
+    int64_t blocks = 0;
+    for (const ParamTensor& t : layout_.tensors) {
+      if (t.cols == 1 || t.cols % kQ8Block || (t.offset == layout_.wte && layout_.lm_head != layout_.wte)) continue;
+      q_at_[t.offset] = blocks;
+      blocks += t.size() / kQ8Block;
+    }
+    wq_.resize(blocks);
+    for (const ParamTensor& t : layout_.tensors) {
+      auto it = q_at_.find(t.offset);
+      if (it == q_at_.end()) continue;
+      const int64_t nb = t.cols / kQ8Block;
+#pragma omp parallel for schedule(static)
+      for (int64_t row = 0; row < t.rows; row++)
+        quantize_row_q8_0(wq_.data() + it->second + row * nb, params + t.offset + row * t.cols, t.cols);
+    }
+    xq_.resize(r * widest / kQ8Block + 1);
+  }
+  bytes_ = (int64_t)sizeof(float) *
+               (int64_t)(2 * cache + rope_.size() + x_.size() + ln_.size() + head_.size() + qkv_.size() +
+                         att_.size() + gu_.size() + sw_.size() + rstd_.size() + 3 * r) +
+           (int64_t)sizeof(uint16_t) * (int64_t)(w16_.size() + x16_.size()) +
+           (int64_t)sizeof(BlockQ8_0) * (int64_t)(wq_.size() + xq_.size());
+  return Status::ok();
+}
+
+std::string Decoder::linear_isa() const {
+  switch (opt_.format) {
+    case WeightFormat::kBf16: return std::string("bf16 ") + gemm_bf16_isa();
+    case WeightFormat::kQ8_0: return std::string("q8_0 decode_linear ") + decode_linear_isa();
+    case WeightFormat::kF32:
+      return std::string("f32 decode_linear ") + decode_linear_isa() + (opt_.batch_invariant ? "" : ", sgemm for wide steps");
+  }
+  return "?";
+}
+
+void Decoder::linear(float* out, const float* inp, int64_t w, int n, int IC, int OC, float beta) {
+  switch (opt_.format) {
+    case WeightFormat::kF32:
+      if (!opt_.batch_invariant && n >= kWideRows) matmul_forward(out, inp, w_ + w, n, IC, OC, beta);
+      else decode_linear_f32(out, OC, inp, w_ + w, n, IC, OC, beta);
+      return;
+    case WeightFormat::kQ8_0: {
+      auto it = q_at_.find(w);
+      if (it == q_at_.end()) {  // rows that are not whole blocks: kept in fp32
+        decode_linear_f32(out, OC, inp, w_ + w, n, IC, OC, beta);
+        return;
+      }
+      const int nb = IC / kQ8Block;
+      // Row quantization is row-wise (batch invariant); parallel only when there are many rows.
+      kernels_set_threads(n < kWideRows ? 1 : opt_.threads);
+#pragma omp parallel for schedule(static)
+      for (int i = 0; i < n; i++) quantize_row_q8_0(xq_.data() + (size_t)i * nb, inp + (size_t)i * IC, IC);
+      kernels_set_threads(opt_.threads);
+      decode_linear_q8_0(out, OC, xq_.data(), wq_.data() + it->second, n, IC, OC, beta);
+      return;
+    }
+    case WeightFormat::kBf16: break;
+  }
+  if (n > 1) {
+    matmul_forward_bf16(out, x16_.data(), inp, w16_.data() + w, n, IC, OC, beta);
+    return;
+  }
+  // One row: out is OC contiguous floats, so a block of weight rows is a smaller matmul.
+  const int blocks = (OC + kGemvBlock - 1) / kGemvBlock;
+  kernels_set_threads(1);
+  bf16_from_f32(x16_.data(), inp, IC);  // once, before the blocks share it
+  kernels_set_threads(opt_.threads);
+#pragma omp parallel for schedule(static)
+  for (int b = 0; b < blocks; b++) {
+    const int o0 = b * kGemvBlock, oc = std::min(kGemvBlock, OC - o0);
+    gemm_bf16(false, true, 1, oc, IC, x16_.data(), IC, w16_.data() + w + (int64_t)o0 * IC, IC, beta, out + o0, OC);
+  }
+}
+
+// Causal attention of each row's query over its slot's cache (keys 0..its position), one pass
+// with an online softmax (Milakov & Gimelshein 2018): no score buffer. Query head h reads kv head
+// h/group. Each (row, head) is computed alone, in key order: batch invariant.
+void Decoder::attention(int l, int n) {
+  const ModelConfig& c = cfg_;
+  const int HS = c.head_size(), NH = c.n_heads, QKV = c.qkv_size(), A = NH * HS;
+  const int KV = c.n_kv_heads * HS, group = NH / c.n_kv_heads, T = opt_.slot_tokens;
+  const float scale = 1.0f / std::sqrt((float)HS);
+#pragma omp parallel for collapse(2) schedule(static)
+  for (int i = 0; i < n; i++)
+    for (int h = 0; h < NH; h++) {
+      const size_t base = ((size_t)slotbuf_[i] * c.n_layers + l) * T * KV;
+      const float* kc = kcache_.data() + base;
+      const float* vc = vcache_.data() + base;
+      const float* q = qkv_.data() + (size_t)i * QKV + (size_t)h * HS;
+      const size_t kv_off = (size_t)(h / group) * HS;
+      float acc[512];  // HS <= 512 (model_config_validate)
+      std::fill(acc, acc + HS, 0.0f);
+      float m = -std::numeric_limits<float>::infinity(), sum = 0.0f;
+      const int last = posbuf_[i];
+      for (int j = 0; j <= last; j++) {
+        const float* k = kc + (size_t)j * KV + kv_off;
+        float s = 0.0f;
+#pragma omp simd reduction(+ : s)
+        for (int e = 0; e < HS; e++) s += q[e] * k[e];
+        s *= scale;
+        const float* v = vc + (size_t)j * KV + kv_off;
+        if (s > m) {
+          const float r = std::exp(m - s);  // exp(-inf) = 0 on the first key
+          sum = sum * r + 1.0f;
+#pragma omp simd
+          for (int e = 0; e < HS; e++) acc[e] = acc[e] * r + v[e];
+          m = s;
+        } else {
+          const float p = std::exp(s - m);
+          sum += p;
+#pragma omp simd
+          for (int e = 0; e < HS; e++) acc[e] += p * v[e];
+        }
+      }
+      float* out = att_.data() + (size_t)i * A + (size_t)h * HS;
+      const float inv = 1.0f / sum;
+      for (int e = 0; e < HS; e++) out[e] = acc[e] * inv;
+    }
+}
+
+void Decoder::layer(int l, int n) {
+  const ModelConfig& c = cfg_;
+  const int C = c.d_model, H = c.ffn_hidden, HS = c.head_size(), NH = c.n_heads;
+  const int NKV = c.n_kv_heads, QKV = c.qkv_size(), A = NH * HS, KV = NKV * HS;
+  const int T = opt_.slot_tokens, threads = opt_.threads;
+  const LayerOffsets& o = layout_.layers[l];
+  const float eps = (float)c.norm_eps;
+  const int row_threads = n < kWideRows ? 1 : threads;
+
+  kernels_set_threads(row_threads);
+  rmsnorm_forward(ln_.data(), rstd_.data(), x_.data(), w_ + o.ln1, n, C, eps);
+  kernels_set_threads(threads);
+  linear(qkv_.data(), ln_.data(), o.wqkv, n, C, QKV, 0.0f);
+  kernels_set_threads(row_threads);
+  rope_forward(qkv_.data(), posbuf_.data(), rope_.data(), n, n, QKV, 0, NH, HS);
+  rope_forward(qkv_.data(), posbuf_.data(), rope_.data(), n, n, QKV, A, NKV, HS);
+  kernels_set_threads(threads);
+  for (int i = 0; i < n; i++) {
+    const size_t at = (((size_t)slotbuf_[i] * c.n_layers + l) * T + posbuf_[i]) * KV;
+    const float* row = qkv_.data() + (size_t)i * QKV;
+    std::memcpy(kcache_.data() + at, row + A, sizeof(float) * KV);
+    std::memcpy(vcache_.data() + at, row + A + KV, sizeof(float) * KV);
+  }
+  attention(l, n);
+  linear(x_.data(), att_.data(), o.wo, n, A, C, 1.0f);  // residual add (beta 1)
+  kernels_set_threads(row_threads);
+  rmsnorm_forward(ln_.data(), rstd_.data(), x_.data(), w_ + o.ln2, n, C, eps);
+  kernels_set_threads(threads);
+  linear(gu_.data(), ln_.data(), o.wgu, n, C, 2 * H, 0.0f);
+  kernels_set_threads(row_threads);
+  swiglu_forward(sw_.data(), gu_.data(), n, H);
+  kernels_set_threads(threads);
+  linear(x_.data(), sw_.data(), o.wdown, n, H, C, 1.0f);
+}
+
+Status Decoder::step(const DecodeRow* rows, int n, float* logits_out) {
+  if (!w_) return Status::error("[decoder] step before init");
+  const ModelConfig& c = cfg_;
+  const int C = c.d_model, V = c.vocab_size;
+  if (n <= 0 || n > opt_.max_rows)
+    return Status::error(fmt::format("[decoder] a step of {} rows: must be in [1, {}]", n, opt_.max_rows));
+  // Validate everything first: a failed step changes no cache.
+  int wanted = 0;
+  for (int i = 0; i < n; i++) {
+    const DecodeRow& r = rows[i];
+    if (r.slot < 0 || r.slot >= opt_.slots)
+      return Status::error(fmt::format("[decoder] row {}: slot {} outside [0, {})", i, r.slot, opt_.slots));
+    if (r.token < 0 || r.token >= V)
+      return Status::error(fmt::format("[decoder] row {}: token {} is outside the vocabulary [0, {})", i,
+                                       r.token, V));
+    wanted += r.logits;
+  }
+  if (wanted && !logits_out) return Status::error("[decoder] logits wanted but no output buffer");
+  for (int i = 0; i < n; i++) {
+    int p = pos_[rows[i].slot];
+    for (int j = 0; j < i; j++) p += rows[j].slot == rows[i].slot;
+    if (p >= opt_.slot_tokens)
+      return Status::error(fmt::format("[decoder] slot {} is full: {} tokens per sequence", rows[i].slot,
+                                       opt_.slot_tokens));
+    posbuf_[i] = p;
+    slotbuf_[i] = rows[i].slot;
+    tokbuf_[i] = rows[i].token;
+  }
+  kernels_set_threads(n < kWideRows ? 1 : opt_.threads);
+  embedding_forward(x_.data(), tokbuf_.data(), w_ + layout_.wte, n, C, V);
+  kernels_set_threads(opt_.threads);
+  for (int l = 0; l < c.n_layers; l++) layer(l, n);
+  for (int i = 0; i < n; i++) pos_[rows[i].slot]++;
+  if (!wanted) return Status::ok();
+  // Only the rows whose logits are wanted go through the final norm and the LM head.
+  int m = 0;
+  for (int i = 0; i < n; i++)
+    if (rows[i].logits) std::memcpy(ln_.data() + (size_t)m++ * C, x_.data() + (size_t)i * C, sizeof(float) * C);
+  kernels_set_threads(m < kWideRows ? 1 : opt_.threads);
+  rmsnorm_forward(head_.data(), rstd_.data(), ln_.data(), w_ + layout_.lnf, m, C, (float)c.norm_eps);
+  kernels_set_threads(opt_.threads);
+  linear(logits_out, head_.data(), layout_.lm_head, m, C, V, 0.0f);
+  return Status::ok();
+}
+
+}  // namespace smelt

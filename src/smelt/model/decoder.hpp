@@ -1,0 +1,98 @@
+// Batched KV-cache decoding for the Llama-style decoder (docs/generate.md, docs/serve.md): one
+// step runs rows from any number of sequences through the model together: each row is one token
+// of one sequence (a cache slot), the linear layers are GEMMs over all the step's rows and the
+// attention of each row reads only its own slot's keys and values. `smelt generate` uses one slot
+// (InferenceSession, inference.hpp); `smelt serve` many (serve/engine.hpp).
+//
+// Batch invariance: with batch_invariant set (serve), the linear layers run on the
+// decode_linear kernels, whose every output element is computed the same way whatever the other
+// rows are, and every other op is row-wise; so a sequence's logits are the same bits alone or in
+// any batch and with any thread count. Unset, steps with many rows (a prompt) use the training
+// GEMMs (faster prefill, results that depend on the row count in the last bits).
+// Not sampling (serve/sampling.hpp), not scheduling (serve/engine.hpp), not training (model.hpp).
+#pragma once
+#include <cstdint>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "smelt/common/status.hpp"
+#include "smelt/kernels/decode_linear.hpp"
+#include "smelt/model/config.hpp"
+#include "smelt/model/params.hpp"
+
+namespace smelt {
+
+// How the linear layers' weights are held: fp32 (exact), bf16 (a bf16 copy, bf16 inputs, fp32
+// sums) or q8_0 (int8 blocks of 32 with an fp16 scale; activations quantized the same way per row,
+// int8 dot products; a matrix whose rows are not whole blocks of 32 stays fp32). Norm weights,
+// the embedding table lookup, RoPE, attention and the KV cache stay fp32 in every format.
+enum class WeightFormat { kF32, kBf16, kQ8_0 };
+const char* weight_format_name(WeightFormat f);  // "f32", "bf16", "q8_0"
+// "f32"/"fp32", "bf16", "q8_0" (errors name the value and the choices).
+Status weight_format_parse(const std::string& s, WeightFormat& out);
+
+struct DecoderOptions {
+  int slots = 1;            // sequences held at once, each with its own KV cache
+  int slot_tokens = 0;      // cache length per slot (<= max_seq_len); 0: max_seq_len
+  int max_rows = 256;       // rows per step at most (GEMM scratch)
+  int threads = 1;
+  WeightFormat format = WeightFormat::kF32;
+  bool batch_invariant = false;
+};
+
+// One row of a step: token `token` appended to slot `slot` at position(slot) (rows of the same
+// slot take consecutive positions in the order given); `logits`: this row's next-token logits are
+// wanted.
+struct DecodeRow {
+  int slot = 0;
+  int32_t token = 0;
+  bool logits = false;
+};
+
+class Decoder {
+ public:
+  // params (layout param_layout(c), fp32) is borrowed and must outlive the decoder (q8_0 and bf16
+  // make their own copies of the linear weights here).
+  Status init(const ModelConfig& c, const float* params, const DecoderOptions& o);
+  // Runs rows[0..n) (n <= max_rows) through the model. logits_out receives one (V) row per
+  // DecodeRow with logits set, in row order (nullptr when none is set). Checks every slot, token
+  // and position before touching a cache: on error nothing has changed.
+  Status step(const DecodeRow* rows, int n, float* logits_out);
+  // Empties a slot (its next token is at position 0); keeps every buffer.
+  void clear(int slot) { pos_[slot] = 0; }
+  // Drops the slot's tokens from position p on (p <= position(slot)).
+  void truncate(int slot, int p) { pos_[slot] = p; }
+
+  int position(int slot) const { return pos_[slot]; }
+  int slots() const { return opt_.slots; }
+  int slot_tokens() const { return opt_.slot_tokens; }
+  int max_rows() const { return opt_.max_rows; }
+  int64_t bytes() const { return bytes_; }  // caches + weight copies + scratch
+  const ModelConfig& config() const { return cfg_; }
+  const DecoderOptions& options() const { return opt_; }
+  // Where the linear layers run ("decode_linear avx512-vnni", "sgemm", "oneDNN bf16 ...").
+  std::string linear_isa() const;
+
+ private:
+  void layer(int l, int n);
+  void attention(int l, int n);
+  // out (n, OC) = beta out + inp (n, IC) @ W^T for the weight at params offset w.
+  void linear(float* out, const float* inp, int64_t w, int n, int IC, int OC, float beta);
+
+  ModelConfig cfg_;
+  DecoderOptions opt_;
+  ParamLayout layout_;
+  const float* w_ = nullptr;
+  std::vector<uint16_t> w16_, x16_;  // bf16: the weights' copy, one step's GEMM inputs
+  std::vector<BlockQ8_0> wq_, xq_;   // q8_0: the quantized weights, one step's quantized rows
+  std::unordered_map<int64_t, int64_t> q_at_;  // q8_0: a weight's float offset -> its first block in wq_
+  std::vector<int> pos_;             // (slots) tokens in each cache
+  int64_t bytes_ = 0;
+  std::vector<float> kcache_, vcache_;  // (slots, L, slot_tokens, NKV*HS) each, keys after RoPE
+  std::vector<float> rope_;             // (slot_tokens, HS/2, 2)
+  std::vector<float> x_, ln_, qkv_, att_, gu_, sw_, rstd_, head_;  // per-row scratch
+  std::vector<int32_t> posbuf_, slotbuf_, tokbuf_;                 // (max_rows)
+};
+
+}  // namespace smelt
