@@ -1,0 +1,357 @@
+// Continuous batching over Decoder: admission, the step's rows (every decoding sequence's last
+// token, then prompt chunks within the prefill budget), per-sequence sampling, stop strings held
+// back until they can no longer match, and the stats /metrics shows. Not HTTP.
+#include "smelt/serve/engine.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <limits>
+
+#include <fmt/format.h>
+
+#include "smelt/serve/text_stream.hpp"
+
+namespace smelt {
+
+namespace {
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// Bytes at the end of `held` that could still start a stop string (the longest suffix that is a
+// proper prefix of one of them).
+size_t stop_prefix_tail(const std::string& held, const std::vector<std::string>& stops) {
+  size_t keep = 0;
+  for (const std::string& s : stops)
+    for (size_t k = std::min(held.size(), s.size() - 1); k > keep; k--)
+      if (held.compare(held.size() - k, k, s, 0, k) == 0) {
+        keep = k;
+        break;
+      }
+  return keep;
+}
+}  // namespace
+
+const char* finish_reason_name(FinishReason r) {
+  switch (r) {
+    case FinishReason::kStop: return "stop";
+    case FinishReason::kLength: return "length";
+    case FinishReason::kCancelled: return "cancelled";
+    case FinishReason::kAborted: return "aborted";
+  }
+  return "?";
+}
+
+void Histogram::observe(double v) {
+  size_t b = std::lower_bound(bounds.begin(), bounds.end(), v) - bounds.begin();
+  counts[b]++;
+  sum += v;
+  count++;
+}
+
+struct Engine::Seq {
+  std::shared_ptr<GenRequest> req;
+  int slot = 0;
+  size_t fed = 0;          // prompt tokens in the cache
+  int32_t next = -1;       // the sampled token the next step feeds (-1: still in the prompt)
+  int budget = 0;          // completion tokens at most: min(max_tokens, ctx - prompt)
+  Sampler sampler;
+  std::unique_ptr<TextStream> stream;
+  std::string held;        // decoded text not handed out yet (it may start a stop string)
+  double t_submit = 0, t_admit = 0, t_last = 0;
+  GenResult result;
+};
+
+Engine::Engine() = default;
+Engine::~Engine() { shutdown(0); }
+
+Status Engine::start(const ModelConfig& c, std::vector<float> params, const Tokenizer& tok,
+                     const EngineConfig& ec) {
+  if (ec.slots < 1 || ec.max_queue < 0 || ec.prefill_chunk < 1 || ec.threads < 1)
+    return Status::error(fmt::format("[serve] slots {}, max_queue {}, prefill_chunk {}, threads {}: slots, "
+                                     "prefill_chunk and threads must be >= 1, max_queue >= 0",
+                                     ec.slots, ec.max_queue, ec.prefill_chunk, ec.threads));
+  cfg_ = ec;
+  if (cfg_.ctx == 0) cfg_.ctx = c.max_seq_len;
+  if (cfg_.ctx < 2 || cfg_.ctx > c.max_seq_len)
+    return Status::error(fmt::format("[serve] ctx {}: must be in [2, max_seq_len = {}]", cfg_.ctx, c.max_seq_len));
+  if ((int64_t)tok.vocab_size() > c.vocab_size)
+    return Status::error(fmt::format("[serve] the tokenizer's vocabulary ({}) is larger than the model's "
+                                     "vocab_size ({})", tok.vocab_size(), c.vocab_size));
+  tok_ = &tok;
+  params_ = std::move(params);
+  DecoderOptions o;
+  o.slots = cfg_.slots;
+  o.slot_tokens = cfg_.ctx;
+  o.max_rows = cfg_.slots + cfg_.prefill_chunk;
+  o.threads = cfg_.threads;
+  o.format = cfg_.format;
+  o.batch_invariant = true;
+  if (Status s = decoder_.init(c, params_.data(), o); !s) return s;
+  seqs_.clear();
+  seqs_.resize(cfg_.slots);
+  logits_.assign((size_t)o.max_rows * c.vocab_size, 0.0f);
+  rows_.reserve(o.max_rows);
+  stats_ = EngineStats{};
+  stats_.slots = cfg_.slots;
+  stopping_ = false;
+  abort_at_ = 0;
+  thread_ = std::thread([this] { loop(); });
+  return Status::ok();
+}
+
+std::string Engine::describe() const {
+  return fmt::format("{} slots x {} tokens, prefill chunk {}, {} threads, {}, KV cache + scratch {:.1f} MiB",
+                     cfg_.slots, cfg_.ctx, cfg_.prefill_chunk, cfg_.threads, decoder_.linear_isa(),
+                     decoder_.bytes() / 1048576.0);
+}
+
+Admission Engine::submit(std::shared_ptr<GenRequest> r, std::string* why) {
+  auto refuse = [&](Admission a, std::string msg) {
+    if (why) *why = std::move(msg);
+    return a;
+  };
+  if (!r || r->prompt.empty()) return refuse(Admission::kInvalid, "prompt: at least one token is needed");
+  const int V = decoder_.config().vocab_size;
+  for (size_t i = 0; i < r->prompt.size(); i++)
+    if (r->prompt[i] < 0 || r->prompt[i] >= V)
+      return refuse(Admission::kInvalid, fmt::format("prompt: token {} at position {} is outside the "
+                                                     "vocabulary [0, {})", r->prompt[i], i, V));
+  if (r->max_tokens < 1) return refuse(Admission::kInvalid, fmt::format("max_tokens: {} (must be >= 1)", r->max_tokens));
+  if (r->logprobs < 0 || r->logprobs > 20)
+    return refuse(Admission::kInvalid, fmt::format("logprobs: {} (must be in [0, 20])", r->logprobs));
+  if (Status s = sampling_config_validate(r->sampling); !s) return refuse(Admission::kInvalid, s.message());
+  if ((int)r->prompt.size() >= cfg_.ctx)
+    return refuse(Admission::kTooLong, fmt::format("the prompt is {} tokens; the context is {} (prompt and "
+                                                   "completion together), which leaves no room to generate",
+                                                   r->prompt.size(), cfg_.ctx));
+  std::lock_guard<std::mutex> lock(mu_);
+  if (stopping_) return refuse(Admission::kStopping, "the server is shutting down");
+  int active = 0;
+  for (const auto& s : seqs_) active += s != nullptr;
+  if (active + (int)queue_.size() >= cfg_.slots + cfg_.max_queue) {
+    stats_.requests_rejected++;
+    return refuse(Admission::kQueueFull, fmt::format("all {} slots are busy and {} requests wait (--max-queue)",
+                                                     cfg_.slots, queue_.size()));
+  }
+  queue_.emplace_back(std::move(r), now_s());
+  cv_.notify_one();
+  return Admission::kAccepted;
+}
+
+void Engine::shutdown(double grace_seconds) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!stopping_ || abort_at_ == 0 || now_s() + grace_seconds < abort_at_) abort_at_ = now_s() + grace_seconds;
+    stopping_ = true;
+    cv_.notify_all();
+  }
+  if (thread_.joinable()) thread_.join();
+}
+
+EngineStats Engine::stats() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  EngineStats s = stats_;
+  s.queue_depth = (int)queue_.size();
+  s.busy_slots = 0;
+  for (const auto& q : seqs_) s.busy_slots += q != nullptr;
+  return s;
+}
+
+// Moves queued requests into free slots, first come first served. Under mu_.
+bool Engine::admit_locked() {
+  bool any = false;
+  for (int slot = 0; slot < cfg_.slots && !queue_.empty(); slot++) {
+    if (seqs_[slot]) continue;
+    auto seq = std::make_unique<Seq>();
+    seq->req = std::move(queue_.front().first);
+    seq->t_submit = queue_.front().second;
+    queue_.pop_front();
+    seq->slot = slot;
+    seq->t_admit = now_s();
+    seq->budget = std::min(seq->req->max_tokens, cfg_.ctx - (int)seq->req->prompt.size());
+    seq->stream = std::make_unique<TextStream>(*tok_);
+    seq->result.prompt_tokens = (int)seq->req->prompt.size();
+    seq->result.queue_seconds = seq->t_admit - seq->t_submit;
+    if (Status s = seq->sampler.init(seq->req->sampling, decoder_.config().vocab_size); !s) continue;  // validated
+    decoder_.clear(slot);
+    seqs_[slot] = std::move(seq);
+    any = true;
+  }
+  return any;
+}
+
+// Frees the slot first, so a request's on_done sees its slot already available to the next one.
+void Engine::finish(Seq& s, FinishReason r) {
+  s.result.finish = r;
+  s.result.completion_tokens = (int)s.result.ids.size();
+  s.result.total_seconds = now_s() - s.t_submit;
+  GenResult result = std::move(s.result);
+  std::shared_ptr<GenRequest> req = std::move(s.req);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    switch (r) {
+      case FinishReason::kStop:
+      case FinishReason::kLength: stats_.requests_ok++; break;
+      case FinishReason::kCancelled: stats_.requests_cancelled++; break;
+      case FinishReason::kAborted: stats_.requests_aborted++; break;
+    }
+    seqs_[s.slot].reset();  // s is gone after this
+  }
+  if (req->on_done) req->on_done(result);
+}
+
+void Engine::loop() {
+  for (;;) {
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      admit_locked();
+      auto active = [&] { return std::any_of(seqs_.begin(), seqs_.end(), [](const auto& s) { return s != nullptr; }); };
+      while (!active() && queue_.empty() && !stopping_) cv_.wait(lock);
+      if (stopping_ && !active() && queue_.empty()) return;
+      if (stopping_ && now_s() >= abort_at_) {
+        // Grace is over: end what is left, queued requests included (they were accepted).
+        std::vector<std::unique_ptr<Seq>> left;
+        for (auto& q : queue_) {
+          auto s = std::make_unique<Seq>();
+          s->req = std::move(q.first);
+          s->t_submit = q.second;
+          s->slot = -1;
+          s->result.prompt_tokens = (int)s->req->prompt.size();
+          left.push_back(std::move(s));
+        }
+        queue_.clear();
+        lock.unlock();
+        for (auto& s : seqs_)
+          if (s) finish(*s, FinishReason::kAborted);
+        for (auto& s : left) {
+          s->result.finish = FinishReason::kAborted;
+          s->result.total_seconds = now_s() - s->t_submit;
+          if (s->req->on_done) s->req->on_done(s->result);
+          std::lock_guard<std::mutex> g(mu_);
+          stats_.requests_aborted++;
+        }
+        return;
+      }
+      if (!active()) continue;
+    }
+    run_step();
+  }
+}
+
+void Engine::run_step() {
+  const ModelConfig& c = decoder_.config();
+  const int V = c.vocab_size;
+  rows_.clear();
+  std::vector<Seq*> owners;  // the sequence of each row with logits, in row order
+  for (auto& s : seqs_)
+    if (s && s->next >= 0) {
+      rows_.push_back(DecodeRow{s->slot, s->next, true});
+      owners.push_back(s.get());
+    }
+  int budget = cfg_.prefill_chunk;
+  for (auto& s : seqs_) {
+    if (!s || s->next >= 0 || budget == 0) continue;
+    const auto& p = s->req->prompt;
+    const int k = (int)std::min<size_t>(budget, p.size() - s->fed);
+    for (int i = 0; i < k; i++) {
+      const bool last = s->fed + i + 1 == p.size();
+      rows_.push_back(DecodeRow{s->slot, p[s->fed + i], last});
+      if (last) owners.push_back(s.get());
+    }
+    s->fed += k;
+    budget -= k;
+  }
+  if (Status st = decoder_.step(rows_.data(), (int)rows_.size(), logits_.data()); !st) {
+    // Checked at admission; a failure here is a bug. End every sequence of the step rather than loop.
+    for (Seq* s : owners) finish(*s, FinishReason::kAborted);
+    return;
+  }
+  const double t = now_s();
+  const auto eod = tok_->eod_id();
+  const int usable = (int)tok_->vocab_size();
+  for (size_t r = 0; r < owners.size(); r++) {
+    Seq& s = *owners[r];
+    float* z = logits_.data() + r * V;
+    // Ids the tokenizer cannot decode (a vocabulary padded beyond the tokenizer's) are never chosen.
+    for (int i = usable; i < V; i++) z[i] = -std::numeric_limits<float>::infinity();
+    TokenEvent ev;
+    ev.id = s.sampler.sample(z);
+    if (s.req->logprobs > 0) {
+      float mx = z[0];
+      for (int i = 1; i < V; i++) mx = std::max(mx, z[i]);
+      double sum = 0;
+      for (int i = 0; i < V; i++) sum += std::exp((double)z[i] - mx);
+      const float lse = mx + (float)std::log(sum);
+      ev.logprob = z[ev.id] - lse;
+      std::vector<int32_t> idx(V);
+      for (int i = 0; i < V; i++) idx[i] = i;
+      const int k = std::min(s.req->logprobs, V);
+      std::partial_sort(idx.begin(), idx.begin() + k, idx.end(),
+                        [&](int32_t a, int32_t b) { return z[a] > z[b] || (z[a] == z[b] && a < b); });
+      for (int i = 0; i < k; i++) ev.top.push_back(TopLogprob{idx[i], z[idx[i]] - lse});
+    }
+    const bool is_eod = eod && (uint32_t)ev.id == *eod && !s.req->ignore_eos;
+    {
+      // Counted before any callback: a request's on_done sees stats that include it.
+      std::lock_guard<std::mutex> lock(mu_);
+      if (s.next < 0) {  // the prompt's last row: the first token
+        s.result.ttft_seconds = t - s.t_submit;
+        stats_.prompt_tokens += s.req->prompt.size();
+        stats_.ttft.observe(s.result.ttft_seconds);
+      } else {
+        stats_.token_latency.observe(t - s.t_last);
+      }
+      stats_.generated_tokens += !is_eod;
+    }
+    s.t_last = t;
+    if (is_eod) {
+      ev.text = s.held + s.stream->finish();
+      s.result.text += ev.text;
+      if (s.req->logprobs > 0) s.result.tokens.push_back(ev);
+      if (!ev.text.empty() && s.req->on_token) s.req->on_token(ev);  // the held tail; the eod itself is not output
+      finish(s, FinishReason::kStop);
+      continue;
+    }
+    s.result.ids.push_back(ev.id);
+    const bool at_length = (int)s.result.ids.size() >= s.budget;
+    s.held += s.stream->push((uint32_t)ev.id);
+    if (at_length) s.held += s.stream->finish();
+    // The earliest stop string in the held text ends the request there.
+    size_t cut = std::string::npos;
+    for (const std::string& st : s.req->stop)
+      if (!st.empty()) cut = std::min(cut, s.held.find(st));
+    FinishReason end = FinishReason::kLength;
+    bool done = at_length;
+    if (cut != std::string::npos) {
+      ev.text = s.held.substr(0, cut);
+      s.held.clear();
+      end = FinishReason::kStop;
+      done = true;
+    } else if (at_length) {
+      ev.text = std::move(s.held);
+      s.held.clear();
+    } else {
+      const size_t keep = stop_prefix_tail(s.held, s.req->stop);
+      ev.text = s.held.substr(0, s.held.size() - keep);
+      s.held.erase(0, s.held.size() - keep);
+    }
+    s.result.text += ev.text;
+    if (s.req->logprobs > 0) s.result.tokens.push_back(ev);
+    const bool wanted = s.req->on_token ? s.req->on_token(ev) : true;
+    if (!wanted) {
+      finish(s, FinishReason::kCancelled);
+      continue;
+    }
+    if (done) {
+      finish(s, end);
+      continue;
+    }
+    s.next = ev.id;
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  stats_.steps++;
+}
+
+}  // namespace smelt

@@ -1,0 +1,147 @@
+// The serving engine behind `smelt serve` (docs/serve.md): a request queue, a fixed set of
+// sequence slots and one scheduler thread that runs continuous batching over model/decoder.hpp.
+// Each step takes one row from every decoding sequence plus up to prefill_chunk prompt tokens of
+// sequences still reading their prompts, runs them through the model together, samples each
+// sequence's next token with its own seeded sampler, and hands the tokens to the requests'
+// callbacks as whole UTF-8 text. Requests that arrive while others decode join at the next step;
+// a finished or cancelled one frees its slot at once. Not HTTP (http_server.hpp), not the
+// OpenAI JSON (openai_api.hpp).
+#pragma once
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "smelt/common/status.hpp"
+#include "smelt/model/decoder.hpp"
+#include "smelt/serve/sampling.hpp"
+#include "smelt/tokenizer/tokenizer.hpp"
+
+namespace smelt {
+
+struct EngineConfig {
+  int slots = 4;           // sequences decoding at once
+  int max_queue = 16;      // requests waiting for a slot at most (beyond: refused, HTTP 429)
+  int ctx = 0;             // tokens per sequence, prompt + completion (0: the model's max_seq_len)
+  int threads = 1;
+  int prefill_chunk = 32;  // prompt tokens per step over all prefilling sequences (>= 1)
+  WeightFormat format = WeightFormat::kF32;
+};
+
+struct TopLogprob {
+  int32_t id = 0;
+  float logprob = 0;
+};
+
+// One generated token as the request sees it.
+struct TokenEvent {
+  int32_t id = 0;
+  float logprob = 0;             // log p(id) under the model (log-softmax of the raw logits)
+  std::vector<TopLogprob> top;   // the `logprobs` most likely tokens, most likely first
+  std::string text;              // text that became final with this token (may be ""): whole UTF-8,
+                                 // never part of a stop string
+};
+
+enum class FinishReason { kStop, kLength, kCancelled, kAborted };
+// "stop" (end of document or a stop string), "length" (max_tokens or the context), "cancelled"
+// (the client went away), "aborted" (shutdown before it ended).
+const char* finish_reason_name(FinishReason r);
+
+struct GenResult {
+  std::vector<int32_t> ids;  // generated ids (an end-of-document token that stopped it excluded)
+  std::string text;          // their text, cut before a stop string that matched
+  FinishReason finish = FinishReason::kLength;
+  int prompt_tokens = 0, completion_tokens = 0;
+  double queue_seconds = 0, ttft_seconds = 0, total_seconds = 0;  // from submit
+  std::vector<TokenEvent> tokens;  // every token's event (filled when logprobs > 0)
+};
+
+struct GenRequest {
+  std::vector<int32_t> prompt;    // at least one token
+  int max_tokens = 16;            // >= 1
+  SamplingConfig sampling;        // temperature 0: greedy
+  std::vector<std::string> stop;  // stop strings (not included in the text)
+  int logprobs = 0;               // top entries per token, 0..20
+  bool ignore_eos = false;
+  // Called on the scheduler thread for every token, in order; must not block. Returning false
+  // cancels the request (the client is gone): its slot is freed at this step.
+  std::function<bool(const TokenEvent&)> on_token;
+  // Called once on the scheduler thread when the request ends (any reason), after the last on_token.
+  std::function<void(const GenResult&)> on_done;
+};
+
+// A fixed-bucket histogram (Prometheus semantics: cumulative counts by upper bound, plus +Inf).
+struct Histogram {
+  std::vector<double> bounds;    // upper bounds, ascending
+  std::vector<uint64_t> counts;  // per bucket (bounds.size() + 1: the last is +Inf), not cumulative
+  double sum = 0;
+  uint64_t count = 0;
+  explicit Histogram(std::vector<double> b = {}) : bounds(std::move(b)), counts(bounds.size() + 1, 0) {}
+  void observe(double v);
+};
+
+struct EngineStats {
+  int slots = 0, busy_slots = 0, queue_depth = 0;
+  uint64_t requests_ok = 0, requests_cancelled = 0, requests_aborted = 0, requests_rejected = 0;
+  uint64_t prompt_tokens = 0, generated_tokens = 0, steps = 0;
+  Histogram ttft{{0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30}};          // seconds
+  Histogram token_latency{{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1}};  // seconds per token
+};
+
+enum class Admission { kAccepted, kQueueFull, kTooLong, kStopping, kInvalid };
+
+class Engine {
+ public:
+  Engine();
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  // Takes the model (params in param_layout(c) order) and the tokenizer; plans the decoder;
+  // starts the scheduler thread.
+  Status start(const ModelConfig& c, std::vector<float> params, const Tokenizer& tok, const EngineConfig& ec);
+  // Queues a request. kTooLong: prompt alone does not fit the context (why says by how much);
+  // kInvalid: empty prompt, ids outside the vocabulary, bad max_tokens/logprobs/sampling (why
+  // names the field). On kAccepted the callbacks will run; otherwise they never do.
+  Admission submit(std::shared_ptr<GenRequest> r, std::string* why = nullptr);
+  // Stops accepting; lets the sequences in flight and in the queue finish for up to grace_seconds,
+  // then ends the rest with kAborted; joins the scheduler. Idempotent.
+  void shutdown(double grace_seconds = 30);
+
+  EngineStats stats() const;
+  const ModelConfig& model() const { return decoder_.config(); }
+  const Tokenizer& tokenizer() const { return *tok_; }
+  const EngineConfig& config() const { return cfg_; }
+  int ctx() const { return cfg_.ctx; }
+  std::string describe() const;  // one line: format, slots, ctx, kernels, cache MiB
+
+ private:
+  struct Seq;
+  void loop();
+  bool admit_locked();
+  void run_step();
+  void finish(Seq& s, FinishReason r);
+
+  EngineConfig cfg_;
+  const Tokenizer* tok_ = nullptr;
+  std::vector<float> params_;
+  Decoder decoder_;
+  std::vector<std::unique_ptr<Seq>> seqs_;  // (slots) nullptr: free
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::pair<std::shared_ptr<GenRequest>, double>> queue_;  // request, submit time
+  bool stopping_ = false;
+  double abort_at_ = 0;  // steady seconds after which shutdown aborts what is left (0: not set)
+  std::thread thread_;
+  EngineStats stats_;
+  std::vector<float> logits_;
+  std::vector<DecodeRow> rows_;
+};
+
+}  // namespace smelt
