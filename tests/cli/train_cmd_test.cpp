@@ -135,6 +135,40 @@ TEST_F(TrainCmdTest, SigtermSavesAndResumeMatchesTheUninterruptedRun) {
   EXPECT_LT(want.back()["eval_loss"].get<double>(), want.front()["eval_loss"].get<double>() - 1.0);
 }
 
+// smelt eval --dtype q8_0 (implies --kl-vs f32): int8 weights and activations move the trained
+// byte model's next-token distributions by a small KL and keep nearly every argmax; the q8_0 loss
+// is near the f32 one, and the f32 side is what the training forward computes.
+TEST_F(TrainCmdTest, EvalQ8_0AgainstF32ReportsKlAndGreedyAgreement) {
+  CmdRun full = run(base("full"), dir_);
+  ASSERT_EQ(full.rc, 0) << full.err;
+  CmdRun ev = run(fmt::format("eval --checkpoint {} --data {} --max-tokens 1024 --dtype q8_0 --threads 2",
+                              (dir_ / "full").string(), (dir_ / "valid").string()),
+                  dir_);
+  ASSERT_EQ(ev.rc, 0) << ev.err;
+  json e = json::parse(ev.out);
+  EXPECT_EQ(e["dtype"], "q8_0");
+  EXPECT_EQ(e["kl_vs"], "f32");
+  EXPECT_EQ(e["tokens"], 1024);
+  const double kl = e["mean_kl"], agree = e["greedy_agreement"];
+  EXPECT_GT(kl, 0.0) << "q8_0 and f32 gave the same distributions: is q8_0 used?";
+  EXPECT_LT(kl, 0.01);
+  EXPECT_GT(agree, 0.9);
+  EXPECT_LE(agree, 1.0);
+  EXPECT_NEAR(e["loss"].get<double>(), e["ref_loss"].get<double>(), 0.05);
+  // The reference is f32 decoding of the same rows, each document alone: the training forward of
+  // `smelt eval --dtype f32` on the same tokens agrees to fp32 noise.
+  CmdRun f32 = run(fmt::format("eval --checkpoint {} --data {} --max-tokens 1024 --dtype f32",
+                               (dir_ / "full").string(), (dir_ / "valid").string()),
+                   dir_);
+  ASSERT_EQ(f32.rc, 0) << f32.err;
+  EXPECT_NEAR(e["ref_loss"].get<double>(), json::parse(f32.out)["loss"].get<double>(), 1e-6);
+  EXPECT_NE(ev.err.find("greedy agreement"), std::string::npos) << ev.err;
+  CmdRun bad = run(fmt::format("eval --checkpoint {} --data {} --kl-vs q4", (dir_ / "full").string(),
+                               (dir_ / "valid").string()),
+                   dir_);
+  EXPECT_EQ(bad.rc, 2) << bad.err;
+}
+
 TEST_F(TrainCmdTest, ExitCodesAndMessages) {
   CmdRun r = run(base("x") + " --set train.stepz=3", dir_);
   EXPECT_EQ(r.rc, 2);

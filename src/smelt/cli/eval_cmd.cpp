@@ -1,7 +1,8 @@
-// `smelt eval --checkpoint DIR --data PREFIX [--max-tokens N] [--compressors]`: loss (nats per token,
-// perplexity, bits per byte of the text) of a checkpoint on held-out tokens, and with --compressors
-// what gzip / zstd / xz make of the same text; lines for people on stderr, JSON on stdout (and in
-// --output). Not the evaluation itself (train/evaluate.hpp).
+// `smelt eval --checkpoint DIR --data PREFIX [--max-tokens N] [--compressors] [--dtype D --kl-vs R]`:
+// loss (nats per token, perplexity, bits per byte of the text) of a checkpoint on held-out tokens,
+// with --compressors what gzip / zstd / xz make of the same text, and with --kl-vs how far one
+// weight format's next-token distributions are from another's (q8_0 against f32); lines for
+// people on stderr, JSON on stdout (and in --output). Not the evaluation itself (train/evaluate.hpp).
 #include <cstdio>
 #include <filesystem>
 #include <memory>
@@ -29,10 +30,52 @@ namespace smelt {
 
 namespace fs = std::filesystem;
 
+namespace {
+// --kl-vs: KL(p_ref || p_test) per target token and greedy agreement, both formats on the decoder.
+int eval_kl(const std::string& dir, int64_t step, const ModelConfig& mc, const std::vector<float>& params,
+            const std::string& test_name, const std::string& ref_name, const LoaderConfig& lc, const std::string& data,
+            int64_t max_tokens, int threads, const Tokenizer* tok, const std::string& output) {
+  WeightFormat test, ref;
+  if (Status s = weight_format_parse(test_name == "fp32" ? "f32" : test_name, test); !s) {
+    spdlog::error("--dtype: {}", s.message());
+    return kExitUsage;
+  }
+  if (Status s = weight_format_parse(ref_name, ref); !s) {
+    spdlog::error("--kl-vs: {}", s.message());
+    return kExitUsage;
+  }
+  KlResult r;
+  EvalText text;
+  if (tok) text = EvalText::from(*tok);
+  if (Status s = evaluate_kl(mc, params.data(), test, ref, lc, data, max_tokens, threads, r, tok ? &text : nullptr); !s) {
+    spdlog::error("{}", s.message());
+    return kExitFailure;
+  }
+  auto or_null = [](double v) { return v >= 0 ? nlohmann::json(v) : nlohmann::json(nullptr); };
+  nlohmann::json j = {{"checkpoint", dir}, {"step", step}, {"data", data}, {"tokens", r.tokens},
+                      {"dtype", weight_format_name(test)}, {"kl_vs", weight_format_name(ref)},
+                      {"mean_kl", r.mean_kl}, {"max_kl", r.max_kl}, {"greedy_agreement", r.greedy_agreement},
+                      {"loss", r.loss}, {"ref_loss", r.ref_loss}, {"bits_per_byte", or_null(r.bits_per_byte)},
+                      {"ref_bits_per_byte", or_null(r.ref_bits_per_byte)}, {"bytes", r.bytes},
+                      {"seconds", r.seconds}, {"threads", threads}};
+  std::fprintf(stderr, "eval %s (step %lld) on %s, %s against %s over %llu tokens: mean KL %.6f nats (max %.4f), "
+               "greedy agreement %.2f%%, loss %.4f vs %.4f nats per token\n",
+               dir.c_str(), (long long)step, data.c_str(), weight_format_name(test), weight_format_name(ref),
+               (unsigned long long)r.tokens, r.mean_kl, r.max_kl, 100.0 * r.greedy_agreement, r.loss, r.ref_loss);
+  std::printf("%s\n", j.dump(2).c_str());
+  if (!output.empty())
+    if (Status s = files_write_atomic(output, j.dump(2) + "\n"); !s) {
+      spdlog::error("{}", s.message());
+      return kExitFailure;
+    }
+  return kExitOk;
+}
+}  // namespace
+
 int cli_eval(int argc, char** argv) {
   CLI::App app{"smelt eval: loss (nats per token, bits per byte) of a checkpoint on held-out tokens"};
   app.name("smelt eval");
-  std::string ckpt, data, output, tok_path, dtype = "run";
+  std::string ckpt, data, output, tok_path, dtype = "run", kl_vs;
   bool compressors = false;
   int64_t max_tokens = 1 << 20;
   int threads = 0;
@@ -44,8 +87,12 @@ int cli_eval(int argc, char** argv) {
   app.add_option("--threads", threads, "threads (0 = every core)")->check(CLI::NonNegativeNumber);
   app.add_option("--output", output, "also write the JSON result to this file");
   app.add_option("--tokenizer", tok_path, "tokenizer.json for bits per byte (default: the checkpoint's copy)");
-  app.add_option("--dtype", dtype, "linear layers in f32 or bf16 (default: the run's [train] precision)")
-      ->check(CLI::IsMember({"run", "f32", "bf16"}));
+  app.add_option("--dtype", dtype, "linear layers in f32, bf16 or q8_0 (default: the run's [train] precision; "
+                 "q8_0 runs the decoder and implies --kl-vs f32)")
+      ->check(CLI::IsMember({"run", "f32", "bf16", "q8_0"}));
+  app.add_option("--kl-vs", kl_vs, "compare --dtype's next-token distributions with this format's on the same "
+                 "rows: mean KL divergence, greedy agreement, both losses (through the decoder)")
+      ->check(CLI::IsMember({"f32", "bf16", "q8_0"}));
   app.add_flag("--compressors", compressors, "also compress the evaluated text with gzip -9, zstd -19 and xz -9e "
                                              "and report their bits per byte");
   if (int rc = cli_parse(app, argc, argv, "eval", "warn"); rc >= 0) return rc;
@@ -103,6 +150,10 @@ int cli_eval(int argc, char** argv) {
     spdlog::error("--compressors needs the text: {} holds no tokenizer.json; give --tokenizer", dir);
     return kExitUsage;
   }
+  const int nthreads0 = threads > 0 ? threads : (int)std::max(1u, std::thread::hardware_concurrency());
+  if (dtype == "q8_0" && kl_vs.empty()) kl_vs = "f32";
+  if (!kl_vs.empty()) return eval_kl(dir, m.step, mc, params, dtype == "run" ? (bf16 ? "bf16" : "f32") : dtype, kl_vs, lc, data,
+                                     max_tokens, nthreads0, tok.get(), output);
   Model model;
   const int nthreads = threads > 0 ? threads : (int)std::max(1u, std::thread::hardware_concurrency());
   mc.recompute = false;

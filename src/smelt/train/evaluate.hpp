@@ -9,6 +9,7 @@
 
 #include "smelt/common/status.hpp"
 #include "smelt/dataset/loader.hpp"
+#include "smelt/model/decoder.hpp"
 #include "smelt/model/model.hpp"
 
 namespace smelt {
@@ -45,5 +46,22 @@ Status evaluate(Model& m, const LoaderConfig& base, const std::string& sources, 
 // The text of evaluated targets: tokens decoded, each end-of-document token a newline, other
 // special tokens nothing. Its size is the EvalResult's bytes.
 std::string eval_text(const Tokenizer& t, const std::vector<int32_t>& targets);
+
+// How far the next-token distributions of one weight format (q8_0) are from another's (f32) on
+// held-out text, both through the decoder (decoder.hpp) on the same rows: mean and largest
+// KL(p_ref || p_test) per target token, how often their argmax agrees, and both losses.
+struct KlResult {
+  double mean_kl = 0, max_kl = 0;  // nats
+  double greedy_agreement = 0;     // fraction of positions whose argmax is the same
+  uint64_t agree = 0, tokens = 0, bytes = 0;
+  double loss = 0, ref_loss = 0;                        // nats per token, test and reference
+  double bits_per_byte = -1, ref_bits_per_byte = -1;   // with text
+  double seconds = 0;
+};
+// Rows as evaluate() reads them; each document (segment) of a row is decoded on its own, as the
+// training forward's attention sees it.
+Status evaluate_kl(const ModelConfig& c, const float* params, WeightFormat test, WeightFormat ref,
+                   const LoaderConfig& base, const std::string& sources, int64_t max_tokens, int threads,
+                   KlResult& r, const EvalText* text = nullptr);
 
 }  // namespace smelt
