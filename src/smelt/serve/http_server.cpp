@@ -94,6 +94,12 @@ HttpServer::HttpServer(HttpConfig c) : cfg_(std::move(c)), svr_(std::make_unique
   svr_->set_write_timeout(cfg_.write_timeout_s, 0);
   svr_->set_keep_alive_timeout(cfg_.keep_alive_s);
   svr_->set_tcp_nodelay(true);  // one SSE chunk per token: do not wait to fill a segment
+  // httplib's default also sets SO_REUSEPORT, which lets a second server bind the same port and
+  // take half the connections; keep SO_REUSEADDR only (a restart may rebind over TIME_WAIT)
+  svr_->set_socket_options([](socket_t sock) {
+    int yes = 1;
+    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
+  });
   routes();
 }
 

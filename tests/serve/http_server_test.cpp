@@ -1,0 +1,55 @@
+// HttpServer (serve/http_server.hpp) in-process, before any model is ready: /health and the model
+// routes answer 503 "loading" with an OpenAI error object, the key still guards every route but
+// /health, routing errors are 404/405 as always, /metrics renders without an engine, and a stop
+// before ready() leaves nothing to serve (ready() then says so). The served behaviour with a model
+// is tests/serve/serve_test.cpp.
+#include <gtest/gtest.h>
+
+#include "serve/raw_http.hpp"
+#include "smelt/serve/http_server.hpp"
+
+using namespace smelt;
+using namespace smelt::test;
+
+namespace {
+
+TEST(HttpServer, AnswersWhileLoadingAndStopsCleanly) {
+  HttpConfig c;
+  c.port = 0;
+  c.api_key = "k";
+  c.threads = 4;
+  HttpServer s(c);
+  ASSERT_TRUE(s.bind());
+  ASSERT_GT(s.port(), 0);
+  s.start();
+  Reply h = http(s.port(), "GET", "/health");
+  EXPECT_EQ(h.status, 503);
+  EXPECT_EQ(h.js()["error"]["code"], "loading");
+  EXPECT_EQ(h.headers["retry-after"], "1");
+  EXPECT_EQ(http(s.port(), "GET", "/v1/models", "", "k").status, 503);
+  EXPECT_EQ(http(s.port(), "POST", "/v1/completions", R"({"prompt": "a"})", "k").status, 503);
+  EXPECT_EQ(http(s.port(), "POST", "/v1/completions", R"({"prompt": "a"})").status, 401);
+  EXPECT_EQ(http(s.port(), "GET", "/metrics").status, 401);
+  Reply m = http(s.port(), "GET", "/metrics", "", "k");
+  EXPECT_EQ(m.status, 200);
+  EXPECT_NE(m.body.find("smelt_slots 0"), std::string::npos) << m.body;
+  EXPECT_EQ(http(s.port(), "GET", "/nope", "", "k").status, 404);
+  EXPECT_EQ(http(s.port(), "PUT", "/tokenize", "{}", "k").status, 405);
+
+  // a second server cannot take the same port; the error names it
+  HttpConfig c2;
+  c2.port = s.port();
+  HttpServer twin(c2);
+  Status b = twin.bind();
+  EXPECT_FALSE(b);
+  EXPECT_NE(b.message().find(std::to_string(s.port())), std::string::npos) << b.message();
+
+  s.shutdown(0);
+  EXPECT_TRUE(s.join());
+  EXPECT_TRUE(s.stopping());
+  Engine e;  // never started: ready() must refuse it without touching it
+  EXPECT_FALSE(s.ready(&e, "m"));
+  EXPECT_EQ(connect_port(s.port()), -1);
+}
+
+}  // namespace
