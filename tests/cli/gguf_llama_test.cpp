@@ -62,14 +62,16 @@ const std::vector<std::string> kPrompts = {
 constexpr int kPredict = 24;
 // llama.cpp's log probabilities vs Smelt's on the same weights, max over the top 10 of each
 // prompt (measured: see docs/generate.md).
-// q8_0 differs most: llama.cpp also rounds each activation row to Q8_0 blocks before its int8 dot
-// products, while Smelt's f32 path multiplies the dequantized weights by fp32 activations.
-double logprob_tol(const std::string& dt) { return dt == "f32" ? 1e-4 : dt == "f16" ? 1e-3 : 0.25; }
+// q8_0: both sides quantize each activation row to Q8_0 blocks and take int8 dot products with
+// the same blocks of weights (measured 6.6e-7).
+double logprob_tol(const std::string& dt) { return dt == "f16" ? 1e-3 : 1e-4; }
 // f32 / f16: greedy continuations equal Smelt's on the same weights; f16 must also agree with
-// the f32 checkpoint for the first 8 tokens of every prompt. q8_0: the fraction of greedy tokens
-// (matching prefixes over all prompts) that equal Smelt's on the same file must reach this.
+// the f32 checkpoint for the first 8 tokens of every prompt. q8_0 (smelt generate --dtype q8_0 on
+// the same file): the fraction of greedy tokens (matching prefixes over all prompts) that equal
+// Smelt's must reach this (measured 92%: one prompt parts at a near-tie after 12 tokens, where
+// the two int8 paths' different fp32 summation orders decide).
 constexpr int kF16PrefixVsF32 = 8;
-constexpr double kQ8Agreement = 0.4;
+constexpr double kQ8Agreement = 0.75;
 
 class GgufLlama : public ::testing::Test {
  protected:
@@ -133,18 +135,19 @@ struct Ours {
 
 // source: "--checkpoint RUN" or "--gguf FILE"; params: the same weights.
 Ours ours_for(const std::string& source, const fs::path& dir, const Tokenizer& tok, const ModelConfig& c,
-              const std::vector<float>& params, const std::string& prompt) {
+              const std::vector<float>& params, const std::string& prompt, bool q8 = false) {
   Ours o;
   std::vector<uint32_t> ids;
   tok.encode(prompt, ids);
   o.ids.assign(ids.begin(), ids.end());
   test::CmdResult r = test::run_smelt("generate " + source + " --prompt '" + prompt +
-                                          "' --temperature 0 --max-new-tokens " + std::to_string(kPredict) + " --json",
+                                          "' --temperature 0 --max-new-tokens " + std::to_string(kPredict) + " --json" +
+                                          (q8 ? " --dtype q8_0" : ""),
                                       dir);
   EXPECT_EQ(r.rc, 0) << r.err;
   if (r.rc == 0) o.continuation = json::parse(r.out)["ids"].get<std::vector<int32_t>>();
   InferenceSession s;
-  EXPECT_TRUE(s.init(c, params.data(), (int)o.ids.size(), 1));
+  EXPECT_TRUE(s.init(c, params.data(), (int)o.ids.size(), 1, q8 ? WeightFormat::kQ8_0 : WeightFormat::kF32));
   std::vector<float> logits(c.vocab_size);
   EXPECT_TRUE(s.prefill(o.ids.data(), (int)o.ids.size(), logits.data()));
   double mx = -INFINITY, sum = 0;
@@ -198,7 +201,7 @@ TEST_F(GgufLlama, LoadsTokenizesAndContinuesAsSmeltDoes) {
         Status s = gguf_load_model(gguf, lc, lp, lt);
         ASSERT_TRUE(s) << s.message();
         ours.clear();
-        for (const auto& p : kPrompts) ours.push_back(ours_for("--gguf " + gguf, dir_, tok_, lc, lp, p));
+        for (const auto& p : kPrompts) ours.push_back(ours_for("--gguf " + gguf, dir_, tok_, lc, lp, p, dt == "q8_0"));
       }
       json j = run_llama(gguf, texts, c.vocab_size);
       ASSERT_TRUE(j.is_object());

@@ -79,9 +79,10 @@ int cli_generate(int argc, char** argv) {
   app.add_option("--threads", threads, "threads (default 1: one-row decoding has ~60 thread barriers per "
                  "token, which a busy machine turns into waits; see docs/generate.md)")->check(CLI::PositiveNumber);
   app.add_option("--tokenizer", tok_path, "tokenizer.json (default: the checkpoint's copy, or the GGUF file's)");
-  app.add_option("--dtype", dtype, "linear layers in f32 (default, exact) or bf16 (a bf16 copy of the weights: "
-                 "half the bytes per token; AMX/AVX512-BF16 where the CPU has them)")
-      ->check(CLI::IsMember({"f32", "fp32", "bf16"}));
+  app.add_option("--dtype", dtype, "linear layers in f32 (default, exact), bf16 (a bf16 copy of the weights: "
+                 "half the bytes per token; AMX/AVX512-BF16 where the CPU has them) or q8_0 (int8 blocks of 32 "
+                 "with an fp16 scale, activations quantized alike, int8 dot products: a quarter of the bytes)")
+      ->check(CLI::IsMember({"f32", "fp32", "bf16", "q8_0"}));
   app.add_flag("--json", json, "print one JSON object (text, ids, counts, speed) instead of streaming");
   app.add_flag("--ignore-eos", no_stop, "keep going past the end-of-document token");
   if (int rc = cli_parse(app, argc, argv, "generate", "warn"); rc >= 0) return rc;
@@ -163,16 +164,16 @@ int cli_generate(int argc, char** argv) {
 
   InferenceSession session;
   Sampler sampler;
-  const Precision precision = dtype == "bf16" ? Precision::kBf16 : Precision::kFp32;
-  Status s = session.init(cfg, params.data(), n_prompt + max_new, threads, precision);
+  WeightFormat format = WeightFormat::kF32;
+  Status s = weight_format_parse(dtype, format);
+  if (s) s = session.init(cfg, params.data(), n_prompt + max_new, threads, format);
   if (s) s = sampler.init(sc, V);
   if (!s) {
     spdlog::error("{}", s.message());
     return kExitFailure;
   }
-  spdlog::info("{}: {} parameters, KV cache + scratch {:.1f} MiB, {} threads, {}{}", step_dir, params.size(),
-               session.bytes() / 1048576.0, threads, precision_name(precision),
-               precision == Precision::kBf16 ? std::string(" on ") + gemm_bf16_isa() : std::string());
+  spdlog::info("{}: {} parameters, KV cache + scratch {:.1f} MiB, {} threads, linear layers {}", step_dir,
+               params.size(), session.bytes() / 1048576.0, threads, session.linear_isa());
 
   using clock = std::chrono::steady_clock;
   std::vector<float> logits(V);
@@ -229,7 +230,7 @@ int cli_generate(int argc, char** argv) {
                         {"prompt_tokens", n_prompt}, {"new_tokens", n_new}, {"ids", out_ids},
                         {"stop", stop}, {"prefill_seconds", prefill_s}, {"decode_seconds", decode_s},
                         {"tokens_per_second", tps}, {"threads", threads},
-                        {"dtype", precision_name(precision)},
+                        {"dtype", weight_format_name(format)},
                         {"sampling", {{"temperature", temperature}, {"top_k", top_k},
                                       {"top_p", top_p}, {"seed", seed}, {"repeat_penalty", repeat_penalty},
                                       {"repeat_last_n", repeat_last_n}}}};
