@@ -10,23 +10,21 @@
 
 #include <span>
 
-#define SMELT_COMMANDS(X)                                                                           \
-  X("prep", cli_prep, LIGHT, "raw HTML/WARC/JSONL/text -> refined, deduplicated shards")            \
-  X("tokenizer", cli_tokenizer, LIGHT,                                                              \
-    "train | encode | decode: byte-level BPE (tokenizer.json, tiktoken files)")                     \
-  X("tokenize", cli_tokenize, LIGHT, "refined text -> Megatron .bin/.idx token shards")             \
-  X("train", cli_train, FULL, "train the Llama-style decoder on token shards")                      \
-  X("eval", cli_eval, FULL, "loss and perplexity of a checkpoint on held-out tokens")               \
-  X("generate", cli_generate, FULL, "sample text from a checkpoint (KV-cache decoding)")            \
-  X("ckpt", cli_ckpt, FULL, "verify | list checkpoints")                                            \
-  X("export", cli_export, FULL, "a checkpoint -> Hugging Face Llama safetensors + config.json")     \
-  X("pipeline", cli_pipeline, FULL, "run every stage of a pipeline config in order")                \
-  X("machine", cli_machine, FULL, "the CPU, its peaks, the GEMM back ends and a model's GEMM rates") \
+#define SMELT_COMMANDS(X)                                                                               \
+  X("prep", cli_prep, LIGHT, "raw HTML/WARC/JSONL/text -> refined, deduplicated shards")                \
+  X("tokenizer", cli_tokenizer, LIGHT,                                                                  \
+    "train | encode | decode: byte-level BPE (tokenizer.json, tiktoken files)")                         \
+  X("tokenize", cli_tokenize, LIGHT, "refined text -> Megatron .bin/.idx token shards")                 \
+  X("train", cli_train, FULL, "train the Llama-style decoder on token shards")                          \
+  X("eval", cli_eval, FULL, "loss, bits per byte, q8_0 KL of a checkpoint on held-out tokens")          \
+  X("generate", cli_generate, FULL, "sample text from a checkpoint or GGUF file (KV-cache decoding)")   \
+  X("ckpt", cli_ckpt, FULL, "verify | list checkpoints")                                                \
+  X("export", cli_export, FULL, "a checkpoint -> Hugging Face safetensors or a GGUF file")              \
+  X("pipeline", cli_pipeline, FULL, "run every stage of a pipeline config in order")                    \
+  X("machine", cli_machine, FULL, "the CPU, its peaks, the GEMM back ends and a model's GEMM rates")    \
   X("serve", cli_serve, FULL, "an OpenAI-compatible HTTP server over a checkpoint or GGUF file")
 
 namespace smelt {
-
-int cli_serve(int argc, char** argv);  // serve_cmd.cpp (TODO: move beside the others in commands.hpp)
 
 // File name of the full binary, looked up next to the light one (/proc/self/exe).
 inline constexpr const char* kFullBinaryName = "smelt-full";

@@ -278,19 +278,20 @@ void Engine::run_step() {
     for (int i = usable; i < V; i++) z[i] = -std::numeric_limits<float>::infinity();
     TokenEvent ev;
     ev.id = s.sampler.sample(z);
-    if (s.req->logprobs > 0) {
+    {
       float mx = z[0];
       for (int i = 1; i < V; i++) mx = std::max(mx, z[i]);
       double sum = 0;
       for (int i = 0; i < V; i++) sum += std::exp((double)z[i] - mx);
       const float lse = mx + (float)std::log(sum);
       ev.logprob = z[ev.id] - lse;
-      std::vector<int32_t> idx(V);
-      for (int i = 0; i < V; i++) idx[i] = i;
-      const int k = std::min(s.req->logprobs, V);
-      std::partial_sort(idx.begin(), idx.begin() + k, idx.end(),
-                        [&](int32_t a, int32_t b) { return z[a] > z[b] || (z[a] == z[b] && a < b); });
-      for (int i = 0; i < k; i++) ev.top.push_back(TopLogprob{idx[i], z[idx[i]] - lse});
+      if (const int k = std::min(s.req->logprobs, V); k > 0) {
+        std::vector<int32_t> idx(V);
+        for (int i = 0; i < V; i++) idx[i] = i;
+        std::partial_sort(idx.begin(), idx.begin() + k, idx.end(),
+                          [&](int32_t a, int32_t b) { return z[a] > z[b] || (z[a] == z[b] && a < b); });
+        for (int i = 0; i < k; i++) ev.top.push_back(TopLogprob{idx[i], z[idx[i]] - lse});
+      }
     }
     const bool is_eod = eod && (uint32_t)ev.id == *eod && !s.req->ignore_eos;
     {

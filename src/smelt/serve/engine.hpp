@@ -39,7 +39,10 @@ struct TopLogprob {
   float logprob = 0;
 };
 
-// One generated token as the request sees it.
+// One generated token as the request sees it. When an end-of-document token ends the request
+// while text is still held back (a possible stop string's start, an unfinished character), one
+// last event carries that token's id and the text; the token is not part of the completion
+// (GenResult::ids and completion_tokens leave it out).
 struct TokenEvent {
   int32_t id = 0;
   float logprob = 0;             // log p(id) under the model (log-softmax of the raw logits)
