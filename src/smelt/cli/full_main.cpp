@@ -1,5 +1,10 @@
 // The full `smelt-full` binary: every command, linked with MPI, OpenBLAS, OpenMP and oneDNN. The
 // light `smelt` execs it for the commands that need them (command_table.hpp); it also runs alone.
+#include <unistd.h>
+
+#include <cstdlib>
+#include <cstring>
+
 #include "smelt/cli/command_table.hpp"
 #include "smelt/cli/commands.hpp"
 #include "smelt/machine/cpu_info.hpp"
@@ -7,6 +12,16 @@
 namespace smelt {
 
 namespace {
+// `smelt serve` shares the cores with its HTTP threads, and OpenMP workers that spin between the
+// decoder's parallel regions (libgomp's default) starve them: on 2 cores the streamed tokens came
+// 100-250 ms apart instead of a few ms. libgomp reads OMP_WAIT_POLICY once, when it loads, so the
+// server gets the passive policy by one re-exec; a policy the user set is kept.
+void serve_wait_policy(int argc, char** argv) {
+  if (argc < 2 || std::strcmp(argv[1], "serve") != 0 || std::getenv("OMP_WAIT_POLICY")) return;
+  setenv("OMP_WAIT_POLICY", "passive", 1);
+  execv("/proc/self/exe", argv);  // failed: carry on spinning
+}
+
 #define SMELT_FULL_ROW(name, fn, where, summary) {name, summary, &smelt::fn},
 constexpr Command kCommands[] = {SMELT_COMMANDS(SMELT_FULL_ROW)};
 }  // namespace
@@ -14,6 +29,7 @@ constexpr Command kCommands[] = {SMELT_COMMANDS(SMELT_FULL_ROW)};
 // The full binary's whole process: per-process start-up of the heavy libraries goes here, before
 // any command runs.
 int full_main(int argc, char** argv) {
+  serve_wait_policy(argc, argv);
   // OpenBLAS chose its kernels while loading; a generic core on a newer CPU is fixed here by one
   // re-exec with OPENBLAS_CORETYPE set (machine/cpu_info.hpp), before any GEMM runs.
   blas_core_fix(argc, argv);

@@ -11,6 +11,10 @@
 #include <deque>
 
 #include <fmt/format.h>
+// cpp-httplib listens with a backlog of 5 by default: 16 clients connecting at once overflowed
+// it, and the kernel's dropped SYNs came back after the 1 s retransmission (a 1 s time to first
+// token at P99). The kernel caps this at net.core.somaxconn.
+#define CPPHTTPLIB_LISTEN_BACKLOG 512
 #include <httplib.h>
 
 #include "smelt/common/log.hpp"
