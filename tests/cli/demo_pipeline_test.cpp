@@ -3,7 +3,7 @@
 // configs/demo.toml` as the demo runs it, with only the time budget (and the evaluation's size)
 // made small. Every stage succeeds; the summary has bits per byte beside the three compressors on
 // the same text, the planned steps, the loss chart and greedy and sampled continuations of the
-// config's English and Chinese prompts.
+// config's English and Chinese prompts, and the serve command it ends with answers a completion.
 #include <sys/wait.h>
 
 #include <filesystem>
@@ -12,6 +12,8 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "serve/raw_http.hpp"
+#include "serve/serve_process.hpp"
 #include "test_files.hpp"
 
 namespace fs = std::filesystem;
@@ -55,6 +57,20 @@ TEST(DemoPipeline, TheDemoConfigRunsEndToEndOnASlice) {
   EXPECT_NE(err.find("loss (nats per token)"), std::string::npos) << err;
   EXPECT_NE(err.find("sample (greedy) \"内核\""), std::string::npos) << err;
   EXPECT_NE(err.find("[demo] crawl"), std::string::npos) << "the script times its phases: " << err;
+  // The summary ends with the one command that serves the model: it does.
+  EXPECT_NE(err.find("serve it       smelt serve --checkpoint"), std::string::npos) << err;
+  const std::string serve = j["serve_command"].get<std::string>();
+  ASSERT_EQ(serve.rfind("smelt serve ", 0), 0u) << serve;
+  {
+    smelt::test::ServeProcess server(serve.substr(12), dir.string() + ".serve.err");
+    ASSERT_GT(server.port(), 0) << server.log();
+    smelt::test::Reply r = smelt::test::http(server.port(), "POST", "/v1/completions",
+                                             R"({"prompt": "The kernel", "max_tokens": 8, "temperature": 0})");
+    ASSERT_EQ(r.status, 200) << r.body;
+    EXPECT_EQ(r.js()["usage"]["completion_tokens"].get<int>() > 0, true) << r.body;
+    EXPECT_EQ(server.stop(), 0) << server.log();
+  }
+  fs::remove(dir.string() + ".serve.err");
   fs::remove_all(dir);
   fs::remove(dir.string() + ".err");
 }

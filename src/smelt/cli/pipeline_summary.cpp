@@ -211,9 +211,15 @@ void pipeline_summary(const PipelineSummaryInput& in, std::string& text, json& j
   }
   j["samples"] = samples;
   if (!in.run.empty()) {
-    text += fmt::format("\n  next           smelt generate --checkpoint {} --prompt \"...\"\n", in.run);
+    // Serving comes first: it is the one command that puts the model in the tools people use.
+    text += fmt::format("\n  serve it       smelt serve --checkpoint {}   (OpenAI-compatible, http://127.0.0.1:8000/v1)\n",
+                        in.run);
+    j["serve_command"] = fmt::format("smelt serve --checkpoint {}", in.run);
+    text += fmt::format("  next           smelt generate --checkpoint {} --prompt \"...\"\n", in.run);
     text += fmt::format("                 smelt eval --checkpoint {} --data {} --compressors\n", in.run,
                         in.valid.empty() ? std::string("HELDOUT") : in.valid);
+    text += fmt::format("                 smelt export --checkpoint {} --format gguf --dtype q8_0 --output model.gguf\n",
+                        in.run);
     text += fmt::format("                 smelt export --checkpoint {} --format hf --output MODEL_DIR\n", in.run);
   }
 }
