@@ -19,9 +19,9 @@
 #include <spdlog/spdlog.h>
 
 #include "smelt/ckpt/checkpoint.hpp"
+#include "smelt/ckpt/export_hf.hpp"
 #include "smelt/common/files.hpp"
 #include "smelt/kernels/decode_linear.hpp"
-#include "smelt/model/model.hpp"
 #include "smelt/model/params.hpp"
 #include "smelt/tokenizer/byte_level.hpp"
 #include "smelt/tokenizer/tokenizer.hpp"
@@ -548,34 +548,10 @@ Status export_gguf_check(const std::string& step_dir, const std::string& gguf_pa
     if (want.content_hash() != tok.content_hash())
       return Status::error(fmt::format("{}: the tokenizer read back differs from {}", gguf_path, tok_path));
   }
-  Batch b;
-  b.B = 2;
-  b.T = std::min(32, ca.max_seq_len);
-  uint64_t x = 12345;
-  for (int n = 0; n < b.B * b.T; n++) {
-    x = x * 6364136223846793005ull + 1442695040888963407ull;
-    b.inputs.push_back((int32_t)((x >> 33) % (uint64_t)ca.vocab_size));
-    b.targets.push_back(-1);
-  }
-  Model model;
-  ModelConfig run = ca;
-  run.recompute = true;  // forward only: keep one layer's activations
-  if (Status s = model.init(run, b.B, b.T, 1, 0); !s) return s;
-  const size_t nl = (size_t)b.B * b.T * ca.vocab_size;
-  float loss;
-  std::copy(pa.begin(), pa.end(), model.params());
-  if (Status s = model.forward(b, loss); !s) return s;
-  std::vector<float> la(model.acts().logits, model.acts().logits + nl);
-  std::copy(pb.begin(), pb.end(), model.params());
-  if (Status s = model.forward(b, loss); !s) return s;
-  double diff = 0, scale = 1;
-  bool nan = false;
-  for (size_t i = 0; i < nl; i++) {
-    const float y = model.acts().logits[i];
-    diff = std::max(diff, (double)std::fabs(la[i] - y));
-    scale = std::max(scale, (double)std::fabs(la[i]));
-    nan |= std::isnan(la[i]) || std::isnan(y);
-  }
+  LogitsDiff d;
+  if (Status s = export_logits_diff(ca, pa, pb, d); !s) return s;
+  const double diff = d.max_abs, scale = d.scale;
+  const bool nan = d.nan;
   if (max_abs_diff) *max_abs_diff = diff;
   if (rel_diff) *rel_diff = diff / scale;
   const double tol = gguf_check_tolerance(info.file_type);

@@ -203,6 +203,38 @@ Status export_hf_load(const std::string& out_dir, ModelConfig& c, std::vector<fl
   return Status::ok();
 }
 
+Status export_logits_diff(const ModelConfig& c, const std::vector<float>& pa, const std::vector<float>& pb,
+                          LogitsDiff& out) {
+  Batch b;
+  b.B = 2;
+  b.T = std::min(32, c.max_seq_len);
+  uint64_t x = 12345;
+  for (int n = 0; n < b.B * b.T; n++) {
+    x = x * 6364136223846793005ull + 1442695040888963407ull;
+    b.inputs.push_back((int32_t)((x >> 33) % (uint64_t)c.vocab_size));
+    b.targets.push_back(-1);
+  }
+  Model model;
+  ModelConfig run = c;
+  run.recompute = true;  // keep one layer's activations: the check runs forward only
+  if (Status s = model.init(run, b.B, b.T, 1, 0); !s) return s;
+  const size_t nl = (size_t)b.B * b.T * c.vocab_size;
+  float loss;
+  std::copy(pa.begin(), pa.end(), model.params());
+  if (Status s = model.forward(b, loss); !s) return s;
+  std::vector<float> la(model.acts().logits, model.acts().logits + nl);
+  std::copy(pb.begin(), pb.end(), model.params());
+  if (Status s = model.forward(b, loss); !s) return s;
+  out = LogitsDiff{};
+  for (size_t i = 0; i < nl; i++) {
+    const float y = model.acts().logits[i];
+    out.max_abs = std::max(out.max_abs, (double)std::fabs(la[i] - y));
+    out.scale = std::max(out.scale, (double)std::fabs(la[i]));
+    out.nan |= std::isnan(la[i]) || std::isnan(y);
+  }
+  return Status::ok();
+}
+
 Status export_hf_check(const std::string& step_dir, const std::string& out_dir, double* max_abs_diff) {
   ModelConfig ca, cb;
   std::vector<float> pa, pb;
@@ -216,30 +248,10 @@ Status export_hf_check(const std::string& step_dir, const std::string& out_dir, 
   };
   if (!same(ca, cb))
     return Status::error(fmt::format("{}/config.json describes a different model than {}", out_dir, step_dir));
-  Batch b;
-  b.B = 2;
-  b.T = std::min(32, ca.max_seq_len);
-  uint64_t x = 12345;
-  for (int n = 0; n < b.B * b.T; n++) {
-    x = x * 6364136223846793005ull + 1442695040888963407ull;
-    b.inputs.push_back((int32_t)((x >> 33) % (uint64_t)ca.vocab_size));
-    b.targets.push_back(-1);
-  }
-  Model model;
-  ModelConfig run = ca;
-  run.recompute = true;  // keep one layer's activations: the check runs forward only
-  if (Status s = model.init(run, b.B, b.T, 1, 0); !s) return s;
-  const size_t nl = (size_t)b.B * b.T * ca.vocab_size;
-  float loss;
-  std::copy(pa.begin(), pa.end(), model.params());
-  if (Status s = model.forward(b, loss); !s) return s;
-  std::vector<float> la(model.acts().logits, model.acts().logits + nl);
-  std::copy(pb.begin(), pb.end(), model.params());
-  if (Status s = model.forward(b, loss); !s) return s;
-  double diff = 0;
-  for (size_t i = 0; i < nl; i++) diff = std::max(diff, (double)std::fabs(la[i] - model.acts().logits[i]));
-  bool nan = false;
-  for (size_t i = 0; i < nl; i++) nan |= std::isnan(la[i]) || std::isnan(model.acts().logits[i]);
+  LogitsDiff d;
+  if (Status s = export_logits_diff(ca, pa, pb, d); !s) return s;
+  const double diff = d.max_abs;
+  const bool nan = d.nan;
   if (max_abs_diff) *max_abs_diff = diff;
   if (diff != 0.0 || nan)
     return Status::error(fmt::format("{}: logits of a fixed batch differ from the checkpoint's by up to {} "

@@ -38,6 +38,16 @@ Status export_hf(const std::string& step_dir, const std::string& out_dir,
 // param_layout(c) order. Errors name the file, the tensor and the expected shape.
 Status export_hf_load(const std::string& out_dir, ModelConfig& c, std::vector<float>& params);
 
+// The logits of one fixed batch (2 rows of up to 32 pseudo-random ids) under two parameter buffers
+// of model c (the training forward): the largest |difference|, max(1, largest |logit| under pa),
+// and whether either side gave a NaN. What every export's --check compares.
+struct LogitsDiff {
+  double max_abs = 0, scale = 1;
+  bool nan = false;
+};
+Status export_logits_diff(const ModelConfig& c, const std::vector<float>& pa, const std::vector<float>& pb,
+                          LogitsDiff& out);
+
 // --check: the checkpoint's weights and the exported ones, read back, run one fixed batch (2 rows
 // of up to 32 tokens) through Model; fails when config or logits differ. The export is a copy of
 // the same fp32 values, so the logits must be bit-identical (max_abs_diff = 0).

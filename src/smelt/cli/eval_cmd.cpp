@@ -31,6 +31,17 @@ namespace smelt {
 namespace fs = std::filesystem;
 
 namespace {
+// The result on stdout, and in --output when given (written atomically).
+int emit(const nlohmann::json& j, const std::string& output) {
+  std::printf("%s\n", j.dump(2).c_str());
+  if (!output.empty())
+    if (Status s = files_write_atomic(output, j.dump(2) + "\n"); !s) {
+      spdlog::error("{}", s.message());
+      return kExitFailure;
+    }
+  return kExitOk;
+}
+
 // --kl-vs: KL(p_ref || p_test) per target token and greedy agreement, both formats on the decoder.
 int eval_kl(const std::string& dir, int64_t step, const ModelConfig& mc, const std::vector<float>& params,
             const std::string& test_name, const std::string& ref_name, const LoaderConfig& lc, const std::string& data,
@@ -62,13 +73,7 @@ int eval_kl(const std::string& dir, int64_t step, const ModelConfig& mc, const s
                "greedy agreement %.2f%%, loss %.4f vs %.4f nats per token\n",
                dir.c_str(), (long long)step, data.c_str(), weight_format_name(test), weight_format_name(ref),
                (unsigned long long)r.tokens, r.mean_kl, r.max_kl, 100.0 * r.greedy_agreement, r.loss, r.ref_loss);
-  std::printf("%s\n", j.dump(2).c_str());
-  if (!output.empty())
-    if (Status s = files_write_atomic(output, j.dump(2) + "\n"); !s) {
-      spdlog::error("{}", s.message());
-      return kExitFailure;
-    }
-  return kExitOk;
+  return emit(j, output);
 }
 }  // namespace
 
@@ -202,13 +207,7 @@ int cli_eval(int argc, char** argv) {
     }
     j["compressors"] = cs;
   }
-  std::printf("%s\n", j.dump(2).c_str());
-  if (!output.empty())
-    if (Status s = files_write_atomic(output, j.dump(2) + "\n"); !s) {
-      spdlog::error("{}", s.message());
-      return kExitFailure;
-    }
-  return kExitOk;
+  return emit(j, output);
 }
 
 }  // namespace smelt
