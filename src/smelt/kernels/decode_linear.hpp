@@ -33,13 +33,18 @@ void dequantize_row_q8_0(float* out, const BlockQ8_0* in, int64_t n);
 
 // ---- the linear layers ------------------------------------------------------------------------
 // out (n, ldo) = beta * out + inp (n, IC) @ W^T with W (OC, IC) row-major (the nn.Linear layout):
-// out[r][o] = beta * out[r][o] + dot(inp[r], W[o]). beta is 0 or 1 (1: the residual add).
-// Parallel over blocks of output columns with the current OpenMP team (kernels_set_threads).
+// out[r][o] = beta * out[r][o] + dot(inp[r], W[o]). beta is 0 or 1 (1: the residual add; with
+// beta 0, out is not read). Parallel over fixed blocks of output columns with the current OpenMP
+// team (kernels_set_threads). The dot is 16 lane sums (lane j: fma over k = j mod 16, in k order,
+// up to IC - IC % 16), a fixed halving tree of the lanes, then fma over the IC % 16 tail; then
+// out = beta ? fma(beta, out, dot) : dot. decode_linear.cpp spells out both formulas.
 void decode_linear_f32(float* out, int ldo, const float* inp, const float* W, int n, int IC, int OC,
                        float beta);
-// Q8_0: xq (n, IC/32 blocks) the rows quantized by quantize_row_q8_0, Wq (OC, IC/32 blocks).
+// Q8_0: xq (n, IC/32 blocks) the rows quantized by quantize_row_q8_0 (so no -128 in them), Wq
+// (OC, IC/32 blocks), any int8 including -128 (blocks from foreign GGUF files). IC % 32 == 0.
 // out[r][o] = beta * out[r][o] + sum over blocks b of fp16(Wd) * fp16(xd) * (int32 sum of the
-// 32 int8 products of block b), the block sums added in block order. IC % 32 == 0.
+// 32 int8 products of block b), the block sums added in block order:
+// acc = fma(fp32(Wd) * fp32(xd), (float)isum, acc), the product of the two scales exact in fp32.
 void decode_linear_q8_0(float* out, int ldo, const BlockQ8_0* xq, const BlockQ8_0* Wq, int n, int IC,
                         int OC, float beta);
 
