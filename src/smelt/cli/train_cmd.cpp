@@ -1,7 +1,6 @@
 // `smelt train --config run.toml [--set key=value ...]` with the everyday overrides as plain flags
 // (--data, --steps, --threads, --run-dir, --seed, --resume). Not the loop (train/trainer.hpp).
 #include <algorithm>
-#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -16,15 +15,12 @@
 #include "smelt/common/config.hpp"
 #include "smelt/common/log.hpp"
 #include "smelt/common/status.hpp"
+#include "smelt/common/stop_signals.hpp"
 #include "smelt/model/activations.hpp"
 #include "smelt/train/train_config.hpp"
 #include "smelt/train/trainer.hpp"
 
 namespace smelt {
-
-namespace {
-void on_signal(int) { train_request_stop(); }
-}  // namespace
 
 int cli_train(int argc, char** argv) {
   CLI::App app{"smelt train: train the Llama-style decoder on token shards (docs/train.md)"};
@@ -95,10 +91,14 @@ int cli_train(int argc, char** argv) {
     std::printf("fits in %.1f GiB\n", budget / 1073741824.0);
     return kExitOk;
   }
-  std::signal(SIGINT, on_signal);
-  std::signal(SIGTERM, on_signal);
   TrainSummary sum;
-  Status s = train_run(c, sum);
+  Status s;
+  {
+    // Before any thread starts: SIGINT/SIGTERM then reach only a watcher thread, never a thread
+    // inside a oneDNN GEMM (whose JIT code points rsp into the heap, see stop_signals.hpp).
+    StopSignals stop(train_request_stop);
+    s = train_run(c, sum);
+  }
   if (!s) {
     spdlog::error("{}", s.message());
     return kExitFailure;
