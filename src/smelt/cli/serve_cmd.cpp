@@ -1,7 +1,8 @@
 // `smelt serve`: a checkpoint (step or run directory) or a GGUF file behind an OpenAI-compatible
 // HTTP server (docs/serve.md). The socket is bound first so /health answers 503 while the model
 // loads; "listening on http://HOST:PORT" goes to stdout once requests are served. SIGTERM/SIGINT
-// stop it gracefully: the handler only writes a byte to a pipe; a watcher thread does the work.
+// stop it gracefully: blocked in every worker thread and taken by StopSignals' watcher, which writes
+// a byte to a pipe; a watcher thread of ours does the work.
 // Not the routes (serve/http_server.hpp) nor the scheduler (serve/engine.hpp).
 #include <poll.h>
 #include <signal.h>
@@ -23,6 +24,7 @@
 #include "smelt/cli/command_table.hpp"
 #include "smelt/cli/resolve_checkpoint.hpp"
 #include "smelt/common/log.hpp"
+#include "smelt/common/stop_signals.hpp"
 #include "smelt/model/config.hpp"
 #include "smelt/serve/engine.hpp"
 #include "smelt/serve/http_server.hpp"
@@ -37,21 +39,15 @@ namespace {
 int g_signal_pipe[2] = {-1, -1};
 
 // Async-signal-safe: one write(2), errno kept.
-void on_signal(int) {
+void on_stop() {  // async-signal-safe (it may run in a handler): one byte into the pipe
   const int saved = errno;
   const char b = 's';
   [[maybe_unused]] ssize_t n = write(g_signal_pipe[1], &b, 1);
   errno = saved;
 }
 
-Status install_signals() {
+Status make_signal_pipe() {
   if (pipe(g_signal_pipe) != 0) return Status::error(fmt::format("pipe: {}", std::strerror(errno)));
-  struct sigaction sa {};
-  sa.sa_handler = on_signal;
-  sigemptyset(&sa.sa_mask);
-  sa.sa_flags = SA_RESTART;
-  sigaction(SIGTERM, &sa, nullptr);
-  sigaction(SIGINT, &sa, nullptr);
   signal(SIGPIPE, SIG_IGN);  // a client gone mid-write is an error return, not the end of the server
   return Status::ok();
 }
@@ -167,10 +163,13 @@ int cli_serve(int argc, char** argv) {
       return kExitUsage;
     }
   }
-  if (Status s = install_signals(); !s) {
+  if (Status s = make_signal_pipe(); !s) {
     spdlog::error("{}", s.message());
     return kExitFailure;
   }
+  // SIGINT/SIGTERM blocked in every thread started from here (HTTP, engine, OpenMP) and taken by
+  // StopSignals' own watcher, so no compute thread ever runs a handler (common/stop_signals.hpp).
+  StopSignals stop_signals(on_stop);
   HttpServer server(hc);
   if (Status s = server.bind(); !s) {
     spdlog::error("{}", s.message());

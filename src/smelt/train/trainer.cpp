@@ -928,8 +928,9 @@ void Trainer::plan_budget() {
          {"eval_s", last_eval_s_}});
 }
 
+// The stop flag is not cleared here: a SIGTERM that came while the run was being set up (GEMM
+// measurement, data, resume) still ends it after its first step.
 Status Trainer::run(TrainSummary& out) {
-  g_stop = false;
   if (Status s = start(); !s) return s;
   while (!done() && !stop_now_) {
     StepStats st;

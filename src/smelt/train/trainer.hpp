@@ -37,6 +37,8 @@ struct TrainSummary {
 // plan, resume mismatch); a SIGINT/SIGTERM (train_request_stop) ends it after the current step with
 // a checkpoint and an ok status.
 Status train_run(const TrainConfig& c, TrainSummary& out);
+// Async-signal-safe; the request lasts for the rest of the process (a request made while a run is
+// being set up ends it after its first step).
 void train_request_stop();
 
 // The model's planned batch (rows B, length T) for the largest batch the loader hands one rank.
