@@ -20,7 +20,8 @@
 // AVX-512 keeps the 16 lanes of p in one register, AVX2 in two (lanes 0-7, 8-15); the tree is
 // the usual halving reduction. Tiles of rows x output columns share each weight load among the
 // rows (weights stream from memory once per call for n <= the row tile); OpenMP threads take
-// fixed blocks of output columns.
+// fixed blocks of output columns dynamically (a block's bits do not depend on the thread that
+// runs it, and a core busy with other work does not hold the whole call back).
 #include "smelt/kernels/decode_linear.hpp"
 
 // GCC 12's AVX-512 headers trip -W(maybe-)uninitialized on their own _mm512_undefined_*()
@@ -286,7 +287,7 @@ template <int RT, int CT, typename Pick>
 void run_f32(float* out, int ldo, const float* inp, const float* W, int n, int IC, int OC, float beta,
              Pick pick) {
   const int blocks = (OC + kColBlockF32 - 1) / kColBlockF32;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(dynamic)
   for (int blk = 0; blk < blocks; blk++) {
     const int c1 = std::min(OC, (blk + 1) * kColBlockF32);
     for (int c = blk * kColBlockF32; c < c1; c += CT) {  // columns outer: their weights stay in cache
@@ -485,7 +486,7 @@ template <int CT, typename Tile>
 void run_q8(float* out, int ldo, const BlockQ8_0* xq, const BlockQ8_0* Wq, int n, int nb, int OC, float beta,
             bool sums, Tile tile) {
   const int blocks = (OC + kColBlockQ8 - 1) / kColBlockQ8;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(dynamic)
   for (int blk = 0; blk < blocks; blk++) {
     const int c0 = blk * kColBlockQ8, c1 = std::min(OC, c0 + kColBlockQ8);
     alignas(64) float facc[kRowTileQ8][kColBlockQ8];
@@ -536,7 +537,7 @@ void decode_linear_q8_0(float* out, int ldo, const BlockQ8_0* xq, const BlockQ8_
     case DecodeIsa::kPortable: break;
   }
   const int blocks = (OC + kColBlockQ8 - 1) / kColBlockQ8;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(dynamic)
   for (int blk = 0; blk < blocks; blk++)
     for (int o = blk * kColBlockQ8; o < std::min(OC, (blk + 1) * kColBlockQ8); o++)
       for (int r = 0; r < n; r++) {
