@@ -1,8 +1,11 @@
 // HttpServer (serve/http_server.hpp) in-process, before any model is ready: /health and the model
 // routes answer 503 "loading" with an OpenAI error object, the key still guards every route but
 // /health, routing errors are 404/405 as always, /metrics renders without an engine, and a stop
-// before ready() leaves nothing to serve (ready() then says so). The served behaviour with a model
+// before ready() leaves nothing to serve (ready() then says so), also right after start(). The served behaviour with a model
 // is tests/serve/serve_test.cpp.
+#include <chrono>
+#include <future>
+
 #include <gtest/gtest.h>
 
 #include "serve/raw_http.hpp"
@@ -50,6 +53,23 @@ TEST(HttpServer, AnswersWhileLoadingAndStopsCleanly) {
   Engine e;  // never started: ready() must refuse it without touching it
   EXPECT_FALSE(s.ready(&e, "m"));
   EXPECT_EQ(connect_port(s.port()), -1);
+}
+
+// A stop right after start() (smelt serve when the model fails to load) must end the listener:
+// httplib's stop() is a no-op until its accept loop runs, which left join() waiting for ever.
+TEST(HttpServer, AStopRightAfterStartEndsTheListener) {
+  for (int i = 0; i < 50; i++) {
+    HttpConfig c;
+    c.port = 0;
+    c.threads = 2;
+    HttpServer s(c);
+    ASSERT_TRUE(s.bind());
+    s.start();
+    s.shutdown(0);
+    auto joined = std::async(std::launch::async, [&] { return s.join(); });
+    ASSERT_EQ(joined.wait_for(std::chrono::seconds(20)), std::future_status::ready) << "round " << i;
+    EXPECT_TRUE(joined.get());
+  }
 }
 
 }  // namespace

@@ -128,7 +128,10 @@ Status HttpServer::bind() {
 }
 
 void HttpServer::start() {
-  listener_ = std::thread([this] { listen_ok_ = svr_->listen_after_bind(); });
+  listener_ = std::thread([this] {
+    listen_ok_ = svr_->listen_after_bind();
+    listener_done_ = true;
+  });
 }
 
 bool HttpServer::ready(Engine* engine, const std::string& model_name) {
@@ -158,6 +161,11 @@ void HttpServer::shutdown(double grace_seconds) {
     std::unique_lock<std::mutex> lk(mu_);
     idle_.wait_for(lk, std::chrono::seconds(cfg_.write_timeout_s + 1), [&] { return in_flight_ == 0; });
   }
+  // httplib's stop() does nothing until the listener is inside its accept loop (a stop right after
+  // start() left it blocked in accept for ever): wait for the loop, or for the listener's end.
+  if (listener_.joinable())
+    for (int i = 0; i < 10000 && !svr_->is_running() && !listener_done_; i++)
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
   svr_->stop();
 }
 

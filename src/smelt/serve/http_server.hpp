@@ -83,6 +83,7 @@ class HttpServer {
   int port_ = 0;
   std::thread listener_;
   bool listen_ok_ = true;
+  std::atomic<bool> listener_done_{false};  // the listener thread has returned
   std::atomic<Engine*> engine_{nullptr};
   std::atomic<bool> stopping_{false};
   std::string model_name_;
