@@ -3,8 +3,11 @@
 // /health, routing errors are 404/405 as always, /metrics renders without an engine, and a stop
 // before ready() leaves nothing to serve (ready() then says so), also right after start(). The served behaviour with a model
 // is tests/serve/serve_test.cpp.
+#include <poll.h>
+
 #include <chrono>
 #include <future>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -70,6 +73,35 @@ TEST(HttpServer, AStopRightAfterStartEndsTheListener) {
     ASSERT_EQ(joined.wait_for(std::chrono::seconds(20)), std::future_status::ready) << "round " << i;
     EXPECT_TRUE(joined.get());
   }
+}
+
+// The listen queue holds a burst of connections: 32 clients connect before the listener accepts
+// any (it is not even started), and every connect completes at once. With the library's backlog
+// of 5 only 6 got in; the others' SYNs were dropped and retried a second later.
+TEST(HttpServer, TheListenQueueHoldsABurstOfConnections) {
+  HttpConfig c;
+  c.port = 0;
+  HttpServer s(c);
+  ASSERT_TRUE(s.bind());
+  std::vector<int> fds;
+  for (int i = 0; i < 32; i++) {
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons((uint16_t)s.port());
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    connect(fd, (sockaddr*)&a, sizeof a);  // EINPROGRESS or done
+    fds.push_back(fd);
+  }
+  int connected = 0;
+  for (int fd : fds) {
+    pollfd p{fd, POLLOUT, 0};
+    int err = 0;
+    socklen_t len = sizeof err;
+    if (poll(&p, 1, 300) == 1 && getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) == 0 && err == 0) connected++;
+    close(fd);
+  }
+  EXPECT_EQ(connected, 32);
 }
 
 }  // namespace

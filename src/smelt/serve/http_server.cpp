@@ -11,11 +11,8 @@
 #include <deque>
 
 #include <fmt/format.h>
-// cpp-httplib listens with a backlog of 5 by default: 16 clients connecting at once overflowed
-// it, and the kernel's dropped SYNs came back after the 1 s retransmission (a 1 s time to first
-// token at P99). The kernel caps this at net.core.somaxconn.
-#define CPPHTTPLIB_LISTEN_BACKLOG 512
 #include <httplib.h>
+#include <sys/socket.h>
 
 #include "smelt/common/log.hpp"
 
@@ -100,9 +97,10 @@ HttpServer::HttpServer(HttpConfig c) : cfg_(std::move(c)), svr_(std::make_unique
   svr_->set_tcp_nodelay(true);  // one SSE chunk per token: do not wait to fill a segment
   // httplib's default also sets SO_REUSEPORT, which lets a second server bind the same port and
   // take half the connections; keep SO_REUSEADDR only (a restart may rebind over TIME_WAIT)
-  svr_->set_socket_options([](socket_t sock) {
+  svr_->set_socket_options([this](socket_t sock) {
     int yes = 1;
     setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
+    listen_fd_ = sock;  // the last socket made is the one that binds (bind() raises its backlog)
   });
   routes();
 }
@@ -124,6 +122,11 @@ Status HttpServer::bind() {
                                        cfg_.host, cfg_.port, std::strerror(errno)));
     port_ = cfg_.port;
   }
+  // Debian's cpp-httplib is a compiled library that listens with a backlog of 5: 16 clients
+  // connecting at once overflowed it, and the dropped SYNs came back after the kernel's 1 s
+  // retransmission (a 1 s connect, seen as the time to first token at P99). listen() again on the
+  // bound socket sets a deeper queue (the kernel caps it at net.core.somaxconn).
+  if (listen_fd_ >= 0) ::listen(listen_fd_, kListenBacklog);
   return Status::ok();
 }
 

@@ -84,6 +84,8 @@ class HttpServer {
   std::thread listener_;
   bool listen_ok_ = true;
   std::atomic<bool> listener_done_{false};  // the listener thread has returned
+  int listen_fd_ = -1;                        // the listening socket (its backlog is raised in bind())
+  static constexpr int kListenBacklog = 512;
   std::atomic<Engine*> engine_{nullptr};
   std::atomic<bool> stopping_{false};
   std::string model_name_;
