@@ -240,15 +240,16 @@ void Engine::loop() {
   }
 }
 
-void Engine::run_step() {
-  const ModelConfig& c = decoder_.config();
-  const int V = c.vocab_size;
+// The step's rows: every decoding sequence's last token, then prompt chunks of the sequences
+// still reading their prompts within the prefill budget. owners_ gets the sequence of each row
+// whose logits are wanted, in row order.
+void Engine::plan_rows() {
   rows_.clear();
-  std::vector<Seq*> owners;  // the sequence of each row with logits, in row order
+  owners_.clear();
   for (auto& s : seqs_)
     if (s && s->next >= 0) {
       rows_.push_back(DecodeRow{s->slot, s->next, true});
-      owners.push_back(s.get());
+      owners_.push_back(s.get());
     }
   int budget = cfg_.prefill_chunk;
   for (auto& s : seqs_) {
@@ -258,98 +259,104 @@ void Engine::run_step() {
     for (int i = 0; i < k; i++) {
       const bool last = s->fed + i + 1 == p.size();
       rows_.push_back(DecodeRow{s->slot, p[s->fed + i], last});
-      if (last) owners.push_back(s.get());
+      if (last) owners_.push_back(s.get());
     }
     s->fed += k;
     budget -= k;
   }
+}
+
+// The next token from a row of logits z (V): padded ids masked, the request's sampler, the
+// token's log probability and the `logprobs` most likely entries.
+TokenEvent Engine::sample(Seq& s, float* z) {
+  const int V = decoder_.config().vocab_size;
+  // Ids the tokenizer cannot decode (a vocabulary padded beyond the tokenizer's) are never chosen.
+  for (int i = (int)tok_->vocab_size(); i < V; i++) z[i] = -std::numeric_limits<float>::infinity();
+  TokenEvent ev;
+  ev.id = s.sampler.sample(z);
+  float mx = z[0];
+  for (int i = 1; i < V; i++) mx = std::max(mx, z[i]);
+  double sum = 0;
+  for (int i = 0; i < V; i++) sum += std::exp((double)z[i] - mx);
+  const float lse = mx + (float)std::log(sum);
+  ev.logprob = z[ev.id] - lse;
+  if (const int k = std::min(s.req->logprobs, V); k > 0) {
+    std::vector<int32_t> idx(V);
+    for (int i = 0; i < V; i++) idx[i] = i;
+    std::partial_sort(idx.begin(), idx.begin() + k, idx.end(),
+                      [&](int32_t a, int32_t b) { return z[a] > z[b] || (z[a] == z[b] && a < b); });
+    for (int i = 0; i < k; i++) ev.top.push_back(TopLogprob{idx[i], z[idx[i]] - lse});
+  }
+  return ev;
+}
+
+// Hands one sampled token to its request: stats, the text that became final (held back while it
+// may start a stop string), the callbacks, and the end of the request when it came.
+void Engine::deliver(Seq& s, TokenEvent ev, double t) {
+  const auto eod = tok_->eod_id();
+  const bool is_eod = eod && (uint32_t)ev.id == *eod && !s.req->ignore_eos;
+  {
+    // Counted before any callback: a request's on_done sees stats that include it.
+    std::lock_guard<std::mutex> lock(mu_);
+    if (s.next < 0) {  // the prompt's last row: the first token
+      s.result.ttft_seconds = t - s.t_submit;
+      stats_.prompt_tokens += s.req->prompt.size();
+      stats_.ttft.observe(s.result.ttft_seconds);
+    } else {
+      stats_.token_latency.observe(t - s.t_last);
+    }
+    stats_.generated_tokens += !is_eod;
+  }
+  s.t_last = t;
+  if (is_eod) {
+    ev.text = s.held + s.stream->finish();
+    s.result.text += ev.text;
+    if (s.req->logprobs > 0) s.result.tokens.push_back(ev);
+    if (!ev.text.empty() && s.req->on_token) s.req->on_token(ev);  // the held tail; the eod itself is not output
+    return finish(s, FinishReason::kStop);
+  }
+  s.result.ids.push_back(ev.id);
+  const bool at_length = (int)s.result.ids.size() >= s.budget;
+  s.held += s.stream->push((uint32_t)ev.id);
+  if (at_length) s.held += s.stream->finish();
+  // The earliest stop string in the held text ends the request there.
+  size_t cut = std::string::npos;
+  for (const std::string& st : s.req->stop)
+    if (!st.empty()) cut = std::min(cut, s.held.find(st));
+  FinishReason end = FinishReason::kLength;
+  bool done = at_length;
+  if (cut != std::string::npos) {
+    ev.text = s.held.substr(0, cut);
+    s.held.clear();
+    end = FinishReason::kStop;
+    done = true;
+  } else if (at_length) {
+    ev.text = std::move(s.held);
+    s.held.clear();
+  } else {
+    const size_t keep = stop_prefix_tail(s.held, s.req->stop);
+    ev.text = s.held.substr(0, s.held.size() - keep);
+    s.held.erase(0, s.held.size() - keep);
+  }
+  s.result.text += ev.text;
+  if (s.req->logprobs > 0) s.result.tokens.push_back(ev);
+  if (s.req->on_token && !s.req->on_token(ev)) return finish(s, FinishReason::kCancelled);
+  if (done) return finish(s, end);
+  s.next = ev.id;
+}
+
+void Engine::run_step() {
+  plan_rows();
   if (Status st = decoder_.step(rows_.data(), (int)rows_.size(), logits_.data()); !st) {
     // Checked at admission; a failure here is a bug. End every sequence of the step rather than loop.
-    for (Seq* s : owners) finish(*s, FinishReason::kAborted);
+    for (Seq* s : owners_) finish(*s, FinishReason::kAborted);
     return;
   }
   const double t = now_s();
-  const auto eod = tok_->eod_id();
-  const int usable = (int)tok_->vocab_size();
-  for (size_t r = 0; r < owners.size(); r++) {
-    Seq& s = *owners[r];
-    float* z = logits_.data() + r * V;
-    // Ids the tokenizer cannot decode (a vocabulary padded beyond the tokenizer's) are never chosen.
-    for (int i = usable; i < V; i++) z[i] = -std::numeric_limits<float>::infinity();
-    TokenEvent ev;
-    ev.id = s.sampler.sample(z);
-    {
-      float mx = z[0];
-      for (int i = 1; i < V; i++) mx = std::max(mx, z[i]);
-      double sum = 0;
-      for (int i = 0; i < V; i++) sum += std::exp((double)z[i] - mx);
-      const float lse = mx + (float)std::log(sum);
-      ev.logprob = z[ev.id] - lse;
-      if (const int k = std::min(s.req->logprobs, V); k > 0) {
-        std::vector<int32_t> idx(V);
-        for (int i = 0; i < V; i++) idx[i] = i;
-        std::partial_sort(idx.begin(), idx.begin() + k, idx.end(),
-                          [&](int32_t a, int32_t b) { return z[a] > z[b] || (z[a] == z[b] && a < b); });
-        for (int i = 0; i < k; i++) ev.top.push_back(TopLogprob{idx[i], z[idx[i]] - lse});
-      }
-    }
-    const bool is_eod = eod && (uint32_t)ev.id == *eod && !s.req->ignore_eos;
-    {
-      // Counted before any callback: a request's on_done sees stats that include it.
-      std::lock_guard<std::mutex> lock(mu_);
-      if (s.next < 0) {  // the prompt's last row: the first token
-        s.result.ttft_seconds = t - s.t_submit;
-        stats_.prompt_tokens += s.req->prompt.size();
-        stats_.ttft.observe(s.result.ttft_seconds);
-      } else {
-        stats_.token_latency.observe(t - s.t_last);
-      }
-      stats_.generated_tokens += !is_eod;
-    }
-    s.t_last = t;
-    if (is_eod) {
-      ev.text = s.held + s.stream->finish();
-      s.result.text += ev.text;
-      if (s.req->logprobs > 0) s.result.tokens.push_back(ev);
-      if (!ev.text.empty() && s.req->on_token) s.req->on_token(ev);  // the held tail; the eod itself is not output
-      finish(s, FinishReason::kStop);
-      continue;
-    }
-    s.result.ids.push_back(ev.id);
-    const bool at_length = (int)s.result.ids.size() >= s.budget;
-    s.held += s.stream->push((uint32_t)ev.id);
-    if (at_length) s.held += s.stream->finish();
-    // The earliest stop string in the held text ends the request there.
-    size_t cut = std::string::npos;
-    for (const std::string& st : s.req->stop)
-      if (!st.empty()) cut = std::min(cut, s.held.find(st));
-    FinishReason end = FinishReason::kLength;
-    bool done = at_length;
-    if (cut != std::string::npos) {
-      ev.text = s.held.substr(0, cut);
-      s.held.clear();
-      end = FinishReason::kStop;
-      done = true;
-    } else if (at_length) {
-      ev.text = std::move(s.held);
-      s.held.clear();
-    } else {
-      const size_t keep = stop_prefix_tail(s.held, s.req->stop);
-      ev.text = s.held.substr(0, s.held.size() - keep);
-      s.held.erase(0, s.held.size() - keep);
-    }
-    s.result.text += ev.text;
-    if (s.req->logprobs > 0) s.result.tokens.push_back(ev);
-    const bool wanted = s.req->on_token ? s.req->on_token(ev) : true;
-    if (!wanted) {
-      finish(s, FinishReason::kCancelled);
-      continue;
-    }
-    if (done) {
-      finish(s, end);
-      continue;
-    }
-    s.next = ev.id;
+  const size_t V = decoder_.config().vocab_size;
+  for (size_t r = 0; r < owners_.size(); r++) {
+    Seq& s = *owners_[r];
+    deliver(s, sample(s, logits_.data() + r * V), t);
   }
   std::lock_guard<std::mutex> lock(mu_);
   stats_.steps++;

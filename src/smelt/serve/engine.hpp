@@ -128,6 +128,9 @@ class Engine {
   struct Seq;
   void loop();
   bool admit_locked();
+  void plan_rows();
+  TokenEvent sample(Seq& s, float* z);
+  void deliver(Seq& s, TokenEvent ev, double t);
   void run_step();
   void finish(Seq& s, FinishReason r);
 
@@ -145,6 +148,7 @@ class Engine {
   EngineStats stats_;
   std::vector<float> logits_;
   std::vector<DecodeRow> rows_;
+  std::vector<Seq*> owners_;  // the sequence of each row with logits, in row order
 };
 
 }  // namespace smelt
