@@ -81,6 +81,8 @@ TEST_F(PackingTest, PackedRowsAreTheStreamShiftedByOne) {
       packing_fill(plan, {&ds}, kEod, false, b);
       ASSERT_EQ(b.B, 3);
       ASSERT_EQ(b.T, 8);
+      // Without doc masking the segments are still there (sources, lineage) but attention spans them.
+      EXPECT_FALSE(b.mask_segments);
       EXPECT_EQ(b.step, static_cast<uint64_t>(step));
       EXPECT_EQ(b.target_tokens, 24u);
       for (int r = 0; r < 3; ++r) {
@@ -119,6 +121,7 @@ TEST_F(PackingTest, DocMaskRestartsPositionsAndMasksTheCrossDocumentTarget) {
   EXPECT_EQ(b.inputs, in);
   EXPECT_EQ(b.targets, tg);
   EXPECT_EQ(b.segments, (std::vector<int32_t>{0, 0, 0, 0, 1, 1}));
+  EXPECT_TRUE(b.mask_segments);
   EXPECT_EQ(b.positions, (std::vector<int32_t>{0, 1, 2, 3, 0, 1}));
   EXPECT_EQ(b.target_tokens, 5u);
   // next row starts with the EOD of d1 (a continued document: positions restart at the row start)

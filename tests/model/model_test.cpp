@@ -223,6 +223,27 @@ TEST(Model, RecomputeGivesIdenticalGradients) {
   EXPECT_LT(act_bytes[1], act_bytes[0]);
 }
 
+// Segments mask attention only when the batch asks for it (the loader sets mask_segments from
+// [data] doc_mask): with it off the logits are those of the same batch without segments; with it
+// on they differ (the second document no longer sees the first).
+TEST(Model, SegmentsMaskAttentionOnlyWhenAsked) {
+  Model m;
+  ASSERT_TRUE(m.init(tiny(2, false, false), 2, 64, 2, 3).is_ok());
+  const Batch with = make_batch(2, 64, 512, true, false, 9);
+  Batch plain = with, spans = with;
+  plain.segments.clear();
+  spans.mask_segments = false;
+  float loss = 0;
+  std::vector<float> logits[3];
+  const Batch* bs[3] = {&plain, &spans, &with};
+  for (int i = 0; i < 3; i++) {
+    ASSERT_TRUE(m.forward(*bs[i], loss).is_ok());
+    logits[i].assign(m.acts().logits, m.acts().logits + (size_t)2 * 64 * 512);
+  }
+  EXPECT_TRUE(logits[1] == logits[0]) << "mask_segments = false must attend across documents";
+  EXPECT_FALSE(logits[2] == logits[0]) << "mask_segments = true must keep attention inside a document";
+}
+
 // The switch that runs every op on its naive `_ref` kernel (the oracle for new backends) gives
 // the same loss and gradients up to fp32 rounding (the references accumulate in double).
 TEST(Model, ReferenceKernelsMatchFastKernels) {

@@ -12,8 +12,8 @@ struct Batch {
   int T = 0;                       // columns (sequence length of this batch; bucketed mode varies it)
   std::vector<int32_t> inputs;     // (B,T) token ids; padding positions hold 0
   std::vector<int32_t> targets;    // (B,T) next-token ids; -1 = no loss here (padding, masked EOD)
-  std::vector<int32_t> segments;   // (B,T) document index within the row; attention may be kept
-                                   //       inside a segment (doc masking); -1 = padding
+  std::vector<int32_t> segments;   // (B,T) document index within the row; -1 = padding
+  bool mask_segments = true;       // attention stays inside a segment (the loader: [data] doc_mask)
   std::vector<int32_t> positions;  // (B,T) RoPE positions (restart at 0 per document when doc masking)
   std::vector<uint16_t> sources;   // (B,T) index of the blend source each token came from
   uint64_t target_tokens = 0;      // targets != -1

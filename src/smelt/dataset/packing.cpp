@@ -302,6 +302,7 @@ void packing_fill(const BatchPlan& plan, const TokenFetch& fetch, int64_t eod_id
   const int B = plan.B, T = plan.T;
   const size_t n = static_cast<size_t>(B) * static_cast<size_t>(T);
   out.B = B, out.T = T, out.step = plan.step;
+  out.mask_segments = doc_mask;  // without doc masking, attention spans the row's documents
   out.inputs.resize(n), out.targets.resize(n), out.segments.resize(n), out.positions.resize(n), out.sources.resize(n);
   std::fill(out.inputs.begin(), out.inputs.end(), 0);
   std::fill(out.targets.begin(), out.targets.end(), -1);

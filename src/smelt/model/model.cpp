@@ -147,7 +147,7 @@ void Model::layer_forward(int l, int B, int T) {
   const float* w = params_.data();
   const LayerActs& a = acts_.layers[l];
   const int32_t* pos = batch_->positions.empty() ? nullptr : batch_->positions.data();
-  const int32_t* seg = batch_->segments.empty() ? nullptr : batch_->segments.data();
+  const int32_t* seg = batch_->segments.empty() || !batch_->mask_segments ? nullptr : batch_->segments.data();
   float* x = acts_.resid[l];
 
   const bool ref = reference_;
@@ -286,7 +286,7 @@ void Model::layer_backward(int l, int B, int T) {
   const LayerActs& a = acts_.layers[l];
   const Activations& s = acts_;
   const int32_t* pos = batch_->positions.empty() ? nullptr : batch_->positions.data();
-  const int32_t* seg = batch_->segments.empty() ? nullptr : batch_->segments.data();
+  const int32_t* seg = batch_->segments.empty() || !batch_->mask_segments ? nullptr : batch_->segments.data();
 
   // MLP block: y = xmid + down(swiglu(gate_up(rmsnorm(xmid)))); dres holds dy, becomes dxmid.
   const bool ref = reference_;
@@ -401,7 +401,7 @@ double Model::attention_sparsity(int max_queries, float threshold) const {
   const ModelConfig& c = cfg_;
   const int B = batch_->B, T = batch_->T, HS = c.head_size(), NH = c.n_heads, QKV = c.qkv_size();
   const int group = NH / c.n_kv_heads;
-  const int32_t* seg = batch_->segments.empty() ? nullptr : batch_->segments.data();
+  const int32_t* seg = batch_->segments.empty() || !batch_->mask_segments ? nullptr : batch_->segments.data();
   const float scale = 1.0f / std::sqrt((float)HS);
   const int64_t queries = (int64_t)B * T * NH;
   const int take = (int)std::min<int64_t>(max_queries, queries);

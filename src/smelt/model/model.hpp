@@ -35,7 +35,8 @@ class Model {
   // Forward pass: logits (acts().logits; not kept by a bf16 forward with grad_dloss) and the mean
   // loss over targets != -1. The batch must
   // stay alive and unchanged until backward() (it is read again there). Uses
-  // batch.segments (document masking) and batch.positions (RoPE) when they are non-empty.
+  // batch.segments (document masking, when batch.mask_segments) and batch.positions (RoPE) when
+  // they are non-empty.
   // grad_dloss > 0 (training, followed by backward(grad_dloss)): under bf16 the LM head's output
   // gradient is made here while the logits are in cache (cross_entropy_forward_grad_bf16).
   Status forward(const Batch& batch, float& loss, float grad_dloss = 0.0f);

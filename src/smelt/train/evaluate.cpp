@@ -168,10 +168,10 @@ Status evaluate_kl(const ModelConfig& c, const float* params, WeightFormat test,
     for (int row = 0; row < b.B && r.tokens < limit; row++) {
       const int32_t* in = b.inputs.data() + (size_t)row * b.T;
       const int32_t* tg = b.targets.data() + (size_t)row * b.T;
-      // Each document (segment) of the row alone, as the training forward's attention sees it
-      // (keys of the query's own segment only; RoPE scores depend only on relative positions, so
-      // starting each at position 0 changes nothing but rounding).
-      const int32_t* seg = b.segments.empty() ? nullptr : b.segments.data() + (size_t)row * b.T;
+      // With document masking each document (segment) of the row alone, as the training
+      // forward's attention sees it (RoPE scores depend only on relative positions, so starting
+      // each at position 0 changes nothing but rounding); without it the whole row at once.
+      const int32_t* seg = b.segments.empty() || !b.mask_segments ? nullptr : b.segments.data() + (size_t)row * b.T;
       for (int t0 = 0; t0 < b.T;) {
         int t1 = t0 + 1;
         while (t1 < b.T && (!seg || seg[t1] == seg[t0])) t1++;

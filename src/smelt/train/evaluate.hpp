@@ -58,8 +58,8 @@ struct KlResult {
   double bits_per_byte = -1, ref_bits_per_byte = -1;   // with text
   double seconds = 0;
 };
-// Rows as evaluate() reads them; each document (segment) of a row is decoded on its own, as the
-// training forward's attention sees it.
+// Rows as evaluate() reads them, attended as the training forward attends them (with [data]
+// doc_mask each document of a row on its own, else the whole row).
 Status evaluate_kl(const ModelConfig& c, const float* params, WeightFormat test, WeightFormat ref,
                    const LoaderConfig& base, const std::string& sources, int64_t max_tokens, int threads,
                    KlResult& r, const EvalText* text = nullptr);
