@@ -763,18 +763,8 @@ TEST_F(Gguf, PeakMemoryStaysNearTheLargestTensor) {
   ParamLayout layout = param_layout(c);
   std::vector<float> params((size_t)layout.total);
   for (size_t i = 0; i < params.size(); i++) params[i] = (float)((int)((i * 2654435761u) % 1001) - 500) * 1e-4f;
-  CkptSaveRequest r;
-  r.step = 1;
-  toml::table root{{"model", model_config_to_toml(c)}};
-  std::ostringstream os;
-  os << root;
-  r.config_toml = os.str();
-  r.tokenizer_path = tok_path_;
-  for (const auto& t : layout.tensors)
-    r.tensors.push_back({t.name, t.cols == 1 ? std::vector<int64_t>{t.rows} : std::vector<int64_t>{t.rows, t.cols},
-                         params.data() + t.offset});
   const std::string big = (dir_ / "big").string();
-  ASSERT_TRUE(ckpt_save(big, r));
+  ASSERT_TRUE(test::save_checkpoint_params(c, params.data(), big, 1, tok_path_));
   params = {};
   const double model_mib = layout.total * 4.0 / 1048576.0, largest_mib = 8192.0 * 256 * 4 / 1048576.0;
   Model tiny_m;

@@ -15,6 +15,7 @@
 #include "smelt/ckpt/checkpoint.hpp"
 #include "smelt/model/config.hpp"
 #include "smelt/model/model.hpp"
+#include "smelt/model/params.hpp"
 
 namespace smelt::test {
 
@@ -28,21 +29,28 @@ inline bool train_tiny_tokenizer(const std::string& path, int vocab) {
   return WIFEXITED(st) && WEXITSTATUS(st) == 0;
 }
 
-// Saves m's parameters as step `step` of run_dir (config [model] section, tokenizer copied in).
-inline Status save_tiny_checkpoint(Model& m, const std::string& run_dir, int64_t step,
-                                   const std::string& tokenizer) {
+// Saves a flat parameter buffer of model c (layout param_layout(c)) as step `step` of run_dir:
+// the config's [model] section, the tokenizer copied in.
+inline Status save_checkpoint_params(const ModelConfig& c, const float* params, const std::string& run_dir,
+                                     int64_t step, const std::string& tokenizer) {
   CkptSaveRequest r;
   r.step = step;
-  toml::table root{{"model", model_config_to_toml(m.config())}};
+  toml::table root{{"model", model_config_to_toml(c)}};
   std::ostringstream os;
   os << root;
   r.config_toml = os.str();
   r.tokenizer_path = tokenizer;
   r.state = nlohmann::json::object();
-  for (const auto& t : m.layout().tensors)
+  for (const auto& t : param_layout(c).tensors)
     r.tensors.push_back({t.name, t.cols == 1 ? std::vector<int64_t>{t.rows} : std::vector<int64_t>{t.rows, t.cols},
-                         m.params() + t.offset});
+                         params + t.offset});
   return ckpt_save(run_dir, r);
+}
+
+// Saves m's parameters as step `step` of run_dir.
+inline Status save_tiny_checkpoint(Model& m, const std::string& run_dir, int64_t step,
+                                   const std::string& tokenizer) {
+  return save_checkpoint_params(m.config(), m.params(), run_dir, step, tokenizer);
 }
 
 struct CmdResult {
