@@ -1,5 +1,6 @@
-// Test helper: a `smelt serve` child process on a free port (--port 0), its port read from the
-// "listening on" line, stopped by a signal or killed when it goes out of scope. Not a client.
+// Test helper: a `smelt serve` (or `smelt dashboard`) child process on a free port (--port 0), its
+// port read from the "listening on" line, stopped by a signal or killed when it goes out of scope.
+// Not a client.
 #pragma once
 #include <poll.h>
 #include <signal.h>
@@ -19,8 +20,9 @@ namespace smelt::test {
 
 class ServeProcess {
  public:
-  // Starts `smelt serve ARGS --port 0` and waits for its "listening on" line.
-  ServeProcess(const std::string& args, const std::filesystem::path& log) : log_(log) {
+  // Starts `smelt COMMAND --port 0 ARGS` and waits for its "listening on" line.
+  ServeProcess(const std::string& args, const std::filesystem::path& log, const std::string& command = "serve")
+      : log_(log) {
     int p[2];
     if (pipe(p) != 0) return;
     pid_ = fork();
@@ -29,7 +31,7 @@ class ServeProcess {
       FILE* err = std::fopen(log.c_str(), "w");
       if (err) dup2(fileno(err), 2);
       close(p[0]);
-      std::string cmd = std::string("exec ") + SMELT_BINARY + " serve --port 0 " + args;
+      std::string cmd = std::string("exec ") + SMELT_BINARY + " " + command + " --port 0 " + args;
       execl("/bin/sh", "sh", "-c", cmd.c_str(), (char*)nullptr);
       _exit(127);
     }
@@ -59,6 +61,7 @@ class ServeProcess {
     }
   }
   int port() const { return port_; }
+  pid_t pid() const { return pid_; }
   // Sends sig and returns the exit status (-1: killed by a signal / timed out).
   int stop(int sig = SIGTERM, int timeout_s = 60) {
     kill(pid_, sig);

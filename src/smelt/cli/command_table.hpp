@@ -22,7 +22,9 @@
   X("export", cli_export, FULL, "a checkpoint -> Hugging Face safetensors or a GGUF file")              \
   X("pipeline", cli_pipeline, FULL, "run every stage of a pipeline config in order")                    \
   X("machine", cli_machine, FULL, "the CPU, its peaks, the GEMM back ends and a model's GEMM rates")    \
-  X("serve", cli_serve, FULL, "an OpenAI-compatible HTTP server over a checkpoint or GGUF file")
+  X("serve", cli_serve, FULL, "an OpenAI-compatible HTTP server over a checkpoint or GGUF file")        \
+  X("dashboard", cli_dashboard, LIGHT, "a live page of training runs' curves, vital signs and events")  \
+  X("report", cli_report, LIGHT, "training runs' dashboard as one self-contained HTML file")
 
 namespace smelt {
 
