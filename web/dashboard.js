@@ -227,8 +227,10 @@
           .map((k) => ({key: k, label: k.slice(def.prefix.length)}));
       subs.forEach((sub, j) => {
         const c = r.cols[sub.key];
-        if (!c || !c.some((v) => v !== undefined && v !== null)) return;
-        out.push({run: r, key: sub.key, label: sub.label, sparse: !!sub.sparse, dash: DASHES[j % DASHES.length]});
+        let values = 0;
+        if (c) for (const v of c) if (v !== undefined && v !== null) values++;
+        if (!values) return;
+        out.push({run: r, key: sub.key, label: sub.label, sparse: !!sub.sparse, values, dash: DASHES[j % DASHES.length]});
       });
     }
     return out;
@@ -329,7 +331,8 @@
         width: 1.6,
         dash: s.dash,
         spanGaps: true,
-        points: s.sparse ? {show: true, size: 6, fill: s.run.color} : {show: false},
+        // a dense curve with one value so far has no line to draw: show its points then
+        points: s.sparse || s.values < 2 ? {show: true, size: 7, fill: s.run.color} : {show: false},
         value: (u, v) => (v === null ? '—' : fmtNum(def.scale ? v / def.scale : v, def.scale ? 'mfu' : s.key)),
       }))),
       legend: {show: true, live: true},
@@ -347,7 +350,7 @@
   }
 
   function seriesSignature(series) {
-    return JSON.stringify([state.logScale, series.map((s) => [s.run.id, s.key])]);
+    return JSON.stringify([state.logScale, series.map((s) => [s.run.id, s.key, s.sparse || s.values < 2])]);
   }
 
   function renderCharts() {

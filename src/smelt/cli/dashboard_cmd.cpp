@@ -138,9 +138,9 @@ int cli_report(int argc, char** argv) {
   int64_t lines = 0;
   for (const auto& r : data["runs"]) {
     lines += (int64_t)r["lines"].size();
-    if (r["bad_lines"].get<int64_t>() > 0)
-      spdlog::warn("{}/metrics.jsonl: {} lines are not metrics lines (not JSON objects with a step); they were skipped",
-                   r["dir"].get<std::string>(), r["bad_lines"].get<int64_t>());
+    if (const int64_t bad = r["bad_lines"].get<int64_t>(); bad > 0)
+      spdlog::warn("{}/metrics.jsonl: {} line{} not a metrics line (a JSON object with a step); skipped",
+                   r["dir"].get<std::string>(), bad, bad == 1 ? " is" : "s are");
   }
   spdlog::info("{}: {} runs, {} lines, {:.1f} KB", out, runs.size(), lines, html.size() / 1024.0);
   return kExitOk;
