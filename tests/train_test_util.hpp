@@ -61,7 +61,7 @@ inline void write_byte_shard(const std::string& prefix, const std::vector<std::s
 inline nlohmann::json drop_timing(nlohmann::json j) {
   for (const char* k : {"tokens_per_s", "mfu", "mfu_peak", "step_ms", "data_wait_ms", "fetch_ms", "ckpt_stall_ms",
                         "ckpt_write_mb_s", "eval_tokens_per_s", "forward_ms", "allreduce_ms", "allreduce_wait_ms", "allreduce_bytes",
-                        "allreduce_buckets"})
+                        "allreduce_buckets", "disk_mb_s", "rank_compute_ms"})
     j.erase(k);
   return j;
 }

@@ -144,6 +144,7 @@ Status CkptWriter::submit(const CkptSaveRequest& r, CkptCopy copy) {
   q.config_toml = r.config_toml;
   q.tokenizer_path = r.tokenizer_path;
   q.state = r.state;
+  q.throttle_mb_s = r.throttle_mb_s;
   q.tensors.resize(r.tensors.size());
   std::vector<CopySeg> segs;
   segs.reserve(r.tensors.size());

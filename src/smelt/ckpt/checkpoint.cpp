@@ -15,6 +15,7 @@
 #include <filesystem>
 #include <mutex>
 #include <set>
+#include <thread>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -481,6 +482,8 @@ Status ckpt_save(const std::string& run_dir, const CkptSaveRequest& r, CkptSaveS
   std::vector<RankPart> parts(1);
   Status s = write_rank(tmp, r, parts[0]);
   st.bytes = parts[0].bytes;
+  if (s && r.throttle_mb_s > 0)  // fault injection: a slow disk
+    std::this_thread::sleep_until(t0 + std::chrono::microseconds((int64_t)(st.bytes / r.throttle_mb_s)));
   if (s && r.ranks > 1) {
     std::string part = part_to_json(parts[0]).dump();
     s = write_synced((fs::path(tmp) / rank_part(r.rank)).string(), part, nullptr);

@@ -31,6 +31,7 @@ struct CkptSaveRequest {
   std::string tokenizer_path;  // copied into the checkpoint as tokenizer.json when non-empty
   nlohmann::json state;        // trainer-defined: loader position, RNG, schedule, metrics, ...
   std::vector<CkptTensorRef> tensors;  // this rank's tensors
+  double throttle_mb_s = 0;    // fault injection (tests): the save takes at least bytes / this
 };
 
 struct CkptSaveStats {

@@ -15,6 +15,7 @@ int cli_export(int argc, char** argv);    // export_cmd.cpp
 int cli_pipeline(int argc, char** argv);  // pipeline_cmd.cpp
 int cli_machine(int argc, char** argv);   // machine_cmd.cpp
 int cli_serve(int argc, char** argv);     // serve_cmd.cpp
+int cli_health(int argc, char** argv);    // health_cmd.cpp
 int cli_dashboard(int argc, char** argv); // dashboard_cmd.cpp
 int cli_report(int argc, char** argv);    // dashboard_cmd.cpp
 

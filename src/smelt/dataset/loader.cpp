@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <thread>
 
 #include <fmt/format.h>
 
@@ -48,6 +49,7 @@ Status loader_config_validate(const LoaderConfig& c) {
   if (c.prefetch_depth < 2 || c.prefetch_depth > 1024)
     e.push_back(fmt::format("[data] prefetch_depth = {}: expected 2 .. 1024", c.prefetch_depth));
   if (c.latency_window < 1) e.push_back(fmt::format("[data] latency_window = {}: expected >= 1", c.latency_window));
+  if (!(c.inject_slow_ms >= 0)) e.push_back(fmt::format("[data] inject_slow_ms = {}: expected >= 0", c.inject_slow_ms));
   if (c.stream_threads < 1) e.push_back(fmt::format("[data] stream_threads = {}: expected >= 1", c.stream_threads));
   if (c.ranks < 1 || c.rank < 0 || c.rank >= c.ranks)
     e.push_back(fmt::format("data: rank {} of {} ranks is out of range", c.rank, c.ranks));
@@ -115,6 +117,7 @@ Status loader_config_read(const toml::table& root, LoaderConfig& c, toml::table*
   s.get("prefetch_threads", c.prefetch_threads);
   s.get("prefetch_depth", c.prefetch_depth);
   s.get("latency_window", c.latency_window);
+  s.get("inject_slow_ms", c.inject_slow_ms);
   s.get("stream_tokenizer", c.stream_tokenizer);
   s.get("stream_threads", c.stream_threads);
   for (auto& e : s.finish()) errors.push_back(e);
@@ -216,6 +219,8 @@ Status Loader::open(const LoaderConfig& c, const LoaderPosition* resume) {
 
 void Loader::build(Slot& s) {
   packing_fill(s.plan, data_, c_.eod_id, c_.doc_mask, s.batch);
+  if (c_.inject_slow_ms > 0)  // fault injection: a slow file system or decoder
+    std::this_thread::sleep_for(std::chrono::microseconds((int64_t)(c_.inject_slow_ms * 1e3)));
 }
 
 void Loader::worker() {

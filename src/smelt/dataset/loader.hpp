@@ -40,6 +40,7 @@ struct LoaderConfig {
   int prefetch_threads = 2;         // 0: build each batch on the caller's thread
   int prefetch_depth = 4;           // batches in flight
   int latency_window = 1000;        // fetch latencies kept for P50/P95/P99
+  double inject_slow_ms = 0;        // fault injection (tests): each batch takes this much longer to build
   // Streaming mode (StreamLoader): refined .jsonl(.zst) read and tokenized on the fly.
   std::string stream_tokenizer;     // tokenizer file; non-empty = streaming mode
   int stream_threads = 1;           // tokenizer threads

@@ -30,6 +30,9 @@ struct DistConfig {                // [dist]
                                      // (momentum correction) and selects from it
   int inject_hang_rank = -1;       // fault injection (tests): this rank stops responding ...
   int64_t inject_hang_step = 0;    // ... at this step (the trainer acts on it)
+  int inject_delay_rank = -1;      // fault injection (tests): this rank reaches each reduction ...
+  double inject_delay_ms = 0;      // ... this much later ...
+  int64_t inject_delay_step = 1;   // ... from this step on (a straggler)
 };
 
 class Communicator {

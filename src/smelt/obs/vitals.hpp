@@ -24,7 +24,9 @@ struct VitalsConfig {
   bool enabled = true;
   int persist = 3;              // a per-step sign counts after this many consecutive steps outside
   int64_t warmup = 10;          // steps before per-step signs are judged (first touches, the EMA)
-  // data: fetch P95 (the loader's) and the step's wait, as fractions of the median step time
+  double min_ms = 5;            // a time under this is never a problem (tiny steps make ratios large)
+  // data: the loader's fetch P95 as a fraction of the median compute time (the step less its
+  // wait: beyond 1 the prefetcher cannot keep up), and the step's wait as a fraction of the step
   double fetch_p95_warn = 0.5, fetch_p95_bad = 1.0;
   double data_wait_warn = 0.05, data_wait_bad = 0.2;
   // all-reduce: the mean wait as a fraction of step time, and the spread of the ranks' compute
@@ -33,17 +35,21 @@ struct VitalsConfig {
   double rank_spread_warn = 0.1, rank_spread_bad = 0.3;
   // checkpoint write MB/s as a fraction of the disk's rate measured at the start of the run
   double ckpt_rate_warn = 0.25, ckpt_rate_bad = 0.05;
-  int disk_probe_mb = 32;       // the trainer's measurement of that rate (0: none)
-  // gradient-norm ratio (this step's norm over the last): inside [1/warn, warn] ok, [1/bad, bad] warn
-  double grad_ratio_warn = 2.0, grad_ratio_bad = 5.0;
+  double ckpt_min_mb = 8;       // smaller checkpoints are not judged (their time is fsync latency)
+  int disk_probe_mb = 32;       // the trainer's measurement of that rate, at most the checkpoint's
+                                // size (0: none)
+  // gradient-norm ratio, this step's norm over the median of the last grad_window steps' norms:
+  // inside [1/warn, warn] ok, [1/bad, bad] warn (step-to-step ratios swing too much to judge)
+  double grad_ratio_warn = 4.0, grad_ratio_bad = 10.0;
+  int grad_window = 20;
   // token entropy over the loss (a calibrated model's entropy is near its loss): ok inside
   // [entropy_warn_lo, entropy_warn_hi], warn inside [entropy_bad_lo, entropy_bad_hi]
   double entropy_warn_lo = 0.5, entropy_warn_hi = 1.5, entropy_bad_lo = 0.25, entropy_bad_hi = 2.5;
-  // attention sparsity (the share of attention weights below threshold): ok inside
-  // [sparsity_warn_lo, sparsity_warn_hi], warn up to sparsity_bad_hi (heads attending to nothing
-  // but one token), bad beyond
-  double sparsity_warn_lo = 0.0, sparsity_warn_hi = 0.97, sparsity_bad_hi = 0.995;
-  // loss spikes (the trainer's detector, [health] spike_*): one spike warns, a rollback is bad
+  // attention sparsity (the share of attention weights below 1e-3): ok up to sparsity_warn_hi,
+  // warn up to sparsity_bad_hi, bad beyond (heads that attend to one token and nothing else)
+  double sparsity_warn_hi = 0.97, sparsity_bad_hi = 0.995;
+  // loss spikes (the trainer's detector, [health] spike_*): a spike warns; as many in a row as
+  // [health] spike_repeats (the trainer then rolls back) are bad
 };
 
 Status vitals_config_read(const toml::table& root, VitalsConfig& c, toml::table& resolved,
@@ -55,7 +61,8 @@ struct VitalSign {
                        // "grad_norm_ratio", "token_entropy", "attn_sparsity", "loss_spike"
   std::string label;   // what a person reads: "data fetch P95"
   std::string unit;    // of value: "ms", "MB/s", "nats", "", ...
-  std::string state = "unknown";  // ok | warn | bad | unknown (nothing to judge yet)
+  std::string state = "unknown";  // the worst seen: ok | warn | bad | unknown (nothing judged yet)
+  std::string now = "unknown";    // at the latest step judged
   double value = 0;    // the latest value (NaN: none)
   std::string band;    // the bands in the value's unit, as text: "ok <= 12.5 ms, warn <= 25 ms"
   int64_t since = -1;  // the first step of the worst state's first run (-1: ok all along)

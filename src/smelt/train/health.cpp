@@ -59,6 +59,7 @@ Status health_config_read(const toml::table& root, HealthConfig& c, toml::table&
   h.get("lr_restart_scale", c.lr_restart_scale);
   h.known("inject_nan_steps");
   h.known("inject_bad_data_steps");
+  h.known("vitals");
   if (!read_steps(root, "health.inject_nan_steps", c.inject_nan_steps))
     errors.push_back("[health] inject_nan_steps: expected an array of step numbers");
   if (!read_steps(root, "health.inject_bad_data_steps", c.inject_bad_data_steps))
@@ -71,6 +72,7 @@ Status health_config_read(const toml::table& root, HealthConfig& c, toml::table&
   t.insert_or_assign("inject_nan_steps", std::move(a));
   t.insert_or_assign("inject_bad_data_steps", std::move(b));
   config_insert(resolved, "health", t);
+  if (Status s = vitals_config_read(root, c.vitals, resolved, errors); !s) return s;
   if (!(c.spike_sigma >= 0)) errors.push_back(fmt::format("[health] spike_sigma = {}: must be >= 0 (0: off)", c.spike_sigma));
   if (c.spike_repeats < 1) errors.push_back(fmt::format("[health] spike_repeats = {}: must be >= 1", c.spike_repeats));
   if (c.spike_warmup < 1) errors.push_back(fmt::format("[health] spike_warmup = {}: must be >= 1", c.spike_warmup));

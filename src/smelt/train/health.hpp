@@ -12,6 +12,7 @@
 
 #include "smelt/common/status.hpp"
 #include "smelt/dataset/blend.hpp"
+#include "smelt/obs/vitals.hpp"
 
 namespace smelt {
 
@@ -26,6 +27,7 @@ struct HealthConfig {
   double lr_restart_scale = 0.3;  // the restarted schedule's peak, as a fraction of lr
   // Fault injection (tests): NaN into the gradients / scrambled targets at these steps (1-based).
   std::vector<int64_t> inject_nan_steps, inject_bad_data_steps;
+  VitalsConfig vitals;  // [health.vitals]: the bands the run's vital signs are judged against
 };
 
 Status health_config_read(const toml::table& root, HealthConfig& c, toml::table& resolved,

@@ -102,6 +102,7 @@ Status train_config_read(const toml::table& root, TrainConfig& c) {
   k.get("save_at_end", c.ckpt.save_at_end);
   k.get("async", c.ckpt.async);
   k.get("on_error", c.ckpt.on_error);
+  k.get("inject_write_mb_s", c.ckpt.inject_write_mb_s);
   collect(k, errors);
   config_insert(resolved, "ckpt", k.resolved());
   if (c.ckpt.on_error != "stop" && c.ckpt.on_error != "continue")
@@ -117,6 +118,9 @@ Status train_config_read(const toml::table& root, TrainConfig& c) {
   d.get("bucket_mb", c.dist.bucket_mb);
   d.get("inject_hang_rank", c.dist.inject_hang_rank);
   d.get("inject_hang_step", c.dist.inject_hang_step);
+  d.get("inject_delay_rank", c.dist.inject_delay_rank);
+  d.get("inject_delay_ms", c.dist.inject_delay_ms);
+  d.get("inject_delay_step", c.dist.inject_delay_step);
   d.known("compression");
   ConfigSection dc(root, "dist.compression");
   dc.get("type", c.dist.compression);

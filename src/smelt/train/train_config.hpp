@@ -53,6 +53,7 @@ struct CkptOptions {             // [ckpt]
   bool save_at_end = true;
   bool async = true;             // the step pays for a copy into a staging buffer; a thread writes
   std::string on_error = "stop"; // a failed save (disk full, ...): "stop" the run or "continue"
+  double inject_write_mb_s = 0;  // fault injection (tests): saves write no faster than this (0: off)
 };
 
 struct TrainConfig {

@@ -2,6 +2,7 @@
 // accumulate -> clip -> AdamW, then metrics, evaluation and checkpoints as configured.
 #include "smelt/train/trainer.hpp"
 
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -9,6 +10,7 @@
 #include <chrono>
 #include <cmath>
 #include <csignal>
+#include <cstring>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -29,6 +31,7 @@
 #include "smelt/kernels/kernels.hpp"
 #include "smelt/machine/cpu_info.hpp"
 #include "smelt/machine/gemm_select.hpp"
+#include "smelt/obs/vitals.hpp"
 #include "smelt/tokenizer/tokenizer.hpp"
 
 namespace fs = std::filesystem;
@@ -149,6 +152,8 @@ struct StepStats {
   std::vector<double> src_sum, src_n;  // per-source loss sums and target counts
   // communication: all of the step's (allreduce_ms) and the part the step waited for
   double allreduce_ms = 0, allreduce_wait_ms = 0;
+  double compute_ms = 0;                 // from the step's start to its reduction (this rank)
+  std::vector<double> rank_compute_ms;   // [rank] every rank's compute_ms (several ranks)
   uint64_t bytes_before = 0;
   int buckets = 0;
   bool overlap = false;
@@ -176,6 +181,12 @@ class Trainer {
   Status rollback(int64_t step);
   void event(ojson e);
   void write_metrics(const std::string& line);
+  // vital signs ([health.vitals]): the monitor over the lines written, the disk's write rate
+  void watch_vitals(const std::string& line);
+  void replay_vitals();
+  void probe_disk();
+  VitalsMonitor vitals_{VitalsConfig{}};
+  double disk_mb_s_ = 0;
   Status load_checkpoint_weights(const std::string& dir, const CkptManifest& m);
   void status_line(int64_t step, double loss, double tok_s, double mfu, double wait_ms, bool final);
   json state_json() const;
@@ -569,7 +580,65 @@ Status Trainer::load_rank_state(const std::string& dir, const CkptManifest& m) {
   return Status::ok();
 }
 
-void Trainer::event(ojson e) { write_metrics(e.dump()); }
+void Trainer::event(ojson e) {
+  const std::string text = e.dump();
+  write_metrics(text);
+  watch_vitals(text);
+}
+
+// The vital signs judge every line written; the first time a sign leaves its band (ok -> warn,
+// warn -> bad) the log warns and metrics.jsonl gets a "vital_sign" event.
+void Trainer::watch_vitals(const std::string& text) {
+  if (!lead_ || !c_.health.vitals.enabled) return;
+  for (const VitalSign& s : vitals_.observe(json::parse(text, nullptr, false))) {
+    spdlog::warn("vital sign {}: {} since step {}: {} (band: {})", s.label, s.state, s.since, s.detail, s.band);
+    ojson e = {{"step", step_}, {"event", "vital_sign"}, {"sign", s.name}, {"state", s.state}, {"since", s.since},
+               {"value", std::isfinite(s.value) ? ojson(s.value) : ojson(nullptr)}, {"detail", s.detail}};
+    if (!s.ranks.empty()) e["ranks"] = s.ranks;
+    write_metrics(e.dump());
+  }
+}
+
+// A resumed run's monitor starts from the lines its metrics file kept (no warnings again).
+void Trainer::replay_vitals() {
+  vitals_ = VitalsMonitor(c_.health.vitals);
+  if (!lead_ || !c_.health.vitals.enabled || step_ == 0) return;
+  std::ifstream in(metrics_path_);
+  std::string text;
+  while (std::getline(in, text)) vitals_.observe(json::parse(text, nullptr, false));
+}
+
+// The disk's write rate at the start, for the checkpoint-bandwidth sign: one file of the
+// checkpoint's size (at most [health.vitals] disk_probe_mb) written and fsynced in the run folder,
+// then removed. A failure (a full disk) only leaves the sign without a reference.
+void Trainer::probe_disk() {
+  const VitalsConfig& v = c_.health.vitals;
+  if (!lead_ || !v.enabled || v.disk_probe_mb <= 0 || (c_.ckpt.save_every <= 0 && !c_.ckpt.save_at_end)) return;
+  const int64_t ckpt_bytes = 3 * model_.layout().total * (int64_t)sizeof(float);
+  const size_t bytes = (size_t)std::clamp<int64_t>(ckpt_bytes, 1 << 16, (int64_t)v.disk_probe_mb << 20);
+  const std::string path = (fs::path(run_dir_) / ".disk-probe").string();
+  std::vector<char> buf(std::min<size_t>(bytes, 1 << 20), 'x');
+  const double t0 = now_s();
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  bool ok = fd >= 0;
+  for (size_t done = 0; ok && done < bytes;) {
+    const ssize_t w = ::write(fd, buf.data(), std::min(buf.size(), bytes - done));
+    ok = w > 0;
+    done += ok ? (size_t)w : 0;
+  }
+  ok = ok && ::fsync(fd) == 0;
+  const double s = now_s() - t0;
+  if (fd >= 0) ::close(fd);
+  ::unlink(path.c_str());
+  if (!ok || s <= 0) {
+    spdlog::warn("{}: measuring the disk's write rate failed ({}); checkpoint bandwidth is not judged", path,
+                 std::strerror(errno));
+    return;
+  }
+  disk_mb_s_ = bytes / 1e6 / s;
+  spdlog::info("disk: {:.1f} MB written and fsynced in {:.1f} ms ({:.0f} MB/s), the checkpoints' reference",
+               bytes / 1e6, s * 1e3, disk_mb_s_);
+}
 
 // One metrics line, whole or not at all. A write that fails (a full disk: the stream may have put
 // part of it out) is cut back to the last whole line, and the text waits to go out with the next
@@ -651,6 +720,7 @@ Status Trainer::save(int64_t step, const char* why, ojson* line) {
   r.config_toml = config_text_;
   r.tokenizer_path = c_.train.tokenizer;
   r.state = state_json();
+  r.throttle_mb_s = c_.ckpt.inject_write_mb_s;
   const ParamLayout& lay = model_.layout();
   if (lead_)
     for (const auto& t : lay.tensors) r.tensors.push_back({t.name, shape_of(t), model_.params() + t.offset});
@@ -705,7 +775,11 @@ Status Trainer::save(int64_t step, const char* why, ojson* line) {
       spdlog::info("checkpoint ({}) step {} handed to the writer in {:.1f} ms{}", why, step, stall_ms,
                    ls.bytes > 0 ? fmt::format("; the last one wrote {:.1f} MB at {:.0f} MB/s", ls.bytes / 1e6, ls.write_mb_s)
                                 : std::string());
-      if (line && ls.bytes > 0) (*line)["ckpt_write_mb_s"] = ls.write_mb_s;
+      if (line && ls.bytes > 0) {
+        (*line)["ckpt_write_mb_s"] = ls.write_mb_s;
+        (*line)["ckpt_write_mb"] = ls.bytes / 1e6;
+        if (disk_mb_s_ > 0) (*line)["disk_mb_s"] = disk_mb_s_;
+      }
     }
   } else {
     CkptSaveStats st;
@@ -716,7 +790,11 @@ Status Trainer::save(int64_t step, const char* why, ojson* line) {
       last_ckpt_ = st.dir;
       spdlog::info("checkpoint ({}) {}: {:.1f} MB in {:.0f} ms ({:.0f} MB/s)", why, st.dir, st.bytes / 1e6, stall_ms,
                    st.write_mb_s);
-      if (line) (*line)["ckpt_write_mb_s"] = st.write_mb_s;
+      if (line) {
+        (*line)["ckpt_write_mb_s"] = st.write_mb_s;
+        (*line)["ckpt_write_mb"] = st.bytes / 1e6;
+        if (disk_mb_s_ > 0) (*line)["disk_mb_s"] = disk_mb_s_;
+      }
     }
   }
   if (line) (*line)["ckpt_stall_ms"] = line->value("ckpt_stall_ms", 0.0) + stall_ms;
@@ -859,6 +937,8 @@ Status Trainer::start() {
     metrics_.open(metrics_path_, std::ios::app);
     if (!metrics_) return Status::error(fmt::format("{}: cannot open for writing", metrics_path_));
   }
+  replay_vitals();
+  probe_disk();
   spdlog::info("run {}: {} steps x {} micro-batch(es) of up to {}x{} tokens{}, {} threads, {} precision",
                run_dir_, total_steps_, c_.train.grad_accum, B_, T_,
                comm_->size() > 1 ? fmt::format(" on each of {} ranks", comm_->size()) : std::string(), threads_,
@@ -1039,6 +1119,9 @@ Status Trainer::train_step(StepStats& st) {
     writer_->staged();
     if (writer_->last_staged_wait_ms() > 0.01) line_extra_stall_ms_ = writer_->last_staged_wait_ms();
   }
+  if (multi && comm_->rank() == c_.dist.inject_delay_rank && step_ + 1 >= c_.dist.inject_delay_step)
+    std::this_thread::sleep_for(std::chrono::microseconds((int64_t)(c_.dist.inject_delay_ms * 1e3)));  // a straggler
+  st.compute_ms = (now_s() - t0) * 1e3;
   if (Status s = reduce_step(st, owners); !s) return s;
   const int parts = c_.train.grad_accum * comm_->size();
   st.loss = st.loss_sum / parts;
@@ -1114,7 +1197,11 @@ Status Trainer::reduce_step(StepStats& st, const std::vector<int64_t>* owners) {
   red_.assign({st.loss_sum, (double)st.tokens, st.entropy, g_stop ? 1.0 : 0.0, part_done ? 1.0 : 0.0});
   red_.insert(red_.end(), st.src_sum.begin(), st.src_sum.end());
   red_.insert(red_.end(), st.src_n.begin(), st.src_n.end());
+  const size_t at = red_.size();  // every rank's compute time, each in its own slot
+  red_.resize(at + comm_->size(), 0.0);
+  red_[at + comm_->rank()] = st.compute_ms;
   if (Status s = comm_->allreduce_sum(red_.data(), (int64_t)red_.size()); !s) return s;
+  st.rank_compute_ms.assign(red_.begin() + (long)at, red_.end());
   st.loss_sum = red_[0], st.tokens = (uint64_t)red_[1], st.entropy = red_[2];
   stop_now_ = red_[3] > 0;
   const size_t S = st.src_sum.size();
@@ -1146,6 +1233,7 @@ ojson Trainer::step_line(const StepStats& st) {
     line["allreduce_wait_ms"] = st.allreduce_wait_ms;
     if (st.overlap) line["allreduce_buckets"] = st.buckets;
     line["allreduce_bytes"] = comm_->bytes_sent() - st.bytes_before;
+    line["rank_compute_ms"] = st.rank_compute_ms;
   }
   if (st.sparsity >= 0) line["attn_sparsity"] = st.sparsity;
   ojson per_source = ojson::object();
@@ -1192,7 +1280,11 @@ Status Trainer::after_step(const StepStats& st) {
   if (periodic || stop_now_ || (last && c_.ckpt.save_at_end)) {
     if (Status s = save(step_, stop_now_ ? "signal" : periodic ? "periodic" : "end", &line); !s) return s;
   }
-  if (last_logged_) write_metrics(line.dump());
+  if (last_logged_) {
+    const std::string text = line.dump();
+    write_metrics(text);
+    watch_vitals(text);
+  }
   status_line(step_, st.loss, st.tok_s, st.mfu, st.wait_ms, false);
   if (roll)
     if (Status s = rollback(step_); !s) return s;
