@@ -12,6 +12,7 @@
   const MARK_COLORS = {
     checkpoint: '#64748b', skipped: '#d97706', loss_spike: '#ca8a04', rollback: '#dc2626',
     checkpoint_failed: '#b91c1c', lr_restart: '#7c3aed', restart: '#111827', time_budget_plan: '#0891b2',
+    vital_sign: '#e11d48', spike_no_checkpoint: '#b45309',
   };
   const MARK_OTHER = '#94a3b8';
 
@@ -36,8 +37,8 @@
         {key: 'fetch_ms.p95', label: 'fetch p95'}, {key: 'fetch_ms.p99', label: 'fetch p99'}]},
     {id: 'allreduce', title: 'All-reduce', unit: 'ms', hint: 'time each step waited in the gradient reduction, and its total',
       series: [{key: 'allreduce_wait_ms', label: 'wait'}, {key: 'allreduce_ms', label: 'total'}]},
-    {id: 'ckpt', title: 'Checkpoint write', unit: 'MB/s', hint: 'write rate of each checkpoint (async: reported at the next save)',
-      series: [{key: 'ckpt_write_mb_s', label: 'MB/s', sparse: true}]},
+    {id: 'ckpt', title: 'Checkpoint write', unit: 'MB/s', hint: "write rate of each checkpoint (async: reported at the next save), and the disk's own rate measured at the start",
+      series: [{key: 'ckpt_write_mb_s', label: 'MB/s', sparse: true}, {key: 'disk_mb_s', label: 'disk at start', sparse: true}]},
     {id: 'entropy', title: 'Token entropy', unit: 'nats', hint: "mean entropy of the next-token distribution; validation's at each evaluation",
       series: [{key: 'token_entropy', label: 'train'}, {key: 'eval_entropy', label: 'validation', sparse: true}]},
     {id: 'attn_sparsity', title: 'Attention sparsity', hint: 'share of attention weights below the threshold (sampled)',
@@ -102,6 +103,8 @@
       case 'skipped': return 'non-finite loss or gradient: the update was skipped';
       case 'loss_spike': return `loss spike (${line.loss_spike} in a row)`;
       case 'restart': return 'the run was resumed: the steps from here were written again';
+      case 'vital_sign': return `${line.sign}: ${line.state} since step ${line.since}${line.detail ? ' (' + line.detail + ')' : ''}`;
+      case 'spike_no_checkpoint': return 'loss spikes in a row, but no checkpoint to roll back to';
       default: {
         const rest = Object.assign({}, line);
         delete rest.step; delete rest.event;
@@ -449,9 +452,11 @@
       for (const s of v.signs) {
         const value = s.value === null || s.value === undefined || Number.isNaN(s.value) ? '—'
           : `${fmtNum(s.value)}${s.unit ? ' ' + s.unit : ''}`;
-        const since = s.since >= 0 && s.state !== 'ok' ? `since step ${s.since}` : s.state === 'unknown' ? 'nothing to judge yet' : '';
+        const since = s.since >= 0 && s.state !== 'ok'
+          ? `since step ${s.since}${s.now && s.now !== s.state ? `, ${s.now} now` : ''}`
+          : s.state === 'unknown' ? 'nothing to judge yet' : '';
         lights.append(el('div', {class: 'light', 'data-run': r.id, 'data-sign': s.name, 'data-state': s.state,
-          'data-value': s.value ?? 'null', 'data-since': s.since ?? -1, title: s.detail || ''},
+          'data-now': s.now || '', 'data-value': s.value ?? 'null', 'data-since': s.since ?? -1, title: s.detail || ''},
         el('span', {class: 'dot'}), el('span', {}, el('span', {class: 'name'}, s.label || s.name), ' ',
           el('span', {class: 'value'}, value)),
         el('span', {class: 'band'}, s.band || ''), since ? el('span', {class: 'since'}, since) : null));
@@ -591,20 +596,22 @@
     state.vitalsEnabled = !!info.vitals;
     state.runs = info.runs.map((x) => newRun(x.id, x.name, x.dir));
     const refresh = Math.max(250, info.refresh_ms || 1500);
+    // The vital signs are judged over the whole file: asked for after new lines, at most every 5 s.
     const vitalsEvery = Math.max(refresh, 5000);
-    let lastVitals = 0;
+    let lastVitals = 0, vitalsStale = true;
+    if (!state.vitalsEnabled) for (const r of state.runs) r.vitalsError = 'no vital signs from this server';
     document.title = state.title;
     $('title').textContent = state.title;
     const tick = async () => {
       try {
         const changed = await Promise.all(state.runs.map(pollRun));
-        const now = Date.now();
-        const any = changed.some(Boolean);
-        if (state.vitalsEnabled && ((any && now - lastVitals >= vitalsEvery) || lastVitals === 0)) {
-          lastVitals = now;
+        let any = changed.some(Boolean);
+        vitalsStale = vitalsStale || any;
+        if (state.vitalsEnabled && vitalsStale && Date.now() - lastVitals >= vitalsEvery) {
+          lastVitals = Date.now();
+          vitalsStale = false;
           await Promise.all(state.runs.map(pollVitals));
-        } else if (!state.vitalsEnabled) {
-          for (const r of state.runs) r.vitalsError = 'no vital signs from this server';
+          any = true;
         }
         if (any || state.renders === 0) render();
         document.body.dataset.polls = String(Number(document.body.dataset.polls || 0) + 1);

@@ -63,6 +63,7 @@ int cli_dashboard(int argc, char** argv) {
   dc.port = port;
   dc.refresh_ms = refresh_ms;
   dc.title = title;
+  dc.vitals = dashboard_vitals;
   if (pipe(g_stop_pipe) != 0) {
     spdlog::error("pipe: {}", std::strerror(errno));
     return kExitFailure;
@@ -121,6 +122,11 @@ int cli_report(int argc, char** argv) {
     return kExitFailure;
   }
   std::vector<nlohmann::json> vitals(runs.size());
+  for (size_t i = 0; i < runs.size(); i++)
+    if (Status s = dashboard_vitals(runs[i], vitals[i]); !s) {
+      spdlog::error("{}", s.message());
+      return kExitFailure;
+    }
   nlohmann::json data;
   std::string html;
   if (Status s = dashboard_report_data(runs, vitals, title.empty() ? dashboard_title(runs) : title, data); !s) {

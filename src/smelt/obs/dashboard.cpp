@@ -18,6 +18,7 @@
 #include <fmt/format.h>
 
 #include "smelt/obs/dashboard_assets.hpp"
+#include "smelt/obs/vitals.hpp"
 
 namespace fs = std::filesystem;
 
@@ -440,6 +441,13 @@ Status dashboard_report_data(const std::vector<DashboardRun>& runs, const std::v
     out["runs"].push_back({{"name", runs[i].name}, {"dir", runs[i].dir}, {"lines", std::move(lines)}, {"bad_lines", bad},
                            {"vitals", i < vitals.size() ? vitals[i] : json()}});
   }
+  return Status::ok();
+}
+
+Status dashboard_vitals(const DashboardRun& run, json& out) {
+  VitalsReport r;
+  if (Status s = vitals_check_run(run.dir, r); !s) return s;
+  out = r.to_json();
   return Status::ok();
 }
 

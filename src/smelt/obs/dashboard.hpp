@@ -2,7 +2,7 @@
 // line, their metrics.jsonl read incrementally by byte offset (what the page polls), the latest
 // values as Prometheus text, and the page itself, served with its assets or inlined with the data
 // into one self-contained report file. Not the HTTP routes (dashboard_server.hpp), not the page's
-// drawing (web/dashboard.js), not the verdicts on the numbers (vitals.hpp).
+// drawing (web/dashboard.js), not the verdicts on the numbers (vitals.hpp, which it calls).
 #pragma once
 #include <cstdint>
 #include <map>
@@ -92,6 +92,9 @@ Status dashboard_page(const nlohmann::json* data, std::string& html);
 // The report's data for these runs: every line of each metrics.jsonl, vitals[i] (null: none).
 Status dashboard_report_data(const std::vector<DashboardRun>& runs, const std::vector<nlohmann::json>& vitals,
                              const std::string& title, nlohmann::json& out);
+
+// A run's vital signs: vitals_check_run's verdict (obs/vitals.hpp) as VitalsReport::to_json().
+Status dashboard_vitals(const DashboardRun& run, nlohmann::json& out);
 
 // A title for these runs: "Smelt: NAME, NAME".
 std::string dashboard_title(const std::vector<DashboardRun>& runs);
