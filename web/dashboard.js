@@ -239,17 +239,19 @@
     return out;
   }
 
-  // The x values (the union of the runs' steps) and each series aligned to them.
-  function chartData(def, series) {
-    const runsIn = [...new Set(series.map((s) => s.run))];
-    let xs;
-    if (runsIn.length === 1) xs = runsIn[0].steps.slice();
-    else {
-      const set = new Set();
-      for (const r of runsIn) for (const s of r.steps) set.add(s);
-      xs = [...set].sort((a, b) => a - b);
-    }
-    const index = runsIn.length === 1 ? null : new Map(xs.map((x, i) => [x, i]));
+  // The x values every chart shares: the union of the runs' steps (and where each step sits).
+  function stepAxis() {
+    const withSteps = state.runs.filter((r) => r.steps.length);
+    if (withSteps.length <= 1) return {xs: withSteps.length ? withSteps[0].steps.slice() : [], index: null};
+    const set = new Set();
+    for (const r of withSteps) for (const s of r.steps) set.add(s);
+    const xs = [...set].sort((a, b) => a - b);
+    return {xs, index: new Map(xs.map((x, i) => [x, i]))};
+  }
+
+  // A chart's data: the shared x values, then each series aligned to them.
+  function chartData(def, series, axis) {
+    const {xs, index} = axis;
     const data = [xs];
     for (const s of series) {
       const c = s.run.cols[s.key];
@@ -359,6 +361,7 @@
   function renderCharts() {
     const host = $('charts');
     const absent = [];
+    const axis = stepAxis();
     for (const def of CHARTS) {
       let c = state.charts[def.id];
       if (!c) {
@@ -376,7 +379,7 @@
         absent.push(def.title);
         continue;
       }
-      const data = chartData(def, series);
+      const data = chartData(def, series, axis);
       const sig = seriesSignature(series);
       if (c.plot && c.sig === sig) c.plot.setData(data, !c.zoomed);
       else {
@@ -450,7 +453,7 @@
       head.append(el('span', {class: 'state-word ' + v.state}, v.state));
       const lights = el('div', {class: 'lights'});
       for (const s of v.signs) {
-        const value = s.value === null || s.value === undefined || Number.isNaN(s.value) ? '—'
+        const value = s.state === 'unknown' || s.value === null || s.value === undefined || Number.isNaN(s.value) ? '—'
           : `${fmtNum(s.value)}${s.unit ? ' ' + s.unit : ''}`;
         const since = s.since >= 0 && s.state !== 'ok'
           ? `since step ${s.since}${s.now && s.now !== s.state ? `, ${s.now} now` : ''}`

@@ -148,7 +148,7 @@ int cli_report(int argc, char** argv) {
       spdlog::warn("{}/metrics.jsonl: {} line{} not a metrics line (a JSON object with a step); skipped",
                    r["dir"].get<std::string>(), bad, bad == 1 ? " is" : "s are");
   }
-  spdlog::info("{}: {} runs, {} lines, {:.1f} KB", out, runs.size(), lines, html.size() / 1024.0);
+  spdlog::info("{}: {} run{}, {} lines, {:.1f} KB", out, runs.size(), runs.size() == 1 ? "" : "s", lines, html.size() / 1024.0);
   return kExitOk;
 }
 
