@@ -3,7 +3,8 @@
 // configs/demo.toml` as the demo runs it, with only the time budget (and the evaluation's size)
 // made small. Every stage succeeds; the summary has bits per byte beside the three compressors on
 // the same text, the planned steps, the loss chart and greedy and sampled continuations of the
-// config's English and Chinese prompts, and the serve command it ends with answers a completion.
+// config's English and Chinese prompts, the serve command it ends with answers a completion, and the
+// script writes the run's report.html and prints the dashboard command.
 #include <sys/wait.h>
 
 #include <filesystem>
@@ -71,6 +72,14 @@ TEST(DemoPipeline, TheDemoConfigRunsEndToEndOnASlice) {
     EXPECT_EQ(server.stop(), 0) << server.log();
   }
   fs::remove(dir.string() + ".serve.err");
+  // Then the run's dashboard: the command in the summary, and the script's report beside the run.
+  const std::string run = j["artifacts"]["run"].get<std::string>();
+  EXPECT_NE(err.find("watch it       smelt dashboard " + run), std::string::npos) << err;
+  EXPECT_EQ(j["dashboard_command"], "smelt dashboard " + run);
+  EXPECT_NE(err.find("[demo] dashboard: " + std::string(SMELT_BINARY) + " dashboard " + run), std::string::npos) << err;
+  const std::string report = smelt::test::read_file(run + "/report.html");
+  EXPECT_EQ(report.rfind("<!doctype html>", 0), 0u) << "the demo writes RUN/report.html";
+  EXPECT_NE(report.find("id=\"smelt-data\""), std::string::npos);
   fs::remove_all(dir);
   fs::remove(dir.string() + ".err");
 }

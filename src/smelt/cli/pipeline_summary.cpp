@@ -215,6 +215,9 @@ void pipeline_summary(const PipelineSummaryInput& in, std::string& text, json& j
     text += fmt::format("\n  serve it       smelt serve --checkpoint {}   (OpenAI-compatible, http://127.0.0.1:8000/v1)\n",
                         in.run);
     j["serve_command"] = fmt::format("smelt serve --checkpoint {}", in.run);
+    text += fmt::format("  watch it       smelt dashboard {}   (curves, vital signs, events: http://127.0.0.1:8080)\n", in.run);
+    text += fmt::format("                 smelt report {} -o report.html   (the same page as one file)\n", in.run);
+    j["dashboard_command"] = fmt::format("smelt dashboard {}", in.run);
     text += fmt::format("  next           smelt generate --checkpoint {} --prompt \"...\"\n", in.run);
     text += fmt::format("                 smelt eval --checkpoint {} --data {} --compressors\n", in.run,
                         in.valid.empty() ? std::string("HELDOUT") : in.valid);

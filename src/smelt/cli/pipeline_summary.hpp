@@ -1,7 +1,7 @@
 // The end of `smelt pipeline`: what every stage made, read back from the work folder, as a summary
 // for people (artifacts, stage times, training speed and MFU, validation loss in nats per token and
 // bits per byte beside gzip / zstd / xz on the same text, a chart of the loss curves, the samples,
-// what to run next) and the same as JSON (WORKDIR/pipeline.json). Not the stages (pipeline_cmd.cpp).
+// what to run next: serve, watch on the dashboard, export) and the same as JSON (WORKDIR/pipeline.json). Not the stages (pipeline_cmd.cpp).
 #pragma once
 #include <string>
 #include <vector>
