@@ -69,7 +69,7 @@ struct DashboardLatest {
   int64_t lines = 0, bad_lines = 0;
   int64_t step = -1;                             // of the last step line
   double mtime = 0;                              // metrics.jsonl's, seconds since the epoch
-  std::map<std::string, double> values;          // key -> the last step line's value holding it
+  std::map<std::string, double> values;          // key -> its value in the last step line holding it
                                                  // ("fetch_ms.p95", "loss_by_source.NAME"; NaN: null)
   std::map<std::string, int64_t> events;         // marks by kind (DashboardMarks), and "restart":
                                                  // a step line whose step is not above the last
