@@ -60,19 +60,21 @@ inline void write_byte_shard(const std::string& prefix, const std::vector<std::s
 // A metrics line without its timing fields.
 inline nlohmann::json drop_timing(nlohmann::json j) {
   for (const char* k : {"tokens_per_s", "mfu", "mfu_peak", "step_ms", "data_wait_ms", "fetch_ms", "ckpt_stall_ms",
-                        "ckpt_write_mb_s", "eval_tokens_per_s", "forward_ms", "allreduce_ms", "allreduce_wait_ms", "allreduce_bytes",
+                        "ckpt_write_mb_s", "ckpt_write_mb", "eval_tokens_per_s", "forward_ms", "allreduce_ms", "allreduce_wait_ms", "allreduce_bytes",
                         "allreduce_buckets", "disk_mb_s", "rank_compute_ms"})
     j.erase(k);
   return j;
 }
 
-// RUN/metrics.jsonl, one object per line (timing fields dropped unless keep_timing).
+// RUN/metrics.jsonl, one object per line (timing fields and vital-sign events dropped unless keep_timing).
 inline std::vector<nlohmann::json> read_metrics(const std::filesystem::path& run_dir, bool keep_timing = false) {
   std::vector<nlohmann::json> out;
   std::istringstream in(read_file((run_dir / "metrics.jsonl").string()));
   std::string line;
   while (std::getline(in, line)) {
     nlohmann::json j = nlohmann::json::parse(line);
+    // (a vital sign's event can come from a timing sign, so it goes with the timing fields)
+    if (!keep_timing && j.value("event", "") == "vital_sign") continue;
     out.push_back(keep_timing ? j : drop_timing(j));
   }
   return out;

@@ -109,6 +109,7 @@ TEST_F(HealthCmdTest, HealthyRunExitsZero) {
   EXPECT_EQ(h.rc, 0) << h.text;
   EXPECT_EQ(h.report["state"], "ok") << h.text;
   EXPECT_EQ(h.report["last_step"], 40);
+  EXPECT_EQ(sign(h, "data_fetch_p95")["last_step"], 40) << h.text;  // judged from step 40
   for (const char* n : {"data_fetch_p95", "data_wait", "grad_norm_ratio", "token_entropy", "loss_spike"})
     EXPECT_EQ(sign(h, n)["state"], "ok") << n << "\n" << h.text;
   EXPECT_TRUE(events("ok").empty()) << log("ok");
@@ -116,8 +117,9 @@ TEST_F(HealthCmdTest, HealthyRunExitsZero) {
 }
 
 TEST_F(HealthCmdTest, SlowLoaderMakesTheDataSignsBad) {
-  // One prefetch thread building each batch in 40 ms, for steps of a few ms.
-  ASSERT_EQ(train("slow", "--set data.inject_slow_ms=40 --set data.prefetch_threads=1"), 0) << log("slow");
+  // One prefetch thread building each batch in 40 ms, for steps of a few ms (60 steps: the
+  // fetch P95 is judged from the 40th).
+  ASSERT_EQ(train("slow", "--set data.inject_slow_ms=40 --set data.prefetch_threads=1 --steps 60"), 0) << log("slow");
   Health h = health("slow");
   EXPECT_EQ(h.rc, 1) << h.text;
   EXPECT_EQ(h.report["state"], "bad");
@@ -125,6 +127,7 @@ TEST_F(HealthCmdTest, SlowLoaderMakesTheDataSignsBad) {
   EXPECT_EQ(w["state"], "bad") << h.text;
   EXPECT_EQ(w["since"], 6) << h.text;  // the first step after [health.vitals] warmup = 5
   EXPECT_EQ(sign(h, "data_fetch_p95")["state"], "bad") << h.text;
+  EXPECT_EQ(sign(h, "data_fetch_p95")["since"], 40) << h.text;
   EXPECT_EQ(sign(h, "grad_norm_ratio")["state"], "ok") << h.text;  // only the data signs
   // The trainer warned once per sign and level, naming it.
   bool logged = false;

@@ -198,6 +198,8 @@ struct VitalsMonitor::Impl {
   std::deque<double> compute_ms;  // the last 101 steps' time less their data wait, for the median
   std::deque<double> norms;       // the last grad_window finite gradient norms
   double disk_mb_s = NAN;
+  int64_t step_lines = 0;  // seen: the loader's P95 means something from kP95Samples fetches on
+  static constexpr int64_t kP95Samples = 40;  // (two samples above the P95)
 
   explicit Impl(const VitalsConfig& cfg) : c(cfg) {
     const int p = c.persist;
@@ -216,6 +218,7 @@ struct VitalsMonitor::Impl {
     auto judge = [&](int i, const Reading& r) {
       if (t[i].judge(step, r)) worse.push_back(t[i].sign());
     };
+    step_lines++;
     const double ms = num_at(j, "step_ms");
     if (std::isfinite(ms)) {
       const double wait = num_at(j, "data_wait_ms");
@@ -276,7 +279,7 @@ struct VitalsMonitor::Impl {
       r.detail = fmt::format("{} ms at step {}: {:.1f}% of {} {} ms", num(v), step, 100 * v / ref, ref_name, num(ref));
       judge(i, r);
     };
-    if (j.contains("fetch_ms") && j["fetch_ms"].is_object())
+    if (j.contains("fetch_ms") && j["fetch_ms"].is_object() && step_lines >= kP95Samples)
       timed(kFetch, num_at(j["fetch_ms"], "p95"), med, c.fetch_p95_warn, c.fetch_p95_bad, "the median compute");
     timed(kWait, num_at(j, "data_wait_ms"), ms, c.data_wait_warn, c.data_wait_bad, "the step's");
     timed(kReduce, num_at(j, "allreduce_wait_ms"), ms, c.allreduce_wait_warn, c.allreduce_wait_bad, "the step's");

@@ -26,7 +26,8 @@ struct VitalsConfig {
   int64_t warmup = 10;          // steps before per-step signs are judged (first touches, the EMA)
   double min_ms = 5;            // a time under this is never a problem (tiny steps make ratios large)
   // data: the loader's fetch P95 as a fraction of the median compute time (the step less its
-  // wait: beyond 1 the prefetcher cannot keep up), and the step's wait as a fraction of the step
+  // wait: beyond 1 the prefetcher cannot keep up; judged from the 40th step, when one slow fetch
+  // no longer is the P95), and the step's wait as a fraction of the step
   double fetch_p95_warn = 0.5, fetch_p95_bad = 1.0;
   double data_wait_warn = 0.05, data_wait_bad = 0.2;
   // all-reduce: the mean wait as a fraction of step time, and the spread of the ranks' compute
