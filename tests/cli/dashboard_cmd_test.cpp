@@ -1,7 +1,7 @@
 // `smelt dashboard` and `smelt report` as a user runs them, as real processes of the light binary:
 // exit codes (2 for flags, 1 for a folder that is no run, naming it), the dashboard serving the page
 // and Prometheus text and ending with 0 on SIGTERM and SIGINT, and the report written whole (an
-// existing file is only ever replaced by a complete one).
+// existing file is only ever replaced by a complete one; unreadable vital signs leave it without).
 #include <signal.h>
 #include <sys/wait.h>
 
@@ -82,6 +82,18 @@ TEST_F(DashboardCmd, TheReportIsWrittenWhole) {
   EXPECT_EQ(bad.rc, 1);
   EXPECT_EQ(smelt::test::read_file(out.string()), html);
   EXPECT_EQ(run("report " + run_.string() + " -o " + (dir_ / "no" / "such" / "dir.html").string(), dir_).rc, 1);
+}
+
+TEST_F(DashboardCmd, AReportWhoseVitalSignsCannotBeReadStillHasTheCurves) {
+  smelt::test::write_file((run_ / "config.toml").string(), "[health.vitals]\npersist = \"often\"\n");
+  const fs::path out = dir_ / "report.html";
+  CmdRun r = run("report " + run_.string() + " -o " + out.string(), dir_);
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_NE(r.err.find("config.toml"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("no vital signs"), std::string::npos) << r.err;
+  const std::string html = smelt::test::read_file(out.string());
+  EXPECT_NE(html.find("\"vitals\":null"), std::string::npos);
+  EXPECT_NE(html.find("\"loss\":5.25"), std::string::npos);
 }
 
 TEST_F(DashboardCmd, TheDashboardServesAndStopsCleanlyOnSigtermAndSigint) {
