@@ -27,7 +27,9 @@ demo:
 	cmake --build $(BUILD) -j$(JOBS) --target smelt smelt-full; \
 	t2=$$(date +%s); echo "[demo] build: $$((t2 - t1)) s"; \
 	scripts/demo; \
-	t3=$$(date +%s); echo "[demo] install $$((t1 - t0)) s, build $$((t2 - t1)) s, corpus + pipeline $$((t3 - t2)) s: $$((t3 - t0)) s in all"
+	t3=$$(date +%s); echo "[demo] install $$((t1 - t0)) s, build $$((t2 - t1)) s, corpus + pipeline $$((t3 - t2)) s: $$((t3 - t0)) s in all"; \
+	run=$$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["artifacts"]["run"])' "$${DEMO_DIR:-data/demo}/pipeline.json" 2>/dev/null) && \
+	echo "[demo] watch the run: $(BUILD)/smelt dashboard $$run (http://127.0.0.1:8080); its report: $$run/report.html"
 
 bench: build
 	@bench/prep/run
