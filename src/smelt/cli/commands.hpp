@@ -15,5 +15,6 @@ int cli_export(int argc, char** argv);    // export_cmd.cpp
 int cli_pipeline(int argc, char** argv);  // pipeline_cmd.cpp
 int cli_machine(int argc, char** argv);   // machine_cmd.cpp
 int cli_serve(int argc, char** argv);     // serve_cmd.cpp
+int cli_trace(int argc, char** argv);     // trace_cmd.cpp: merge | summary
 
 }  // namespace smelt
