@@ -164,6 +164,9 @@ struct StepStats {
 class Trainer {
  public:
   explicit Trainer(const TrainConfig& c) : c_(c) {}
+  ~Trainer() {
+    if (tracing_ || trace_pending_) trace_write_file();  // a run that failed inside the range
+  }
   Status run(TrainSummary& out);
   int rank() const { return comm_ ? comm_->rank() : 0; }
   int ranks() const { return comm_ ? comm_->size() : 1; }
