@@ -25,7 +25,7 @@
 namespace smelt {
 
 namespace trace_detail {
-std::atomic<bool> g_on{false};
+alignas(64) std::atomic<bool> g_on{false};  // read at every site: a line no event writes
 }  // namespace trace_detail
 
 namespace {
@@ -70,7 +70,7 @@ Registry& registry() {
   return *r;
 }
 
-std::atomic<int64_t> g_recording{0};  // events between their second flag check and their append
+alignas(64) std::atomic<int64_t> g_recording{0};  // events between their second flag check and their append
 
 thread_local ThreadBuffer* tls_buffer = nullptr;
 thread_local const char* tls_name = nullptr;
