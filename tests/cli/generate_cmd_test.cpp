@@ -1,15 +1,19 @@
 // `smelt generate` as a user runs it: a random tiny model saved through ckpt_save (tokenizer copy
 // inside), greedy decoding from the run directory and from the step directory prints exactly the
 // continuation computed in-process by full recomputation through Model::forward, --json carries
-// the same ids, a seed reproduces sampled text, and usage errors exit 2, failures 1.
+// the same ids, a seed reproduces sampled text, --trace writes the request's timeline, and usage
+// errors exit 2, failures 1.
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <set>
 #include <vector>
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
 #include "cli/tiny_checkpoint.hpp"
+#include "obs/trace_validator.hpp"
 #include "smelt/serve/sampling.hpp"
 #include "smelt/serve/text_stream.hpp"
 #include "smelt/tokenizer/tokenizer.hpp"
@@ -138,6 +142,39 @@ TEST_F(GenerateCmd, SeededSamplingIsReproducibleAndStaysInTheTokenizerVocabulary
   EXPECT_NE(ja["ids"], jc["ids"]);
   EXPECT_EQ(ja["new_tokens"].get<int>(), 40);
   for (int id : ja["ids"]) EXPECT_LT(id, 400) << "sampled an id the tokenizer cannot decode";
+}
+
+// --trace FILE: one request's timeline passes the trace checker: the request, its prefill, one
+// span per new token with its sampling and (but the last) its decoder step by layer; the text is
+// the untraced run's.
+TEST_F(GenerateCmd, TraceOfOneRequest) {
+  const std::string args = "generate --checkpoint " + run_ + " --prompt 'static int' --temperature 0 "
+                           "--max-new-tokens 12 --ignore-eos --json --threads 1";
+  test::CmdResult plain = test::run_smelt(args, dir_);
+  ASSERT_EQ(plain.rc, 0) << plain.err;
+  const fs::path trace = dir_ / "req.json";
+  test::CmdResult r = test::run_smelt(args + " --trace " + trace.string(), dir_);
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_EQ(nlohmann::json::parse(r.out)["ids"], nlohmann::json::parse(plain.out)["ids"]);
+  std::ifstream in(trace);
+  const nlohmann::json doc = nlohmann::json::parse(in);
+  const test::TraceCheck c = test::trace_validate(doc);
+  EXPECT_TRUE(c.errors.empty()) << c.first_errors();
+  EXPECT_EQ(doc["otherData"]["command"], "generate");
+  EXPECT_EQ(doc["otherData"]["new_tokens"], 12);
+  std::map<std::string, int> count;
+  std::set<int> layers;
+  for (const auto& sp : c.spans) {
+    count[sp.name]++;
+    if (sp.name == "decoder.layer") layers.insert(sp.args["layer"].get<int>());
+  }
+  EXPECT_EQ(count["request"], 1);
+  EXPECT_EQ(count["prefill"], 1);
+  EXPECT_EQ(count["token"], 12);
+  EXPECT_EQ(count["sample"], 12);
+  EXPECT_EQ(count["decoder.step"], 1 + 11);  // the prompt in one step (it fits the decoder's rows), then 11
+  EXPECT_EQ(count["decoder.layer"], 2 * count["decoder.step"]);
+  EXPECT_EQ(layers, (std::set<int>{0, 1}));
 }
 
 TEST_F(GenerateCmd, UsageErrorsExitTwoFailuresExitOne) {

@@ -151,4 +151,5 @@ TEST_F(SmeltBinaries, MissingFullBinaryIsNamed) {
   EXPECT_EQ(r.out, "");
   // The light commands need nothing beside it.
   EXPECT_EQ(run(alone.string(), "tokenizer encode --help", dir_).rc, 0);
+  EXPECT_EQ(run(alone.string(), "trace summary --help", dir_).rc, 0);
 }

@@ -14,6 +14,7 @@
 
 #include "smelt/ckpt/crc32c.hpp"
 #include "smelt/ckpt/safetensors.hpp"
+#include "smelt/obs/trace.hpp"
 
 namespace smelt {
 
@@ -166,6 +167,9 @@ Status CkptWriter::submit(const CkptSaveRequest& r, CkptCopy copy) {
     slot->segs = std::move(segs);
     double stall = ms_since(t0);
     copier_ = std::thread([this, slot, total, stall] {
+      trace_thread_name("ckpt.copy");
+      TraceSpan span("checkpoint.copy", "bytes", (double)total * sizeof(float));
+      span.arg("step", (double)slot->req.step);
       copy_parallel(slot->segs, total, 1);  // one thread: it hides behind compute, not races it
       enqueue(slot, stall);
     });
@@ -220,6 +224,7 @@ int64_t CkptWriter::completed() const {
 }
 
 void CkptWriter::run() {
+  trace_thread_name("ckpt.writer");
   std::unique_lock<std::mutex> lk(mu_);
   for (;;) {
     Slot* next = nullptr;
@@ -238,7 +243,10 @@ void CkptWriter::run() {
        // waiting, and takes the CRCs the copy computed
       SafetensorsStableMemory stable(next->buf.get(), next->capacity * static_cast<int64_t>(sizeof(float)));
       for (const CopySeg& c : next->segs) stable.add_crc(c.dst, c.n * static_cast<int64_t>(sizeof(float)), c.crc);
+      TraceSpan span("checkpoint.write", "step", (double)next->req.step);
       s = ckpt_save(run_dir_, next->req, &st);
+      span.arg("bytes", (double)st.bytes);
+      span.arg("mb_s", st.write_mb_s);
     }
     lk.lock();
     if (s) {

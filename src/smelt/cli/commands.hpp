@@ -18,5 +18,6 @@ int cli_serve(int argc, char** argv);     // serve_cmd.cpp
 int cli_health(int argc, char** argv);    // health_cmd.cpp
 int cli_dashboard(int argc, char** argv); // dashboard_cmd.cpp
 int cli_report(int argc, char** argv);    // dashboard_cmd.cpp
+int cli_trace(int argc, char** argv);     // trace_cmd.cpp: merge | summary
 
 }  // namespace smelt

@@ -1,12 +1,14 @@
 // `smelt generate`: a checkpoint (step or run directory) or a GGUF file and a prompt in, sampled text streamed to
 // stdout as tokens arrive (KV-cache decoding, model/inference.hpp; sampling, serve/sampling.hpp),
-// a summary on stderr or, with --json, one JSON object on stdout. Not an HTTP server.
+// a summary on stderr or, with --json, one JSON object on stdout; --trace FILE writes the request's
+// timeline (docs/trace.md). Not an HTTP server.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <limits>
+#include <optional>
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
@@ -21,6 +23,7 @@
 #include "smelt/kernels/kernels.hpp"
 #include "smelt/model/config.hpp"
 #include "smelt/model/inference.hpp"
+#include "smelt/obs/trace.hpp"
 #include "smelt/serve/sampling.hpp"
 #include "smelt/serve/text_stream.hpp"
 #include "smelt/tokenizer/tokenizer.hpp"
@@ -52,7 +55,7 @@ int cli_generate(int argc, char** argv) {
   CLI::App app{"smelt generate: sample text from a checkpoint with KV-cache decoding; the text "
                "streams to stdout, a summary goes to stderr (or one JSON object to stdout with --json)"};
   app.name("smelt generate");
-  std::string ckpt, gguf, prompt, tok_path, dtype = "f32";
+  std::string ckpt, gguf, prompt, tok_path, dtype = "f32", trace_path;
   int max_new = 128, top_k = 0, threads = 1;
   float temperature = 1.0f, top_p = 1.0f, repeat_penalty = 1.0f;
   int repeat_last_n = 64;
@@ -85,6 +88,8 @@ int cli_generate(int argc, char** argv) {
       ->check(CLI::IsMember({"f32", "fp32", "bf16", "q8_0"}));
   app.add_flag("--json", json, "print one JSON object (text, ids, counts, speed) instead of streaming");
   app.add_flag("--ignore-eos", no_stop, "keep going past the end-of-document token");
+  app.add_option("--trace", trace_path, "write this request's timeline (prefill, each token's decoder step by "
+                 "layer, sampling) as Chrome trace-event JSON, for ui.perfetto.dev (docs/trace.md)");
   if (int rc = cli_parse(app, argc, argv, "generate", "warn"); rc >= 0) return rc;
   SamplingConfig sc{temperature, top_k, top_p, seed};
   if (Status s = sampling_config_validate(sc); !s) {
@@ -181,8 +186,17 @@ int cli_generate(int argc, char** argv) {
   auto mask = [&] {
     for (int i = (int)tok.vocab_size(); i < V; i++) logits[i] = -std::numeric_limits<float>::infinity();
   };
+  if (!trace_path.empty()) {
+    trace_thread_name("main");
+    trace_start();
+  }
+  std::optional<TraceSpan> request(std::in_place, "request", "prompt_tokens", n_prompt);
   const auto t0 = clock::now();
-  if (s = session.prefill(ids.data(), n_prompt, logits.data()); !s) {
+  {
+    TraceSpan span("prefill", "tokens", n_prompt);
+    s = session.prefill(ids.data(), n_prompt, logits.data());
+  }
+  if (!s) {
     spdlog::error("{}", s.message());
     return kExitFailure;
   }
@@ -191,13 +205,19 @@ int cli_generate(int argc, char** argv) {
   std::vector<int32_t> out_ids;
   std::string stop = "max_new_tokens";
   for (int i = 0; i < max_new; i++) {
+    TraceSpan token_span("token", "index", i);
     mask();
     if (repeat_penalty != 1.0f) {
       std::vector<int32_t> hist(ids.begin(), ids.end());
       hist.insert(hist.end(), out_ids.begin(), out_ids.end());
       apply_repeat_penalty(logits.data(), V, hist.data(), (int)hist.size(), repeat_penalty, repeat_last_n);
     }
-    const int32_t next = sampler.sample(logits.data());
+    int32_t next = 0;
+    {
+      TraceSpan span("sample");
+      next = sampler.sample(logits.data());
+      span.arg("id", next);
+    }
     out_ids.push_back(next);
     if (eod && (uint32_t)next == *eod && !no_stop) {
       stop = "eos";
@@ -220,6 +240,14 @@ int cli_generate(int argc, char** argv) {
     std::fwrite(tail.data(), 1, tail.size(), stdout);
     std::fputc('\n', stdout);
     std::fflush(stdout);
+  }
+  request.reset();
+  if (!trace_path.empty()) {
+    trace_stop();
+    TraceProcessInfo info;
+    info.extra = {{"command", "generate"}, {"prompt_tokens", n_prompt}, {"new_tokens", (int)out_ids.size()},
+                  {"stop", stop}};
+    if (Status ts = trace_write(trace_path, info); !ts) spdlog::warn("--trace: {}", ts.message());
   }
   const double prefill_s = std::chrono::duration<double>(t1 - t0).count();
   const double decode_s = std::chrono::duration<double>(t2 - t1).count();

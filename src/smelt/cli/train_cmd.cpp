@@ -1,5 +1,6 @@
 // `smelt train --config run.toml [--set key=value ...]` with the everyday overrides as plain flags
-// (--data, --steps, --threads, --run-dir, --seed, --resume). Not the loop (train/trainer.hpp).
+// (--data, --steps, --threads, --run-dir, --seed, --resume, --trace-steps). Not the loop
+// (train/trainer.hpp).
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -17,6 +18,7 @@
 #include "smelt/common/status.hpp"
 #include "smelt/common/stop_signals.hpp"
 #include "smelt/model/activations.hpp"
+#include "smelt/obs/trace.hpp"
 #include "smelt/train/train_config.hpp"
 #include "smelt/train/trainer.hpp"
 
@@ -25,7 +27,7 @@ namespace smelt {
 int cli_train(int argc, char** argv) {
   CLI::App app{"smelt train: train the Llama-style decoder on token shards (docs/train.md)"};
   app.name("smelt train");
-  std::string config_path, data, run_dir;
+  std::string config_path, data, run_dir, trace_steps;
   std::vector<std::string> sets;
   int64_t steps = -1, save_every = -1;
   int threads = -1;
@@ -42,6 +44,9 @@ int cli_train(int argc, char** argv) {
       ->check(CLI::NonNegativeNumber);
   app.add_option("--save-every", save_every, "checkpoint every N steps (ckpt.save_every; 0: at the end and on a signal)")
       ->check(CLI::NonNegativeNumber);
+  app.add_option("--trace-steps", trace_steps,
+                 "write a timeline trace of steps A-B (or one step N) to RUN/trace/rank*.json (trace.steps; "
+                 "docs/trace.md)");
   app.add_flag("--resume", resume, "continue from the newest valid checkpoint in the run folder");
   app.add_flag("--print-config", print_config, "print the resolved configuration and exit");
   app.add_flag("--dry-run", dry_run, "plan the memory, check the data and exit");
@@ -57,6 +62,17 @@ int cli_train(int argc, char** argv) {
   if (threads >= 0) sets.push_back(fmt::format("train.threads={}", threads));
   if (save_every >= 0) sets.push_back(fmt::format("ckpt.save_every={}", save_every));
   if (!run_dir.empty()) sets.push_back("train.run_dir=\"" + run_dir + "\"");
+  if (!trace_steps.empty()) {
+    int64_t first = 0, last = -1;
+    Status s = trace_parse_steps(trace_steps, first, last);
+    if (s && first == 0)
+      s = Status::error(fmt::format("\"{}\": expected a step \"N\" or a range of steps \"A-B\"", trace_steps));
+    if (!s) {
+      spdlog::error("--trace-steps {}", s.message());
+      return kExitUsage;
+    }
+    sets.push_back(fmt::format("trace.steps=\"{}-{}\"", first, last));
+  }
   if (seed >= 0) {
     sets.push_back(fmt::format("train.seed={}", seed));
     sets.push_back(fmt::format("data.seed={}", seed));

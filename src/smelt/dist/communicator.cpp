@@ -16,6 +16,8 @@
 
 #include <fmt/format.h>
 
+#include "smelt/obs/trace.hpp"
+
 namespace smelt {
 
 namespace {
@@ -128,14 +130,23 @@ class MpiComm final : public Communicator {
   int nodes() const override { return hierarchical_ ? nodes_ : 1; }
   const char* algorithm() const override { return hierarchical_ ? "hierarchical" : "flat"; }
   Status barrier() override {
+    TraceSpan span("barrier");
     MPI_Request req;
     return finish(MPI_Ibarrier(MPI_COMM_WORLD, &req), req, "barrier");
   }
   Status allreduce_sum(float* data, int64_t n) override {
+    TraceSpan span("allreduce", "bytes", (double)n * sizeof(float));
+    return sum_floats(data, n);
+  }
+  Status sum_floats(float* data, int64_t n) {
     if (!deterministic_) return native(data, n);
     return hierarchical_ ? reduce_hier(data, n, MPI_FLOAT, scratch_f_) : reduce(MPI_COMM_WORLD, data, n, MPI_FLOAT, scratch_f_);
   }
   Status reduce_scatter_sum(float* data, int64_t base, int64_t n, const std::vector<int64_t>& bounds) override {
+    TraceSpan span("reduce_scatter", "bytes", (double)n * sizeof(float));
+    return scatter_floats(data, base, n, bounds);
+  }
+  Status scatter_floats(float* data, int64_t base, int64_t n, const std::vector<int64_t>& bounds) {
     for (int64_t at = 0; at < n; at += kSlab) {
       const int64_t len = std::min(kSlab, n - at);
       owner_slices(base + at, len, bounds);
@@ -144,6 +155,7 @@ class MpiComm final : public Communicator {
     return Status::ok();
   }
   Status allgather_ranges(float* data, const std::vector<int64_t>& bounds) override {
+    TraceSpan span("allgather", "bytes", (double)bounds.back() * sizeof(float));
     const int64_t n = bounds.back();
     for (int64_t at = 0; at < n; at += kSlab) {
       const int64_t len = std::min(kSlab, n - at);
@@ -192,11 +204,13 @@ class MpiComm final : public Communicator {
     }
   }
   Status allreduce_sum(double* data, int64_t n) override {
+    TraceSpan span("allreduce.scalars", "bytes", (double)n * sizeof(double));
     return reduce(MPI_COMM_WORLD, data, n, MPI_DOUBLE, scratch_d_);
   }
   uint64_t bytes_sent() const override { return bytes_; }
   Status allgather_sparse(const int64_t* idx, const float* val, int count, std::vector<int64_t>& all_idx,
                           std::vector<float>& all_val, std::vector<int>& counts) override {
+    TraceSpan span("allgather.sparse", "entries", count);
     counts.resize(size_);
     MPI_Request req;
     if (Status s = finish(MPI_Iallgather(&count, 1, MPI_INT, counts.data(), 1, MPI_INT, MPI_COMM_WORLD, &req), req,
@@ -238,11 +252,15 @@ class MpiComm final : public Communicator {
   static double now_ms() {
     return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
   }
+  // One gradient bucket's sum (a span on the thread that runs it: the communication thread).
   Status run_task(const Task& t) {
-    return t.bounds ? reduce_scatter_sum(t.data, t.base, t.n, *t.bounds) : allreduce_sum(t.data, t.n);
+    TraceSpan span("allreduce.bucket", "bytes", (double)t.n * sizeof(float));
+    span.arg("offset", (double)t.base);
+    return t.bounds ? scatter_floats(t.data, t.base, t.n, *t.bounds) : sum_floats(t.data, t.n);
   }
   // The communication thread: runs queued sums in order.
   void work() {
+    trace_thread_name("comm");
     std::unique_lock<std::mutex> lk(mu_);
     for (;;) {
       cv_.wait(lk, [&] { return stop_ || !tasks_.empty(); });

@@ -13,6 +13,7 @@
 #include <fmt/format.h>
 
 #include "smelt/kernels/kernels.hpp"
+#include "smelt/obs/trace.hpp"
 
 namespace smelt {
 
@@ -216,6 +217,7 @@ void Decoder::attention(int l, int n) {
 }
 
 void Decoder::layer(int l, int n) {
+  TraceSpan span("decoder.layer", "layer", l);
   const ModelConfig& c = cfg_;
   const int C = c.d_model, H = c.ffn_hidden, HS = c.head_size(), NH = c.n_heads;
   const int NKV = c.n_kv_heads, QKV = c.qkv_size(), A = NH * HS, KV = NKV * HS;
@@ -278,6 +280,7 @@ Status Decoder::step(const DecodeRow* rows, int n, float* logits_out) {
     slotbuf_[i] = rows[i].slot;
     tokbuf_[i] = rows[i].token;
   }
+  TraceSpan span("decoder.step", "rows", n);
   kernels_set_threads(n < kWideRows ? 1 : opt_.threads);
   embedding_forward(x_.data(), tokbuf_.data(), w_ + layout_.wte, n, C, V);
   kernels_set_threads(opt_.threads);
@@ -285,6 +288,7 @@ Status Decoder::step(const DecodeRow* rows, int n, float* logits_out) {
   for (int i = 0; i < n; i++) pos_[rows[i].slot]++;
   if (!wanted) return Status::ok();
   // Only the rows whose logits are wanted go through the final norm and the LM head.
+  TraceSpan head("decoder.head");
   int m = 0;
   for (int i = 0; i < n; i++)
     if (rows[i].logits) std::memcpy(ln_.data() + (size_t)m++ * C, x_.data() + (size_t)i * C, sizeof(float) * C);

@@ -7,12 +7,14 @@
 #include <cmath>
 #include <algorithm>
 #include <cstring>
+#include <optional>
 #include <vector>
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
 #include "smelt/kernels/kernels.hpp"
+#include "smelt/obs/trace.hpp"
 
 namespace smelt {
 
@@ -140,6 +142,7 @@ void Model::linear_backward(float* dinp, int64_t w, const float* dout, const flo
 }
 
 void Model::layer_forward(int l, int B, int T) {
+  TraceSpan span("forward.layer", "layer", l);
   const ModelConfig& c = cfg_;
   const int N = B * T, C = c.d_model, H = c.ffn_hidden, HS = c.head_size();
   const int NH = c.n_heads, NKV = c.n_kv_heads, QKV = c.qkv_size(), A = NH * HS;
@@ -212,6 +215,7 @@ Status Model::forward(const Batch& b, float& loss, float grad_dloss, bool loss_o
       return Status::error(fmt::format("[model] batch position {}: RoPE position {} outside "
                                        "[0, max_seq_len = {})", n, b.positions[n], c.max_seq_len));
   }
+  TraceSpan span("forward");
   kernels_set_threads(threads_);
   batch_ = &b;
   const float* w = params_.data();
@@ -226,10 +230,13 @@ Status Model::forward(const Batch& b, float& loss, float grad_dloss, bool loss_o
     const int64_t need = attention_bf16_scratch_floats(Tmax_, threads_);
     if ((int64_t)attn16_scratch_.size() < need) attn16_scratch_.assign(need, 0.0f);  // set_threads raised the count
   }
-  (ref ? embedding_forward_ref : embedding_forward)(acts_.resid[0], b.inputs.data(),
-                                                    w + layout_.wte, N, C, V);
-  prof_mark(kPEmbedF);
+  {
+    TraceSpan emb("embedding");
+    (ref ? embedding_forward_ref : embedding_forward)(acts_.resid[0], b.inputs.data(), w + layout_.wte, N, C, V);
+    prof_mark(kPEmbedF);
+  }
   for (int l = 0; l < c.n_layers; l++) layer_forward(l, b.B, b.T);
+  TraceSpan head("head.loss");  // the final norm, the LM head and the cross-entropy, to the end
   (ref ? rmsnorm_forward_ref : rmsnorm_forward)(acts_.lnf, acts_.rstdf, acts_.resid[c.n_layers],
                                                 w + layout_.lnf, N, C, (float)c.norm_eps);
   prof_mark(kPNormF);
@@ -277,6 +284,7 @@ Status Model::forward(const Batch& b, float& loss, float grad_dloss, bool loss_o
 }
 
 void Model::layer_backward(int l, int B, int T) {
+  TraceSpan span("backward.layer", "layer", l);
   const ModelConfig& c = cfg_;
   const int N = B * T, C = c.d_model, H = c.ffn_hidden, HS = c.head_size();
   const int NH = c.n_heads, NKV = c.n_kv_heads, QKV = c.qkv_size(), A = NH * HS;
@@ -328,6 +336,7 @@ void Model::backward(float dloss) {
   const ModelConfig& c = cfg_;
   const Batch& b = *batch_;
   const int N = b.B * b.T, C = c.d_model, V = c.vocab_size;
+  TraceSpan span("backward");
   kernels_set_threads(threads_);
   const float* w = params_.data();
   float* g = grads_.data();
@@ -336,6 +345,7 @@ void Model::backward(float dloss) {
   prof_start();
   // bf16 (fast kernels): dlogits go straight to bf16, the LM head's GEMM operand.
   const bool dlogits16 = precision_ == Precision::kBf16 && !ref;
+  std::optional<TraceSpan> head(std::in_place, "head.backward");  // to the final norm's gradient
   if (ref) {
     std::memcpy(ref_logits_.data(), acts_.logits, sizeof(float) * N * V);
     cross_entropy_backward_ref(acts_.logits, ref_logits_.data(), b.targets.data(), dloss, N, V);
@@ -358,12 +368,14 @@ void Model::backward(float dloss) {
                                                   acts_.rstdf, N, C);
   prof_mark(kPNormB);
   if (grad_ready_) grad_ready_(layout_.lnf, tied ? layout_.total : layout_.lm_head);
+  head.reset();
   for (int l = c.n_layers - 1; l >= 0; l--) {
     // Recompute rewrites resid[l+1] with the same bits it already holds (same kernels, inputs).
     if (c.recompute) layer_forward(l, b.B, b.T);
     layer_backward(l, b.B, b.T);
     if (grad_ready_) grad_ready_(layout_.layers[l].ln1, l + 1 < c.n_layers ? layout_.layers[l + 1].ln1 : layout_.lnf);
   }
+  TraceSpan emb("embedding.backward");
   (ref ? embedding_backward_ref : embedding_backward)(g + layout_.wte, acts_.dres,
                                                       b.inputs.data(), N, C, V);
   prof_mark(kPEmbedB);
@@ -477,6 +489,7 @@ void Model::set_optimizer_shard(int64_t begin, int64_t end, int ranks) {
 }
 
 float Model::optimizer_step(const AdamWConfig& h, double norm) {
+  TraceSpan span("optimizer");
   kernels_set_threads(threads_);
   t_++;
   prof_start();

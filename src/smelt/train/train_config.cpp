@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include "smelt/common/config.hpp"
+#include "smelt/obs/trace.hpp"
 
 namespace smelt {
 
@@ -26,10 +27,11 @@ Status train_config_read(const toml::table& root, TrainConfig& c) {
   std::vector<std::string> errors;
   for (const auto& [k, v] : root) {
     std::string key(k.str());
-    static const std::set<std::string> mine = {"model", "data", "train", "optim", "eval", "ckpt", "health", "dist"};
+    static const std::set<std::string> mine = {"model", "data", "train", "optim", "eval", "ckpt", "health", "dist",
+                                               "trace"};
     if (!mine.count(key) && !kOtherStages.count(key))
       errors.push_back(fmt::format("[{}]: unknown section; `smelt train` reads [model], [data], [train], [optim], "
-                                   "[eval], [ckpt], [health] and [dist]", key));
+                                   "[eval], [ckpt], [health], [dist] and [trace]", key));
   }
   toml::table resolved;
   if (Status s = model_config_read(root, c.model); !s) errors.push_back(s.message());
@@ -132,6 +134,13 @@ Status train_config_read(const toml::table& root, TrainConfig& c) {
   config_insert(resolved, "dist", d.resolved());
   config_insert(resolved, "dist.compression", dc.resolved());
   if (Status s = dist_config_validate(c.dist); !s) errors.push_back(s.message());
+  ConfigSection tr(root, "trace");
+  tr.get("steps", c.trace.steps);
+  tr.get("dir", c.trace.dir);
+  collect(tr, errors);
+  config_insert(resolved, "trace", tr.resolved());
+  if (Status s = trace_parse_steps(c.trace.steps, c.trace.first, c.trace.last); !s)
+    errors.push_back("[trace] steps = " + s.message());
 
   if (!errors.empty()) {
     std::string m = errors[0];

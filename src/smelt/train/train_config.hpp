@@ -1,5 +1,5 @@
-// The run configuration of `smelt train`: [model], [data], [train], [optim], [eval], [ckpt], [health]
-// read from TOML (+ --set overrides and the plain flags) into typed structs, validated before any
+// The run configuration of `smelt train`: [model], [data], [train], [optim], [eval], [ckpt], [health],
+// [dist], [trace] read from TOML (+ --set overrides and the plain flags) into typed structs, validated before any
 // work starts, and written back fully resolved into the run folder and every checkpoint.
 // Not the loop (trainer.hpp).
 #pragma once
@@ -56,6 +56,12 @@ struct CkptOptions {             // [ckpt]
   double inject_write_mb_s = 0;  // fault injection (tests): saves write no faster than this (0: off)
 };
 
+struct TraceOptions {            // [trace]
+  std::string steps;             // "A-B" or "N": write a timeline trace of these steps ("" = none)
+  std::string dir;               // the rank files' folder ("" = RUN/trace)
+  int64_t first = 0, last = -1;  // steps parsed (first = 0: no trace)
+};
+
 struct TrainConfig {
   ModelConfig model;
   LoaderConfig data;
@@ -66,6 +72,7 @@ struct TrainConfig {
   CkptOptions ckpt;
   HealthConfig health;
   DistConfig dist;
+  TraceOptions trace;
   bool resume = false;           // --resume (not a TOML key)
   toml::table resolved;          // every key with its final value
 };

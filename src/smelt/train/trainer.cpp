@@ -32,6 +32,7 @@
 #include "smelt/machine/cpu_info.hpp"
 #include "smelt/machine/gemm_select.hpp"
 #include "smelt/obs/vitals.hpp"
+#include "smelt/obs/trace.hpp"
 #include "smelt/tokenizer/tokenizer.hpp"
 
 namespace fs = std::filesystem;
@@ -66,7 +67,10 @@ struct Feed {
     for (const auto& d : shards.sources()) names.push_back(d.name);
     return Status::ok();
   }
-  const Batch& next() { return streaming ? stream.next() : shards.next(); }
+  const Batch& next() {
+    TraceSpan span("fetch");
+    return streaming ? stream.next() : shards.next();
+  }
   LoaderPosition position() const { return streaming ? stream.position() : shards.position(); }
   double last_wait_ms() const { return streaming ? stream.last_wait_ms() : shards.last_wait_ms(); }
   const LatencyWindow& latency() const { return streaming ? stream.fetch_latency() : shards.fetch_latency(); }
@@ -165,6 +169,9 @@ struct StepStats {
 class Trainer {
  public:
   explicit Trainer(const TrainConfig& c) : c_(c) {}
+  ~Trainer() {
+    if (tracing_ || trace_pending_) trace_write_file();  // a run that failed inside the range
+  }
   Status run(TrainSummary& out);
   int rank() const { return comm_ ? comm_->rank() : 0; }
   int ranks() const { return comm_ ? comm_->size() : 1; }
@@ -204,6 +211,12 @@ class Trainer {
   bool planned_ = false, out_of_time_ = false;
   int64_t planned_at_ = -1;
   int eval_every() const;
+  // [trace]: the range's clock sync and start, its end, the file (once no span of it is open)
+  Status trace_begin_step();
+  void trace_end_step(const StepStats& st);
+  void trace_write_file();
+  bool tracing_ = false, trace_pending_ = false;
+  int64_t trace_sync_ns_ = -1, trace_last_step_ = 0;
 
   TrainConfig c_;
   Model model_;
@@ -581,6 +594,7 @@ Status Trainer::load_rank_state(const std::string& dir, const CkptManifest& m) {
 }
 
 void Trainer::event(ojson e) {
+  if (trace_on()) trace_instant(trace_intern(e.value("event", std::string("event"))), 'p', "step", e.value("step", 0.0));
   const std::string text = e.dump();
   write_metrics(text);
   watch_vitals(text);
@@ -686,6 +700,7 @@ Status Trainer::commit_pending(const char* why) {
     c = ckpt_commit(run_dir_, step, comm_->size(), &st);
     if (c) {
       last_ckpt_ = st.dir;
+      trace_instant("checkpoint.commit", 'p', "step", (double)step);
       spdlog::info("checkpoint step {} committed ({}): every rank's part is durable", step, why);
       std::vector<std::string> removed;
       if (Status s = ckpt_retain(run_dir_, c_.ckpt.keep_last, c_.ckpt.keep_every, &removed); !s)
@@ -712,6 +727,7 @@ Status Trainer::save(int64_t step, const char* why, ojson* line) {
   // rank 0 commits once all are durable.
   const bool parts = rank_files();
   if (!lead_ && !parts) return Status::ok();
+  TraceSpan span("checkpoint.save", "step", (double)step);
   if (Status s = commit_pending("before the next save"); !s) return s;
   CkptSaveRequest r;
   r.step = step;
@@ -806,6 +822,7 @@ Status Trainer::save(int64_t step, const char* why, ojson* line) {
     event({{"step", step}, {"event", "checkpoint_failed"}, {"error", saved.message()}});
     return Status::ok();
   }
+  trace_instant("checkpoint", 'p', "step", (double)step);
   std::vector<std::string> removed;
   if (Status s = ckpt_retain(run_dir_, c_.ckpt.keep_last, c_.ckpt.keep_every, &removed); !s)
     spdlog::warn("checkpoint retention: {}", s.message());
@@ -813,11 +830,13 @@ Status Trainer::save(int64_t step, const char* why, ojson* line) {
 }
 
 Status Trainer::eval_now(int64_t step, ojson* line) {
+  TraceSpan span("eval", "step", (double)step);
   EvalResult r;
   double t0 = now_s();
   const EvalText* text = eval_text_.bytes.empty() ? nullptr : &eval_text_;
   if (Status s = evaluate(model_, c_.data, c_.eval.data, c_.eval.tokens, r, text); !s) return s;
   last_eval_s_ = r.seconds;
+  span.arg("loss", r.loss);
   if (eval_first_ < 0) eval_first_ = r.loss, eval_first_bpb_ = r.bits_per_byte;
   eval_last_ = r.loss, eval_last_bpb_ = r.bits_per_byte;
   if (line) {
@@ -1008,14 +1027,75 @@ void Trainer::plan_budget() {
          {"eval_s", last_eval_s_}});
 }
 
+// [trace] steps = "A-B": at the range's first step every rank passes one barrier and notes its
+// clock right after it (`smelt trace merge` aligns the ranks' files there), then recording starts.
+// Once per run (a rollback that steps back does not trace again).
+Status Trainer::trace_begin_step() {
+  const int64_t next = step_ + 1;
+  if (c_.trace.first <= 0 || trace_sync_ns_ >= 0 || next < c_.trace.first || next > c_.trace.last)
+    return Status::ok();
+  if (Status s = comm_->barrier(); !s) return s;
+  trace_sync_ns_ = trace_now_ns();
+  trace_thread_name("main");
+  trace_start();
+  trace_instant("clock_sync", 'g', "rank", rank());
+  tracing_ = true;
+  return Status::ok();
+}
+
+// Per traced step the counters; after the range's last step recording stops, and the file is
+// written as soon as the spans begun in the range have ended (a background checkpoint write may
+// end a few steps later).
+void Trainer::trace_end_step(const StepStats& st) {
+  if (tracing_) {
+    trace_counter("tokens_per_s", "tokens_per_s", st.tok_s);
+    trace_counter("memory", "rss_mb", (double)trace_rss_bytes() / 1e6);
+    trace_last_step_ = step_;
+    if (step_ >= c_.trace.last) {
+      trace_stop();
+      tracing_ = false;
+      trace_pending_ = true;
+    }
+  }
+  if (trace_pending_ && trace_idle()) trace_write_file();
+}
+
+// RUN/trace/rank{R}.json (or [trace] dir). A trace that cannot be written does not stop training.
+void Trainer::trace_write_file() {
+  trace_stop();
+  tracing_ = trace_pending_ = false;
+  for (int i = 0; i < 200 && !trace_idle(); i++) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  const fs::path dir = c_.trace.dir.empty() ? fs::path(run_dir_) / "trace" : fs::path(c_.trace.dir);
+  const std::string path = (dir / fmt::format("rank{}.json", rank())).string();
+  if (!trace_idle()) {
+    spdlog::warn("trace: a span of the traced range is still open after 2 s; {} is not written", path);
+    return;
+  }
+  TraceProcessInfo info;
+  info.rank = rank();
+  info.world_size = ranks();
+  info.clock_sync_ns = trace_sync_ns_;
+  info.extra = {{"steps", c_.trace.steps}, {"first_step", c_.trace.first}, {"last_step", trace_last_step_},
+                {"run_dir", run_dir_}};
+  int64_t events = 0;
+  if (Status s = trace_write(path, info, &events); !s) {
+    spdlog::warn("trace: {}", s.message());
+    return;
+  }
+  spdlog::info("trace of steps {}-{}: {} ({} events; open it in ui.perfetto.dev{})", c_.trace.first, trace_last_step_,
+               path, events, ranks() > 1 ? ", or merge the ranks' files with smelt trace merge" : "");
+}
+
 // The stop flag is not cleared here: a SIGTERM that came while the run was being set up (GEMM
 // measurement, data, resume) still ends it after its first step.
 Status Trainer::run(TrainSummary& out) {
   if (Status s = start(); !s) return s;
   while (!done() && !stop_now_) {
     StepStats st;
+    if (Status s = trace_begin_step(); !s) return s;
     if (Status s = train_step(st); !s) return s;
     if (Status s = after_step(st); !s) return s;
+    trace_end_step(st);
   }
   if (Status s = commit_pending("end of run"); !s) return s;
   if (writer_) {
@@ -1026,6 +1106,7 @@ Status Trainer::run(TrainSummary& out) {
       last_ckpt_.clear();
     }
   }
+  if (tracing_ || trace_pending_) trace_write_file();  // a run that ended inside the range
   write_metrics("");  // what a full disk held back, once more
   status_line(step_, last_loss_, last_.tok_s, last_.mfu, last_.wait_ms, true);
   return summarize(out, now_s() - run_start_s_);
@@ -1034,6 +1115,7 @@ Status Trainer::run(TrainSummary& out) {
 // One optimizer step: the micro-batches' forward and backward, the reduction over ranks, the
 // gradient norm and the update; step_ and the token counts advance.
 Status Trainer::train_step(StepStats& st) {
+  TraceSpan step_span("step", "step", (double)(step_ + 1));
   const double t0 = now_s();
   st.lr = lr_at(c_.schedule, step_);
   st.src_sum.assign(feed_.names.size(), 0.0);
@@ -1116,6 +1198,7 @@ Status Trainer::train_step(StepStats& st) {
   if (writer_) {
     // A deferred checkpoint copy ends before anything it copies changes: the top-k residual in
     // the reduction below, the weights and moments in the optimizer step.
+    TraceSpan span("checkpoint.staged");
     writer_->staged();
     if (writer_->last_staged_wait_ms() > 0.01) line_extra_stall_ms_ = writer_->last_staged_wait_ms();
   }
@@ -1131,6 +1214,7 @@ Status Trainer::train_step(StepStats& st) {
     model_.grads()[model_.layout().total / 2] = NAN;  // fault injection
   double norm = 0;  // one pass: the finiteness check and the clipping share it
   {
+    TraceSpan span("grad_norm");
     const double tn = now_s();
     if (Status s = global_grad_norm(norm); !s) return s;
     if (owners) {  // ZeRO-1: the norm's block partials went over the network
@@ -1176,6 +1260,7 @@ Status Trainer::reduce_step(StepStats& st, const std::vector<int64_t>* owners) {
     stop_now_ = g_stop;
     return Status::ok();
   }
+  TraceSpan span("reduce");
   // allreduce_ms: all communication of the step; allreduce_wait_ms: the part the step waited for
   // (the overlapped buckets' remainder, and everything done synchronously).
   const double ta = now_s();
