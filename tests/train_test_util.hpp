@@ -66,15 +66,17 @@ inline nlohmann::json drop_timing(nlohmann::json j) {
   return j;
 }
 
-// RUN/metrics.jsonl, one object per line (timing fields and vital-sign events dropped unless keep_timing).
-inline std::vector<nlohmann::json> read_metrics(const std::filesystem::path& run_dir, bool keep_timing = false) {
+// RUN/metrics.jsonl, one object per line: timing fields dropped unless keep_timing, vital-sign
+// events unless keep_vital_signs.
+inline std::vector<nlohmann::json> read_metrics(const std::filesystem::path& run_dir, bool keep_timing = false,
+                                                 bool keep_vital_signs = false) {
   std::vector<nlohmann::json> out;
   std::istringstream in(read_file((run_dir / "metrics.jsonl").string()));
   std::string line;
   while (std::getline(in, line)) {
     nlohmann::json j = nlohmann::json::parse(line);
-    // (a vital sign's event can come from a timing sign, so it goes with the timing fields)
-    if (!keep_timing && j.value("event", "") == "vital_sign") continue;
+    // (a vital sign's event can come from a timing sign: a busy machine adds one)
+    if (!keep_vital_signs && j.value("event", "") == "vital_sign") continue;
     out.push_back(keep_timing ? j : drop_timing(j));
   }
   return out;

@@ -87,7 +87,7 @@ warmup = 5
   // The "vital_sign" events the trainer wrote.
   std::vector<json> events(const std::string& run) {
     std::vector<json> out;
-    for (const auto& j : test::read_metrics(dir_ / run, true))
+    for (const auto& j : test::read_metrics(dir_ / run, true, true))
       if (j.value("event", "") == "vital_sign") out.push_back(j);
     return out;
   }
