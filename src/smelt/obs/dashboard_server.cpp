@@ -4,7 +4,6 @@
 // for each other only.
 #include "smelt/obs/dashboard_server.hpp"
 
-#include <sys/socket.h>
 #include <sys/stat.h>
 
 #include <cerrno>
@@ -61,65 +60,37 @@ bool parse_offset(const std::string& s, int64_t& v) {
 
 }  // namespace
 
+namespace {
+HttpListenerConfig listener_config(const DashboardServerConfig& c) {
+  HttpListenerConfig l;
+  l.host = c.host, l.port = c.port, l.threads = c.threads;
+  l.max_body_bytes = 64 << 10;  // no route takes a body
+  return l;
+}
+}  // namespace
+
 DashboardServer::DashboardServer(std::vector<DashboardRun> runs, DashboardServerConfig c)
-    : runs_(std::move(runs)), cfg_(std::move(c)), svr_(std::make_unique<httplib::Server>()) {
+    : runs_(std::move(runs)), cfg_(std::move(c)), http_(listener_config(cfg_)) {
   for (size_t i = 0; i < runs_.size(); i++) state_.push_back(std::make_unique<RunState>());
   if (cfg_.title.empty()) cfg_.title = dashboard_title(runs_);
-  const size_t threads = (size_t)std::max(2, cfg_.threads);
-  svr_->new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
-  svr_->set_payload_max_length(64 << 10);  // no route takes a body
-  svr_->set_read_timeout(30, 0);
-  svr_->set_write_timeout(30, 0);
-  svr_->set_keep_alive_timeout(5);
-  // SO_REUSEADDR only (httplib's default adds SO_REUSEPORT, which lets a second server share the port)
-  svr_->set_socket_options([](socket_t sock) {
-    int yes = 1;
-    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
-  });
   routes();
 }
 
 DashboardServer::~DashboardServer() {
-  if (listener_.joinable()) {
-    stop();
-    listener_.join();
-  }
+  http_.stop();
+  http_.join();
 }
 
 Status DashboardServer::bind() {
   if (Status s = dashboard_page(nullptr, page_); !s) return s;
-  if (cfg_.port == 0) {
-    port_ = svr_->bind_to_any_port(cfg_.host);
-    if (port_ <= 0) return Status::error(fmt::format("--host {}: cannot bind any port ({})", cfg_.host, std::strerror(errno)));
-    return Status::ok();
-  }
-  if (!svr_->bind_to_port(cfg_.host, cfg_.port))
-    return Status::error(fmt::format("--host {} --port {}: cannot bind ({}); is another server on that port? "
-                                     "(--port 0 takes any free one)", cfg_.host, cfg_.port, std::strerror(errno)));
-  port_ = cfg_.port;
-  return Status::ok();
+  return http_.bind("(--port 0 takes any free one)");
 }
 
-void DashboardServer::start() {
-  listener_ = std::thread([this] {
-    listen_ok_ = svr_->listen_after_bind();
-    listener_done_ = true;
-  });
-}
+void DashboardServer::start() { http_.start(); }
 
-void DashboardServer::stop() {
-  // httplib's stop() does nothing until the listener is inside its accept loop: wait for the loop
-  // (or the listener's end) first, so a stop right after start() is not lost.
-  if (listener_.joinable())
-    for (int i = 0; i < 10000 && !svr_->is_running() && !listener_done_; i++)
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  svr_->stop();
-}
+void DashboardServer::stop() { http_.stop(); }
 
-bool DashboardServer::join() {
-  if (listener_.joinable()) listener_.join();
-  return listen_ok_;
-}
+bool DashboardServer::join() { return http_.join(); }
 
 bool DashboardServer::run_index(const Req& q, Res& s, size_t& i) const {
   int64_t v = -1;
@@ -133,7 +104,7 @@ bool DashboardServer::run_index(const Req& q, Res& s, size_t& i) const {
 }
 
 void DashboardServer::routes() {
-  auto& svr = *svr_;
+  auto& svr = http_.server();
   svr.Get("/", [this](const Req&, Res& s) {
     s.set_content(page_, "text/html; charset=utf-8");
     s.set_header("Cache-Control", "no-cache");

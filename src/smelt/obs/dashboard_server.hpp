@@ -14,6 +14,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "smelt/common/http_listener.hpp"
 #include "smelt/common/status.hpp"
 #include "smelt/obs/dashboard.hpp"
 
@@ -44,7 +45,7 @@ class DashboardServer {
   DashboardServer& operator=(const DashboardServer&) = delete;
 
   Status bind();  // errors name host and port
-  int port() const { return port_; }
+  int port() const { return http_.port(); }
   void start();   // serves on a thread of its own
   void stop();    // from any thread but a signal handler; idempotent
   bool join();    // true when the listener ended by stop(), false when listening failed
@@ -71,11 +72,7 @@ class DashboardServer {
   DashboardServerConfig cfg_;
   std::vector<std::unique_ptr<RunState>> state_;
   std::string page_;
-  std::unique_ptr<httplib::Server> svr_;
-  int port_ = 0;
-  std::thread listener_;
-  bool listen_ok_ = true;
-  std::atomic<bool> listener_done_{false};
+  HttpListener http_;
 };
 
 }  // namespace smelt

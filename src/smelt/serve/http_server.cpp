@@ -12,7 +12,6 @@
 
 #include <fmt/format.h>
 #include <httplib.h>
-#include <sys/socket.h>
 
 #include "smelt/common/log.hpp"
 
@@ -86,56 +85,30 @@ const char* allowed_methods(const std::string& path) {
 
 }  // namespace
 
-HttpServer::HttpServer(HttpConfig c) : cfg_(std::move(c)), svr_(std::make_unique<httplib::Server>()) {
+namespace {
+HttpListenerConfig listener_config(const HttpConfig& c) {
+  HttpListenerConfig l;
+  l.host = c.host, l.port = c.port, l.threads = c.threads, l.max_body_bytes = c.max_body_bytes;
+  l.read_timeout_s = c.read_timeout_s, l.write_timeout_s = c.write_timeout_s, l.keep_alive_s = c.keep_alive_s;
+  l.tcp_nodelay = true;  // one SSE chunk per token: do not wait to fill a segment
+  return l;
+}
+}  // namespace
+
+HttpServer::HttpServer(HttpConfig c) : cfg_(std::move(c)), http_(listener_config(cfg_)) {
   created_ = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
-  const size_t threads = (size_t)std::max(2, cfg_.threads);
-  svr_->new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
-  svr_->set_payload_max_length(cfg_.max_body_bytes);
-  svr_->set_read_timeout(cfg_.read_timeout_s, 0);
-  svr_->set_write_timeout(cfg_.write_timeout_s, 0);
-  svr_->set_keep_alive_timeout(cfg_.keep_alive_s);
-  svr_->set_tcp_nodelay(true);  // one SSE chunk per token: do not wait to fill a segment
-  // httplib's default also sets SO_REUSEPORT, which lets a second server bind the same port and
-  // take half the connections; keep SO_REUSEADDR only (a restart may rebind over TIME_WAIT)
-  svr_->set_socket_options([this](socket_t sock) {
-    int yes = 1;
-    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
-    listen_fd_ = sock;  // the last socket made is the one that binds (bind() raises its backlog)
-  });
   routes();
 }
 
+// The listener's threads run the routes, which use the members after http_: end them first.
 HttpServer::~HttpServer() {
-  if (listener_.joinable()) {
-    svr_->stop();
-    listener_.join();
-  }
+  http_.stop();
+  http_.join();
 }
 
-Status HttpServer::bind() {
-  if (cfg_.port == 0) {
-    port_ = svr_->bind_to_any_port(cfg_.host);
-    if (port_ <= 0) return Status::error(fmt::format("--host {}: cannot bind any port ({})", cfg_.host, std::strerror(errno)));
-  } else {
-    if (!svr_->bind_to_port(cfg_.host, cfg_.port))
-      return Status::error(fmt::format("--host {} --port {}: cannot bind ({}); is another server on that port?",
-                                       cfg_.host, cfg_.port, std::strerror(errno)));
-    port_ = cfg_.port;
-  }
-  // Debian's cpp-httplib is a compiled library that listens with a backlog of 5: 16 clients
-  // connecting at once overflowed it, and the dropped SYNs came back after the kernel's 1 s
-  // retransmission (a 1 s connect, seen as the time to first token at P99). listen() again on the
-  // bound socket sets a deeper queue (the kernel caps it at net.core.somaxconn).
-  if (listen_fd_ >= 0) ::listen(listen_fd_, kListenBacklog);
-  return Status::ok();
-}
+Status HttpServer::bind() { return http_.bind(); }
 
-void HttpServer::start() {
-  listener_ = std::thread([this] {
-    listen_ok_ = svr_->listen_after_bind();
-    listener_done_ = true;
-  });
-}
+void HttpServer::start() { http_.start(); }
 
 bool HttpServer::ready(Engine* engine, const std::string& model_name) {
   std::lock_guard<std::mutex> lk(mu_);
@@ -164,18 +137,10 @@ void HttpServer::shutdown(double grace_seconds) {
     std::unique_lock<std::mutex> lk(mu_);
     idle_.wait_for(lk, std::chrono::seconds(cfg_.write_timeout_s + 1), [&] { return in_flight_ == 0; });
   }
-  // httplib's stop() does nothing until the listener is inside its accept loop (a stop right after
-  // start() left it blocked in accept for ever): wait for the loop, or for the listener's end.
-  if (listener_.joinable())
-    for (int i = 0; i < 10000 && !svr_->is_running() && !listener_done_; i++)
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  svr_->stop();
+  http_.stop();
 }
 
-bool HttpServer::join() {
-  if (listener_.joinable()) listener_.join();
-  return listen_ok_;
-}
+bool HttpServer::join() { return http_.join(); }
 
 void HttpServer::request_ended() {
   std::lock_guard<std::mutex> lk(mu_);
@@ -211,7 +176,7 @@ bool HttpServer::authorized(const Req& q, Res& s) const {
 }
 
 void HttpServer::routes() {
-  auto& svr = *svr_;
+  auto& svr = http_.server();
   // auth first, then the handler
   auto guard = [this](void (HttpServer::*fn)(const Req&, Res&)) {
     return [this, fn](const Req& q, Res& s) {

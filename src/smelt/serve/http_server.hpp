@@ -14,6 +14,7 @@
 #include <string>
 #include <thread>
 
+#include "smelt/common/http_listener.hpp"
 #include "smelt/common/status.hpp"
 #include "smelt/serve/chat_template.hpp"
 #include "smelt/serve/engine.hpp"
@@ -49,7 +50,7 @@ class HttpServer {
 
   // Binds the socket (errors name host and port).
   Status bind();
-  int port() const { return port_; }
+  int port() const { return http_.port(); }
   // Serves on a thread of its own; until ready(), /health and the model routes answer 503.
   void start();
   // The model is loaded: route requests to the engine (borrowed; it must outlive join()).
@@ -79,13 +80,7 @@ class HttpServer {
   void request_ended();
 
   HttpConfig cfg_;
-  std::unique_ptr<httplib::Server> svr_;
-  int port_ = 0;
-  std::thread listener_;
-  bool listen_ok_ = true;
-  std::atomic<bool> listener_done_{false};  // the listener thread has returned
-  int listen_fd_ = -1;                        // the listening socket (its backlog is raised in bind())
-  static constexpr int kListenBacklog = 512;
+  HttpListener http_;
   std::atomic<Engine*> engine_{nullptr};
   std::atomic<bool> stopping_{false};
   std::string model_name_;

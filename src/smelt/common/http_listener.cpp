@@ -1,0 +1,78 @@
+// The shared HTTP listener (http_listener.hpp) over Debian's cpp-httplib.
+#include "smelt/common/http_listener.hpp"
+
+#include <sys/socket.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+
+#include <fmt/format.h>
+#include <httplib.h>
+
+namespace smelt {
+
+HttpListener::HttpListener(const HttpListenerConfig& c) : cfg_(c), svr_(std::make_unique<httplib::Server>()) {
+  const size_t threads = (size_t)std::max(2, cfg_.threads);
+  svr_->new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+  svr_->set_payload_max_length(cfg_.max_body_bytes);
+  svr_->set_read_timeout(cfg_.read_timeout_s, 0);
+  svr_->set_write_timeout(cfg_.write_timeout_s, 0);
+  svr_->set_keep_alive_timeout(cfg_.keep_alive_s);
+  svr_->set_tcp_nodelay(cfg_.tcp_nodelay);
+  // httplib's default also sets SO_REUSEPORT, which lets a second server bind the same port and
+  // take half the connections; keep SO_REUSEADDR only (a restart may rebind over TIME_WAIT)
+  svr_->set_socket_options([this](socket_t sock) {
+    int yes = 1;
+    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
+    listen_fd_ = sock;  // the last socket made is the one that binds (bind() raises its backlog)
+  });
+}
+
+HttpListener::~HttpListener() {
+  if (listener_.joinable()) {
+    stop();
+    listener_.join();
+  }
+}
+
+Status HttpListener::bind(const std::string& hint) {
+  if (cfg_.port == 0) {
+    port_ = svr_->bind_to_any_port(cfg_.host);
+    if (port_ <= 0) return Status::error(fmt::format("--host {}: cannot bind any port ({})", cfg_.host, std::strerror(errno)));
+  } else {
+    if (!svr_->bind_to_port(cfg_.host, cfg_.port))
+      return Status::error(fmt::format("--host {} --port {}: cannot bind ({}); is another server on that port?{}",
+                                       cfg_.host, cfg_.port, std::strerror(errno), hint.empty() ? "" : " " + hint));
+    port_ = cfg_.port;
+  }
+  // Debian's cpp-httplib is a compiled library that listens with a backlog of 5: 16 clients
+  // connecting at once overflowed it, and the dropped SYNs came back after the kernel's 1 s
+  // retransmission (a 1 s connect, seen as the time to first token at P99). listen() again on the
+  // bound socket sets a deeper queue (the kernel caps it at net.core.somaxconn).
+  if (listen_fd_ >= 0) ::listen(listen_fd_, kListenBacklog);
+  return Status::ok();
+}
+
+void HttpListener::start() {
+  listener_ = std::thread([this] {
+    listen_ok_ = svr_->listen_after_bind();
+    listener_done_ = true;
+  });
+}
+
+void HttpListener::stop() {
+  // httplib's stop() does nothing until the listener is inside its accept loop (a stop right after
+  // start() left it blocked in accept for ever): wait for the loop, or for the listener's end.
+  if (listener_.joinable())
+    for (int i = 0; i < 10000 && !svr_->is_running() && !listener_done_; i++)
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  svr_->stop();
+}
+
+bool HttpListener::join() {
+  if (listener_.joinable()) listener_.join();
+  return listen_ok_;
+}
+
+}  // namespace smelt
