@@ -57,6 +57,11 @@ inline void write_byte_shard(const std::string& prefix, const std::vector<std::s
   ASSERT_TRUE(lin.finish().is_ok());
 }
 
+// mpirun as the multi-rank tests start it: as root in containers, more ranks than cores, shared
+// memory between the ranks without the single-copy path that containers refuse.
+inline constexpr const char* kMpirun =
+    "mpirun --allow-run-as-root --oversubscribe --mca btl self,vader --mca btl_vader_single_copy_mechanism none";
+
 // A metrics line without its timing fields.
 inline nlohmann::json drop_timing(nlohmann::json j) {
   for (const char* k : {"tokens_per_s", "mfu", "mfu_peak", "step_ms", "data_wait_ms", "fetch_ms", "ckpt_stall_ms",

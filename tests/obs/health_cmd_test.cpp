@@ -23,8 +23,7 @@ using namespace smelt;
 
 namespace {
 
-const char* kMpirun =
-    "mpirun --allow-run-as-root --oversubscribe --mca btl self,vader --mca btl_vader_single_copy_mechanism none";
+using test::kMpirun;
 
 struct Health {
   int rc = -1;
@@ -149,9 +148,11 @@ TEST_F(HealthCmdTest, DelayedRankIsNamedInTheReductionSigns) {
   EXPECT_EQ(sp["state"], "bad") << h.text;
   EXPECT_EQ(sp["since"], 20) << h.text;
   EXPECT_EQ(sp["ranks"], json::array({1})) << h.text;
+  // Rank 0 waits for the late rank from step 20 on (on a busy machine two ranks on two cores
+  // may wait long before: the wait alone cannot name the cause, the spread can).
   const json w = sign(h, "allreduce_wait");
   EXPECT_EQ(w["state"], "bad") << h.text;
-  EXPECT_EQ(w["since"], 20) << h.text;
+  EXPECT_LE(w["since"].get<int64_t>(), 20) << h.text;
   EXPECT_NE(h.text.find("rank 1"), std::string::npos) << h.text;
   EXPECT_EQ(sign(h, "data_wait")["state"], "ok") << h.text;
 }
@@ -172,10 +173,12 @@ TEST_F(HealthCmdTest, ThrottledCheckpointWriteIsBad) {
   EXPECT_GE(first, 20);
   EXPECT_EQ(c["since"], first) << h.text;
   EXPECT_LT(c["value"].get<double>(), 1.05) << h.text;
-  // Unthrottled, the same checkpoints are fine.
+  // Unthrottled, the same checkpoints write faster than the throttle (how much faster depends on
+  // fsync latency, which a busy machine stretches: why checkpoints under ckpt_min_mb are not
+  // judged by default).
   ASSERT_EQ(train("fastdisk", "--set health.vitals.ckpt_min_mb=0"), 0) << log("fastdisk");
   Health f = health("fastdisk");
-  EXPECT_NE(sign(f, "ckpt_write")["state"], "bad") << f.text;
+  EXPECT_GT(sign(f, "ckpt_write")["value"].get<double>(), 2.0) << f.text;
 }
 
 TEST_F(HealthCmdTest, LossSpikeUntilRollbackIsBad) {

@@ -34,8 +34,7 @@ using namespace smelt;
 
 namespace {
 
-const char* kMpirun =
-    "mpirun --allow-run-as-root --oversubscribe --mca btl self,vader --mca btl_vader_single_copy_mechanism none";
+using test::kMpirun;
 
 struct CmdRun {
   int rc = -1;
