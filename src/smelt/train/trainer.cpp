@@ -220,6 +220,7 @@ class Trainer {
 
   TrainConfig c_;
   Model model_;
+  AdamW opt_;  // its moments: this rank's ZeRO-1 range (bounds_) or the whole buffer
   Feed feed_;
   std::unique_ptr<Tokenizer> tok_;
   EvalText eval_text_;  // token byte lengths for bits per byte (empty without a tokenizer)
@@ -327,7 +328,7 @@ Status Trainer::topk_reduce(float* g, int64_t n) {
 // non-zero contributor, so exactly) and then in block order: the bits of Model::grad_norm.
 Status Trainer::global_grad_norm(double& out) {
   if (bounds_.empty()) {
-    out = model_.grad_norm();
+    out = opt_.grad_norm(model_.grads());
     return Status::ok();
   }
   const int64_t n = model_.layout().total, nb = (n + kGradNormBlock - 1) / kGradNormBlock;
@@ -379,15 +380,15 @@ Status Trainer::setup() {
   // (Token ids >= vocab_size are refused by Model::forward, naming the position.)
   train_batch_shape(c_.data, B_, T_);
   const int64_t budget = c_.train.memory_mb > 0 ? c_.train.memory_mb << 20 : memory_physical_bytes();
-  if (c_.dist.zero == 1 && comm_->size() > 1) {
-    bounds_ = zero_shard_bounds(param_layout(c_.model).total, comm_->size());
-    model_.set_optimizer_shard(bounds_[comm_->rank()], bounds_[comm_->rank() + 1], comm_->size());
-  }
+  if (c_.dist.zero == 1 && comm_->size() > 1) bounds_ = zero_shard_bounds(param_layout(c_.model).total, comm_->size());
   // auto: bf16 where the CPU has bf16 units (its GEMMs then run 2-4x fp32's), fp32 elsewhere.
   const bool bf16 = c_.train.precision == "bf16" || (c_.train.precision == "auto" && gemm_bf16_native());
   const Precision precision = bf16 ? Precision::kBf16 : Precision::kFp32;
   model_.set_precision(precision);
-  if (Status s = model_.init(c_.model, B_, T_, threads_, c_.train.seed, budget); !s) return s;
+  if (Status s = model_.init(c_.model, B_, T_, threads_, c_.train.seed, budget, bounds_.empty() ? 1 : comm_->size()); !s)
+    return s;
+  if (bounds_.empty()) opt_.init(model_.layout(), threads_);
+  else opt_.init(model_.layout(), threads_, bounds_[comm_->rank()], bounds_[comm_->rank() + 1]);
   model_.set_entropy_rows(c_.train.entropy_rows);
   if (Status s = gemm_select(c_.train.gemm, c_.model, B_, T_, precision, threads_, gemm_); !s) return s;
   peak_ = cpu_peak(cpu_info_measured(), precision, threads_);
@@ -421,7 +422,7 @@ json Trainer::state_json() const {
   json s;
   s["step"] = step_;
   s["tokens"] = tokens_;
-  s["optimizer_step"] = model_.step();
+  s["optimizer_step"] = opt_.step_count();
   s["prev_grad_norm"] = prev_grad_norm_;
   s["loader"] = loader_pos_.to_json();
   s["schedule"] = {{"kind", c_.schedule.kind},     {"lr", c_.schedule.lr},
@@ -518,10 +519,10 @@ Status Trainer::load_checkpoint_weights(const std::string& dir, const CkptManife
   const ParamLayout& lay = model_.layout();
   for (const auto& t : lay.tensors)
     if (Status s = ckpt_load_tensor(dir, m, t.name, model_.params() + t.offset, t.size()); !s) return s;
-  if (Status s = load_moments(dir, m, "m", model_.adam_m()); !s) return s;
-  if (Status s = load_moments(dir, m, "v", model_.adam_v()); !s) return s;
+  if (Status s = load_moments(dir, m, "m", opt_.m()); !s) return s;
+  if (Status s = load_moments(dir, m, "v", opt_.v()); !s) return s;
   try {
-    model_.set_step(m.state.at("optimizer_step").get<int64_t>());
+    opt_.set_step_count(m.state.at("optimizer_step").get<int64_t>());
   } catch (const std::exception& e) {
     return Status::error(fmt::format("{}/manifest.json: trainer state: {}", dir, e.what()));
   }
@@ -534,7 +535,7 @@ Status Trainer::load_checkpoint_weights(const std::string& dir, const CkptManife
 // ZeRO and on any rank count.
 Status Trainer::load_moments(const std::string& dir, const CkptManifest& m, const std::string& which, float* out) {
   const ParamLayout& lay = model_.layout();
-  const int64_t lo = model_.shard_begin(), hi = model_.shard_end();
+  const int64_t lo = opt_.shard_begin(), hi = opt_.shard_end();
   std::vector<float> tmp;
   auto copy_part = [&](const std::string& name, int64_t b, int64_t e) -> Status {  // a saved range [b, e)
     const int64_t x = std::max(lo, b), y = std::min(hi, e);
@@ -742,14 +743,14 @@ Status Trainer::save(int64_t step, const char* why, ojson* line) {
     for (const auto& t : lay.tensors) r.tensors.push_back({t.name, shape_of(t), model_.params() + t.offset});
   if (!bounds_.empty()) {
     r.state["zero_bounds"] = bounds_;
-    const int64_t n = model_.shard_end() - model_.shard_begin();
+    const int64_t n = opt_.shard_end() - opt_.shard_begin();
     if (n > 0) {
-      r.tensors.push_back({fmt::format("zero.m.{}", comm_->rank()), {n}, model_.adam_m()});
-      r.tensors.push_back({fmt::format("zero.v.{}", comm_->rank()), {n}, model_.adam_v()});
+      r.tensors.push_back({fmt::format("zero.m.{}", comm_->rank()), {n}, opt_.m()});
+      r.tensors.push_back({fmt::format("zero.v.{}", comm_->rank()), {n}, opt_.v()});
     }
   } else if (lead_) {
-    for (const auto& t : lay.tensors) r.tensors.push_back({"optim.m." + t.name, shape_of(t), model_.adam_m() + t.offset});
-    for (const auto& t : lay.tensors) r.tensors.push_back({"optim.v." + t.name, shape_of(t), model_.adam_v() + t.offset});
+    for (const auto& t : lay.tensors) r.tensors.push_back({"optim.m." + t.name, shape_of(t), opt_.m() + t.offset});
+    for (const auto& t : lay.tensors) r.tensors.push_back({"optim.v." + t.name, shape_of(t), opt_.v() + t.offset});
   }
   if (parts && c_.dist.compression == "topk") {
     r.state["topk_ranks"] = comm_->size();
@@ -1226,7 +1227,7 @@ Status Trainer::train_step(StepStats& st) {
   if (st.finite || !hc.skip_nonfinite) {
     AdamWConfig h = c_.optim;
     h.lr = (float)st.lr;
-    st.grad_norm = model_.optimizer_step(h, norm);
+    st.grad_norm = opt_.step(model_.params(), model_.grads(), h, norm);
     if (owners) {  // ZeRO-1: each rank updated its range; every rank gets every range
       const double tg = now_s();
       if (Status s = comm_->allgather_ranges(model_.params(), *owners); !s) return s;
