@@ -85,6 +85,12 @@ class Communicator {
   // rank 0 names the ranks that never arrived (host and rank), and the others name rank 0 if it is
   // the one missing.
   virtual void arrive(int64_t step) = 0;
+
+  // Sub-groups (the data-, tensor- and pipeline-parallel groups of a rank grid): the ranks that
+  // pass the same color (>= 0) form one communicator, ranked by key (ties by rank here), which
+  // reduces flat with this one's other settings. Every rank must call it (a collective). A group
+  // must be destroyed before its parent. The single-process communicator gives another one.
+  virtual Status split(int color, int key, std::unique_ptr<Communicator>& out) = 0;
 };
 
 // One process (rank 0 of 1), or MPI when started by mpirun/srun (MPI_Init here, MPI_Finalize when

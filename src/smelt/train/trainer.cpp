@@ -28,6 +28,7 @@
 #include "smelt/dataset/blend.hpp"
 #include "smelt/dataset/indexed.hpp"
 #include "smelt/dist/communicator.hpp"
+#include "smelt/dist/grad_reducer.hpp"
 #include "smelt/kernels/kernels.hpp"
 #include "smelt/machine/cpu_info.hpp"
 #include "smelt/machine/gemm_select.hpp"
@@ -200,7 +201,7 @@ class Trainer {
   Status start();
   bool done() const;
   Status train_step(StepStats& st);
-  Status reduce_step(StepStats& st, const std::vector<int64_t>* owners);
+  Status reduce_step(StepStats& st);
   ojson step_line(const StepStats& st);
   Status after_step(const StepStats& st);
   Status summarize(TrainSummary& out, double seconds);
@@ -267,7 +268,7 @@ class Trainer {
   std::vector<float> acc_;      // the step's gradient, micro-batches added in order (grad_accum > 1)
   std::vector<double> red_;     // per-step scalars reduced over ranks
   std::vector<int64_t> bounds_;  // ZeRO-1: rank r keeps the AdamW moments of [bounds_[r], bounds_[r+1])
-  std::vector<double> norm_parts_;  // ZeRO-1: the gradient-norm blocks' partials
+  std::unique_ptr<GradReducer> reducer_;  // several ranks: the gradient's reduction (grad_reducer_create)
   int64_t pending_commit_ = -1;     // a multi-rank checkpoint written but not yet committed
   int64_t pending_completed_ = 0;   // the writer's completed() count that means this rank is done
   bool rank_files() const { return comm_->size() > 1 && (!bounds_.empty() || c_.dist.compression == "topk"); }
@@ -276,72 +277,13 @@ class Trainer {
   Status load_rank_state(const std::string& dir, const CkptManifest& m);
   Status commit_pending(const char* why);
   bool stop_now_ = false;       // every rank's agreed stop
-  // top-k compression with error feedback
-  std::vector<float> residual_, mag_, velocity_;
-  std::vector<int64_t> sel_idx_, all_idx_;
-  std::vector<float> sel_val_, all_val_;
-  std::vector<int> counts_;
-  Status topk_reduce(float* g, int64_t n);
 };
 
-// Top-k gradient compression with error feedback: this rank adds what it did not send before
-// (residual), sends its k largest-magnitude entries (ties broken by index, so deterministic), keeps
-// the rest as the next residual; every rank sums all ranks' sparse entries in rank order. With
-// dist.compression.momentum the candidate is residual + a local velocity (u = mu u + g), and the
-// sent entries of both are cleared.
-Status Trainer::topk_reduce(float* g, int64_t n) {
-  if (residual_.empty()) residual_.assign(n, 0.0f);
-  mag_.resize(n);
-  const float mu = (float)c_.dist.topk_momentum;
-  if (mu > 0) {  // momentum correction: u = mu u + g; the candidate is residual + u
-    if (velocity_.empty()) velocity_.assign(n, 0.0f);
-    for (int64_t i = 0; i < n; i++) velocity_[i] = mu * velocity_[i] + g[i], g[i] = residual_[i] + velocity_[i];
-  } else {
-    for (int64_t i = 0; i < n; i++) g[i] += residual_[i];
-  }
-  for (int64_t i = 0; i < n; i++) mag_[i] = std::fabs(g[i]);
-  const int64_t W = c_.dist.topk_warmup_steps;
-  const double ratio = W > 0 && step_ < W ? std::pow(c_.dist.topk_ratio, (double)step_ / (double)W) : c_.dist.topk_ratio;
-  const int64_t k = std::max<int64_t>(1, std::min<int64_t>(n, (int64_t)std::ceil(ratio * n)));
-  std::nth_element(mag_.begin(), mag_.begin() + (n - k), mag_.end());
-  const float thr = mag_[n - k];
-  sel_idx_.clear(), sel_val_.clear();
-  for (int64_t i = 0; i < n && (int64_t)sel_idx_.size() < k; i++)
-    if (std::fabs(g[i]) > thr) sel_idx_.push_back(i), sel_val_.push_back(g[i]);
-  for (int64_t i = 0; i < n && (int64_t)sel_idx_.size() < k; i++)
-    if (std::fabs(g[i]) == thr) sel_idx_.push_back(i), sel_val_.push_back(g[i]);
-  std::copy(g, g + n, residual_.begin());
-  for (int64_t i : sel_idx_) residual_[i] = 0.0f;
-  if (mu > 0)
-    for (int64_t i : sel_idx_) velocity_[i] = 0.0f;  // momentum factor masking: sent entries start over
-  if (Status s = comm_->allgather_sparse(sel_idx_.data(), sel_val_.data(), (int)sel_idx_.size(), all_idx_, all_val_,
-                                         counts_);
-      !s)
-    return s;
-  std::fill(g, g + n, 0.0f);
-  for (size_t j = 0; j < all_idx_.size(); j++) g[all_idx_[j]] += all_val_[j];  // rank order
-  return Status::ok();
-}
-
-// The global gradient norm. ZeRO-1: each rank sums the squares of its own blocks (the reduced
-// gradient is valid only there), the block partials are summed over ranks (each block has one
-// non-zero contributor, so exactly) and then in block order: the bits of Model::grad_norm.
+// The global gradient norm: of the whole gradient, or (ZeRO-1) from every rank's block partials;
+// the same bits either way.
 Status Trainer::global_grad_norm(double& out) {
-  if (bounds_.empty()) {
-    out = opt_.grad_norm(model_.grads());
-    return Status::ok();
-  }
-  const int64_t n = model_.layout().total, nb = (n + kGradNormBlock - 1) / kGradNormBlock;
-  const int64_t lo = bounds_[comm_->rank()], hi = bounds_[comm_->rank() + 1];
-  norm_parts_.assign(nb, 0.0);
-  kernels_set_threads(threads_);
-  if (hi > lo)
-    grad_norm_block_partials(model_.grads(), n, lo / kGradNormBlock, (hi + kGradNormBlock - 1) / kGradNormBlock,
-                             norm_parts_.data() + lo / kGradNormBlock);
-  if (Status s = comm_->allreduce_sum(norm_parts_.data(), nb); !s) return s;
-  double total = 0.0;
-  for (double p : norm_parts_) total += p;
-  out = std::sqrt(total);
+  if (reducer_) return reducer_->grad_norm(model_.grads(), out);
+  out = opt_.grad_norm(model_.grads());
   return Status::ok();
 }
 
@@ -389,6 +331,7 @@ Status Trainer::setup() {
     return s;
   if (bounds_.empty()) opt_.init(model_.layout(), threads_);
   else opt_.init(model_.layout(), threads_, bounds_[comm_->rank()], bounds_[comm_->rank() + 1]);
+  reducer_ = grad_reducer_create(c_.dist, *comm_, model_.layout().total, bounds_, threads_);
   model_.set_entropy_rows(c_.train.entropy_rows);
   if (Status s = gemm_select(c_.train.gemm, c_.model, B_, T_, precision, threads_, gemm_); !s) return s;
   peak_ = cpu_peak(cpu_info_measured(), precision, threads_);
@@ -569,13 +512,15 @@ Status Trainer::load_moments(const std::string& dir, const CkptManifest& m, cons
 // each rank its own; another count: rank 0 takes the sum of all saved residuals (nothing owed is
 // lost), the others start from zero; none saved: zero.
 Status Trainer::load_rank_state(const std::string& dir, const CkptManifest& m) {
-  residual_.clear(), velocity_.clear();
-  if (c_.dist.compression != "topk" || comm_->size() == 1 || !m.state.contains("topk_ranks")) return Status::ok();
+  auto* topk = dynamic_cast<TopkReducer*>(reducer_.get());
+  if (!topk) return Status::ok();
+  topk->residual().clear(), topk->velocity().clear();
+  if (!m.state.contains("topk_ranks")) return Status::ok();
   const int saved = m.state["topk_ranks"].get<int>();
   const int64_t n = model_.layout().total;
   for (const char* what : {"residual", "velocity"}) {
     if (!m.find(fmt::format("topk.{}.0", what))) continue;
-    std::vector<float>& dst = std::string(what) == "residual" ? residual_ : velocity_;
+    std::vector<float>& dst = std::string(what) == "residual" ? topk->residual() : topk->velocity();
     dst.assign(n, 0.0f);
     if (saved == comm_->size()) {
       if (Status s = ckpt_load_tensor(dir, m, fmt::format("topk.{}.{}", what, comm_->rank()), dst.data(), n); !s)
@@ -752,14 +697,16 @@ Status Trainer::save(int64_t step, const char* why, ojson* line) {
     for (const auto& t : lay.tensors) r.tensors.push_back({"optim.m." + t.name, shape_of(t), opt_.m() + t.offset});
     for (const auto& t : lay.tensors) r.tensors.push_back({"optim.v." + t.name, shape_of(t), opt_.v() + t.offset});
   }
-  if (parts && c_.dist.compression == "topk") {
+  if (auto* topk = dynamic_cast<TopkReducer*>(reducer_.get()); parts && topk) {
     r.state["topk_ranks"] = comm_->size();
     const int64_t n = lay.total;
-    if (residual_.empty()) residual_.assign(n, 0.0f);
-    r.tensors.push_back({fmt::format("topk.residual.{}", comm_->rank()), {n}, residual_.data()});
-    if (c_.dist.topk_momentum > 0) {
-      if (velocity_.empty()) velocity_.assign(n, 0.0f);
-      r.tensors.push_back({fmt::format("topk.velocity.{}", comm_->rank()), {n}, velocity_.data()});
+    std::vector<float>& residual = topk->residual();
+    if (residual.empty()) residual.assign(n, 0.0f);
+    r.tensors.push_back({fmt::format("topk.residual.{}", comm_->rank()), {n}, residual.data()});
+    if (topk->momentum()) {
+      std::vector<float>& velocity = topk->velocity();
+      if (velocity.empty()) velocity.assign(n, 0.0f);
+      r.tensors.push_back({fmt::format("topk.velocity.{}", comm_->rank()), {n}, velocity.data()});
     }
   }
   Status saved;
@@ -1128,20 +1075,9 @@ Status Trainer::train_step(StepStats& st) {
     for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));  // fault injection: a hung rank
   if (multi) comm_->arrive(step_);
   // Overlap: the last micro-batch's backward hands each finished range of the gradient to the
-  // communication thread in buckets of about dist.bucket_mb; top-k needs the whole gradient.
-  st.overlap = multi && c_.dist.overlap && c_.dist.compression != "topk";
-  const int64_t bucket = std::max<int64_t>(1, (int64_t)(c_.dist.bucket_mb * 1e6 / sizeof(float)));
-  const std::vector<int64_t>* owners = bounds_.empty() ? nullptr : &bounds_;
-  int64_t pend_lo = -1, pend_hi = -1;
-  auto flush = [&] {
-    if (pend_lo < 0) return;
-    float* g = model_.grads();
-    if (!acc_.empty())  // the earlier micro-batches' sum, added as in the serial path (acc + g)
-      for (int64_t i = pend_lo; i < pend_hi; i++) g[i] = acc_[i] + g[i];
-    comm_->sum_async(g + pend_lo, pend_lo, pend_hi - pend_lo, owners);
-    pend_lo = pend_hi = -1;
-    st.buckets++;
-  };
+  // reducer, which starts buckets on the communication thread (top-k needs the whole gradient).
+  st.overlap = reducer_ && reducer_->overlaps();
+  if (reducer_) reducer_->begin_step(model_.grads(), acc_.empty() ? nullptr : acc_.data(), step_);
   st.bytes_before = comm_->bytes_sent();
   for (int micro = 0; micro < c_.train.grad_accum; micro++) {
     const Batch* bp = &feed_.next();
@@ -1175,16 +1111,12 @@ Status Trainer::train_step(StepStats& st) {
         st.src_n[b.sources[n]] += 1;
       }
     const bool hooked = st.overlap && micro + 1 == c_.train.grad_accum;
-    if (hooked)
-      model_.set_grad_ready([&](int64_t lo, int64_t hi) {  // contiguous ranges, from the top down
-        if (pend_lo < 0) pend_hi = hi;
-        pend_lo = lo;
-        if (pend_hi - pend_lo >= bucket) flush();
-      });
+    if (hooked) model_.set_grad_ready([this](int64_t lo, int64_t hi) { reducer_->ready(lo, hi); });
     model_.backward(dloss);
     if (hooked) {
-      flush();
+      reducer_->backward_done();
       model_.set_grad_ready({});
+      st.buckets = reducer_->buckets();
     }
     // The step's gradient is ((g_0 + g_1) + g_2) + ..., each micro-batch's from zero: the same sum
     // the ranks' reduction makes, so N ranks x 1 micro-batch == 1 rank x N micro-batches, bit for bit.
@@ -1206,7 +1138,7 @@ Status Trainer::train_step(StepStats& st) {
   if (multi && comm_->rank() == c_.dist.inject_delay_rank && step_ + 1 >= c_.dist.inject_delay_step)
     std::this_thread::sleep_for(std::chrono::microseconds((int64_t)(c_.dist.inject_delay_ms * 1e3)));  // a straggler
   st.compute_ms = (now_s() - t0) * 1e3;
-  if (Status s = reduce_step(st, owners); !s) return s;
+  if (Status s = reduce_step(st); !s) return s;
   const int parts = c_.train.grad_accum * comm_->size();
   st.loss = st.loss_sum / parts;
   st.entropy /= comm_->size();
@@ -1218,7 +1150,7 @@ Status Trainer::train_step(StepStats& st) {
     TraceSpan span("grad_norm");
     const double tn = now_s();
     if (Status s = global_grad_norm(norm); !s) return s;
-    if (owners) {  // ZeRO-1: the norm's block partials went over the network
+    if (reducer_ && reducer_->shards_optimizer()) {  // ZeRO-1: the norm's block partials went over the network
       const double ms = (now_s() - tn) * 1e3;
       st.allreduce_wait_ms += ms, st.allreduce_ms += ms;
     }
@@ -1228,9 +1160,9 @@ Status Trainer::train_step(StepStats& st) {
     AdamWConfig h = c_.optim;
     h.lr = (float)st.lr;
     st.grad_norm = opt_.step(model_.params(), model_.grads(), h, norm);
-    if (owners) {  // ZeRO-1: each rank updated its range; every rank gets every range
+    if (reducer_ && reducer_->shards_optimizer()) {  // ZeRO-1: each rank updated its range; every rank gets every range
       const double tg = now_s();
-      if (Status s = comm_->allgather_ranges(model_.params(), *owners); !s) return s;
+      if (Status s = reducer_->after_update(model_.params()); !s) return s;
       const double ms = (now_s() - tg) * 1e3;
       st.allreduce_wait_ms += ms, st.allreduce_ms += ms;
     }
@@ -1256,7 +1188,7 @@ Status Trainer::train_step(StepStats& st) {
 }
 
 // The gradient and the step's scalars summed over ranks (one rank: only the stop flag).
-Status Trainer::reduce_step(StepStats& st, const std::vector<int64_t>* owners) {
+Status Trainer::reduce_step(StepStats& st) {
   if (comm_->size() == 1) {
     stop_now_ = g_stop;
     return Status::ok();
@@ -1266,17 +1198,8 @@ Status Trainer::reduce_step(StepStats& st, const std::vector<int64_t>* owners) {
   // (the overlapped buckets' remainder, and everything done synchronously).
   const double ta = now_s();
   double busy_ms = 0, blocked_ms = 0;
-  const int64_t n = model_.layout().total;
-  if (st.overlap) {
-    if (Status s = comm_->wait_async(&busy_ms); !s) return s;
-    blocked_ms = (now_s() - ta) * 1e3;
-  } else if (c_.dist.compression == "topk") {
-    if (Status s = topk_reduce(model_.grads(), n); !s) return s;
-  } else if (owners) {
-    if (Status s = comm_->reduce_scatter_sum(model_.grads(), 0, n, *owners); !s) return s;
-  } else if (Status s = comm_->allreduce_sum(model_.grads(), n); !s) {
-    return s;
-  }
+  if (Status s = reducer_->finish(model_.grads(), &busy_ms); !s) return s;
+  if (st.overlap) blocked_ms = (now_s() - ta) * 1e3;
   // The scalars: losses, tokens, entropy, the stop flag, "my checkpoint part is durable",
   // per-source sums.
   const bool part_done = pending_commit_ >= 0 && writer_ && writer_->completed() >= pending_completed_;
