@@ -35,6 +35,7 @@
 #include "smelt/obs/vitals.hpp"
 #include "smelt/obs/trace.hpp"
 #include "smelt/tokenizer/tokenizer.hpp"
+#include "smelt/train/train_state.hpp"
 
 namespace fs = std::filesystem;
 using json = nlohmann::json;
@@ -91,10 +92,6 @@ void train_batch_shape(const LoaderConfig& d, int& B, int& T) {
 }
 
 namespace {
-
-std::vector<int64_t> shape_of(const ParamTensor& t) {
-  return t.cols == 1 ? std::vector<int64_t>{t.rows} : std::vector<int64_t>{t.rows, t.cols};
-}
 
 // Keeps the metrics lines of steps <= step (a resume continues the file where the checkpoint was).
 // Keeps the lines up to `step`; when the checkpoint's own line (`step_line`, its step's line as
@@ -195,7 +192,8 @@ class Trainer {
   void probe_disk();
   VitalsMonitor vitals_{VitalsConfig{}};
   double disk_mb_s_ = 0;
-  Status load_checkpoint_weights(const std::string& dir, const CkptManifest& m);
+  // This rank's training state as checkpoints hold it (train_state.hpp)
+  TrainTensors tensors() { return {model_, opt_, reducer_.get(), comm_->rank(), comm_->size(), lead_}; }
   void status_line(int64_t step, double loss, double tok_s, double mfu, double wait_ms, bool final);
   json state_json() const;
   Status start();
@@ -273,8 +271,6 @@ class Trainer {
   int64_t pending_completed_ = 0;   // the writer's completed() count that means this rank is done
   bool rank_files() const { return comm_->size() > 1 && (!bounds_.empty() || c_.dist.compression == "topk"); }
   Status global_grad_norm(double& out);
-  Status load_moments(const std::string& dir, const CkptManifest& m, const std::string& which, float* out);
-  Status load_rank_state(const std::string& dir, const CkptManifest& m);
   Status commit_pending(const char* why);
   bool stop_now_ = false;       // every rank's agreed stop
 };
@@ -417,7 +413,7 @@ Status Trainer::resume_from_checkpoint() {
       config_to_string(toml::table{{"model", model_config_to_toml(c_.model)}}))
     return Status::error(fmt::format("{}: the checkpoint's [model] differs from this run's; resume with the same "
                                      "[model] section (stored in {}/config.toml)", dir, dir));
-  if (Status s = load_checkpoint_weights(dir, m); !s) return s;
+  if (Status s = train_state_load_tensors(tensors(), dir, m); !s) return s;
   const json& st = m.state;
   try {
     step_ = st.at("step").get<int64_t>();
@@ -456,87 +452,6 @@ Status Trainer::resume_from_checkpoint() {
   last_ckpt_ = dir;
   spdlog::info("resuming from {} (step {}, {} tokens)", dir, step_, human_count((double)tokens_));
   return lead_ ? truncate_metrics(metrics_path_, step_, st.value("metrics_line", std::string())) : Status::ok();
-}
-
-Status Trainer::load_checkpoint_weights(const std::string& dir, const CkptManifest& m) {
-  const ParamLayout& lay = model_.layout();
-  for (const auto& t : lay.tensors)
-    if (Status s = ckpt_load_tensor(dir, m, t.name, model_.params() + t.offset, t.size()); !s) return s;
-  if (Status s = load_moments(dir, m, "m", opt_.m()); !s) return s;
-  if (Status s = load_moments(dir, m, "v", opt_.v()); !s) return s;
-  try {
-    opt_.set_step_count(m.state.at("optimizer_step").get<int64_t>());
-  } catch (const std::exception& e) {
-    return Status::error(fmt::format("{}/manifest.json: trainer state: {}", dir, e.what()));
-  }
-  return load_rank_state(dir, m);
-}
-
-// The AdamW moment `which` ("m" | "v") for this rank's range [shard_begin, shard_end) (all of it
-// without ZeRO), from whole tensors ("optim.m.<name>", one writer) or from ZeRO-1 shards
-// ("zero.m.<rank>" over state.zero_bounds, any rank count): a checkpoint resumes with or without
-// ZeRO and on any rank count.
-Status Trainer::load_moments(const std::string& dir, const CkptManifest& m, const std::string& which, float* out) {
-  const ParamLayout& lay = model_.layout();
-  const int64_t lo = opt_.shard_begin(), hi = opt_.shard_end();
-  std::vector<float> tmp;
-  auto copy_part = [&](const std::string& name, int64_t b, int64_t e) -> Status {  // a saved range [b, e)
-    const int64_t x = std::max(lo, b), y = std::min(hi, e);
-    if (x >= y) return Status::ok();
-    tmp.resize(e - b);
-    if (Status s = ckpt_load_tensor(dir, m, name, tmp.data(), e - b); !s) return s;
-    std::copy(tmp.begin() + (x - b), tmp.begin() + (y - b), out + (x - lo));
-    return Status::ok();
-  };
-  if (m.state.contains("zero_bounds")) {
-    const std::vector<int64_t> zb = m.state["zero_bounds"].get<std::vector<int64_t>>();
-    if (zb.size() < 2 || zb.back() != lay.total)
-      return Status::error(fmt::format("{}/manifest.json: zero_bounds do not cover the {} parameters", dir, lay.total));
-    for (size_t q = 0; q + 1 < zb.size(); q++)
-      if (zb[q + 1] > zb[q])
-        if (Status s = copy_part(fmt::format("zero.{}.{}", which, q), zb[q], zb[q + 1]); !s) return s;
-    return Status::ok();
-  }
-  for (const auto& t : lay.tensors) {
-    if (lo <= t.offset && t.offset + t.size() <= hi) {  // whole tensor: straight into place
-      if (Status s = ckpt_load_tensor(dir, m, "optim." + which + "." + t.name, out + (t.offset - lo), t.size()); !s)
-        return s;
-    } else if (Status s = copy_part("optim." + which + "." + t.name, t.offset, t.offset + t.size()); !s) {
-      return s;
-    }
-  }
-  return Status::ok();
-}
-
-// Rank-local state other than the moments: the top-k residual (and velocity). Same rank count:
-// each rank its own; another count: rank 0 takes the sum of all saved residuals (nothing owed is
-// lost), the others start from zero; none saved: zero.
-Status Trainer::load_rank_state(const std::string& dir, const CkptManifest& m) {
-  auto* topk = dynamic_cast<TopkReducer*>(reducer_.get());
-  if (!topk) return Status::ok();
-  topk->residual().clear(), topk->velocity().clear();
-  if (!m.state.contains("topk_ranks")) return Status::ok();
-  const int saved = m.state["topk_ranks"].get<int>();
-  const int64_t n = model_.layout().total;
-  for (const char* what : {"residual", "velocity"}) {
-    if (!m.find(fmt::format("topk.{}.0", what))) continue;
-    std::vector<float>& dst = std::string(what) == "residual" ? topk->residual() : topk->velocity();
-    dst.assign(n, 0.0f);
-    if (saved == comm_->size()) {
-      if (Status s = ckpt_load_tensor(dir, m, fmt::format("topk.{}.{}", what, comm_->rank()), dst.data(), n); !s)
-        return s;
-    } else if (comm_->rank() == 0) {
-      std::vector<float> tmp(n);
-      for (int q = 0; q < saved; q++) {
-        if (Status s = ckpt_load_tensor(dir, m, fmt::format("topk.{}.{}", what, q), tmp.data(), n); !s) return s;
-        for (int64_t i = 0; i < n; i++) dst[i] += tmp[i];
-      }
-    }
-  }
-  if (saved != comm_->size())
-    spdlog::info("top-k: the checkpoint's {} ranks' residuals go to rank 0 of {} (a different rank count)", saved,
-                 comm_->size());
-  return Status::ok();
 }
 
 void Trainer::event(ojson e) {
@@ -683,32 +598,7 @@ Status Trainer::save(int64_t step, const char* why, ojson* line) {
   r.tokenizer_path = c_.train.tokenizer;
   r.state = state_json();
   r.throttle_mb_s = c_.ckpt.inject_write_mb_s;
-  const ParamLayout& lay = model_.layout();
-  if (lead_)
-    for (const auto& t : lay.tensors) r.tensors.push_back({t.name, shape_of(t), model_.params() + t.offset});
-  if (!bounds_.empty()) {
-    r.state["zero_bounds"] = bounds_;
-    const int64_t n = opt_.shard_end() - opt_.shard_begin();
-    if (n > 0) {
-      r.tensors.push_back({fmt::format("zero.m.{}", comm_->rank()), {n}, opt_.m()});
-      r.tensors.push_back({fmt::format("zero.v.{}", comm_->rank()), {n}, opt_.v()});
-    }
-  } else if (lead_) {
-    for (const auto& t : lay.tensors) r.tensors.push_back({"optim.m." + t.name, shape_of(t), opt_.m() + t.offset});
-    for (const auto& t : lay.tensors) r.tensors.push_back({"optim.v." + t.name, shape_of(t), opt_.v() + t.offset});
-  }
-  if (auto* topk = dynamic_cast<TopkReducer*>(reducer_.get()); parts && topk) {
-    r.state["topk_ranks"] = comm_->size();
-    const int64_t n = lay.total;
-    std::vector<float>& residual = topk->residual();
-    if (residual.empty()) residual.assign(n, 0.0f);
-    r.tensors.push_back({fmt::format("topk.residual.{}", comm_->rank()), {n}, residual.data()});
-    if (topk->momentum()) {
-      std::vector<float>& velocity = topk->velocity();
-      if (velocity.empty()) velocity.assign(n, 0.0f);
-      r.tensors.push_back({fmt::format("topk.velocity.{}", comm_->rank()), {n}, velocity.data()});
-    }
-  }
+  train_state_add_tensors(tensors(), parts, r);
   Status saved;
   double stall_ms = 0;
   if (parts) {
@@ -835,7 +725,7 @@ Status Trainer::rollback(int64_t step) {
   }
   CkptManifest m;
   if (Status s = ckpt_read_manifest(dir, m); !s) return s;
-  if (Status s = load_checkpoint_weights(dir, m); !s) return s;
+  if (Status s = train_state_load_tensors(tensors(), dir, m); !s) return s;
   // The data since that checkpoint is skipped: the loader keeps its position, and the window's
   // documents go to quarantine.jsonl.
   LoaderPosition from;
