@@ -1,5 +1,7 @@
-// The training loop (trainer.hpp): one process, one model, a prefetching loader; each step is
-// accumulate -> clip -> AdamW, then metrics, evaluation and checkpoints as configured.
+// The training loop (trainer.hpp): one model per rank, a prefetching loader; each step is fetch ->
+// forward/backward (micro-batches) -> reduce (dist/grad_reducer) -> clip + AdamW (optimizer.hpp),
+// then metrics, evaluation and checkpoints (train_state.hpp) as configured. Not the strategies of
+// the reduction, the optimizer or the checkpoint tensors' layout themselves.
 #include "smelt/train/trainer.hpp"
 
 #include <fcntl.h>
@@ -198,7 +200,14 @@ class Trainer {
   json state_json() const;
   Status start();
   bool done() const;
+  // one step: train_step = begin_step, micro_step x grad_accum, stage_checkpoint, reduce_step,
+  // update, end_step
   Status train_step(StepStats& st);
+  void begin_step(StepStats& st);
+  Status micro_step(int micro, StepStats& st);
+  void stage_checkpoint();
+  Status update(StepStats& st);
+  void end_step(StepStats& st, double t0);
   Status reduce_step(StepStats& st);
   ojson step_line(const StepStats& st);
   Status after_step(const StepStats& st);
@@ -217,7 +226,9 @@ class Trainer {
   bool tracing_ = false, trace_pending_ = false;
   int64_t trace_sync_ns_ = -1, trace_last_step_ = 0;
 
-  TrainConfig c_;
+  TrainConfig c_;  // as resolved by setup(); the run's changing values live in sched_ and data_
+  LrSchedule sched_;  // the schedule this run follows: the planned total_steps, an LR restart
+  LoaderConfig data_;  // the data as this run reads it: with the quarantined documents (exclude)
   Model model_;
   AdamW opt_;  // its moments: this rank's ZeRO-1 range (bounds_) or the whole buffer
   Feed feed_;
@@ -349,11 +360,15 @@ Status Trainer::setup() {
                                             (int64_t)(budget_s_ * gemm_gflops_ * 0.5e9 / step_flops));
     total_steps_ = total_steps_ > 0 ? std::min(total_steps_, guess) : guess;
   }
-  c_.schedule.total_steps = total_steps_;
-  config_text_ = train_config_to_string(c_);
+  sched_ = c_.schedule;
+  sched_.total_steps = total_steps_;
+  TrainConfig resolved = c_;  // as RUN/config.toml and every checkpoint store it
+  resolved.schedule.total_steps = total_steps_;
+  config_text_ = train_config_to_string(resolved);
   if (lead_)
     if (Status s = files_write_atomic((fs::path(run_dir_) / "config.toml").string(), config_text_); !s) return s;
   if (c_.train.grad_accum > 1) acc_.assign(model_.layout().total, 0.0f);
+  data_ = c_.data;
   return Status::ok();
 }
 
@@ -366,7 +381,7 @@ json Trainer::state_json() const {
   s["loader"] = loader_pos_.to_json();
   s["schedule"] = {{"kind", c_.schedule.kind},     {"lr", c_.schedule.lr},
                    {"min_lr", c_.schedule.min_lr}, {"warmup_steps", c_.schedule.warmup_steps},
-                   {"total_steps", total_steps_},  {"restart_step", c_.schedule.restart_step}};
+                   {"total_steps", total_steps_},  {"restart_step", sched_.restart_step}};
   s["first_loss"] = std::isfinite(first_loss_) ? json(first_loss_) : json(nullptr);
   s["last_loss"] = std::isfinite(last_loss_) ? json(last_loss_) : json(nullptr);
   s["eval_first"] = eval_first_;
@@ -425,11 +440,11 @@ Status Trainer::resume_from_checkpoint() {
     eval_last_ = st.value("eval_last", -1.0);
     eval_first_bpb_ = st.value("eval_first_bpb", -1.0);
     eval_last_bpb_ = st.value("eval_last_bpb", -1.0);
-    c_.schedule.restart_step = st.at("schedule").value("restart_step", (int64_t)-1);
+    sched_.restart_step = st.at("schedule").value("restart_step", (int64_t)-1);
     // A budgeted run resumes its plan (the budget then counts from the resume).
     if (budget_s_ > 0 && st.contains("time_budget") && st["time_budget"].value("planned", false)) {
       planned_ = true;
-      total_steps_ = c_.schedule.total_steps = st["time_budget"].at("total_steps").get<int64_t>();
+      total_steps_ = sched_.total_steps = st["time_budget"].at("total_steps").get<int64_t>();
     }
     if (st.contains("health")) {
       const json& h = st["health"];
@@ -441,7 +456,7 @@ Status Trainer::resume_from_checkpoint() {
     }
     for (const auto& e : st.value("quarantine", json::array()))
       quarantined_.emplace_back(e.at(0).get<std::string>(), e.at(1).get<uint64_t>());
-    c_.data.exclude = quarantined_;
+    data_.exclude = quarantined_;
     if (Status s = LoaderPosition::from_json(st.at("loader"), loader_pos_); !s)
       return Status::error(fmt::format("{}: loader position: {}", dir, s.message()));
   } catch (const std::exception& e) {
@@ -672,7 +687,7 @@ Status Trainer::eval_now(int64_t step, ojson* line) {
   EvalResult r;
   double t0 = now_s();
   const EvalText* text = eval_text_.bytes.empty() ? nullptr : &eval_text_;
-  if (Status s = evaluate(model_, c_.data, c_.eval.data, c_.eval.tokens, r, text); !s) return s;
+  if (Status s = evaluate(model_, data_, c_.eval.data, c_.eval.tokens, r, text); !s) return s;
   last_eval_s_ = r.seconds;
   span.arg("loss", r.loss);
   if (eval_first_ < 0) eval_first_ = r.loss, eval_first_bpb_ = r.bits_per_byte;
@@ -695,8 +710,8 @@ Status Trainer::eval_now(int64_t step, ojson* line) {
   if (h.entropy_floor > 0 && step > 0) {
     low_entropy_evals_ = r.entropy < h.entropy_floor ? low_entropy_evals_ + 1 : 0;
     if (low_entropy_evals_ >= h.entropy_evals) {
-      c_.schedule.restart_step = step;
-      c_.schedule.restart_scale = h.lr_restart_scale;
+      sched_.restart_step = step;
+      sched_.restart_scale = h.lr_restart_scale;
       lr_restarts_++;
       low_entropy_evals_ = 0;
       spdlog::warn("token entropy {:.3f} < {} for {} evaluations: the LR schedule restarts at step {} from {:.3g}",
@@ -743,9 +758,9 @@ Status Trainer::rollback(int64_t step) {
   if (!feed_.streaming) {
     // Reopen the loader at the current position with the quarantine: later epochs never read those
     // documents again (a resume opens it the same way, so both runs see the same data).
-    c_.data.exclude = quarantined_;
+    data_.exclude = quarantined_;
     feed_.shards.close();
-    if (Status s = feed_.open(c_.data, &loader_pos_); !s) return s;
+    if (Status s = feed_.open(data_, &loader_pos_); !s) return s;
   }
   rollbacks_++;
   spike_.reset_run();
@@ -789,7 +804,7 @@ Status Trainer::start() {
     std::error_code ec;
     fs::remove(metrics_path_, ec);
   }
-  if (Status s = feed_.open(c_.data, have_resume_pos_ ? &loader_pos_ : nullptr); !s) return s;
+  if (Status s = feed_.open(data_, have_resume_pos_ ? &loader_pos_ : nullptr); !s) return s;
   if (lead_) {
     metrics_.open(metrics_path_, std::ios::app);
     if (!metrics_) return Status::error(fmt::format("{}: cannot open for writing", metrics_path_));
@@ -856,7 +871,7 @@ void Trainer::plan_budget() {
   else n = (left - c_.eval.points * last_eval_s_) / plan_step_s_;
   int64_t total = step_ + std::max<int64_t>(1, (int64_t)n);
   if (c_.train.steps > 0) total = std::min(total, c_.train.steps);
-  total_steps_ = c_.schedule.total_steps = total;
+  total_steps_ = sched_.total_steps = total;
   planned_ = true;
   planned_at_ = step_;
   spdlog::info("time budget {:g} min: {} steps planned at step {} ({:.0f} ms a step, evaluations {:.1f} s each, "
@@ -950,16 +965,31 @@ Status Trainer::run(TrainSummary& out) {
   return summarize(out, now_s() - run_start_s_);
 }
 
-// One optimizer step: the micro-batches' forward and backward, the reduction over ranks, the
-// gradient norm and the update; step_ and the token counts advance.
+// One optimizer step: fetch and forward/backward of each micro-batch, the reduction over ranks,
+// the gradient norm and the update; then step_ and the token counts advance.
 Status Trainer::train_step(StepStats& st) {
   TraceSpan step_span("step", "step", (double)(step_ + 1));
   const double t0 = now_s();
-  st.lr = lr_at(c_.schedule, step_);
+  begin_step(st);
+  for (int micro = 0; micro < c_.train.grad_accum; micro++)
+    if (Status s = micro_step(micro, st); !s) return s;
+  if (!acc_.empty() && !st.overlap) std::copy(acc_.begin(), acc_.end(), model_.grads());
+  stage_checkpoint();
+  if (comm_->size() > 1 && comm_->rank() == c_.dist.inject_delay_rank && step_ + 1 >= c_.dist.inject_delay_step)
+    std::this_thread::sleep_for(std::chrono::microseconds((int64_t)(c_.dist.inject_delay_ms * 1e3)));  // a straggler
+  st.compute_ms = (now_s() - t0) * 1e3;
+  if (Status s = reduce_step(st); !s) return s;
+  if (Status s = update(st); !s) return s;
+  end_step(st, t0);
+  return Status::ok();
+}
+
+// The step's rate and counters; a hung rank's fault injection; the reducer told a step starts.
+void Trainer::begin_step(StepStats& st) {
+  st.lr = lr_at(sched_, step_);
   st.src_sum.assign(feed_.names.size(), 0.0);
   st.src_n.assign(feed_.names.size(), 0.0);
   st.T = T_;
-  const int K = c_.train.sparsity_every;
   const bool multi = comm_->size() > 1;
   if (multi && comm_->rank() == c_.dist.inject_hang_rank && step_ + 1 == c_.dist.inject_hang_step)
     for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));  // fault injection: a hung rank
@@ -969,66 +999,74 @@ Status Trainer::train_step(StepStats& st) {
   st.overlap = reducer_ && reducer_->overlaps();
   if (reducer_) reducer_->begin_step(model_.grads(), acc_.empty() ? nullptr : acc_.data(), step_);
   st.bytes_before = comm_->bytes_sent();
-  for (int micro = 0; micro < c_.train.grad_accum; micro++) {
-    const Batch* bp = &feed_.next();
-    st.wait_ms += feed_.last_wait_ms();
-    if (std::find(c_.health.inject_bad_data_steps.begin(), c_.health.inject_bad_data_steps.end(), step_ + 1) !=
-        c_.health.inject_bad_data_steps.end()) {
-      // Fault injection: targets scrambled, as a corrupt shard would give.
-      injected_ = *bp;
-      for (auto& t : injected_.targets)
-        if (t >= 0) t = (int32_t)(((int64_t)t * 7919 + 13) % c_.model.vocab_size);
-      bp = &injected_;
-    }
-    const Batch& b = *bp;
-    model_.zero_grad();
-    float loss = 0;
-    const int parts = c_.train.grad_accum * comm_->size();  // every micro-batch of every rank weighs the same
-    const float dloss = b.target_tokens ? 1.0f / ((float)b.target_tokens * parts) : 0.0f;
-    const double tf = now_s();
-    if (Status s = model_.forward(b, loss, dloss); !s)
-      return Status::error(fmt::format("step {}: {}", step_ + 1, s.message()));
-    st.forward_ms += (now_s() - tf) * 1e3;
-    st.T = b.T;
-    st.loss_sum += loss;
-    st.tokens += b.target_tokens;
-    if (c_.train.entropy_rows > 0) st.entropy += model_.prediction_entropy(c_.train.entropy_rows);
-    if (K > 0 && micro == 0 && (step_ + 1) % K == 0) st.sparsity = model_.attention_sparsity();
-    const float* tl = model_.token_losses();
-    for (int n = 0, N = b.B * b.T; n < N; n++)
-      if (b.targets[n] >= 0 && b.sources[n] < st.src_sum.size()) {
-        st.src_sum[b.sources[n]] += tl[n];
-        st.src_n[b.sources[n]] += 1;
-      }
-    const bool hooked = st.overlap && micro + 1 == c_.train.grad_accum;
-    if (hooked) model_.set_grad_ready([this](int64_t lo, int64_t hi) { reducer_->ready(lo, hi); });
-    model_.backward(dloss);
-    if (hooked) {
-      reducer_->backward_done();
-      model_.set_grad_ready({});
-      st.buckets = reducer_->buckets();
-    }
-    // The step's gradient is ((g_0 + g_1) + g_2) + ..., each micro-batch's from zero: the same sum
-    // the ranks' reduction makes, so N ranks x 1 micro-batch == 1 rank x N micro-batches, bit for bit.
-    if (!acc_.empty() && !hooked) {
-      const float* g = model_.grads();
-      const int64_t n = (int64_t)acc_.size();
-      if (micro == 0) std::copy(g, g + n, acc_.begin());
-      else for (int64_t i = 0; i < n; i++) acc_[i] += g[i];
-    }
+}
+
+// One micro-batch: fetch, forward (and its health signals), backward; the last one of an
+// overlapped step hands finished gradient ranges to the reducer as backward produces them.
+Status Trainer::micro_step(int micro, StepStats& st) {
+  const Batch* bp = &feed_.next();
+  st.wait_ms += feed_.last_wait_ms();
+  if (std::find(c_.health.inject_bad_data_steps.begin(), c_.health.inject_bad_data_steps.end(), step_ + 1) !=
+      c_.health.inject_bad_data_steps.end()) {
+    // Fault injection: targets scrambled, as a corrupt shard would give.
+    injected_ = *bp;
+    for (auto& t : injected_.targets)
+      if (t >= 0) t = (int32_t)(((int64_t)t * 7919 + 13) % c_.model.vocab_size);
+    bp = &injected_;
   }
-  if (!acc_.empty() && !st.overlap) std::copy(acc_.begin(), acc_.end(), model_.grads());
+  const Batch& b = *bp;
+  model_.zero_grad();
+  float loss = 0;
+  const int parts = c_.train.grad_accum * comm_->size();  // every micro-batch of every rank weighs the same
+  const float dloss = b.target_tokens ? 1.0f / ((float)b.target_tokens * parts) : 0.0f;
+  const double tf = now_s();
+  if (Status s = model_.forward(b, loss, dloss); !s)
+    return Status::error(fmt::format("step {}: {}", step_ + 1, s.message()));
+  st.forward_ms += (now_s() - tf) * 1e3;
+  st.T = b.T;
+  st.loss_sum += loss;
+  st.tokens += b.target_tokens;
+  if (c_.train.entropy_rows > 0) st.entropy += model_.prediction_entropy(c_.train.entropy_rows);
+  if (const int K = c_.train.sparsity_every; K > 0 && micro == 0 && (step_ + 1) % K == 0)
+    st.sparsity = model_.attention_sparsity();
+  const float* tl = model_.token_losses();
+  for (int n = 0, N = b.B * b.T; n < N; n++)
+    if (b.targets[n] >= 0 && b.sources[n] < st.src_sum.size()) {
+      st.src_sum[b.sources[n]] += tl[n];
+      st.src_n[b.sources[n]] += 1;
+    }
+  const bool hooked = st.overlap && micro + 1 == c_.train.grad_accum;
+  if (hooked) model_.set_grad_ready([this](int64_t lo, int64_t hi) { reducer_->ready(lo, hi); });
+  model_.backward(dloss);
+  if (hooked) {
+    reducer_->backward_done();
+    model_.set_grad_ready({});
+    st.buckets = reducer_->buckets();
+  }
+  // The step's gradient is ((g_0 + g_1) + g_2) + ..., each micro-batch's from zero: the same sum
+  // the ranks' reduction makes, so N ranks x 1 micro-batch == 1 rank x N micro-batches, bit for bit.
+  if (!acc_.empty() && !hooked) {
+    const float* g = model_.grads();
+    const int64_t n = (int64_t)acc_.size();
+    if (micro == 0) std::copy(g, g + n, acc_.begin());
+    else for (int64_t i = 0; i < n; i++) acc_[i] += g[i];
+  }
+  return Status::ok();
+}
+
+// A deferred checkpoint copy ends before anything it copies changes: the top-k residual in the
+// reduction, the weights and moments in the update.
+void Trainer::stage_checkpoint() {
   if (writer_) {
-    // A deferred checkpoint copy ends before anything it copies changes: the top-k residual in
-    // the reduction below, the weights and moments in the optimizer step.
     TraceSpan span("checkpoint.staged");
     writer_->staged();
     if (writer_->last_staged_wait_ms() > 0.01) line_extra_stall_ms_ = writer_->last_staged_wait_ms();
   }
-  if (multi && comm_->rank() == c_.dist.inject_delay_rank && step_ + 1 >= c_.dist.inject_delay_step)
-    std::this_thread::sleep_for(std::chrono::microseconds((int64_t)(c_.dist.inject_delay_ms * 1e3)));  // a straggler
-  st.compute_ms = (now_s() - t0) * 1e3;
-  if (Status s = reduce_step(st); !s) return s;
+}
+
+// The reduced step's loss; the gradient norm (one pass: the finiteness check and the clipping
+// share it); AdamW, or the skip of a non-finite update.
+Status Trainer::update(StepStats& st) {
   const int parts = c_.train.grad_accum * comm_->size();
   st.loss = st.loss_sum / parts;
   st.entropy /= comm_->size();
@@ -1061,6 +1099,11 @@ Status Trainer::train_step(StepStats& st) {
     spdlog::warn("step {}: non-finite loss or gradient; the update was skipped ({} so far)", step_ + 1,
                  nonfinite_skipped_);
   }
+  return Status::ok();
+}
+
+// The step's counters and speed.
+void Trainer::end_step(StepStats& st, double t0) {
   loader_pos_ = feed_.position();
   step_++;
   tokens_ += st.tokens;
@@ -1074,7 +1117,6 @@ Status Trainer::train_step(StepStats& st) {
   st.mfu = mfu(st.flops_per_s);
   if (!std::isfinite(first_loss_)) first_loss_ = st.loss;
   last_loss_ = st.loss;
-  return Status::ok();
 }
 
 // The gradient and the step's scalars summed over ranks (one rank: only the stop flag).
