@@ -373,13 +373,17 @@ TEST_F(DpTrainTest, TopkCompressionSendsOnePercentAndTrains) {
 
 // What a new user gets: `dist.compression = { type = "topk", ratio = 0.01 }` and nothing else (the
 // defaults: a 30-step warmup and momentum 0.9, docs/dist.md) on the 12-step 2-rank run ends within
-// 2% of the dense run's loss (mean of the last 4 steps), and still sends less than dense.
+// 2% of the dense run's loss (mean of the last 4 steps), and still sends less than dense. Measured
+// 2026-12-01: +0.0%; the old defaults (warmup_steps = 0, momentum = 0) gave +7-9% here. Both runs
+// on one GEMM engine: `auto` picks from a per-machine cache that other runs update, and a switch
+// between the two runs would move the dense curve by more than the bound.
 TEST_F(DpTrainTest, TopkWithTheDefaultsEndsWithinTwoPercentOfDense) {
   ASSERT_TRUE(have_mpirun());
   test::write_file((dir_ / "topk.toml").string(), test::read_file((dir_ / "run.toml").string()) +
                                                       "[dist]\ncompression = { type = \"topk\", ratio = 0.01 }\n");
-  ASSERT_EQ(train(2, "dense"), 0) << log("dense");
-  ASSERT_EQ(train(2, "topk", "", "topk.toml"), 0) << log("topk");
+  const std::string gemm = "--set train.gemm=\\\"openblas\\\"";
+  ASSERT_EQ(train(2, "dense", gemm), 0) << log("dense");
+  ASSERT_EQ(train(2, "topk", gemm, "topk.toml"), 0) << log("topk");
   auto x = metrics(dir_ / "dense"), y = metrics(dir_ / "topk");
   ASSERT_EQ(x.size(), 12u);
   ASSERT_EQ(y.size(), 12u);
