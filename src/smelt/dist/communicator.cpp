@@ -48,6 +48,10 @@ class LocalComm final : public Communicator {
     return Status::ok();
   }
   void arrive(int64_t) override {}
+  Status split(int, int, std::unique_ptr<Communicator>& out) override {
+    out = std::make_unique<LocalComm>();
+    return Status::ok();
+  }
 };
 
 Status mpi_status(int rc, const char* what) {
@@ -73,6 +77,10 @@ class MpiComm final : public Communicator {
       if (r != MPI_REQUEST_NULL) MPI_Cancel(&r), MPI_Request_free(&r);
     for (MPI_Comm* c : {&node_, &column_})
       if (*c != MPI_COMM_NULL) MPI_Comm_free(c);
+    if (world_ != MPI_COMM_WORLD) {  // a group of split(): MPI itself belongs to the job's communicator
+      MPI_Comm_free(&world_);
+      return;
+    }
     int fin = 0;
     MPI_Finalized(&fin);
     if (!fin) MPI_Finalize();
@@ -83,9 +91,29 @@ class MpiComm final : public Communicator {
     if (Status s = mpi_status(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided), "init"); !s)
       return s;
     threaded_ = provided >= MPI_THREAD_SERIALIZED;
-    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
-    MPI_Comm_size(MPI_COMM_WORLD, &size_);
+    return attach(MPI_COMM_WORLD, c);
+  }
+  // The ranks of this communicator with the same color form a group (MPI_Comm_split), ordered by
+  // key (ties by this communicator's rank). The group reduces flat, whatever this one does.
+  Status split(int color, int key, std::unique_ptr<Communicator>& out) override {
+    if (color < 0) return Status::error(fmt::format("[dist] split: color {} must be >= 0", color));
+    MPI_Comm sub = MPI_COMM_NULL;
+    if (Status s = mpi_status(MPI_Comm_split(world_, color, key, &sub), "comm split"); !s) return s;
+    auto g = std::make_unique<MpiComm>();
+    g->threaded_ = threaded_;
+    DistConfig flat = config_;
+    flat.allreduce = "flat";
+    if (Status s = g->attach(sub, flat); !s) return s;
+    out = std::move(g);
+    return Status::ok();
+  }
+  // Takes comm as this communicator's ranks: size, hosts, arrivals, the hierarchical groups.
+  Status attach(MPI_Comm comm, const DistConfig& c) {
+    world_ = comm;
+    config_ = c;
+    MPI_Comm_set_errhandler(world_, MPI_ERRORS_RETURN);
+    MPI_Comm_rank(world_, &rank_);
+    MPI_Comm_size(world_, &size_);
     timeout_s_ = c.timeout_s;
     deterministic_ = c.deterministic;
     // Every rank's host, for naming a rank that stops answering.
@@ -93,7 +121,7 @@ class MpiComm final : public Communicator {
     int len = 0;
     MPI_Get_processor_name(host, &len);
     std::vector<char> all((size_t)size_ * MPI_MAX_PROCESSOR_NAME);
-    MPI_Allgather(host, MPI_MAX_PROCESSOR_NAME, MPI_CHAR, all.data(), MPI_MAX_PROCESSOR_NAME, MPI_CHAR, MPI_COMM_WORLD);
+    MPI_Allgather(host, MPI_MAX_PROCESSOR_NAME, MPI_CHAR, all.data(), MPI_MAX_PROCESSOR_NAME, MPI_CHAR, world_);
     for (int r = 0; r < size_; r++) {
       const char* h = all.data() + (size_t)r * MPI_MAX_PROCESSOR_NAME;
       hosts_.emplace_back(h, strnlen(h, MPI_MAX_PROCESSOR_NAME));
@@ -106,21 +134,21 @@ class MpiComm final : public Communicator {
     if (c.ranks_per_node > 0) {
       if (size_ % c.ranks_per_node != 0)
         return Status::error(fmt::format("[dist] ranks_per_node = {}: must divide the {} ranks", c.ranks_per_node, size_));
-      MPI_Comm_split(MPI_COMM_WORLD, rank_ / c.ranks_per_node, rank_, &node_);
+      MPI_Comm_split(world_, rank_ / c.ranks_per_node, rank_, &node_);
     } else {
-      MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node_);
+      MPI_Comm_split_type(world_, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node_);
     }
     int local = 0, local_size = 0, node_id = 0, lo = 0, hi = 0;
     MPI_Comm_rank(node_, &local);
     MPI_Comm_size(node_, &local_size);
     MPI_Allreduce(&rank_, &node_id, 1, MPI_INT, MPI_MIN, node_);  // a node is named by its first rank
-    MPI_Allreduce(&local_size, &lo, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
-    MPI_Allreduce(&local_size, &hi, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    MPI_Allreduce(&local_size, &lo, 1, MPI_INT, MPI_MIN, world_);
+    MPI_Allreduce(&local_size, &hi, 1, MPI_INT, MPI_MAX, world_);
     if (lo != hi)
       return Status::error(fmt::format("[dist] allreduce = \"hierarchical\" needs nodes of equal size; here they hold "
                                        "{} to {} ranks (set dist.ranks_per_node or use \"flat\")", lo, hi));
     // The ranks holding the same slice on every node, ordered by node.
-    MPI_Comm_split(MPI_COMM_WORLD, local, node_id, &column_);
+    MPI_Comm_split(world_, local, node_id, &column_);
     MPI_Comm_size(column_, &nodes_);
     hierarchical_ = true;
     return Status::ok();
@@ -132,7 +160,7 @@ class MpiComm final : public Communicator {
   Status barrier() override {
     TraceSpan span("barrier");
     MPI_Request req;
-    return finish(MPI_Ibarrier(MPI_COMM_WORLD, &req), req, "barrier");
+    return finish(MPI_Ibarrier(world_, &req), req, "barrier");
   }
   Status allreduce_sum(float* data, int64_t n) override {
     TraceSpan span("allreduce", "bytes", (double)n * sizeof(float));
@@ -140,7 +168,7 @@ class MpiComm final : public Communicator {
   }
   Status sum_floats(float* data, int64_t n) {
     if (!deterministic_) return native(data, n);
-    return hierarchical_ ? reduce_hier(data, n, MPI_FLOAT, scratch_f_) : reduce(MPI_COMM_WORLD, data, n, MPI_FLOAT, scratch_f_);
+    return hierarchical_ ? reduce_hier(data, n, MPI_FLOAT, scratch_f_) : reduce(world_, data, n, MPI_FLOAT, scratch_f_);
   }
   Status reduce_scatter_sum(float* data, int64_t base, int64_t n, const std::vector<int64_t>& bounds) override {
     TraceSpan span("reduce_scatter", "bytes", (double)n * sizeof(float));
@@ -150,7 +178,7 @@ class MpiComm final : public Communicator {
     for (int64_t at = 0; at < n; at += kSlab) {
       const int64_t len = std::min(kSlab, n - at);
       owner_slices(base + at, len, bounds);
-      if (Status s = scatter_sum(MPI_COMM_WORLD, data + at, len, MPI_FLOAT, scratch_f_); !s) return s;
+      if (Status s = scatter_sum(world_, data + at, len, MPI_FLOAT, scratch_f_); !s) return s;
     }
     return Status::ok();
   }
@@ -160,7 +188,7 @@ class MpiComm final : public Communicator {
     for (int64_t at = 0; at < n; at += kSlab) {
       const int64_t len = std::min(kSlab, n - at);
       owner_slices(at, len, bounds);
-      if (Status s = gather(MPI_COMM_WORLD, data + at, MPI_FLOAT); !s) return s;
+      if (Status s = gather(world_, data + at, MPI_FLOAT); !s) return s;
     }
     return Status::ok();
   }
@@ -199,13 +227,13 @@ class MpiComm final : public Communicator {
     for (int r = 0; r < size_; r++) {
       if (!peer(r)) continue;
       MPI_Request req;
-      MPI_Isend(&buf, 1, MPI_INT64_T, r, kArriveTag, MPI_COMM_WORLD, &req);
+      MPI_Isend(&buf, 1, MPI_INT64_T, r, kArriveTag, world_, &req);
       MPI_Request_free(&req);
     }
   }
   Status allreduce_sum(double* data, int64_t n) override {
     TraceSpan span("allreduce.scalars", "bytes", (double)n * sizeof(double));
-    return reduce(MPI_COMM_WORLD, data, n, MPI_DOUBLE, scratch_d_);
+    return reduce(world_, data, n, MPI_DOUBLE, scratch_d_);
   }
   uint64_t bytes_sent() const override { return bytes_; }
   Status allgather_sparse(const int64_t* idx, const float* val, int count, std::vector<int64_t>& all_idx,
@@ -213,7 +241,7 @@ class MpiComm final : public Communicator {
     TraceSpan span("allgather.sparse", "entries", count);
     counts.resize(size_);
     MPI_Request req;
-    if (Status s = finish(MPI_Iallgather(&count, 1, MPI_INT, counts.data(), 1, MPI_INT, MPI_COMM_WORLD, &req), req,
+    if (Status s = finish(MPI_Iallgather(&count, 1, MPI_INT, counts.data(), 1, MPI_INT, world_, &req), req,
                           "sparse all-gather (counts)");
         !s)
       return s;
@@ -224,12 +252,12 @@ class MpiComm final : public Communicator {
     all_idx.resize(total);
     all_val.resize(total);
     if (Status s = finish(MPI_Iallgatherv(idx, count, MPI_INT64_T, all_idx.data(), counts.data(), displs.data(),
-                                          MPI_INT64_T, MPI_COMM_WORLD, &req),
+                                          MPI_INT64_T, world_, &req),
                           req, "sparse all-gather (indices)");
         !s)
       return s;
     if (Status s = finish(MPI_Iallgatherv(val, count, MPI_FLOAT, all_val.data(), counts.data(), displs.data(),
-                                          MPI_FLOAT, MPI_COMM_WORLD, &req),
+                                          MPI_FLOAT, world_, &req),
                           req, "sparse all-gather (values)");
         !s)
       return s;
@@ -286,7 +314,7 @@ class MpiComm final : public Communicator {
     for (;;) {
       if (arrive_step_[r] >= step_) return true;
       if (arrive_req_[r] == MPI_REQUEST_NULL)
-        MPI_Irecv(&arrive_buf_[r], 1, MPI_INT64_T, r, kArriveTag, MPI_COMM_WORLD, &arrive_req_[r]);
+        MPI_Irecv(&arrive_buf_[r], 1, MPI_INT64_T, r, kArriveTag, world_, &arrive_req_[r]);
       int done = 0;
       MPI_Test(&arrive_req_[r], &done, MPI_STATUS_IGNORE);  // sets the request to null when done
       if (!done) return false;
@@ -309,7 +337,7 @@ class MpiComm final : public Communicator {
     for (int64_t at = 0; at < n; at += kSlab) {
       const int len = (int)std::min(kSlab, n - at);
       MPI_Request req;
-      if (Status s = finish(MPI_Iallreduce(MPI_IN_PLACE, data + at, len, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, &req), req,
+      if (Status s = finish(MPI_Iallreduce(MPI_IN_PLACE, data + at, len, MPI_FLOAT, MPI_SUM, world_, &req), req,
                             "all-reduce (MPI_Iallreduce)");
           !s)
         return s;
@@ -461,6 +489,8 @@ class MpiComm final : public Communicator {
     std::exit(1);
   }
 
+  MPI_Comm world_ = MPI_COMM_WORLD;  // this communicator's ranks (the job's, or a split() group)
+  DistConfig config_;
   int rank_ = 0, size_ = 1, nodes_ = 1;
   double timeout_s_ = 600;
   bool hierarchical_ = false, deterministic_ = true;

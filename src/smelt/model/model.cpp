@@ -37,14 +37,14 @@ struct InitRng {
 enum ProfOp {
   kPEmbedF, kPNormF, kPQkvF, kPRopeF, kPAttnF, kPOF, kPGateUpF, kPSwigluF, kPDownF, kPCopyF,
   kPHeadF, kPCeF, kPCeB, kPHeadB, kPNormB, kPDownB, kPSwigluB, kPGateUpB, kPOB, kPAttnB, kPRopeB,
-  kPQkvB, kPEmbedB, kPZeroGrad, kPGradNorm, kPAdamW, kPCount
+  kPQkvB, kPEmbedB, kPZeroGrad, kPCount
 };
 const char* const kProfNames[kPCount] = {
   "fwd embedding", "fwd rmsnorm", "fwd qkv matmul", "fwd rope", "fwd attention", "fwd o matmul",
   "fwd gate_up matmul", "fwd swiglu", "fwd down matmul", "fwd residual copy", "fwd lm_head matmul",
   "fwd cross-entropy", "bwd cross-entropy", "bwd lm_head matmul", "bwd rmsnorm",
   "bwd down matmul", "bwd swiglu", "bwd gate_up matmul", "bwd o matmul", "bwd attention",
-  "bwd rope", "bwd qkv matmul", "bwd embedding", "zero_grad", "grad norm", "adamw"};
+  "bwd rope", "bwd qkv matmul", "bwd embedding", "zero_grad"};
 double now_s() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
@@ -66,7 +66,7 @@ void Model::prof_mark(int op) {
 }
 
 Status Model::init(const ModelConfig& c, int B, int T, int threads, uint64_t seed,
-                   int64_t budget_bytes) {
+                   int64_t budget_bytes, int optimizer_shards) {
   if (auto s = model_config_validate(c); !s) return s;
   if (B <= 0 || T <= 0 || T > c.max_seq_len)
     return Status::error(fmt::format("[model] batch {}x{}: need B >= 1 and 1 <= T <= max_seq_len = {}",
@@ -76,7 +76,7 @@ Status Model::init(const ModelConfig& c, int B, int T, int threads, uint64_t see
   Tmax_ = T;
   threads_ = threads;
   layout_ = param_layout(c);
-  plan_ = memory_plan(c, B, T, zero_ranks_, precision_, threads);
+  plan_ = memory_plan(c, B, T, optimizer_shards, precision_, threads);
   spdlog::info("[model] memory plan for batch {}x{} ({} parameters{}{}):\n{}", B, T, layout_.total,
                c.recompute ? ", recompute on" : "",
                precision_ == Precision::kBf16 ? fmt::format(", bf16 GEMMs on {}", gemm_bf16_isa()) : "",
@@ -85,9 +85,6 @@ Status Model::init(const ModelConfig& c, int B, int T, int threads, uint64_t see
 
   params_.assign(layout_.total, 0.0f);
   grads_.assign(layout_.total, 0.0f);
-  if (shard_end_ < 0 || shard_end_ > layout_.total) shard_begin_ = 0, shard_end_ = layout_.total;
-  m_.assign(shard_end_ - shard_begin_, 0.0f);
-  v_.assign(shard_end_ - shard_begin_, 0.0f);
   activations_init(acts_, c, B, T);
   rope_.assign((size_t)c.max_seq_len * c.head_size(), 0.0f);
   if (precision_ == Precision::kBf16) {
@@ -117,7 +114,6 @@ Status Model::init(const ModelConfig& c, int B, int T, int threads, uint64_t see
     double std = c.init_std * (resid ? 1.0 / std::sqrt(2.0 * c.n_layers) : 1.0);
     for (int64_t i = 0; i < t.size(); i++) p[i] = (float)(std * rng.normal());
   }
-  t_ = 0;
   return Status::ok();
 }
 
@@ -468,42 +464,6 @@ void Model::zero_grad() {
 #pragma omp parallel for schedule(static)
   for (int64_t b = 0; b < n; b += block) std::memset(g + b, 0, sizeof(float) * std::min(block, n - b));
   prof_mark(kPZeroGrad);
-}
-
-double Model::grad_norm() {
-  kernels_set_threads(threads_);
-  return std::sqrt((reference_ ? grad_norm_squared_ref : grad_norm_squared)(grads_.data(), layout_.total));
-}
-
-float Model::optimizer_step(const AdamWConfig& h) {
-  prof_start();
-  const double norm = grad_norm();
-  prof_mark(kPGradNorm);
-  return optimizer_step(h, norm);
-}
-
-void Model::set_optimizer_shard(int64_t begin, int64_t end, int ranks) {
-  shard_begin_ = begin;
-  shard_end_ = end;
-  zero_ranks_ = ranks;
-}
-
-float Model::optimizer_step(const AdamWConfig& h, double norm) {
-  TraceSpan span("optimizer");
-  kernels_set_threads(threads_);
-  t_++;
-  prof_start();
-  float scale = grad_clip_scale(norm, h.grad_clip);
-  const int64_t lo = shard_begin_, hi = shard_end_;
-  for (const auto& t : layout_.tensors) {
-    const int64_t b = std::max(lo, t.offset), e = std::min(hi, t.offset + t.size());  // the shard's part
-    if (b >= e) continue;
-    (reference_ ? adamw_step_ref : adamw_step)(params_.data() + b, m_.data() + (b - lo), v_.data() + (b - lo),
-                                               grads_.data() + b, e - b, h.lr, h.beta1, h.beta2, h.eps,
-                                               t.decay || h.decay_all ? h.weight_decay : 0.0f, scale, t_);
-  }
-  prof_mark(kPAdamW);
-  return (float)norm;
 }
 
 }  // namespace smelt

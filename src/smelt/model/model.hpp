@@ -1,6 +1,6 @@
 // The Llama-style decoder for training on CPU: parameters, gradients and activations planned once
 // at init, forward(batch) -> loss, backward() accumulating parameter gradients, optional per-layer
-// recomputation, and the AdamW step over the flat buffers. Not the training loop (train/), not
+// recomputation. Not the optimizer (train/optimizer.hpp), not the training loop (train/), not
 // inference with a KV cache.
 #pragma once
 #include <cstdint>
@@ -15,22 +15,14 @@
 
 namespace smelt {
 
-struct AdamWConfig {
-  float lr = 3e-4f;
-  float beta1 = 0.9f;
-  float beta2 = 0.95f;
-  float eps = 1e-8f;
-  float weight_decay = 0.1f;  // only on tensors with ParamTensor::decay (not norms, embeddings)
-  bool decay_all = false;     // also decay norms and embeddings (off by default, as in GPT-3/Llama)
-  float grad_clip = 1.0f;     // max global L2 norm; <= 0 disables clipping
-};
-
 class Model {
  public:
   // Plans memory for batches of at most B*T rows with length at most T, logs the plan, refuses when it exceeds budget_bytes
-  // (<= 0: no limit), then allocates everything and initialises the weights from seed.
+  // (<= 0: no limit), then allocates everything and initialises the weights from seed. The plan
+  // also counts the optimizer's moments (train/optimizer.hpp), sharded over optimizer_shards ranks
+  // under ZeRO-1; the model does not hold them.
   Status init(const ModelConfig& c, int B, int T, int threads, uint64_t seed,
-              int64_t budget_bytes = 0);
+              int64_t budget_bytes = 0, int optimizer_shards = 1);
 
   // Forward pass: logits (acts().logits; not kept by a bf16 forward with grad_dloss) and the mean
   // loss over targets != -1. The batch must
@@ -56,25 +48,10 @@ class Model {
   // backward goes on. Empty function: not called.
   void set_grad_ready(std::function<void(int64_t begin, int64_t end)> f) { grad_ready_ = std::move(f); }
   void zero_grad();
-  // ZeRO-1 (call before init): this process keeps the AdamW moments of the flat parameter range
-  // [begin, end) only (zero_shard_bounds of `ranks`), and optimizer_step updates only that range
-  // of params() from that range of grads(); the caller gathers the other ranks' ranges.
-  void set_optimizer_shard(int64_t begin, int64_t end, int ranks);
   // Numerics of the linear layers (call before init; Precision in model/config.hpp). bf16 keeps
   // the fp32 parameters as master weights and rounds them into a bf16 copy at each forward.
   void set_precision(Precision p) { precision_ = p; }
   Precision precision() const { return precision_; }
-  int64_t shard_begin() const { return shard_begin_; }
-  int64_t shard_end() const { return shard_end_; }
-  // Clips by the global gradient norm, then one AdamW step at step t+1; returns the norm
-  // before clipping.
-  float optimizer_step(const AdamWConfig& h);
-  // The same step with the norm already computed by grad_norm() (a caller that inspects the
-  // gradient first does not pay for a second pass over it).
-  float optimizer_step(const AdamWConfig& h, double grad_norm);
-  // Global L2 norm of grads() (fixed reduction order).
-  double grad_norm();
-
   // Health signals of the last forward (read them before backward(), which overwrites the logits):
   // mean entropy (nats) of the predicted next-token distribution over up to max_rows evenly spaced
   // rows with a target; the fraction of attention weights below `threshold` for up to max_queries
@@ -88,19 +65,12 @@ class Model {
   // Per-token losses of the last forward (N = B*T; 0 where the target is -1).
   const float* token_losses() const { return acts_.losses; }
 
-  // Optimizer state for checkpoints: the AdamW moments (the layout of params, from shard_begin()
-  // to shard_end(); the whole of it without ZeRO) and the step count.
-  float* adam_m() { return m_.data(); }
-  float* adam_v() { return v_.data(); }
-  void set_step(int64_t t) { t_ = t; }
-
   const ModelConfig& config() const { return cfg_; }
   const ParamLayout& layout() const { return layout_; }
   float* params() { return params_.data(); }
   float* grads() { return grads_.data(); }
   const Activations& acts() const { return acts_; }
   const MemoryPlan& plan() const { return plan_; }
-  int64_t step() const { return t_; }
   void set_threads(int threads) { threads_ = threads; }
   // Runs every op on its naive `_ref` kernel (the oracle; slow, allocates its (T,T) and (N,V)
   // scratch here, once). For tests and for checking a new backend, never for training.
@@ -129,13 +99,10 @@ class Model {
   ParamLayout layout_;
   MemoryPlan plan_;
   Activations acts_;
-  std::vector<float> params_, grads_, m_, v_;
+  std::vector<float> params_, grads_;
   std::vector<float> rope_;  // (max_seq_len, HS/2, 2)
   mutable std::vector<float> sparsity_scratch_;  // (Tmax) attention_sparsity's scores
   int Bmax_ = 0, Tmax_ = 0, threads_ = 1;
-  int64_t t_ = 0;
-  int64_t shard_begin_ = 0, shard_end_ = -1;  // -1: the whole buffer
-  int zero_ranks_ = 1;
   bool reference_ = false;
   Precision precision_ = Precision::kFp32;
   float fused_dloss_ = 0.0f;  // the dloss d16_ already holds the LM head's gradient for (0: none)

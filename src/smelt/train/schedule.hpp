@@ -1,6 +1,6 @@
 // Learning-rate schedules: linear warmup, then cosine decay, warmup-stable-decay (WSD) or constant.
 // A pure function of the step, so a resumed run recomputes the same rate. Not the optimizer
-// (model/model.hpp applies AdamW with the rate given).
+// (train/optimizer.hpp applies AdamW with the rate given).
 #pragma once
 #include <cstdint>
 #include <string>

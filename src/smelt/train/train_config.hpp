@@ -13,6 +13,7 @@
 #include "smelt/dist/communicator.hpp"
 #include "smelt/model/config.hpp"
 #include "smelt/model/model.hpp"
+#include "smelt/train/optimizer.hpp"
 #include "smelt/train/health.hpp"
 #include "smelt/train/schedule.hpp"
 

@@ -1,5 +1,7 @@
-// The training loop (trainer.hpp): one process, one model, a prefetching loader; each step is
-// accumulate -> clip -> AdamW, then metrics, evaluation and checkpoints as configured.
+// The training loop (trainer.hpp): one model per rank, a prefetching loader; each step is fetch ->
+// forward/backward (micro-batches) -> reduce (dist/grad_reducer) -> clip + AdamW (optimizer.hpp),
+// then metrics, evaluation and checkpoints (train_state.hpp) as configured. Not the strategies of
+// the reduction, the optimizer or the checkpoint tensors' layout themselves.
 #include "smelt/train/trainer.hpp"
 
 #include <fcntl.h>
@@ -28,12 +30,14 @@
 #include "smelt/dataset/blend.hpp"
 #include "smelt/dataset/indexed.hpp"
 #include "smelt/dist/communicator.hpp"
+#include "smelt/dist/grad_reducer.hpp"
 #include "smelt/kernels/kernels.hpp"
 #include "smelt/machine/cpu_info.hpp"
 #include "smelt/machine/gemm_select.hpp"
 #include "smelt/obs/vitals.hpp"
 #include "smelt/obs/trace.hpp"
 #include "smelt/tokenizer/tokenizer.hpp"
+#include "smelt/train/train_state.hpp"
 
 namespace fs = std::filesystem;
 using json = nlohmann::json;
@@ -90,10 +94,6 @@ void train_batch_shape(const LoaderConfig& d, int& B, int& T) {
 }
 
 namespace {
-
-std::vector<int64_t> shape_of(const ParamTensor& t) {
-  return t.cols == 1 ? std::vector<int64_t>{t.rows} : std::vector<int64_t>{t.rows, t.cols};
-}
 
 // Keeps the metrics lines of steps <= step (a resume continues the file where the checkpoint was).
 // Keeps the lines up to `step`; when the checkpoint's own line (`step_line`, its step's line as
@@ -194,13 +194,21 @@ class Trainer {
   void probe_disk();
   VitalsMonitor vitals_{VitalsConfig{}};
   double disk_mb_s_ = 0;
-  Status load_checkpoint_weights(const std::string& dir, const CkptManifest& m);
+  // This rank's training state as checkpoints hold it (train_state.hpp)
+  TrainTensors tensors() { return {model_, opt_, reducer_.get(), comm_->rank(), comm_->size(), lead_}; }
   void status_line(int64_t step, double loss, double tok_s, double mfu, double wait_ms, bool final);
   json state_json() const;
   Status start();
   bool done() const;
+  // one step: train_step = begin_step, micro_step x grad_accum, stage_checkpoint, reduce_step,
+  // update, end_step
   Status train_step(StepStats& st);
-  Status reduce_step(StepStats& st, const std::vector<int64_t>* owners);
+  void begin_step(StepStats& st);
+  Status micro_step(int micro, StepStats& st);
+  void stage_checkpoint();
+  Status update(StepStats& st);
+  void end_step(StepStats& st, double t0);
+  Status reduce_step(StepStats& st);
   ojson step_line(const StepStats& st);
   Status after_step(const StepStats& st);
   Status summarize(TrainSummary& out, double seconds);
@@ -218,8 +226,11 @@ class Trainer {
   bool tracing_ = false, trace_pending_ = false;
   int64_t trace_sync_ns_ = -1, trace_last_step_ = 0;
 
-  TrainConfig c_;
+  TrainConfig c_;  // as resolved by setup(); the run's changing values live in sched_ and data_
+  LrSchedule sched_;  // the schedule this run follows: the planned total_steps, an LR restart
+  LoaderConfig data_;  // the data as this run reads it: with the quarantined documents (exclude)
   Model model_;
+  AdamW opt_;  // its moments: this rank's ZeRO-1 range (bounds_) or the whole buffer
   Feed feed_;
   std::unique_ptr<Tokenizer> tok_;
   EvalText eval_text_;  // token byte lengths for bits per byte (empty without a tokenizer)
@@ -266,81 +277,20 @@ class Trainer {
   std::vector<float> acc_;      // the step's gradient, micro-batches added in order (grad_accum > 1)
   std::vector<double> red_;     // per-step scalars reduced over ranks
   std::vector<int64_t> bounds_;  // ZeRO-1: rank r keeps the AdamW moments of [bounds_[r], bounds_[r+1])
-  std::vector<double> norm_parts_;  // ZeRO-1: the gradient-norm blocks' partials
+  std::unique_ptr<GradReducer> reducer_;  // several ranks: the gradient's reduction (grad_reducer_create)
   int64_t pending_commit_ = -1;     // a multi-rank checkpoint written but not yet committed
   int64_t pending_completed_ = 0;   // the writer's completed() count that means this rank is done
   bool rank_files() const { return comm_->size() > 1 && (!bounds_.empty() || c_.dist.compression == "topk"); }
   Status global_grad_norm(double& out);
-  Status load_moments(const std::string& dir, const CkptManifest& m, const std::string& which, float* out);
-  Status load_rank_state(const std::string& dir, const CkptManifest& m);
   Status commit_pending(const char* why);
   bool stop_now_ = false;       // every rank's agreed stop
-  // top-k compression with error feedback
-  std::vector<float> residual_, mag_, velocity_;
-  std::vector<int64_t> sel_idx_, all_idx_;
-  std::vector<float> sel_val_, all_val_;
-  std::vector<int> counts_;
-  Status topk_reduce(float* g, int64_t n);
 };
 
-// Top-k gradient compression with error feedback: this rank adds what it did not send before
-// (residual), sends its k largest-magnitude entries (ties broken by index, so deterministic), keeps
-// the rest as the next residual; every rank sums all ranks' sparse entries in rank order. With
-// dist.compression.momentum the candidate is residual + a local velocity (u = mu u + g), and the
-// sent entries of both are cleared.
-Status Trainer::topk_reduce(float* g, int64_t n) {
-  if (residual_.empty()) residual_.assign(n, 0.0f);
-  mag_.resize(n);
-  const float mu = (float)c_.dist.topk_momentum;
-  if (mu > 0) {  // momentum correction: u = mu u + g; the candidate is residual + u
-    if (velocity_.empty()) velocity_.assign(n, 0.0f);
-    for (int64_t i = 0; i < n; i++) velocity_[i] = mu * velocity_[i] + g[i], g[i] = residual_[i] + velocity_[i];
-  } else {
-    for (int64_t i = 0; i < n; i++) g[i] += residual_[i];
-  }
-  for (int64_t i = 0; i < n; i++) mag_[i] = std::fabs(g[i]);
-  const int64_t W = c_.dist.topk_warmup_steps;
-  const double ratio = W > 0 && step_ < W ? std::pow(c_.dist.topk_ratio, (double)step_ / (double)W) : c_.dist.topk_ratio;
-  const int64_t k = std::max<int64_t>(1, std::min<int64_t>(n, (int64_t)std::ceil(ratio * n)));
-  std::nth_element(mag_.begin(), mag_.begin() + (n - k), mag_.end());
-  const float thr = mag_[n - k];
-  sel_idx_.clear(), sel_val_.clear();
-  for (int64_t i = 0; i < n && (int64_t)sel_idx_.size() < k; i++)
-    if (std::fabs(g[i]) > thr) sel_idx_.push_back(i), sel_val_.push_back(g[i]);
-  for (int64_t i = 0; i < n && (int64_t)sel_idx_.size() < k; i++)
-    if (std::fabs(g[i]) == thr) sel_idx_.push_back(i), sel_val_.push_back(g[i]);
-  std::copy(g, g + n, residual_.begin());
-  for (int64_t i : sel_idx_) residual_[i] = 0.0f;
-  if (mu > 0)
-    for (int64_t i : sel_idx_) velocity_[i] = 0.0f;  // momentum factor masking: sent entries start over
-  if (Status s = comm_->allgather_sparse(sel_idx_.data(), sel_val_.data(), (int)sel_idx_.size(), all_idx_, all_val_,
-                                         counts_);
-      !s)
-    return s;
-  std::fill(g, g + n, 0.0f);
-  for (size_t j = 0; j < all_idx_.size(); j++) g[all_idx_[j]] += all_val_[j];  // rank order
-  return Status::ok();
-}
-
-// The global gradient norm. ZeRO-1: each rank sums the squares of its own blocks (the reduced
-// gradient is valid only there), the block partials are summed over ranks (each block has one
-// non-zero contributor, so exactly) and then in block order: the bits of Model::grad_norm.
+// The global gradient norm: of the whole gradient, or (ZeRO-1) from every rank's block partials;
+// the same bits either way.
 Status Trainer::global_grad_norm(double& out) {
-  if (bounds_.empty()) {
-    out = model_.grad_norm();
-    return Status::ok();
-  }
-  const int64_t n = model_.layout().total, nb = (n + kGradNormBlock - 1) / kGradNormBlock;
-  const int64_t lo = bounds_[comm_->rank()], hi = bounds_[comm_->rank() + 1];
-  norm_parts_.assign(nb, 0.0);
-  kernels_set_threads(threads_);
-  if (hi > lo)
-    grad_norm_block_partials(model_.grads(), n, lo / kGradNormBlock, (hi + kGradNormBlock - 1) / kGradNormBlock,
-                             norm_parts_.data() + lo / kGradNormBlock);
-  if (Status s = comm_->allreduce_sum(norm_parts_.data(), nb); !s) return s;
-  double total = 0.0;
-  for (double p : norm_parts_) total += p;
-  out = std::sqrt(total);
+  if (reducer_) return reducer_->grad_norm(model_.grads(), out);
+  out = opt_.grad_norm(model_.grads());
   return Status::ok();
 }
 
@@ -379,15 +329,16 @@ Status Trainer::setup() {
   // (Token ids >= vocab_size are refused by Model::forward, naming the position.)
   train_batch_shape(c_.data, B_, T_);
   const int64_t budget = c_.train.memory_mb > 0 ? c_.train.memory_mb << 20 : memory_physical_bytes();
-  if (c_.dist.zero == 1 && comm_->size() > 1) {
-    bounds_ = zero_shard_bounds(param_layout(c_.model).total, comm_->size());
-    model_.set_optimizer_shard(bounds_[comm_->rank()], bounds_[comm_->rank() + 1], comm_->size());
-  }
+  if (c_.dist.zero == 1 && comm_->size() > 1) bounds_ = zero_shard_bounds(param_layout(c_.model).total, comm_->size());
   // auto: bf16 where the CPU has bf16 units (its GEMMs then run 2-4x fp32's), fp32 elsewhere.
   const bool bf16 = c_.train.precision == "bf16" || (c_.train.precision == "auto" && gemm_bf16_native());
   const Precision precision = bf16 ? Precision::kBf16 : Precision::kFp32;
   model_.set_precision(precision);
-  if (Status s = model_.init(c_.model, B_, T_, threads_, c_.train.seed, budget); !s) return s;
+  if (Status s = model_.init(c_.model, B_, T_, threads_, c_.train.seed, budget, bounds_.empty() ? 1 : comm_->size()); !s)
+    return s;
+  if (bounds_.empty()) opt_.init(model_.layout(), threads_);
+  else opt_.init(model_.layout(), threads_, bounds_[comm_->rank()], bounds_[comm_->rank() + 1]);
+  reducer_ = grad_reducer_create(c_.dist, *comm_, model_.layout().total, bounds_, threads_);
   model_.set_entropy_rows(c_.train.entropy_rows);
   if (Status s = gemm_select(c_.train.gemm, c_.model, B_, T_, precision, threads_, gemm_); !s) return s;
   peak_ = cpu_peak(cpu_info_measured(), precision, threads_);
@@ -409,11 +360,15 @@ Status Trainer::setup() {
                                             (int64_t)(budget_s_ * gemm_gflops_ * 0.5e9 / step_flops));
     total_steps_ = total_steps_ > 0 ? std::min(total_steps_, guess) : guess;
   }
-  c_.schedule.total_steps = total_steps_;
-  config_text_ = train_config_to_string(c_);
+  sched_ = c_.schedule;
+  sched_.total_steps = total_steps_;
+  TrainConfig resolved = c_;  // as RUN/config.toml and every checkpoint store it
+  resolved.schedule.total_steps = total_steps_;
+  config_text_ = train_config_to_string(resolved);
   if (lead_)
     if (Status s = files_write_atomic((fs::path(run_dir_) / "config.toml").string(), config_text_); !s) return s;
   if (c_.train.grad_accum > 1) acc_.assign(model_.layout().total, 0.0f);
+  data_ = c_.data;
   return Status::ok();
 }
 
@@ -421,12 +376,12 @@ json Trainer::state_json() const {
   json s;
   s["step"] = step_;
   s["tokens"] = tokens_;
-  s["optimizer_step"] = model_.step();
+  s["optimizer_step"] = opt_.step_count();
   s["prev_grad_norm"] = prev_grad_norm_;
   s["loader"] = loader_pos_.to_json();
   s["schedule"] = {{"kind", c_.schedule.kind},     {"lr", c_.schedule.lr},
                    {"min_lr", c_.schedule.min_lr}, {"warmup_steps", c_.schedule.warmup_steps},
-                   {"total_steps", total_steps_},  {"restart_step", c_.schedule.restart_step}};
+                   {"total_steps", total_steps_},  {"restart_step", sched_.restart_step}};
   s["first_loss"] = std::isfinite(first_loss_) ? json(first_loss_) : json(nullptr);
   s["last_loss"] = std::isfinite(last_loss_) ? json(last_loss_) : json(nullptr);
   s["eval_first"] = eval_first_;
@@ -473,7 +428,7 @@ Status Trainer::resume_from_checkpoint() {
       config_to_string(toml::table{{"model", model_config_to_toml(c_.model)}}))
     return Status::error(fmt::format("{}: the checkpoint's [model] differs from this run's; resume with the same "
                                      "[model] section (stored in {}/config.toml)", dir, dir));
-  if (Status s = load_checkpoint_weights(dir, m); !s) return s;
+  if (Status s = train_state_load_tensors(tensors(), dir, m); !s) return s;
   const json& st = m.state;
   try {
     step_ = st.at("step").get<int64_t>();
@@ -485,11 +440,11 @@ Status Trainer::resume_from_checkpoint() {
     eval_last_ = st.value("eval_last", -1.0);
     eval_first_bpb_ = st.value("eval_first_bpb", -1.0);
     eval_last_bpb_ = st.value("eval_last_bpb", -1.0);
-    c_.schedule.restart_step = st.at("schedule").value("restart_step", (int64_t)-1);
+    sched_.restart_step = st.at("schedule").value("restart_step", (int64_t)-1);
     // A budgeted run resumes its plan (the budget then counts from the resume).
     if (budget_s_ > 0 && st.contains("time_budget") && st["time_budget"].value("planned", false)) {
       planned_ = true;
-      total_steps_ = c_.schedule.total_steps = st["time_budget"].at("total_steps").get<int64_t>();
+      total_steps_ = sched_.total_steps = st["time_budget"].at("total_steps").get<int64_t>();
     }
     if (st.contains("health")) {
       const json& h = st["health"];
@@ -501,7 +456,7 @@ Status Trainer::resume_from_checkpoint() {
     }
     for (const auto& e : st.value("quarantine", json::array()))
       quarantined_.emplace_back(e.at(0).get<std::string>(), e.at(1).get<uint64_t>());
-    c_.data.exclude = quarantined_;
+    data_.exclude = quarantined_;
     if (Status s = LoaderPosition::from_json(st.at("loader"), loader_pos_); !s)
       return Status::error(fmt::format("{}: loader position: {}", dir, s.message()));
   } catch (const std::exception& e) {
@@ -512,85 +467,6 @@ Status Trainer::resume_from_checkpoint() {
   last_ckpt_ = dir;
   spdlog::info("resuming from {} (step {}, {} tokens)", dir, step_, human_count((double)tokens_));
   return lead_ ? truncate_metrics(metrics_path_, step_, st.value("metrics_line", std::string())) : Status::ok();
-}
-
-Status Trainer::load_checkpoint_weights(const std::string& dir, const CkptManifest& m) {
-  const ParamLayout& lay = model_.layout();
-  for (const auto& t : lay.tensors)
-    if (Status s = ckpt_load_tensor(dir, m, t.name, model_.params() + t.offset, t.size()); !s) return s;
-  if (Status s = load_moments(dir, m, "m", model_.adam_m()); !s) return s;
-  if (Status s = load_moments(dir, m, "v", model_.adam_v()); !s) return s;
-  try {
-    model_.set_step(m.state.at("optimizer_step").get<int64_t>());
-  } catch (const std::exception& e) {
-    return Status::error(fmt::format("{}/manifest.json: trainer state: {}", dir, e.what()));
-  }
-  return load_rank_state(dir, m);
-}
-
-// The AdamW moment `which` ("m" | "v") for this rank's range [shard_begin, shard_end) (all of it
-// without ZeRO), from whole tensors ("optim.m.<name>", one writer) or from ZeRO-1 shards
-// ("zero.m.<rank>" over state.zero_bounds, any rank count): a checkpoint resumes with or without
-// ZeRO and on any rank count.
-Status Trainer::load_moments(const std::string& dir, const CkptManifest& m, const std::string& which, float* out) {
-  const ParamLayout& lay = model_.layout();
-  const int64_t lo = model_.shard_begin(), hi = model_.shard_end();
-  std::vector<float> tmp;
-  auto copy_part = [&](const std::string& name, int64_t b, int64_t e) -> Status {  // a saved range [b, e)
-    const int64_t x = std::max(lo, b), y = std::min(hi, e);
-    if (x >= y) return Status::ok();
-    tmp.resize(e - b);
-    if (Status s = ckpt_load_tensor(dir, m, name, tmp.data(), e - b); !s) return s;
-    std::copy(tmp.begin() + (x - b), tmp.begin() + (y - b), out + (x - lo));
-    return Status::ok();
-  };
-  if (m.state.contains("zero_bounds")) {
-    const std::vector<int64_t> zb = m.state["zero_bounds"].get<std::vector<int64_t>>();
-    if (zb.size() < 2 || zb.back() != lay.total)
-      return Status::error(fmt::format("{}/manifest.json: zero_bounds do not cover the {} parameters", dir, lay.total));
-    for (size_t q = 0; q + 1 < zb.size(); q++)
-      if (zb[q + 1] > zb[q])
-        if (Status s = copy_part(fmt::format("zero.{}.{}", which, q), zb[q], zb[q + 1]); !s) return s;
-    return Status::ok();
-  }
-  for (const auto& t : lay.tensors) {
-    if (lo <= t.offset && t.offset + t.size() <= hi) {  // whole tensor: straight into place
-      if (Status s = ckpt_load_tensor(dir, m, "optim." + which + "." + t.name, out + (t.offset - lo), t.size()); !s)
-        return s;
-    } else if (Status s = copy_part("optim." + which + "." + t.name, t.offset, t.offset + t.size()); !s) {
-      return s;
-    }
-  }
-  return Status::ok();
-}
-
-// Rank-local state other than the moments: the top-k residual (and velocity). Same rank count:
-// each rank its own; another count: rank 0 takes the sum of all saved residuals (nothing owed is
-// lost), the others start from zero; none saved: zero.
-Status Trainer::load_rank_state(const std::string& dir, const CkptManifest& m) {
-  residual_.clear(), velocity_.clear();
-  if (c_.dist.compression != "topk" || comm_->size() == 1 || !m.state.contains("topk_ranks")) return Status::ok();
-  const int saved = m.state["topk_ranks"].get<int>();
-  const int64_t n = model_.layout().total;
-  for (const char* what : {"residual", "velocity"}) {
-    if (!m.find(fmt::format("topk.{}.0", what))) continue;
-    std::vector<float>& dst = std::string(what) == "residual" ? residual_ : velocity_;
-    dst.assign(n, 0.0f);
-    if (saved == comm_->size()) {
-      if (Status s = ckpt_load_tensor(dir, m, fmt::format("topk.{}.{}", what, comm_->rank()), dst.data(), n); !s)
-        return s;
-    } else if (comm_->rank() == 0) {
-      std::vector<float> tmp(n);
-      for (int q = 0; q < saved; q++) {
-        if (Status s = ckpt_load_tensor(dir, m, fmt::format("topk.{}.{}", what, q), tmp.data(), n); !s) return s;
-        for (int64_t i = 0; i < n; i++) dst[i] += tmp[i];
-      }
-    }
-  }
-  if (saved != comm_->size())
-    spdlog::info("top-k: the checkpoint's {} ranks' residuals go to rank 0 of {} (a different rank count)", saved,
-                 comm_->size());
-  return Status::ok();
 }
 
 void Trainer::event(ojson e) {
@@ -737,30 +613,7 @@ Status Trainer::save(int64_t step, const char* why, ojson* line) {
   r.tokenizer_path = c_.train.tokenizer;
   r.state = state_json();
   r.throttle_mb_s = c_.ckpt.inject_write_mb_s;
-  const ParamLayout& lay = model_.layout();
-  if (lead_)
-    for (const auto& t : lay.tensors) r.tensors.push_back({t.name, shape_of(t), model_.params() + t.offset});
-  if (!bounds_.empty()) {
-    r.state["zero_bounds"] = bounds_;
-    const int64_t n = model_.shard_end() - model_.shard_begin();
-    if (n > 0) {
-      r.tensors.push_back({fmt::format("zero.m.{}", comm_->rank()), {n}, model_.adam_m()});
-      r.tensors.push_back({fmt::format("zero.v.{}", comm_->rank()), {n}, model_.adam_v()});
-    }
-  } else if (lead_) {
-    for (const auto& t : lay.tensors) r.tensors.push_back({"optim.m." + t.name, shape_of(t), model_.adam_m() + t.offset});
-    for (const auto& t : lay.tensors) r.tensors.push_back({"optim.v." + t.name, shape_of(t), model_.adam_v() + t.offset});
-  }
-  if (parts && c_.dist.compression == "topk") {
-    r.state["topk_ranks"] = comm_->size();
-    const int64_t n = lay.total;
-    if (residual_.empty()) residual_.assign(n, 0.0f);
-    r.tensors.push_back({fmt::format("topk.residual.{}", comm_->rank()), {n}, residual_.data()});
-    if (c_.dist.topk_momentum > 0) {
-      if (velocity_.empty()) velocity_.assign(n, 0.0f);
-      r.tensors.push_back({fmt::format("topk.velocity.{}", comm_->rank()), {n}, velocity_.data()});
-    }
-  }
+  train_state_add_tensors(tensors(), parts, r);
   Status saved;
   double stall_ms = 0;
   if (parts) {
@@ -834,7 +687,7 @@ Status Trainer::eval_now(int64_t step, ojson* line) {
   EvalResult r;
   double t0 = now_s();
   const EvalText* text = eval_text_.bytes.empty() ? nullptr : &eval_text_;
-  if (Status s = evaluate(model_, c_.data, c_.eval.data, c_.eval.tokens, r, text); !s) return s;
+  if (Status s = evaluate(model_, data_, c_.eval.data, c_.eval.tokens, r, text); !s) return s;
   last_eval_s_ = r.seconds;
   span.arg("loss", r.loss);
   if (eval_first_ < 0) eval_first_ = r.loss, eval_first_bpb_ = r.bits_per_byte;
@@ -857,8 +710,8 @@ Status Trainer::eval_now(int64_t step, ojson* line) {
   if (h.entropy_floor > 0 && step > 0) {
     low_entropy_evals_ = r.entropy < h.entropy_floor ? low_entropy_evals_ + 1 : 0;
     if (low_entropy_evals_ >= h.entropy_evals) {
-      c_.schedule.restart_step = step;
-      c_.schedule.restart_scale = h.lr_restart_scale;
+      sched_.restart_step = step;
+      sched_.restart_scale = h.lr_restart_scale;
       lr_restarts_++;
       low_entropy_evals_ = 0;
       spdlog::warn("token entropy {:.3f} < {} for {} evaluations: the LR schedule restarts at step {} from {:.3g}",
@@ -887,7 +740,7 @@ Status Trainer::rollback(int64_t step) {
   }
   CkptManifest m;
   if (Status s = ckpt_read_manifest(dir, m); !s) return s;
-  if (Status s = load_checkpoint_weights(dir, m); !s) return s;
+  if (Status s = train_state_load_tensors(tensors(), dir, m); !s) return s;
   // The data since that checkpoint is skipped: the loader keeps its position, and the window's
   // documents go to quarantine.jsonl.
   LoaderPosition from;
@@ -905,9 +758,9 @@ Status Trainer::rollback(int64_t step) {
   if (!feed_.streaming) {
     // Reopen the loader at the current position with the quarantine: later epochs never read those
     // documents again (a resume opens it the same way, so both runs see the same data).
-    c_.data.exclude = quarantined_;
+    data_.exclude = quarantined_;
     feed_.shards.close();
-    if (Status s = feed_.open(c_.data, &loader_pos_); !s) return s;
+    if (Status s = feed_.open(data_, &loader_pos_); !s) return s;
   }
   rollbacks_++;
   spike_.reset_run();
@@ -951,7 +804,7 @@ Status Trainer::start() {
     std::error_code ec;
     fs::remove(metrics_path_, ec);
   }
-  if (Status s = feed_.open(c_.data, have_resume_pos_ ? &loader_pos_ : nullptr); !s) return s;
+  if (Status s = feed_.open(data_, have_resume_pos_ ? &loader_pos_ : nullptr); !s) return s;
   if (lead_) {
     metrics_.open(metrics_path_, std::ios::app);
     if (!metrics_) return Status::error(fmt::format("{}: cannot open for writing", metrics_path_));
@@ -1018,7 +871,7 @@ void Trainer::plan_budget() {
   else n = (left - c_.eval.points * last_eval_s_) / plan_step_s_;
   int64_t total = step_ + std::max<int64_t>(1, (int64_t)n);
   if (c_.train.steps > 0) total = std::min(total, c_.train.steps);
-  total_steps_ = c_.schedule.total_steps = total;
+  total_steps_ = sched_.total_steps = total;
   planned_ = true;
   planned_at_ = step_;
   spdlog::info("time budget {:g} min: {} steps planned at step {} ({:.0f} ms a step, evaluations {:.1f} s each, "
@@ -1112,100 +965,108 @@ Status Trainer::run(TrainSummary& out) {
   return summarize(out, now_s() - run_start_s_);
 }
 
-// One optimizer step: the micro-batches' forward and backward, the reduction over ranks, the
-// gradient norm and the update; step_ and the token counts advance.
+// One optimizer step: fetch and forward/backward of each micro-batch, the reduction over ranks,
+// the gradient norm and the update; then step_ and the token counts advance.
 Status Trainer::train_step(StepStats& st) {
   TraceSpan step_span("step", "step", (double)(step_ + 1));
   const double t0 = now_s();
-  st.lr = lr_at(c_.schedule, step_);
+  begin_step(st);
+  for (int micro = 0; micro < c_.train.grad_accum; micro++)
+    if (Status s = micro_step(micro, st); !s) return s;
+  if (!acc_.empty() && !st.overlap) std::copy(acc_.begin(), acc_.end(), model_.grads());
+  stage_checkpoint();
+  if (comm_->size() > 1 && comm_->rank() == c_.dist.inject_delay_rank && step_ + 1 >= c_.dist.inject_delay_step)
+    std::this_thread::sleep_for(std::chrono::microseconds((int64_t)(c_.dist.inject_delay_ms * 1e3)));  // a straggler
+  st.compute_ms = (now_s() - t0) * 1e3;
+  if (Status s = reduce_step(st); !s) return s;
+  if (Status s = update(st); !s) return s;
+  end_step(st, t0);
+  return Status::ok();
+}
+
+// The step's rate and counters; a hung rank's fault injection; the reducer told a step starts.
+void Trainer::begin_step(StepStats& st) {
+  st.lr = lr_at(sched_, step_);
   st.src_sum.assign(feed_.names.size(), 0.0);
   st.src_n.assign(feed_.names.size(), 0.0);
   st.T = T_;
-  const int K = c_.train.sparsity_every;
   const bool multi = comm_->size() > 1;
   if (multi && comm_->rank() == c_.dist.inject_hang_rank && step_ + 1 == c_.dist.inject_hang_step)
     for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));  // fault injection: a hung rank
   if (multi) comm_->arrive(step_);
   // Overlap: the last micro-batch's backward hands each finished range of the gradient to the
-  // communication thread in buckets of about dist.bucket_mb; top-k needs the whole gradient.
-  st.overlap = multi && c_.dist.overlap && c_.dist.compression != "topk";
-  const int64_t bucket = std::max<int64_t>(1, (int64_t)(c_.dist.bucket_mb * 1e6 / sizeof(float)));
-  const std::vector<int64_t>* owners = bounds_.empty() ? nullptr : &bounds_;
-  int64_t pend_lo = -1, pend_hi = -1;
-  auto flush = [&] {
-    if (pend_lo < 0) return;
-    float* g = model_.grads();
-    if (!acc_.empty())  // the earlier micro-batches' sum, added as in the serial path (acc + g)
-      for (int64_t i = pend_lo; i < pend_hi; i++) g[i] = acc_[i] + g[i];
-    comm_->sum_async(g + pend_lo, pend_lo, pend_hi - pend_lo, owners);
-    pend_lo = pend_hi = -1;
-    st.buckets++;
-  };
+  // reducer, which starts buckets on the communication thread (top-k needs the whole gradient).
+  st.overlap = reducer_ && reducer_->overlaps();
+  if (reducer_) reducer_->begin_step(model_.grads(), acc_.empty() ? nullptr : acc_.data(), step_);
   st.bytes_before = comm_->bytes_sent();
-  for (int micro = 0; micro < c_.train.grad_accum; micro++) {
-    const Batch* bp = &feed_.next();
-    st.wait_ms += feed_.last_wait_ms();
-    if (std::find(c_.health.inject_bad_data_steps.begin(), c_.health.inject_bad_data_steps.end(), step_ + 1) !=
-        c_.health.inject_bad_data_steps.end()) {
-      // Fault injection: targets scrambled, as a corrupt shard would give.
-      injected_ = *bp;
-      for (auto& t : injected_.targets)
-        if (t >= 0) t = (int32_t)(((int64_t)t * 7919 + 13) % c_.model.vocab_size);
-      bp = &injected_;
-    }
-    const Batch& b = *bp;
-    model_.zero_grad();
-    float loss = 0;
-    const int parts = c_.train.grad_accum * comm_->size();  // every micro-batch of every rank weighs the same
-    const float dloss = b.target_tokens ? 1.0f / ((float)b.target_tokens * parts) : 0.0f;
-    const double tf = now_s();
-    if (Status s = model_.forward(b, loss, dloss); !s)
-      return Status::error(fmt::format("step {}: {}", step_ + 1, s.message()));
-    st.forward_ms += (now_s() - tf) * 1e3;
-    st.T = b.T;
-    st.loss_sum += loss;
-    st.tokens += b.target_tokens;
-    if (c_.train.entropy_rows > 0) st.entropy += model_.prediction_entropy(c_.train.entropy_rows);
-    if (K > 0 && micro == 0 && (step_ + 1) % K == 0) st.sparsity = model_.attention_sparsity();
-    const float* tl = model_.token_losses();
-    for (int n = 0, N = b.B * b.T; n < N; n++)
-      if (b.targets[n] >= 0 && b.sources[n] < st.src_sum.size()) {
-        st.src_sum[b.sources[n]] += tl[n];
-        st.src_n[b.sources[n]] += 1;
-      }
-    const bool hooked = st.overlap && micro + 1 == c_.train.grad_accum;
-    if (hooked)
-      model_.set_grad_ready([&](int64_t lo, int64_t hi) {  // contiguous ranges, from the top down
-        if (pend_lo < 0) pend_hi = hi;
-        pend_lo = lo;
-        if (pend_hi - pend_lo >= bucket) flush();
-      });
-    model_.backward(dloss);
-    if (hooked) {
-      flush();
-      model_.set_grad_ready({});
-    }
-    // The step's gradient is ((g_0 + g_1) + g_2) + ..., each micro-batch's from zero: the same sum
-    // the ranks' reduction makes, so N ranks x 1 micro-batch == 1 rank x N micro-batches, bit for bit.
-    if (!acc_.empty() && !hooked) {
-      const float* g = model_.grads();
-      const int64_t n = (int64_t)acc_.size();
-      if (micro == 0) std::copy(g, g + n, acc_.begin());
-      else for (int64_t i = 0; i < n; i++) acc_[i] += g[i];
-    }
+}
+
+// One micro-batch: fetch, forward (and its health signals), backward; the last one of an
+// overlapped step hands finished gradient ranges to the reducer as backward produces them.
+Status Trainer::micro_step(int micro, StepStats& st) {
+  const Batch* bp = &feed_.next();
+  st.wait_ms += feed_.last_wait_ms();
+  if (std::find(c_.health.inject_bad_data_steps.begin(), c_.health.inject_bad_data_steps.end(), step_ + 1) !=
+      c_.health.inject_bad_data_steps.end()) {
+    // Fault injection: targets scrambled, as a corrupt shard would give.
+    injected_ = *bp;
+    for (auto& t : injected_.targets)
+      if (t >= 0) t = (int32_t)(((int64_t)t * 7919 + 13) % c_.model.vocab_size);
+    bp = &injected_;
   }
-  if (!acc_.empty() && !st.overlap) std::copy(acc_.begin(), acc_.end(), model_.grads());
+  const Batch& b = *bp;
+  model_.zero_grad();
+  float loss = 0;
+  const int parts = c_.train.grad_accum * comm_->size();  // every micro-batch of every rank weighs the same
+  const float dloss = b.target_tokens ? 1.0f / ((float)b.target_tokens * parts) : 0.0f;
+  const double tf = now_s();
+  if (Status s = model_.forward(b, loss, dloss); !s)
+    return Status::error(fmt::format("step {}: {}", step_ + 1, s.message()));
+  st.forward_ms += (now_s() - tf) * 1e3;
+  st.T = b.T;
+  st.loss_sum += loss;
+  st.tokens += b.target_tokens;
+  if (c_.train.entropy_rows > 0) st.entropy += model_.prediction_entropy(c_.train.entropy_rows);
+  if (const int K = c_.train.sparsity_every; K > 0 && micro == 0 && (step_ + 1) % K == 0)
+    st.sparsity = model_.attention_sparsity();
+  const float* tl = model_.token_losses();
+  for (int n = 0, N = b.B * b.T; n < N; n++)
+    if (b.targets[n] >= 0 && b.sources[n] < st.src_sum.size()) {
+      st.src_sum[b.sources[n]] += tl[n];
+      st.src_n[b.sources[n]] += 1;
+    }
+  const bool hooked = st.overlap && micro + 1 == c_.train.grad_accum;
+  if (hooked) model_.set_grad_ready([this](int64_t lo, int64_t hi) { reducer_->ready(lo, hi); });
+  model_.backward(dloss);
+  if (hooked) {
+    reducer_->backward_done();
+    model_.set_grad_ready({});
+    st.buckets = reducer_->buckets();
+  }
+  // The step's gradient is ((g_0 + g_1) + g_2) + ..., each micro-batch's from zero: the same sum
+  // the ranks' reduction makes, so N ranks x 1 micro-batch == 1 rank x N micro-batches, bit for bit.
+  if (!acc_.empty() && !hooked) {
+    const float* g = model_.grads();
+    const int64_t n = (int64_t)acc_.size();
+    if (micro == 0) std::copy(g, g + n, acc_.begin());
+    else for (int64_t i = 0; i < n; i++) acc_[i] += g[i];
+  }
+  return Status::ok();
+}
+
+// A deferred checkpoint copy ends before anything it copies changes: the top-k residual in the
+// reduction, the weights and moments in the update.
+void Trainer::stage_checkpoint() {
   if (writer_) {
-    // A deferred checkpoint copy ends before anything it copies changes: the top-k residual in
-    // the reduction below, the weights and moments in the optimizer step.
     TraceSpan span("checkpoint.staged");
     writer_->staged();
     if (writer_->last_staged_wait_ms() > 0.01) line_extra_stall_ms_ = writer_->last_staged_wait_ms();
   }
-  if (multi && comm_->rank() == c_.dist.inject_delay_rank && step_ + 1 >= c_.dist.inject_delay_step)
-    std::this_thread::sleep_for(std::chrono::microseconds((int64_t)(c_.dist.inject_delay_ms * 1e3)));  // a straggler
-  st.compute_ms = (now_s() - t0) * 1e3;
-  if (Status s = reduce_step(st, owners); !s) return s;
+}
+
+// The reduced step's loss; the gradient norm (one pass: the finiteness check and the clipping
+// share it); AdamW, or the skip of a non-finite update.
+Status Trainer::update(StepStats& st) {
   const int parts = c_.train.grad_accum * comm_->size();
   st.loss = st.loss_sum / parts;
   st.entropy /= comm_->size();
@@ -1217,7 +1078,7 @@ Status Trainer::train_step(StepStats& st) {
     TraceSpan span("grad_norm");
     const double tn = now_s();
     if (Status s = global_grad_norm(norm); !s) return s;
-    if (owners) {  // ZeRO-1: the norm's block partials went over the network
+    if (reducer_ && reducer_->shards_optimizer()) {  // ZeRO-1: the norm's block partials went over the network
       const double ms = (now_s() - tn) * 1e3;
       st.allreduce_wait_ms += ms, st.allreduce_ms += ms;
     }
@@ -1226,10 +1087,10 @@ Status Trainer::train_step(StepStats& st) {
   if (st.finite || !hc.skip_nonfinite) {
     AdamWConfig h = c_.optim;
     h.lr = (float)st.lr;
-    st.grad_norm = model_.optimizer_step(h, norm);
-    if (owners) {  // ZeRO-1: each rank updated its range; every rank gets every range
+    st.grad_norm = opt_.step(model_.params(), model_.grads(), h, norm);
+    if (reducer_ && reducer_->shards_optimizer()) {  // ZeRO-1: each rank updated its range; every rank gets every range
       const double tg = now_s();
-      if (Status s = comm_->allgather_ranges(model_.params(), *owners); !s) return s;
+      if (Status s = reducer_->after_update(model_.params()); !s) return s;
       const double ms = (now_s() - tg) * 1e3;
       st.allreduce_wait_ms += ms, st.allreduce_ms += ms;
     }
@@ -1238,6 +1099,11 @@ Status Trainer::train_step(StepStats& st) {
     spdlog::warn("step {}: non-finite loss or gradient; the update was skipped ({} so far)", step_ + 1,
                  nonfinite_skipped_);
   }
+  return Status::ok();
+}
+
+// The step's counters and speed.
+void Trainer::end_step(StepStats& st, double t0) {
   loader_pos_ = feed_.position();
   step_++;
   tokens_ += st.tokens;
@@ -1251,11 +1117,10 @@ Status Trainer::train_step(StepStats& st) {
   st.mfu = mfu(st.flops_per_s);
   if (!std::isfinite(first_loss_)) first_loss_ = st.loss;
   last_loss_ = st.loss;
-  return Status::ok();
 }
 
 // The gradient and the step's scalars summed over ranks (one rank: only the stop flag).
-Status Trainer::reduce_step(StepStats& st, const std::vector<int64_t>* owners) {
+Status Trainer::reduce_step(StepStats& st) {
   if (comm_->size() == 1) {
     stop_now_ = g_stop;
     return Status::ok();
@@ -1265,17 +1130,8 @@ Status Trainer::reduce_step(StepStats& st, const std::vector<int64_t>* owners) {
   // (the overlapped buckets' remainder, and everything done synchronously).
   const double ta = now_s();
   double busy_ms = 0, blocked_ms = 0;
-  const int64_t n = model_.layout().total;
-  if (st.overlap) {
-    if (Status s = comm_->wait_async(&busy_ms); !s) return s;
-    blocked_ms = (now_s() - ta) * 1e3;
-  } else if (c_.dist.compression == "topk") {
-    if (Status s = topk_reduce(model_.grads(), n); !s) return s;
-  } else if (owners) {
-    if (Status s = comm_->reduce_scatter_sum(model_.grads(), 0, n, *owners); !s) return s;
-  } else if (Status s = comm_->allreduce_sum(model_.grads(), n); !s) {
-    return s;
-  }
+  if (Status s = reducer_->finish(model_.grads(), &busy_ms); !s) return s;
+  if (st.overlap) blocked_ms = (now_s() - ta) * 1e3;
   // The scalars: losses, tokens, entropy, the stop flag, "my checkpoint part is durable",
   // per-source sums.
   const bool part_done = pending_commit_ >= 0 && writer_ && writer_->completed() >= pending_completed_;
