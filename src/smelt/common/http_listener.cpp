@@ -70,6 +70,16 @@ void HttpListener::stop() {
   svr_->stop();
 }
 
+std::string http_exception_text(std::exception_ptr ep) {
+  try {
+    std::rethrow_exception(ep);
+  } catch (const std::exception& e) {
+    return e.what();
+  } catch (...) {
+  }
+  return "unknown exception";
+}
+
 bool HttpListener::join() {
   if (listener_.joinable()) listener_.join();
   return listen_ok_;

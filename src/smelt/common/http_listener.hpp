@@ -5,6 +5,7 @@
 #pragma once
 #include <atomic>
 #include <cstddef>
+#include <exception>
 #include <memory>
 #include <string>
 #include <thread>
@@ -27,6 +28,10 @@ struct HttpListenerConfig {
   int keep_alive_s = 5;            // an idle kept-alive connection holds its thread this long
   bool tcp_nodelay = false;        // true: small writes (one SSE chunk per token) go out at once
 };
+
+// What a route's exception says, for the 500 answer and the log ("unknown exception" when it is
+// not a std::exception).
+std::string http_exception_text(std::exception_ptr ep);
 
 class HttpListener {
  public:

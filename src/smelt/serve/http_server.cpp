@@ -237,13 +237,7 @@ void HttpServer::routes() {
     return httplib::Server::HandlerResponse::Handled;
   }));
   svr.set_exception_handler([](const Req& q, Res& s, std::exception_ptr ep) {
-    std::string what = "unknown exception";
-    try {
-      std::rethrow_exception(ep);
-    } catch (const std::exception& e) {
-      what = e.what();
-    } catch (...) {
-    }
+    const std::string what = http_exception_text(ep);
     spdlog::error("{} {}: {}", q.method, q.path, what);
     send_error(s, error_of(500, "internal error: " + what, "server_error", "internal_error"));
   });
