@@ -277,10 +277,15 @@ max_new_tokens = 12
   EXPECT_EQ(j["samples"][3]["mode"], "sampled");
   const std::string sample_txt = test::read_file((w / "sample.txt").string());
   EXPECT_NE(sample_txt.find("=== 我们 (greedy) ==="), std::string::npos) << sample_txt;
+  // A 40-step model may end a continuation at once (its first token the end of a document: the
+  // GEMM back end and the CPU's vector width decide which), so not every sample has text; but
+  // the model generates, and the summary prints every sample.
+  size_t with_text = 0;
   for (const auto& smp : j["samples"]) {
-    EXPECT_FALSE(smp["text"].get<std::string>().empty()) << smp.dump();
+    with_text += !smp["text"].get<std::string>().empty();
     EXPECT_NE(r.err.find(smp["text"].get<std::string>()), std::string::npos) << "the summary prints every sample";
   }
+  EXPECT_GE(with_text, 2u) << j["samples"].dump();
   EXPECT_NE(r.err.find("validation     loss"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("bits per byte on the same text"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("loss (nats per token)"), std::string::npos) << r.err;  // the chart
