@@ -54,6 +54,15 @@ Status HttpListener::bind(const std::string& hint) {
   return Status::ok();
 }
 
+void HttpListener::fallback(const std::function<void(const httplib::Request&, httplib::Response&)>& handler) {
+  svr_->Get(".*", handler);
+  svr_->Post(".*", handler);
+  svr_->Put(".*", handler);
+  svr_->Patch(".*", handler);
+  svr_->Delete(".*", handler);
+  svr_->Options(".*", handler);
+}
+
 void HttpListener::start() {
   listener_ = std::thread([this] {
     listen_ok_ = svr_->listen_after_bind();

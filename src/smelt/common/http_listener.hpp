@@ -6,6 +6,7 @@
 #include <atomic>
 #include <cstddef>
 #include <exception>
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -14,6 +15,8 @@
 
 namespace httplib {
 class Server;
+struct Request;
+struct Response;
 }  // namespace httplib
 
 namespace smelt {
@@ -41,6 +44,9 @@ class HttpListener {
   HttpListener& operator=(const HttpListener&) = delete;
 
   httplib::Server& server() { return *svr_; }
+  // Routes every method httplib knows (GET, POST, PUT, PATCH, DELETE, OPTIONS) that no route took
+  // to `handler` (the server's 404 / 405); register it after the routes.
+  void fallback(const std::function<void(const httplib::Request&, httplib::Response&)>& handler);
   // Binds the socket; `hint` is added to the message when the port is taken.
   Status bind(const std::string& hint = "");
   int port() const { return port_; }

@@ -140,12 +140,7 @@ void DashboardServer::routes() {
       send_error(s, 404, fmt::format("no route {} {} (docs/dashboard.md lists them)", q.method, q.path));
     }
   };
-  svr.Get(".*", fallback);
-  svr.Post(".*", fallback);
-  svr.Put(".*", fallback);
-  svr.Patch(".*", fallback);
-  svr.Delete(".*", fallback);
-  svr.Options(".*", fallback);
+  http_.fallback(fallback);
   svr.set_exception_handler([](const Req& q, Res& s, std::exception_ptr ep) {
     const std::string what = http_exception_text(ep);
     spdlog::error("{} {}: {}", q.method, q.path, what);

@@ -217,12 +217,7 @@ void HttpServer::routes() {
                              "invalid_request_error", "not_found"));
     }
   };
-  svr.Get(".*", fallback);
-  svr.Post(".*", fallback);
-  svr.Put(".*", fallback);
-  svr.Patch(".*", fallback);
-  svr.Delete(".*", fallback);
-  svr.Options(".*", fallback);
+  http_.fallback(fallback);
 
   // httplib's own refusals (bad request line 400, body over the limit 413, ...) come with no body:
   // give them an OpenAI error object too.
