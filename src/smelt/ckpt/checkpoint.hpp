@@ -110,6 +110,40 @@ Status ckpt_find_latest(const std::string& run_dir, std::string& step_dir,
 Status ckpt_load_tensor(const std::string& step_dir, const CkptManifest& m, const std::string& name,
                         float* out, int64_t count);
 
+// Tensors stored as boxes (slices) of full tensors, so a checkpoint written under one parallel
+// layout loads under any other (docs/checkpoint.md, "Tensors stored as boxes"). A stored tensor
+// whose box is the whole tensor keeps its plain name; a slice is "name[r0:r1,c0:c1]" (2-D) or
+// "name[r0:r1]" (1-D), of stored shape {r1 - r0, c1 - c0} (or {r1 - r0}). Implemented in ckpt_box.cpp.
+
+// A box of a full (full_rows x full_cols) tensor: rows [r0, r0 + rows), cols [c0, c0 + cols).
+// 1-D tensors: full_cols = 1, c0 = 0, cols = 1.
+struct CkptBox {
+  int64_t r0 = 0, c0 = 0, rows = 0, cols = 1;
+};
+// The stored name of `box` of tensor `name`: the plain name when the box is the whole tensor, else
+// "name[r0:r1,c0:c1]" (2-D: full_cols > 1) or "name[r0:r1]".
+std::string ckpt_box_name(const std::string& name, const CkptBox& box, int64_t full_rows, int64_t full_cols);
+// Parses a stored name into (base name, box); false when it has no box suffix (then the box is the
+// whole tensor, which the caller knows).
+bool ckpt_parse_box_name(const std::string& stored, std::string& base, CkptBox& box);
+// Reads box `want` of the full tensor `name` into out (want.rows x want.cols floats, row-major),
+// assembled from every stored entry of that name (the plain name = the whole tensor, or boxes) in
+// any file. Each entry's stored shape is checked against its box and the full shape; entries that
+// do not intersect `want` are not read, and overlapping boxes may be read in any order (they hold
+// the same values). Fails naming the tensor, the checkpoint dir and the uncovered rows/cols when
+// the stored boxes do not cover `want`.
+Status ckpt_read_box(const std::string& dir, const CkptManifest& m, const std::string& name, int64_t full_rows,
+                     int64_t full_cols, const CkptBox& want, float* out);
+// The boxes (in full-tensor coordinates) of the flat range [a, b) of a tensor slice `local` held
+// row-major (local.rows x local.cols): at most three (a partial first row, whole rows, a partial
+// last row), in order, each with its flat offset in the slice. For ZeRO-1 shards that cut a tensor
+// anywhere. Needs 0 <= a <= b <= local.rows * local.cols; an empty range gives none.
+struct CkptFlatBox {
+  int64_t offset;
+  CkptBox box;
+};
+std::vector<CkptFlatBox> ckpt_flat_boxes(const CkptBox& local, int64_t a, int64_t b);
+
 // Tensor naming the trainer uses: parameters under their ParamLayout (Hugging Face) names, AdamW
 // moments as "optim.m.<name>" and "optim.v.<name>".
 // Loads the model of a checkpoint: [model] from its config, every parameter tensor into a flat
