@@ -3,7 +3,8 @@
 // so every value names its place) from checkpoints written by ckpt_save under different layouts —
 // whole, row slices, column slices, overlapping slices, 2x2 boxes over two ranks' files, ZeRO-style
 // flat pieces — and fails on missing coverage or a misshapen box; a box it does not need is never
-// read.
+// read; ckpt_load_model, export_hf and `smelt ckpt verify` take box-stored parameters.
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -17,8 +18,12 @@
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>
+#include <toml++/toml.h>
 
 #include "smelt/ckpt/checkpoint.hpp"
+#include "smelt/ckpt/export_hf.hpp"
+#include "smelt/model/config.hpp"
+#include "smelt/model/params.hpp"
 #include "test_files.hpp"
 
 namespace fs = std::filesystem;
@@ -332,4 +337,101 @@ TEST_F(CkptBoxTest, BoxesNotNeededAreNotRead) {
   ASSERT_FALSE(s.is_ok()) << "the damaged box is read (its CRC checked) once it is needed";
   EXPECT_TRUE(contains(s.message(), "w[3:6,0:4]")) << s.message();
   EXPECT_TRUE(contains(s.message(), "CRC32C")) << s.message();
+}
+
+namespace {
+
+const char* kModelConfig =
+    "[model]\nvocab_size = 32\nd_model = 16\nn_layers = 2\nn_heads = 2\nn_kv_heads = 1\nffn_hidden = 24\n"
+    "max_seq_len = 16\ntie_embeddings = false\n";
+
+// Saves params of cfg as step 3 of run: split = false, each tensor whole; true, every matrix as two
+// row boxes (the upper in rank 0's file, the lower in rank 1's) and vectors whole in rank 0's.
+Status save_params(const ModelConfig& cfg, const std::vector<float>& params, const std::string& run, bool split,
+                   bool drop_one = false) {
+  ParamLayout layout = param_layout(cfg);
+  std::vector<CkptSaveRequest> q(split ? 2 : 1);
+  for (size_t r = 0; r < q.size(); ++r) {
+    q[r].step = 3;
+    q[r].rank = static_cast<int>(r);
+    q[r].ranks = static_cast<int>(q.size());
+    q[r].config_toml = kModelConfig;
+  }
+  for (const auto& p : layout.tensors) {
+    const float* data = params.data() + p.offset;
+    if (p.cols == 1) {
+      q[0].tensors.push_back({p.name, {p.rows}, data});
+    } else if (!split) {
+      q[0].tensors.push_back({p.name, {p.rows, p.cols}, data});
+    } else {
+      int64_t h = p.rows / 2 + 1;  // unequal halves
+      q[0].tensors.push_back({ckpt_box_name(p.name, {0, 0, h, p.cols}, p.rows, p.cols), {h, p.cols}, data});
+      if (drop_one && p.name == "model.layers.1.mlp.down_proj.weight") continue;
+      q[1].tensors.push_back({ckpt_box_name(p.name, {h, 0, p.rows - h, p.cols}, p.rows, p.cols),
+                              {p.rows - h, p.cols}, data + h * p.cols});
+    }
+  }
+  for (const auto& r : q)
+    if (Status s = ckpt_save(run, r); !s) return s;
+  return split ? ckpt_commit(run, 3, 2) : Status::ok();
+}
+
+}  // namespace
+
+TEST_F(CkptBoxTest, ModelLoadExportAndVerifyTakeBoxStoredParameters) {
+  ModelConfig cfg;
+  toml::table t = toml::parse(kModelConfig);
+  ASSERT_TRUE(model_config_read(t, cfg).is_ok());
+  ParamLayout layout = param_layout(cfg);
+  std::vector<float> params(static_cast<size_t>(layout.total));
+  for (size_t i = 0; i < params.size(); ++i) params[i] = 0.5f + static_cast<float>(i) * 0.25f;
+  const std::string whole = (dir_ / "whole").string(), boxed = (dir_ / "boxed").string();
+  ASSERT_TRUE(save_params(cfg, params, whole, false).is_ok());
+  Status sb = save_params(cfg, params, boxed, true);
+  ASSERT_TRUE(sb.is_ok()) << sb.message();
+  CkptManifest m;
+  ASSERT_TRUE(ckpt_read_manifest(ckpt_step_dir(boxed, 3), m).is_ok());
+  EXPECT_EQ(m.find("model.embed_tokens.weight"), nullptr);  // really stored as boxes only
+  EXPECT_NE(m.find("model.embed_tokens.weight[0:17,0:16]"), nullptr);
+
+  for (const std::string& run : {whole, boxed}) {
+    ModelConfig c;
+    std::vector<float> back;
+    Status s = ckpt_load_model(ckpt_step_dir(run, 3), c, back);
+    ASSERT_TRUE(s.is_ok()) << run << ": " << s.message();
+    EXPECT_EQ(c.n_layers, 2);
+    EXPECT_EQ(back, params) << run;
+  }
+
+  // export: the same model.safetensors byte for byte
+  HfExportStats st;
+  Status ew = export_hf(ckpt_step_dir(whole, 3), (dir_ / "hf_whole").string(), "", &st);
+  ASSERT_TRUE(ew.is_ok()) << ew.message();
+  Status eb = export_hf(ckpt_step_dir(boxed, 3), (dir_ / "hf_boxed").string(), "", &st);
+  ASSERT_TRUE(eb.is_ok()) << eb.message();
+  std::string a = test::read_file((dir_ / "hf_whole" / "model.safetensors").string());
+  std::string b = test::read_file((dir_ / "hf_boxed" / "model.safetensors").string());
+  EXPECT_GT(a.size(), params.size() * 4);
+  EXPECT_TRUE(a == b) << "model.safetensors differs: " << a.size() << " vs " << b.size() << " bytes";
+
+  // `smelt ckpt verify`: box names are just names
+  std::string cmd = std::string(SMELT_BINARY) + " ckpt verify " + ckpt_step_dir(boxed, 3) + " 2>&1";
+  int rc = 0;
+  std::string out = test::run_command(cmd, rc);
+  EXPECT_TRUE(WIFEXITED(rc) && WEXITSTATUS(rc) == 0) << out;
+  EXPECT_TRUE(contains(out, "valid")) << out;
+
+  // a missing box: load and export fail naming the tensor
+  const std::string holed = (dir_ / "holed").string();
+  ASSERT_TRUE(save_params(cfg, params, holed, true, true).is_ok());
+  ModelConfig c;
+  std::vector<float> back;
+  Status s = ckpt_load_model(ckpt_step_dir(holed, 3), c, back);
+  ASSERT_FALSE(s.is_ok());
+  EXPECT_TRUE(contains(s.message(), "model.layers.1.mlp.down_proj.weight")) << s.message();
+  Status e = export_hf(ckpt_step_dir(holed, 3), (dir_ / "hf_holed").string(), "", &st);
+  ASSERT_FALSE(e.is_ok());
+  EXPECT_TRUE(contains(e.message(), "model.layers.1.mlp.down_proj.weight")) << e.message();
+  EXPECT_FALSE(fs::exists(dir_ / "hf_holed" / "model.safetensors"));
+  EXPECT_FALSE(fs::exists(dir_ / "hf_holed" / "model.safetensors.tmp"));
 }

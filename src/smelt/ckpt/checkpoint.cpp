@@ -18,7 +18,6 @@
 #include <thread>
 
 #include <fmt/format.h>
-#include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
 #include <toml++/toml.h>
 
@@ -696,17 +695,11 @@ Status ckpt_load_model(const std::string& step_dir, ModelConfig& cfg, std::vecto
     return Status::error(fmt::format("{}/manifest.json config_toml: {}", step_dir, s.message()));
   ParamLayout layout = param_layout(cfg);
   params.assign(static_cast<size_t>(layout.total), 0.0f);
-  for (const auto& p : layout.tensors) {
-    const CkptTensorInfo* t = m.find(p.name);
-    if (!t)
-      return Status::error(fmt::format("{}: no tensor {}, which the checkpoint's [model] config needs", step_dir,
-                                       p.name));
-    bool shape_ok = (t->shape == std::vector<int64_t>{p.rows, p.cols}) ||
-                    (p.cols == 1 && t->shape == std::vector<int64_t>{p.rows});
-    if (!shape_ok)
-      return Status::error(fmt::format("{}: tensor {} has shape [{}], the [model] config needs [{}, {}]", step_dir,
-                                       p.name, fmt::join(t->shape, ", "), p.rows, p.cols));
-    if (Status s = ckpt_load_tensor(step_dir, m, p.name, params.data() + p.offset, p.size()); !s) return s;
+  for (const auto& p : layout.tensors) {  // each stored whole or as boxes, in any rank's file
+    if (Status s = ckpt_read_box(step_dir, m, p.name, p.rows, p.cols, CkptBox{0, 0, p.rows, p.cols},
+                                 params.data() + p.offset);
+        !s)
+      return s;
   }
   if (manifest) *manifest = std::move(m);
   return Status::ok();

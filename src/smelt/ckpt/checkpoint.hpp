@@ -147,7 +147,8 @@ std::vector<CkptFlatBox> ckpt_flat_boxes(const CkptBox& local, int64_t a, int64_
 // Tensor naming the trainer uses: parameters under their ParamLayout (Hugging Face) names, AdamW
 // moments as "optim.m.<name>" and "optim.v.<name>".
 // Loads the model of a checkpoint: [model] from its config, every parameter tensor into a flat
-// buffer in param_layout order. For eval, generate and export.
+// buffer in param_layout order, each stored whole or as boxes (ckpt_read_box). For eval, generate
+// and export.
 struct ModelConfig;
 Status ckpt_load_model(const std::string& step_dir, ModelConfig& cfg, std::vector<float>& params,
                        CkptManifest* manifest = nullptr);

@@ -250,13 +250,7 @@ Status export_gguf(const std::string& step_dir, const std::string& out_path, Ggu
   std::vector<GgmlType> types;
   int64_t largest = 0;
   GgufExportStats st;
-  for (const auto& t : layout.tensors) {
-    const CkptTensorInfo* info = m.find(t.name);
-    if (!info)
-      return Status::error(fmt::format("{}: no tensor {}, which the checkpoint's [model] config needs", step_dir, t.name));
-    if (info->bytes != 4 * t.size())
-      return Status::error(fmt::format("{}: tensor {} holds {} bytes, the [model] config needs {} x {} floats",
-                                       step_dir, t.name, info->bytes, t.rows, t.cols));
+  for (const auto& t : layout.tensors) {  // presence and shapes: checked by ckpt_read_box below
     GgmlType g = GgmlType::kF32;
     if (t.cols > 1 && dtype == GgufDtype::kF16) g = GgmlType::kF16;
     if (t.cols > 1 && dtype == GgufDtype::kQ8_0) {
@@ -280,7 +274,7 @@ Status export_gguf(const std::string& step_dir, const std::string& out_path, Ggu
   Status s = w.open(tmp);
   for (size_t i = 0; s && i < layout.tensors.size(); i++) {
     const ParamTensor& t = layout.tensors[i];
-    s = ckpt_load_tensor(step_dir, m, t.name, buf.data(), t.size());
+    s = ckpt_read_box(step_dir, m, t.name, t.rows, t.cols, CkptBox{0, 0, t.rows, t.cols}, buf.data());
     if (!s) break;
     if (int heads = rope_heads(t.name, c)) gguf_permute_rope_rows(buf.data(), heads, c.head_size(), t.cols, false);
     switch (types[i]) {
