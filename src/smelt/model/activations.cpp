@@ -15,10 +15,11 @@ namespace smelt {
 
 namespace {
 // Walks the slice table; with base == nullptr only counts.
-int64_t layout(Activations* a, const ModelConfig& c, int B, int T, float* base) {
-  const int64_t N = (int64_t)B * T, C = c.d_model, V = c.vocab_size, H = c.ffn_hidden;
-  const int64_t QKV = c.qkv_size(), A = (int64_t)c.n_heads * c.head_size();
-  const int L = c.n_layers, sets = c.recompute ? 1 : L;
+// A shard without the head keeps no logits, final norm or cross-entropy rows.
+int64_t layout(Activations* a, const ShardDims& d, bool recompute, int B, int T, float* base) {
+  const int64_t N = (int64_t)B * T, C = d.C, V = d.head ? d.V : 0, H = d.H;
+  const int64_t QKV = d.qkv(), A = d.A();
+  const int L = d.L, sets = recompute ? 1 : L;
   int64_t off = 0;
   auto take = [&](const std::string& name, int64_t n) -> float* {
     float* p = base ? base + off : nullptr;
@@ -30,13 +31,13 @@ int64_t layout(Activations* a, const ModelConfig& c, int B, int T, float* base) 
   for (int l = 0; l <= L; l++) resid.push_back(take(fmt::format("resid.{}", l), N * C));
   std::vector<LayerActs> sets_v;
   for (int s = 0; s < sets; s++) {
-    std::string p = c.recompute ? "layer." : fmt::format("layer.{}.", s);
+    std::string p = recompute ? "layer." : fmt::format("layer.{}.", s);
     LayerActs la;
     la.ln1 = take(p + "ln1", N * C);
     la.rstd1 = take(p + "rstd1", N);
     la.qkv = take(p + "qkv", N * QKV);
     la.att = take(p + "att", N * A);
-    la.lse = take(p + "lse", (int64_t)B * c.n_heads * T);
+    la.lse = take(p + "lse", (int64_t)B * d.NH * T);
     la.xmid = take(p + "xmid", N * C);
     la.ln2 = take(p + "ln2", N * C);
     la.rstd2 = take(p + "rstd2", N);
@@ -44,11 +45,11 @@ int64_t layout(Activations* a, const ModelConfig& c, int B, int T, float* base) 
     la.sw = take(p + "sw", N * H);
     sets_v.push_back(la);
   }
-  float* lnf = take("lnf", N * C);
-  float* rstdf = take("rstdf", N);
+  float* lnf = take("lnf", d.head ? N * C : 0);
+  float* rstdf = take("rstdf", d.head ? N : 0);
   float* logits = take("logits", N * V);
   float* losses = take("losses", N);
-  float* lse_ce = take("lse_ce", N);
+  float* lse_ce = take("lse_ce", d.head ? N : 0);
   float* dres = take("dres", N * C);
   float* dln = take("dln", N * C);
   float* dqkv = take("dqkv", N * QKV);
@@ -58,7 +59,7 @@ int64_t layout(Activations* a, const ModelConfig& c, int B, int T, float* base) 
   if (a && base) {
     a->resid = resid;
     a->layers.clear();
-    for (int l = 0; l < L; l++) a->layers.push_back(sets_v[c.recompute ? 0 : l]);
+    for (int l = 0; l < L; l++) a->layers.push_back(sets_v[recompute ? 0 : l]);
     a->lnf = lnf; a->rstdf = rstdf; a->logits = logits; a->losses = losses; a->lse_ce = lse_ce;
     a->dres = dres; a->dln = dln; a->dqkv = dqkv; a->datt = datt; a->dgu = dgu; a->dsw = dsw;
   }
@@ -67,16 +68,24 @@ int64_t layout(Activations* a, const ModelConfig& c, int B, int T, float* base) 
 }  // namespace
 
 int64_t activation_floats(const ModelConfig& c, int B, int T) {
-  return layout(nullptr, c, B, T, nullptr);
+  return activation_floats(shard_dims(c, ModelShard{}), c.recompute, B, T);
+}
+
+int64_t activation_floats(const ShardDims& d, bool recompute, int B, int T) {
+  return layout(nullptr, d, recompute, B, T, nullptr);
 }
 
 void activations_init(Activations& a, const ModelConfig& c, int B, int T) {
+  activations_init(a, shard_dims(c, ModelShard{}), c.recompute, B, T);
+}
+
+void activations_init(Activations& a, const ShardDims& d, bool recompute, int B, int T) {
   a.B = B;
   a.T = T;
-  a.recompute = c.recompute;
+  a.recompute = recompute;
   a.slices.clear();
-  a.buffer.assign(activation_floats(c, B, T), 0.0f);
-  layout(&a, c, B, T, a.buffer.data());
+  a.buffer.assign(activation_floats(d, recompute, B, T), 0.0f);
+  layout(&a, d, recompute, B, T, a.buffer.data());
 }
 
 std::string MemoryPlan::report() const {
@@ -89,35 +98,48 @@ std::string MemoryPlan::report() const {
                                        "of them)\n", zero_ranks, zero_ranks)
                          : std::string()) +
          line("activations", activation_bytes) +
+         (slots > 1 ? fmt::format("  (pipeline: {} micro-batches' activations in flight)\n", slots) : std::string()) +
          (bf16_bytes ? line("bf16 operands", bf16_bytes) : std::string()) +
          line("total", total());
 }
 
 Bf16Sizes bf16_sizes(const ModelConfig& c, int B, int T, int threads) {
-  const int64_t N = (int64_t)B * T, A = (int64_t)c.n_heads * c.head_size();
+  return bf16_sizes(c, ModelShard{}, B, T, threads);
+}
+
+Bf16Sizes bf16_sizes(const ModelConfig& c, const ModelShard& shard, int B, int T, int threads) {
+  const ShardDims d = shard_dims(c, shard);
+  const int64_t N = (int64_t)B * T, A = d.A();
   Bf16Sizes s;
-  s.weights = param_layout(c).total;
-  s.inputs = N * std::max<int64_t>({c.d_model, A, c.ffn_hidden});
-  s.grads = N * std::max<int64_t>({c.qkv_size(), c.d_model, 2 * (int64_t)c.ffn_hidden, c.vocab_size});
-  s.qkv = N * c.qkv_size();
+  s.weights = param_layout(c, shard).total;
+  s.inputs = N * std::max<int64_t>({d.C, A, d.H});
+  s.grads = N * std::max<int64_t>({d.qkv(), d.C, 2 * (int64_t)d.H, d.head ? d.V : 0});
+  s.qkv = N * d.qkv();
   s.attn_scratch_floats = attention_bf16_scratch_floats(T, std::max(1, threads));
   return s;
 }
 
 MemoryPlan memory_plan(const ModelConfig& c, int B, int T, int zero_ranks, Precision precision, int threads) {
+  return memory_plan(c, ModelShard{}, B, T, zero_ranks, precision, threads);
+}
+
+MemoryPlan memory_plan(const ModelConfig& c, const ModelShard& shard, int B, int T, int zero_ranks,
+                       Precision precision, int threads, int slots) {
   MemoryPlan p;
-  int64_t n = param_layout(c).total;
+  const ShardDims d = shard_dims(c, shard);
+  int64_t n = param_layout(c, shard).total;
   p.param_bytes = n * 4;
   p.grad_bytes = n * 4;
   p.zero_ranks = std::max(1, zero_ranks);
-  int64_t shard = 0;
+  int64_t largest = 0;
   const std::vector<int64_t> b = zero_shard_bounds(n, p.zero_ranks);
-  for (int r = 0; r < p.zero_ranks; r++) shard = std::max(shard, b[r + 1] - b[r]);
-  p.optimizer_bytes = 2 * shard * 4;
-  p.activation_bytes = activation_floats(c, B, T) * 4;
+  for (int r = 0; r < p.zero_ranks; r++) largest = std::max(largest, b[r + 1] - b[r]);
+  p.optimizer_bytes = 2 * largest * 4;
+  p.slots = std::max(1, slots);
+  p.activation_bytes = activation_floats(d, c.recompute, B, T) * 4 * p.slots;
   if (precision == Precision::kBf16) {
-    p.bf16_bytes = bf16_sizes(c, B, T, threads).total() * 2;
-    p.activation_bytes += (int64_t)kHeadRows * c.vocab_size * 4;  // the blocked LM head's logits
+    p.bf16_bytes = bf16_sizes(c, shard, B, T, threads).total() * 2;
+    if (d.head) p.activation_bytes += (int64_t)kHeadRows * d.V * 4;  // the blocked LM head's logits
   }
   return p;
 }

@@ -9,6 +9,7 @@
 
 #include "smelt/common/status.hpp"
 #include "smelt/model/config.hpp"
+#include "smelt/model/shard.hpp"
 
 namespace smelt {
 
@@ -47,10 +48,13 @@ struct Activations {
   std::vector<std::pair<std::string, int64_t>> slices;  // [slice] name, floats (for the report)
 };
 
-// Floats the activations need at (B,T).
+// Floats the activations need at (B,T) (the whole model, or one shard's local sizes: a shard
+// without the head keeps no logits).
 int64_t activation_floats(const ModelConfig& c, int B, int T);
+int64_t activation_floats(const ShardDims& d, bool recompute, int B, int T);
 // Allocates and slices (the only allocation of the training step's activations).
 void activations_init(Activations& a, const ModelConfig& c, int B, int T);
+void activations_init(Activations& a, const ShardDims& d, bool recompute, int B, int T);
 
 // bf16 operands of the linear layers at (B,T) (in bf16 elements): the weights' copy, the widest
 // GEMM input (N x max in-features) and the widest output gradient (N x max out-features, the
@@ -66,11 +70,13 @@ struct Bf16Sizes {
   int64_t total() const { return weights + inputs + grads + qkv + 2 * attn_scratch_floats; }
 };
 Bf16Sizes bf16_sizes(const ModelConfig& c, int B, int T, int threads = 1);
+Bf16Sizes bf16_sizes(const ModelConfig& c, const ModelShard& shard, int B, int T, int threads = 1);
 
 struct MemoryPlan {
   int64_t param_bytes = 0, grad_bytes = 0, optimizer_bytes = 0, activation_bytes = 0;
   int64_t bf16_bytes = 0;  // bf16 precision: the weights' bf16 copy and the GEMM operand scratch
   int zero_ranks = 1;  // > 1: the optimizer state is this rank's ZeRO-1 shard (the largest one)
+  int slots = 1;       // activation sets held at once (a pipeline stage's micro-batches in flight)
   int64_t total() const { return param_bytes + grad_bytes + optimizer_bytes + activation_bytes + bf16_bytes; }
   std::string report() const;  // one line per item, in MiB and bytes
 };
@@ -81,6 +87,10 @@ struct MemoryPlan {
 // precision bf16 adds bf16_sizes (2 bytes each).
 MemoryPlan memory_plan(const ModelConfig& c, int B, int T, int zero_ranks = 1,
                        Precision precision = Precision::kFp32, int threads = 1);
+// One shard's plan (shard.hpp): its parameters, gradients and moments, `slots` activation sets of
+// its local sizes. The trainer plans with it and `smelt plan` calls it.
+MemoryPlan memory_plan(const ModelConfig& c, const ModelShard& shard, int B, int T, int zero_ranks,
+                       Precision precision, int threads, int slots = 1);
 // Physical memory of this machine in bytes (the natural budget for a single-process run).
 int64_t memory_physical_bytes();
 // Fails, naming every item and the budget, when the plan exceeds budget_bytes (<= 0: no limit).

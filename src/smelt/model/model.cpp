@@ -67,17 +67,28 @@ void Model::prof_mark(int op) {
 
 Status Model::init(const ModelConfig& c, int B, int T, int threads, uint64_t seed,
                    int64_t budget_bytes, int optimizer_shards) {
+  return init(c, ModelShard{}, B, T, threads, seed, budget_bytes, optimizer_shards, 1);
+}
+
+Status Model::init(const ModelConfig& c, const ModelShard& shard, int B, int T, int threads, uint64_t seed,
+                   int64_t budget_bytes, int optimizer_shards, int slots) {
   if (auto s = model_config_validate(c); !s) return s;
+  if (auto s = shard_validate(c, shard); !s) return s;
   if (B <= 0 || T <= 0 || T > c.max_seq_len)
     return Status::error(fmt::format("[model] batch {}x{}: need B >= 1 and 1 <= T <= max_seq_len = {}",
                                      B, T, c.max_seq_len));
   cfg_ = c;
+  shard_ = shard;
+  if (shard_.layer_end < 0) shard_.layer_end = c.n_layers;
+  d_ = shard_dims(c, shard_);
   Bmax_ = B;
   Tmax_ = T;
   threads_ = threads;
-  layout_ = param_layout(c);
-  plan_ = memory_plan(c, B, T, optimizer_shards, precision_, threads);
-  spdlog::info("[model] memory plan for batch {}x{} ({} parameters{}{}):\n{}", B, T, layout_.total,
+  layout_ = param_layout(c, shard_);
+  slots = std::max(1, slots);
+  plan_ = memory_plan(c, shard_, B, T, optimizer_shards, precision_, threads, slots);
+  spdlog::info("[model] memory plan for batch {}x{} ({} parameters{}{}{}):\n{}", B, T, layout_.total,
+               shard_.whole() ? "" : fmt::format(" of {}, {}", param_count(c), shard_describe(shard_)),
                c.recompute ? ", recompute on" : "",
                precision_ == Precision::kBf16 ? fmt::format(", bf16 GEMMs on {}", gemm_bf16_isa()) : "",
                plan_.report());
@@ -85,36 +96,69 @@ Status Model::init(const ModelConfig& c, int B, int T, int threads, uint64_t see
 
   params_.assign(layout_.total, 0.0f);
   grads_.assign(layout_.total, 0.0f);
-  activations_init(acts_, c, B, T);
+  slots_.assign(slots, Slot{});
+  slot_ = 0;
+  activations_init(acts_, d_, c.recompute, B, T);
+  for (int i = 1; i < slots; i++) activations_init(slots_[i].acts, d_, c.recompute, B, T);
+  batch_ = nullptr;
   rope_.assign((size_t)c.max_seq_len * c.head_size(), 0.0f);
   if (precision_ == Precision::kBf16) {
-    const Bf16Sizes z = bf16_sizes(c, B, T, threads);
+    const Bf16Sizes z = bf16_sizes(c, shard_, B, T, threads);
     w16_.assign(z.weights, 0);
     x16_.assign(z.inputs, 0);
     d16_.assign(z.grads, 0);
     qkv16_.assign(z.qkv, 0);
     attn16_scratch_.assign(z.attn_scratch_floats, 0.0f);
-    head_block_.assign((size_t)kHeadRows * c.vocab_size, 0.0f);
+    head_block_.assign(d_.head ? (size_t)kHeadRows * d_.V : 0, 0.0f);
   } else {
     w16_ = {}, x16_ = {}, d16_ = {}, qkv16_ = {}, attn16_scratch_ = {}, head_block_ = {};
   }
   sparsity_scratch_.assign(T, 0.0f);
   rope_table(rope_.data(), c.max_seq_len, c.head_size(), (float)c.rope_theta);
+  init_params(seed);
+  return Status::ok();
+}
 
-  // Normal(0, init_std) matrices; the projections into the residual stream (o_proj, down_proj)
-  // scaled by 1/sqrt(2L) (GPT-2); norms start at 1.
-  InitRng rng{seed};
+// Normal(0, init_std) matrices; the projections into the residual stream (o_proj, down_proj)
+// scaled by 1/sqrt(2L) (GPT-2); norms start at 1. The whole model draws one normal (two uniforms)
+// per matrix element from one splitmix64 stream, tensor by tensor in layout order; splitmix64's
+// state after k draws is seed + k * gamma, so any element's draw is computed in place and a shard
+// holds exactly the values of its box in the whole model.
+void Model::init_params(uint64_t seed) {
+  const ParamLayout full = param_layout(cfg_);
+  std::vector<int64_t> before(full.tensors.size() + 1, 0);  // matrix elements drawn before each tensor
+  for (size_t i = 0; i < full.tensors.size(); i++)
+    before[i + 1] = before[i] + (full.tensors[i].cols == 1 ? 0 : full.tensors[i].size());
+  constexpr uint64_t kGamma = 0x9E3779B97F4A7C15ull;
   for (const auto& t : layout_.tensors) {
     float* p = params_.data() + t.offset;
-    if (t.cols == 1) {
+    if (t.full_cols == 1) {
       for (int64_t i = 0; i < t.size(); i++) p[i] = 1.0f;
       continue;
     }
     bool resid = t.name.find("o_proj") != std::string::npos || t.name.find("down_proj") != std::string::npos;
-    double std = c.init_std * (resid ? 1.0 / std::sqrt(2.0 * c.n_layers) : 1.0);
-    for (int64_t i = 0; i < t.size(); i++) p[i] = (float)(std * rng.normal());
+    double std = cfg_.init_std * (resid ? 1.0 / std::sqrt(2.0 * cfg_.n_layers) : 1.0);
+    for (int64_t r = 0; r < t.rows; r++)
+      for (int64_t k = 0; k < t.cols; k++) {
+        const int64_t e = before[t.full_index] + (t.row0 + r) * t.full_cols + t.col0 + k;
+        InitRng rng{seed + 2 * (uint64_t)e * kGamma};
+        p[r * t.cols + k] = (float)(std * rng.normal());
+      }
   }
-  return Status::ok();
+}
+
+void Model::use_slot(int i) {
+  if (i == slot_) return;
+  auto park = [&](Slot& s) {  // swaps the model's current state with a slot's
+    std::swap(acts_, s.acts);
+    std::swap(batch_, s.batch);
+    std::swap(valid_, s.valid);
+    std::swap(fused_dloss_, s.fused_dloss);
+    std::swap(block_entropy_, s.block_entropy);
+  };
+  park(slots_[slot_]);  // the current set goes back to its slot (the model holds the empty one)
+  park(slots_[i]);
+  slot_ = i;
 }
 
 void Model::linear_forward(float* out, const float* inp, int64_t w, int N, int IC, int OC, float beta) {
@@ -138,10 +182,10 @@ void Model::linear_backward(float* dinp, int64_t w, const float* dout, const flo
 }
 
 void Model::layer_forward(int l, int B, int T) {
-  TraceSpan span("forward.layer", "layer", l);
+  TraceSpan span("forward.layer", "layer", d_.l0 + l);
   const ModelConfig& c = cfg_;
-  const int N = B * T, C = c.d_model, H = c.ffn_hidden, HS = c.head_size();
-  const int NH = c.n_heads, NKV = c.n_kv_heads, QKV = c.qkv_size(), A = NH * HS;
+  const int N = B * T, C = d_.C, H = d_.H, HS = d_.HS;
+  const int NH = d_.NH, NKV = d_.NKV, QKV = d_.qkv(), A = d_.A();
   const LayerOffsets& o = layout_.layers[l];
   const float* w = params_.data();
   const LayerActs& a = acts_.layers[l];
@@ -170,9 +214,12 @@ void Model::layer_forward(int l, int B, int T) {
       attention_forward(a.att, a.lse, a.qkv, seg, B, T, NH, NKV, HS);
   }
   prof_mark(kPAttnF);
-  std::memcpy(a.xmid, x, sizeof(float) * N * C);
+  // Row-parallel under TP: each rank's partial product, the residual added once (rank 0), summed.
+  if (shard_.tp_rank == 0) std::memcpy(a.xmid, x, sizeof(float) * N * C);
+  else std::memset(a.xmid, 0, sizeof(float) * N * C);
   prof_mark(kPCopyF);
   linear_forward(a.xmid, a.att, o.wo, N, A, C, 1.0f);
+  tp_sum(a.xmid, (int64_t)N * C);
   prof_mark(kPOF);
   rmsnorm(a.ln2, a.rstd2, a.xmid, w + o.ln2, N, C, (float)c.norm_eps);
   prof_mark(kPNormF);
@@ -181,9 +228,11 @@ void Model::layer_forward(int l, int B, int T) {
   (ref ? swiglu_forward_ref : swiglu_forward)(a.sw, a.gu, N, H);
   prof_mark(kPSwigluF);
   float* y = acts_.resid[l + 1];
-  std::memcpy(y, a.xmid, sizeof(float) * N * C);
+  if (shard_.tp_rank == 0) std::memcpy(y, a.xmid, sizeof(float) * N * C);
+  else std::memset(y, 0, sizeof(float) * N * C);
   prof_mark(kPCopyF);
   linear_forward(y, a.sw, o.wdown, N, H, C, 1.0f);
+  tp_sum(y, (int64_t)N * C);
   prof_mark(kPDownF);
 }
 
@@ -216,6 +265,7 @@ Status Model::forward(const Batch& b, float& loss, float grad_dloss, bool loss_o
   batch_ = &b;
   const float* w = params_.data();
   const bool ref = reference_;
+  const bool tp = shard_.tp > 1;
   prof_start();
   // bf16: the weights as they are now (after the last optimizer step, a load or a gather).
   if (precision_ == Precision::kBf16) {
@@ -226,21 +276,35 @@ Status Model::forward(const Batch& b, float& loss, float grad_dloss, bool loss_o
     const int64_t need = attention_bf16_scratch_floats(Tmax_, threads_);
     if ((int64_t)attn16_scratch_.size() < need) attn16_scratch_.assign(need, 0.0f);  // set_threads raised the count
   }
-  {
+  if (d_.embed) {
     TraceSpan emb("embedding");
-    (ref ? embedding_forward_ref : embedding_forward)(acts_.resid[0], b.inputs.data(), w + layout_.wte, N, C, V);
+    if (tp) embed_forward_tp(b);
+    else (ref ? embedding_forward_ref : embedding_forward)(acts_.resid[0], b.inputs.data(), w + layout_.wte, N, C, V);
     prof_mark(kPEmbedF);
   }
-  for (int l = 0; l < c.n_layers; l++) layer_forward(l, b.B, b.T);
-  TraceSpan head("head.loss");  // the final norm, the LM head and the cross-entropy, to the end
-  (ref ? rmsnorm_forward_ref : rmsnorm_forward)(acts_.lnf, acts_.rstdf, acts_.resid[c.n_layers],
-                                                w + layout_.lnf, N, C, (float)c.norm_eps);
-  prof_mark(kPNormF);
+  for (int l = 0; l < d_.L; l++) layer_forward(l, b.B, b.T);
   fused_dloss_ = 0.0f;
   block_entropy_ = -1.0;
+  valid_ = 0;
+  for (int n = 0; n < N; n++) valid_ += b.targets[n] >= 0;
+  if (!d_.head) {  // a pipeline stage before the last: its output goes on to the next stage
+    std::memset(acts_.losses, 0, sizeof(float) * N);
+    loss = 0.0f;
+    return Status::ok();
+  }
+  TraceSpan head("head.loss");  // the final norm, the LM head and the cross-entropy, to the end
+  (ref ? rmsnorm_forward_ref : rmsnorm_forward)(acts_.lnf, acts_.rstdf, acts_.resid[d_.L],
+                                                w + layout_.lnf, N, C, (float)c.norm_eps);
+  prof_mark(kPNormF);
   const bool train16 = grad_dloss > 0.0f && precision_ == Precision::kBf16;
   // (fp32 keeps the whole-matrix GEMM: its 64-row tiles measured slower than the memory saved)
-  if ((train16 || (loss_only && precision_ == Precision::kBf16)) && !ref) {
+  if (tp) {
+    // The vocabulary-parallel head: this rank's (N, V/tp) logits, the softmax's max, sum and the
+    // target's logit summed over the TP ranks; no rank holds a full row.
+    linear_forward(acts_.logits, acts_.lnf, layout_.lm_head, N, C, d_.V, 0.0f);
+    prof_mark(kPHeadF);
+    cross_entropy_tp(b);
+  } else if ((train16 || (loss_only && precision_ == Precision::kBf16)) && !ref) {
     // bf16 training, or a bf16 loss alone: the LM head and the cross-entropy (with its gradient
     // when training) in blocks of kHeadRows rows whose logits stay in a cache-sized scratch,
     // never written out as (N,V); the sampled rows' prediction entropy is taken from the block.
@@ -269,21 +333,95 @@ Status Model::forward(const Batch& b, float& loss, float grad_dloss, bool loss_o
   }
   prof_mark(kPCeF);
   double sum = 0.0;  // in row order: deterministic
-  valid_ = 0;
   for (int n = 0; n < N; n++)
-    if (b.targets[n] >= 0) {
-      sum += acts_.losses[n];
-      valid_++;
-    }
+    if (b.targets[n] >= 0) sum += acts_.losses[n];
   loss = valid_ ? (float)(sum / valid_) : 0.0f;
   return Status::ok();
 }
 
+// Rows of the vocabulary this rank holds: its part of each token's embedding (zero for tokens
+// outside [v0, v0 + V)), summed over the TP ranks.
+void Model::embed_forward_tp(const Batch& b) {
+  const int N = b.B * b.T, C = d_.C;
+  const float* wte = params_.data() + layout_.wte;
+  float* x = acts_.resid[0];
+  for (int n = 0; n < N; n++) {
+    const int64_t t = (int64_t)b.inputs[n] - d_.v0;
+    if (t >= 0 && t < d_.V) std::memcpy(x + (int64_t)n * C, wte + t * C, sizeof(float) * C);
+    else std::memset(x + (int64_t)n * C, 0, sizeof(float) * C);
+  }
+  tp_.sum(x, (int64_t)N * C);
+}
+
+void Model::embed_backward_tp(const Batch& b) {
+  const int N = b.B * b.T, C = d_.C;
+  float* g = grads_.data() + layout_.wte;
+  const float* dx = acts_.dres;
+  for (int n = 0; n < N; n++) {  // in row order: deterministic
+    const int64_t t = (int64_t)b.inputs[n] - d_.v0;
+    if (t < 0 || t >= d_.V) continue;
+    float* row = g + t * C;
+    const float* d = dx + (int64_t)n * C;
+    for (int k = 0; k < C; k++) row[k] += d[k];
+  }
+}
+
+// Vocabulary-parallel cross-entropy over (N, V/tp) logits: the row max (max over ranks), the sum of
+// exp(logit - max) and the target's logit (sums over ranks: the rank holding the target adds it,
+// the others 0); loss = max + log(sum) - target logit; lse_ce keeps max + log(sum) for backward.
+void Model::cross_entropy_tp(const Batch& b) {
+  const int N = b.B * b.T, V = d_.V;
+  const float* lg = acts_.logits;
+  std::vector<float> mx(N), parts(2 * (size_t)N);
+#pragma omp parallel for schedule(static) num_threads(threads_)
+  for (int n = 0; n < N; n++) {
+    const float* r = lg + (int64_t)n * V;
+    float m = -INFINITY;
+    for (int j = 0; j < V; j++) m = std::max(m, r[j]);
+    mx[n] = m;
+  }
+  tp_.max(mx.data(), N);
+#pragma omp parallel for schedule(static) num_threads(threads_)
+  for (int n = 0; n < N; n++) {
+    const float* r = lg + (int64_t)n * V;
+    double se = 0.0;
+    for (int j = 0; j < V; j++) se += std::exp((double)r[j] - mx[n]);
+    const int64_t t = (int64_t)b.targets[n] - d_.v0;
+    parts[n] = (float)se;
+    parts[N + n] = t >= 0 && t < V ? r[t] : 0.0f;
+  }
+  tp_.sum(parts.data(), 2 * (int64_t)N);
+  for (int n = 0; n < N; n++) {
+    const float lse = mx[n] + std::log(parts[n]);
+    acts_.lse_ce[n] = lse;
+    acts_.losses[n] = b.targets[n] >= 0 ? lse - parts[N + n] : 0.0f;
+  }
+}
+
+// dlogits = dloss (softmax - onehot(target)) on this rank's columns, rows without a target zero;
+// in place of the logits.
+void Model::cross_entropy_backward_tp(const Batch& b, float dloss) {
+  const int N = b.B * b.T, V = d_.V;
+  float* lg = acts_.logits;
+#pragma omp parallel for schedule(static) num_threads(threads_)
+  for (int n = 0; n < N; n++) {
+    float* r = lg + (int64_t)n * V;
+    if (b.targets[n] < 0) {
+      std::memset(r, 0, sizeof(float) * V);
+      continue;
+    }
+    const float lse = acts_.lse_ce[n];
+    for (int j = 0; j < V; j++) r[j] = std::exp(r[j] - lse) * dloss;
+    const int64_t t = (int64_t)b.targets[n] - d_.v0;
+    if (t >= 0 && t < V) r[t] -= dloss;
+  }
+}
+
 void Model::layer_backward(int l, int B, int T) {
-  TraceSpan span("backward.layer", "layer", l);
+  TraceSpan span("backward.layer", "layer", d_.l0 + l);
   const ModelConfig& c = cfg_;
-  const int N = B * T, C = c.d_model, H = c.ffn_hidden, HS = c.head_size();
-  const int NH = c.n_heads, NKV = c.n_kv_heads, QKV = c.qkv_size(), A = NH * HS;
+  const int N = B * T, C = d_.C, H = d_.H, HS = d_.HS;
+  const int NH = d_.NH, NKV = d_.NKV, QKV = d_.qkv(), A = d_.A();
   const LayerOffsets& o = layout_.layers[l];
   const float* w = params_.data();
   float* g = grads_.data();
@@ -300,6 +438,7 @@ void Model::layer_backward(int l, int B, int T) {
   (ref ? swiglu_backward_ref : swiglu_backward)(s.dgu, s.dsw, a.gu, N, H);
   prof_mark(kPSwigluB);
   linear_backward(s.dln, o.wgu, s.dgu, a.ln2, N, C, 2 * H);
+  tp_sum(s.dln, (int64_t)N * C);  // column-parallel input: each rank's part of the norm's gradient
   prof_mark(kPGateUpB);
   rmsnorm(s.dres, g + o.ln2, s.dln, a.xmid, w + o.ln2, a.rstd2, N, C);
   prof_mark(kPNormB);
@@ -323,6 +462,7 @@ void Model::layer_backward(int l, int B, int T) {
   }
   prof_mark(kPRopeB);
   linear_backward(s.dln, o.wqkv, s.dqkv, a.ln1, N, C, QKV);
+  tp_sum(s.dln, (int64_t)N * C);
   prof_mark(kPQkvB);
   rmsnorm(s.dres, g + o.ln1, s.dln, acts_.resid[l], w + o.ln1, a.rstd1, N, C);
   prof_mark(kPNormB);
@@ -331,51 +471,60 @@ void Model::layer_backward(int l, int B, int T) {
 void Model::backward(float dloss) {
   const ModelConfig& c = cfg_;
   const Batch& b = *batch_;
-  const int N = b.B * b.T, C = c.d_model, V = c.vocab_size;
+  const int N = b.B * b.T, C = c.d_model, V = d_.V;
   TraceSpan span("backward");
   kernels_set_threads(threads_);
   const float* w = params_.data();
   float* g = grads_.data();
   if (dloss == 0.0f) dloss = valid_ ? 1.0f / (float)valid_ : 0.0f;
   const bool ref = reference_;
+  const bool tp = shard_.tp > 1;
   prof_start();
-  // bf16 (fast kernels): dlogits go straight to bf16, the LM head's GEMM operand.
-  const bool dlogits16 = precision_ == Precision::kBf16 && !ref;
-  std::optional<TraceSpan> head(std::in_place, "head.backward");  // to the final norm's gradient
-  if (ref) {
-    std::memcpy(ref_logits_.data(), acts_.logits, sizeof(float) * N * V);
-    cross_entropy_backward_ref(acts_.logits, ref_logits_.data(), b.targets.data(), dloss, N, V);
-  } else if (dlogits16 && fused_dloss_ == dloss) {
-    // made by the forward (grad_dloss)
-  } else if (dlogits16) {
-    cross_entropy_backward_bf16(d16_.data(), acts_.logits, acts_.lse_ce, b.targets.data(), dloss, N, V);
-  } else {
-    cross_entropy_backward(acts_.logits, acts_.lse_ce, b.targets.data(), dloss, N, V);
-  }
-  prof_mark(kPCeB);
-  fused_dloss_ = 0.0f;
-  linear_backward(acts_.dln, layout_.lm_head, dlogits16 ? nullptr : acts_.logits, acts_.lnf, N, C, V);
-  prof_mark(kPHeadB);
   const bool tied = layout_.lm_head == layout_.wte;
-  if (grad_ready_ && !tied) grad_ready_(layout_.lm_head, layout_.total);
-  std::memset(acts_.dres, 0, sizeof(float) * N * C);
-  (ref ? rmsnorm_backward_ref : rmsnorm_backward)(acts_.dres, g + layout_.lnf, acts_.dln,
-                                                  acts_.resid[c.n_layers], w + layout_.lnf,
-                                                  acts_.rstdf, N, C);
-  prof_mark(kPNormB);
-  if (grad_ready_) grad_ready_(layout_.lnf, tied ? layout_.total : layout_.lm_head);
-  head.reset();
-  for (int l = c.n_layers - 1; l >= 0; l--) {
+  // Where each layer's range of the gradient ends (the next layer's start, the final norm, or the end).
+  auto layer_end = [&](int l) {
+    return l + 1 < d_.L ? layout_.layers[l + 1].ln1 : layout_.lnf >= 0 ? layout_.lnf : layout_.total;
+  };
+  if (d_.head) {
+    // bf16 (fast kernels): dlogits go straight to bf16, the LM head's GEMM operand.
+    const bool dlogits16 = precision_ == Precision::kBf16 && !ref && !tp;
+    std::optional<TraceSpan> head(std::in_place, "head.backward");  // to the final norm's gradient
+    if (tp) {
+      cross_entropy_backward_tp(b, dloss);
+    } else if (ref) {
+      std::memcpy(ref_logits_.data(), acts_.logits, sizeof(float) * N * V);
+      cross_entropy_backward_ref(acts_.logits, ref_logits_.data(), b.targets.data(), dloss, N, V);
+    } else if (dlogits16 && fused_dloss_ == dloss) {
+      // made by the forward (grad_dloss)
+    } else if (dlogits16) {
+      cross_entropy_backward_bf16(d16_.data(), acts_.logits, acts_.lse_ce, b.targets.data(), dloss, N, V);
+    } else {
+      cross_entropy_backward(acts_.logits, acts_.lse_ce, b.targets.data(), dloss, N, V);
+    }
+    prof_mark(kPCeB);
+    fused_dloss_ = 0.0f;
+    linear_backward(acts_.dln, layout_.lm_head, dlogits16 ? nullptr : acts_.logits, acts_.lnf, N, C, V);
+    tp_sum(acts_.dln, (int64_t)N * C);
+    prof_mark(kPHeadB);
+    if (grad_ready_ && !tied) grad_ready_(layout_.lm_head, layout_.total);
+    std::memset(acts_.dres, 0, sizeof(float) * N * C);
+    (ref ? rmsnorm_backward_ref : rmsnorm_backward)(acts_.dres, g + layout_.lnf, acts_.dln, acts_.resid[d_.L],
+                                                    w + layout_.lnf, acts_.rstdf, N, C);
+    prof_mark(kPNormB);
+    if (grad_ready_) grad_ready_(layout_.lnf, tied ? layout_.total : layout_.lm_head);
+  }  // (a stage before the last: dres holds its output's gradient, from the next stage)
+  for (int l = d_.L - 1; l >= 0; l--) {
     // Recompute rewrites resid[l+1] with the same bits it already holds (same kernels, inputs).
     if (c.recompute) layer_forward(l, b.B, b.T);
     layer_backward(l, b.B, b.T);
-    if (grad_ready_) grad_ready_(layout_.layers[l].ln1, l + 1 < c.n_layers ? layout_.layers[l + 1].ln1 : layout_.lnf);
+    if (grad_ready_) grad_ready_(layout_.layers[l].ln1, layer_end(l));
   }
+  if (!d_.embed) return;  // dres holds the input's gradient, for the previous stage
   TraceSpan emb("embedding.backward");
-  (ref ? embedding_backward_ref : embedding_backward)(g + layout_.wte, acts_.dres,
-                                                      b.inputs.data(), N, C, V);
+  if (tp) embed_backward_tp(b);
+  else (ref ? embedding_backward_ref : embedding_backward)(g + layout_.wte, acts_.dres, b.inputs.data(), N, C, V);
   prof_mark(kPEmbedB);
-  if (grad_ready_) grad_ready_(layout_.wte, layout_.layers.empty() ? layout_.lnf : layout_.layers[0].ln1);
+  if (grad_ready_) grad_ready_(layout_.wte, d_.L > 0 ? layout_.layers[0].ln1 : layout_.lnf);
 }
 
 // Up to max_rows evenly spaced rows with a target, in increasing order.
@@ -390,12 +539,27 @@ std::vector<int> Model::entropy_sample(const Batch& b, int max_rows) {
 }
 
 double Model::prediction_entropy(int max_rows) const {
-  if (!batch_) return 0.0;
+  if (!batch_ || !d_.head) return 0.0;
   if (block_entropy_ >= 0.0) return block_entropy_;  // a fused training forward kept no logits
-  const int V = cfg_.vocab_size;
+  const int V = d_.V;
   const std::vector<int> rows = entropy_sample(*batch_, max_rows);
   if (rows.empty()) return 0.0;
   const int take = (int)rows.size();
+  if (shard_.tp > 1) {
+    // H = lse - sum_j p_j logit_j: each rank's columns' part of the sum, summed over the TP ranks.
+    std::vector<float> part(take);
+    for (int i = 0; i < take; i++) {
+      const float* r = acts_.logits + (size_t)rows[i] * V;
+      const float lse = acts_.lse_ce[rows[i]];
+      double s = 0.0;
+      for (int j = 0; j < V; j++) s += std::exp((double)r[j] - lse) * r[j];
+      part[i] = (float)s;
+    }
+    tp_.sum(part.data(), take);
+    double total = 0.0;
+    for (int i = 0; i < take; i++) total += acts_.lse_ce[rows[i]] - part[i];
+    return total / take;
+  }
   std::vector<double> h(take);
 #pragma omp parallel for schedule(static) num_threads(threads_)
   for (int i = 0; i < take; i++) h[i] = softmax_entropy(acts_.logits + (size_t)rows[i] * V, V);
@@ -407,15 +571,15 @@ double Model::prediction_entropy(int max_rows) const {
 double Model::attention_sparsity(int max_queries, float threshold) const {
   if (!batch_) return 0.0;
   const ModelConfig& c = cfg_;
-  const int B = batch_->B, T = batch_->T, HS = c.head_size(), NH = c.n_heads, QKV = c.qkv_size();
-  const int group = NH / c.n_kv_heads;
+  const int B = batch_->B, T = batch_->T, HS = d_.HS, NH = d_.NH, QKV = d_.qkv();
+  const int group = NH / d_.NKV;
   const int32_t* seg = batch_->segments.empty() || !batch_->mask_segments ? nullptr : batch_->segments.data();
   const float scale = 1.0f / std::sqrt((float)HS);
   const int64_t queries = (int64_t)B * T * NH;
   const int take = (int)std::min<int64_t>(max_queries, queries);
   int64_t below = 0, total = 0;
-  const int first = (c.recompute || reference_) ? c.n_layers - 1 : 0;
-  for (int l = first; l < c.n_layers; l++) {
+  const int first = (c.recompute || reference_) ? d_.L - 1 : 0;
+  for (int l = first; l < d_.L; l++) {
     const LayerActs& a = acts_.layers[l];
     for (int i = 0; i < take; i++) {
       int64_t qi = i * queries / take;  // (b, t, h) flattened
@@ -448,7 +612,7 @@ void Model::set_reference(bool on) {
   reference_ = on;
   if (on) {
     ref_scratch_.assign((size_t)Tmax_ * Tmax_, 0.0f);
-    ref_logits_.assign((size_t)Bmax_ * Tmax_ * cfg_.vocab_size, 0.0f);
+    ref_logits_.assign((size_t)Bmax_ * Tmax_ * d_.V, 0.0f);
   } else {
     ref_scratch_ = {};
     ref_logits_ = {};

@@ -12,8 +12,16 @@
 #include "smelt/model/activations.hpp"
 #include "smelt/model/config.hpp"
 #include "smelt/model/params.hpp"
+#include "smelt/model/shard.hpp"
 
 namespace smelt {
+
+// The collectives a tensor-parallel shard calls (the trainer gives them over its TP group). Every
+// TP rank calls them in the same order; a failure ends the job inside them.
+struct TpCollectives {
+  std::function<void(float*, int64_t)> sum;  // in-place sum over the TP ranks
+  std::function<void(float*, int64_t)> max;  // in-place element-wise maximum over the TP ranks
+};
 
 class Model {
  public:
@@ -23,6 +31,24 @@ class Model {
   // under ZeRO-1; the model does not hold them.
   Status init(const ModelConfig& c, int B, int T, int threads, uint64_t seed,
               int64_t budget_bytes = 0, int optimizer_shards = 1);
+  // One shard of the model (shard.hpp): its tensors (layout()), each initialised with the values
+  // the whole model gives that box, and `slots` activation sets (use_slot). A TP shard (tp > 1)
+  // needs set_tp(). A stage without the embedding takes its input in stage_input(); one without
+  // the head ends its forward at stage_output() and takes its output's gradient in
+  // stage_output_grad() before backward.
+  Status init(const ModelConfig& c, const ModelShard& shard, int B, int T, int threads, uint64_t seed,
+              int64_t budget_bytes, int optimizer_shards, int slots);
+  void set_tp(TpCollectives tp) { tp_ = std::move(tp); }
+  const ModelShard& shard() const { return shard_; }
+  const ShardDims& dims() const { return d_; }
+  // Activation sets: a pipeline stage keeps one per micro-batch in flight. forward and backward
+  // of one micro-batch use the same slot; the batch of each slot stays alive until its backward.
+  int slots() const { return (int)slots_.size(); }
+  void use_slot(int i);
+  float* stage_input() { return acts_.resid[0]; }             // (N, C)
+  const float* stage_output() const { return acts_.resid[d_.L]; }
+  float* stage_output_grad() { return acts_.dres; }           // (N, C), before backward
+  const float* stage_input_grad() const { return acts_.dres; }  // (N, C), after backward
 
   // Forward pass: logits (acts().logits; not kept by a bf16 forward with grad_dloss) and the mean
   // loss over targets != -1. The batch must
@@ -62,7 +88,8 @@ class Model {
   double prediction_entropy(int max_rows = 128) const;
   void set_entropy_rows(int n) { entropy_rows_ = n; }
   double attention_sparsity(int max_queries = 64, float threshold = 1e-3f) const;
-  // Per-token losses of the last forward (N = B*T; 0 where the target is -1).
+  // Per-token losses of the last forward (N = B*T; 0 where the target is -1; a stage without the
+  // head has none).
   const float* token_losses() const { return acts_.losses; }
 
   const ModelConfig& config() const { return cfg_; }
@@ -95,7 +122,32 @@ class Model {
   void linear_forward(float* out, const float* inp, int64_t w, int N, int IC, int OC, float beta);
   void linear_backward(float* dinp, int64_t w, const float* dout, const float* inp, int N, int IC, int OC);
 
+  // Tensor parallel: the embedding lookup and the LM head with its cross-entropy over this
+  // rank's vocabulary rows.
+  void embed_forward_tp(const Batch& b);
+  void embed_backward_tp(const Batch& b);
+  void cross_entropy_tp(const Batch& b);
+  void cross_entropy_backward_tp(const Batch& b, float dloss);
+  void tp_sum(float* x, int64_t n) const {
+    if (shard_.tp > 1) tp_.sum(x, n);
+  }
+  // The parameters' initial values: every element as the whole model draws it (init RNG at the
+  // element's place in the whole model's sequence), whatever box of it this shard holds.
+  void init_params(uint64_t seed);
+
   ModelConfig cfg_;
+  ModelShard shard_;
+  ShardDims d_;
+  TpCollectives tp_;
+  struct Slot {  // an activation set not in use, with its forward's batch
+    Activations acts;
+    const Batch* batch = nullptr;
+    int64_t valid = 0;
+    float fused_dloss = 0.0f;
+    double block_entropy = -1.0;
+  };
+  std::vector<Slot> slots_;
+  int slot_ = 0;
   ParamLayout layout_;
   MemoryPlan plan_;
   Activations acts_;

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "smelt/model/config.hpp"
+#include "smelt/model/shard.hpp"
 
 namespace smelt {
 
@@ -17,7 +18,18 @@ struct ParamTensor {
   int64_t rows = 0;    // out features (or vocab); 1-D tensors have rows = size, cols = 1
   int64_t cols = 1;
   bool decay = true;   // AdamW weight decay applies (matrices yes; norms and embeddings no)
+  // The box of the full tensor this is: rows [row0, row0 + rows), cols [col0, col0 + cols) of a
+  // (full_rows, full_cols) tensor; the whole tensor unless the model is split (shard.hpp).
+  int64_t full_rows = 0, full_cols = 1, row0 = 0, col0 = 0;
+  int full_index = 0;      // the tensor's place in the full model's list (param_layout(c))
+  // A copy whose owner is another rank: the norms on TP ranks > 0 (replicated, identical
+  // gradients), a replicated KV head's projections but on the first rank sharing it, the last
+  // stage's copy of a tied embedding. Not saved, not in the gradient norm.
+  bool replica = false;
+  bool kv_shared = false;  // a k/v projection held by several TP ranks (n_kv_heads < tp): gradient summed over them
+  bool tied_copy = false;  // either end of a tied embedding split over stages: gradient summed between them
   int64_t size() const { return rows * cols; }
+  bool whole() const { return rows == full_rows && cols == full_cols; }
 };
 
 // Offsets (in floats) of one layer's tensors. q,k,v are adjacent (one fused GEMM: wqkv) and so
@@ -29,13 +41,20 @@ struct LayerOffsets {
 struct ParamLayout {
   std::vector<ParamTensor> tensors;  // [tensor] in buffer order
   std::vector<LayerOffsets> layers;  // [layer]
-  int64_t wte = 0, lnf = 0, lm_head = 0;  // lm_head == wte when tied
+  int64_t wte = 0, lnf = 0, lm_head = 0;  // lm_head == wte when tied; -1 when the shard lacks it
   int64_t total = 0;                 // floats
 };
 
 // Order: model.embed_tokens.weight; per layer: input_layernorm, self_attn.{q,k,v,o}_proj,
 // post_attention_layernorm, mlp.{gate,up,down}_proj; model.norm.weight; lm_head.weight (untied).
 ParamLayout param_layout(const ModelConfig& c);
+// One shard's tensors, in the same order, each the box of its full tensor the shard holds
+// (q/k/v and gate/up by rows, o and down by columns, the embedding and LM head by vocabulary
+// rows). The last stage of a pipeline with tied embeddings holds a copy of the embedding as its
+// head (lm_head, tied_copy and replica set).
+ParamLayout param_layout(const ModelConfig& c, const ModelShard& s);
+// Parameters of the full model (its layout's total).
+int64_t param_count(const ModelConfig& c);
 
 // ZeRO-1 ownership of a flat buffer of `total` floats over `ranks` data-parallel ranks: rank r
 // keeps the optimizer state of [b[r], b[r+1]) (ranks + 1 boundaries, b[0] = 0, b[ranks] = total).
