@@ -122,10 +122,11 @@ void child_ring() {
       sent += out.back().size() * sizeof(float);
       ASSERT_TRUE(world->send_async(out.back().data(), (int64_t)out.back().size(), next, tag).is_ok());
     }
-  // Wrong lengths on tag 3: 4 floats where the receiver expects 6, then 8 where it expects 2; then
-  // one float that must still arrive (the wrong ones were consumed, not left queued).
-  const std::vector<float> four(4, 1.0f), eight(8, 2.0f), last = {(float)(42 + r)};
-  for (const std::vector<float>* m : {&four, &eight, &last}) {
+  // Wrong lengths on tag 3: 4 floats where the receiver expects 6, then 20000 (80 KB, past the
+  // eager limit: its send completes only once it is received) where it expects 2; then one float
+  // that must still arrive. The wrong ones are received, so wait_sends below returns.
+  const std::vector<float> four(4, 1.0f), many(20000, 2.0f), last = {(float)(42 + r)};
+  for (const std::vector<float>* m : {&four, &many, &last}) {
     ASSERT_TRUE(world->send_async(m->data(), (int64_t)m->size(), next, 3).is_ok());
     sent += m->size() * sizeof(float);
   }
@@ -139,13 +140,13 @@ void child_ring() {
       ASSERT_TRUE(world->recv(got.data(), (int64_t)got.size(), prev, tag).is_ok());
       EXPECT_EQ(got, want) << "tag " << tag << " message " << k;
     }
-  std::vector<float> buf(8, -1.0f);
+  std::vector<float> buf(6, -1.0f);
   Status s = world->recv(buf.data(), 6, prev, 3);
   ASSERT_FALSE(s.is_ok());
   EXPECT_NE(s.message().find("expected 6 floats, the message sent holds 4"), std::string::npos) << s.message();
   s = world->recv(buf.data(), 2, prev, 3);
   ASSERT_FALSE(s.is_ok());
-  EXPECT_NE(s.message().find("expected 2 floats, the message sent holds 8"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("expected 2 floats, the message sent holds 20000"), std::string::npos) << s.message();
   float one = -1.0f;
   ASSERT_TRUE(world->recv(&one, 1, prev, 3).is_ok());
   EXPECT_EQ(one, (float)(42 + prev));
