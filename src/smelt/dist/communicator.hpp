@@ -1,5 +1,5 @@
-// The communicator the trainer talks to (docs/dist.md): rank and size, barrier, and deterministic
-// sums, behind one small interface with an MPI implementation and a single-process one, so
+// The communicator the trainer talks to (docs/dist.md): rank and size, barrier, deterministic
+// sums, the max, and point-to-point messages between stages, behind one small interface with an MPI implementation and a single-process one, so
 // `smelt train` runs the same code with or without mpirun. Not the trainer's policy (what is
 // reduced when) and no model knowledge.
 #pragma once
@@ -81,8 +81,9 @@ class Communicator {
   // error naming both lengths. wait_sends completes every started send. Messages between two ranks
   // with one tag arrive in the order sent. Above 2^29 - 1 floats a message travels as several MPI
   // messages (MPI counts are int; bytes kept within int too), split and reassembled here. Like the
-  // collectives, not while sum_async's sums run. A rank has no messages to itself: peer == rank(),
-  // and every call on the single-process communicator, is an error ("no peer on one process").
+  // collectives, not while sum_async's sums run. A rank has no messages to itself: peer == rank()
+  // is an error, and so is every send_async and recv of the single-process communicator ("no peer
+  // on one process"; its wait_sends has nothing to wait for, its recv wait is 0).
   virtual Status send_async(const float* data, int64_t n, int peer, int tag) = 0;
   virtual Status recv(float* data, int64_t n, int peer, int tag) = 0;
   virtual Status wait_sends() = 0;
