@@ -1,7 +1,7 @@
 // The communicator the trainer talks to (docs/dist.md): rank and size, barrier, deterministic
-// sums, the max, and point-to-point messages between stages, behind one small interface with an MPI implementation and a single-process one, so
-// `smelt train` runs the same code with or without mpirun. Not the trainer's policy (what is
-// reduced when) and no model knowledge.
+// sums, the max, and point-to-point messages between stages, behind one small interface with an
+// MPI implementation and a single-process one, so `smelt train` runs the same code with or without
+// mpirun. Not the trainer's policy (what is reduced when) and no model knowledge.
 #pragma once
 #include <cstdint>
 #include <memory>
