@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <climits>
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
@@ -31,7 +32,13 @@ class LocalComm final : public Communicator {
   Status barrier() override { return Status::ok(); }
   Status allreduce_sum(float*, int64_t) override { return Status::ok(); }
   Status allreduce_sum(double*, int64_t) override { return Status::ok(); }
+  Status allreduce_max(float*, int64_t) override { return Status::ok(); }
   uint64_t bytes_sent() const override { return 0; }
+  // No queue to itself: one process is one pipeline stage, which has no neighbour to talk to.
+  Status send_async(const float*, int64_t, int peer, int) override { return no_peer("send_async to", peer); }
+  Status recv(float*, int64_t, int peer, int) override { return no_peer("recv from", peer); }
+  Status wait_sends() override { return Status::ok(); }  // nothing was started
+  double take_recv_wait_ms() override { return 0; }
   [[noreturn]] void abort(int code) override { std::exit(code); }
   Status allgather_sparse(const int64_t* idx, const float* val, int count, std::vector<int64_t>& all_idx,
                           std::vector<float>& all_val, std::vector<int>& counts) override {
@@ -51,6 +58,12 @@ class LocalComm final : public Communicator {
   Status split(int, int, std::unique_ptr<Communicator>& out) override {
     out = std::make_unique<LocalComm>();
     return Status::ok();
+  }
+
+ private:
+  static Status no_peer(const char* call, int peer) {
+    return Status::error(fmt::format("[dist] {} rank {}: no peer on one process (a pipeline needs a rank per "
+                                     "stage: start it with mpirun -np N)", call, peer));
   }
 };
 
@@ -75,7 +88,9 @@ class MpiComm final : public Communicator {
     }
     for (MPI_Request& r : arrive_req_)
       if (r != MPI_REQUEST_NULL) MPI_Cancel(&r), MPI_Request_free(&r);
-    for (MPI_Comm* c : {&node_, &column_})
+    for (MPI_Request& r : sends_)  // sends never waited for (the caller skipped wait_sends) finish on their own
+      if (r != MPI_REQUEST_NULL) MPI_Request_free(&r);
+    for (MPI_Comm* c : {&node_, &column_, &p2p_})
       if (*c != MPI_COMM_NULL) MPI_Comm_free(c);
     if (world_ != MPI_COMM_WORLD) {  // a group of split(): MPI itself belongs to the job's communicator
       MPI_Comm_free(&world_);
@@ -129,6 +144,10 @@ class MpiComm final : public Communicator {
     arrive_req_.assign(size_, MPI_REQUEST_NULL);
     arrive_step_.assign(size_, -1);
     arrive_buf_.assign(size_, -1);
+    // Point-to-point messages get a communicator of their own: every tag is the caller's, none can
+    // match the arrival messages on world_.
+    if (Status s = mpi_status(MPI_Comm_dup(world_, &p2p_), "comm dup"); !s) return s;
+    MPI_Comm_set_errhandler(p2p_, MPI_ERRORS_RETURN);
     if (c.allreduce != "hierarchical") return Status::ok();
     // Nodes: consecutive blocks of ranks_per_node, or the ranks sharing memory.
     if (c.ranks_per_node > 0) {
@@ -235,7 +254,60 @@ class MpiComm final : public Communicator {
     TraceSpan span("allreduce.scalars", "bytes", (double)n * sizeof(double));
     return reduce(world_, data, n, MPI_DOUBLE, scratch_d_);
   }
+  Status allreduce_max(float* data, int64_t n) override {
+    TraceSpan span("allreduce.max", "bytes", (double)n * sizeof(float));
+    for (int64_t at = 0; at < n; at += kSlab) {
+      const int len = (int)std::min(kSlab, n - at);
+      MPI_Request req;
+      if (Status s = finish(MPI_Iallreduce(MPI_IN_PLACE, data + at, len, MPI_FLOAT, MPI_MAX, world_, &req), req,
+                            "max all-reduce (MPI_Iallreduce)");
+          !s)
+        return s;
+      bytes_ += (uint64_t)len * sizeof(float) * 2 * (size_ - 1) / size_;  // (a ring's volume)
+    }
+    return Status::ok();
+  }
   uint64_t bytes_sent() const override { return bytes_; }
+
+  // Point to point, on p2p_. A message is one MPI message per piece of kPiece floats (MPI's
+  // non-overtaking rule keeps the pieces, and messages with one tag, in the order sent).
+  Status send_async(const float* data, int64_t n, int peer, int tag) override {
+    TraceSpan span("send", "bytes", (double)n * sizeof(float));
+    span.arg("peer", peer);
+    if (Status s = check_p2p("send_async to", n, peer, tag); !s) return s;
+    int64_t at = 0;
+    do {  // n = 0 still sends one (empty) message, which a recv of 0 floats matches
+      const int len = (int)std::min(kPiece, n - at);
+      MPI_Request req;
+      if (Status s = mpi_status(MPI_Isend(data + at, len, MPI_FLOAT, peer, tag, p2p_, &req), "send"); !s) return s;
+      sends_.push_back(req);
+      at += len;
+    } while (at < n);
+    bytes_ += (uint64_t)n * sizeof(float);
+    return Status::ok();
+  }
+  Status recv(float* data, int64_t n, int peer, int tag) override {
+    TraceSpan span("recv", "bytes", (double)n * sizeof(float));
+    span.arg("peer", peer);
+    if (Status s = check_p2p("recv from", n, peer, tag); !s) return s;
+    const double t0 = now_ms();
+    Status s = recv_pieces(data, n, peer, tag);
+    recv_wait_ms_ += now_ms() - t0;
+    return s;
+  }
+  Status wait_sends() override {
+    TraceSpan span("wait_sends", "messages", (double)sends_.size());
+    Status s = poll("sends (wait_sends)", [&](int& done) {
+      return MPI_Testall((int)sends_.size(), sends_.data(), &done, MPI_STATUSES_IGNORE);
+    });
+    sends_.clear();
+    return s;
+  }
+  double take_recv_wait_ms() override {
+    const double ms = recv_wait_ms_;
+    recv_wait_ms_ = 0;
+    return ms;
+  }
   Status allgather_sparse(const int64_t* idx, const float* val, int count, std::vector<int64_t>& all_idx,
                           std::vector<float>& all_val, std::vector<int>& counts) override {
     TraceSpan span("allgather.sparse", "entries", count);
@@ -276,6 +348,9 @@ class MpiComm final : public Communicator {
     const std::vector<int64_t>* bounds;
   };
   static constexpr int kArriveTag = 7311;
+  static constexpr int kMaxTag = 32767;  // the least MPI_TAG_UB that MPI guarantees
+  // A point-to-point piece: its count fits MPI's int, and so does its size in bytes.
+  static constexpr int64_t kPiece = INT_MAX / 4;
 
   static double now_ms() {
     return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
@@ -328,6 +403,45 @@ class MpiComm final : public Communicator {
     return out;
   }
   std::string name(int r) const { return fmt::format("rank {} (host {})", r, hosts_.empty() ? "?" : hosts_[r]); }
+
+  Status check_p2p(const char* call, int64_t n, int peer, int tag) const {
+    if (peer < 0 || peer >= size_ || peer == rank_)
+      return Status::error(fmt::format("[dist] {} rank {}: the peer must be another rank of this communicator "
+                                       "(ranks 0 to {}; this one is {})", call, peer, size_ - 1, rank_));
+    if (tag < 0 || tag > kMaxTag)
+      return Status::error(fmt::format("[dist] {} rank {}: tag {} is outside 0 to {}", call, peer, tag, kMaxTag));
+    if (n < 0) return Status::error(fmt::format("[dist] {} rank {}: n = {} floats is negative", call, peer, n));
+    return Status::ok();
+  }
+  // Each piece's envelope is matched first (a polled MPI_Improbe, which gives its length before any
+  // data lands), then it is received into place (MPI_Imrecv). A piece of another length is received
+  // into a buffer of its own, so it does not stay queued ahead of the next message, and reported.
+  Status recv_pieces(float* data, int64_t n, int peer, int tag) {
+    const std::string what = fmt::format("recv of {} floats from {} (tag {})", n, name(peer), tag);
+    int64_t at = 0;
+    do {
+      const int len = (int)std::min(kPiece, n - at);
+      MPI_Message msg = MPI_MESSAGE_NULL;
+      MPI_Status st;
+      if (Status s = poll(what.c_str(), [&](int& found) { return MPI_Improbe(peer, tag, p2p_, &found, &msg, &st); });
+          !s)
+        return s;
+      int count = 0;
+      MPI_Get_count(&st, MPI_FLOAT, &count);  // p2p_ carries only send_async's floats
+      MPI_Request req;
+      if (count != len) {
+        std::vector<float> other((size_t)count);
+        (void)finish(MPI_Imrecv(other.data(), count, MPI_FLOAT, &msg, &req), req, what.c_str());
+        const std::string part = n > kPiece ? fmt::format(" (the piece at float {})", at) : "";
+        return Status::error(fmt::format("[dist] {}{}: expected {} floats, the message sent holds {}; the two ranks "
+                                         "disagree on this message's size",
+                                         what, part, len, count));
+      }
+      if (Status s = finish(MPI_Imrecv(data + at, len, MPI_FLOAT, &msg, &req), req, what.c_str()); !s) return s;
+      at += len;
+    } while (at < n);
+    return Status::ok();
+  }
   // Slabs keep every MPI count within int.
   static constexpr int64_t kSlab = 1 << 26;
 
@@ -454,10 +568,15 @@ class MpiComm final : public Communicator {
   // Polls a non-blocking collective; past the timeout the job is ended (some rank stopped
   // responding: a blocking call would wait forever).
   Status wait(MPI_Request& req, const char* what) {
+    return poll(what, [&](int& done) { return MPI_Test(&req, &done, MPI_STATUS_IGNORE); });
+  }
+  // Calls test(done), an MPI test call, until it sets done, with the timeout above.
+  template <typename Test>
+  Status poll(const char* what, Test test) {
     const auto t0 = std::chrono::steady_clock::now();
     for (int spins = 0;; spins++) {
       int done = 0;
-      if (Status s = mpi_status(MPI_Test(&req, &done, MPI_STATUS_IGNORE), what); !s) return s;
+      if (Status s = mpi_status(test(done), what); !s) return s;
       if (done) return Status::ok();
       if (spins > 1000) std::this_thread::sleep_for(std::chrono::microseconds(50));
       const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -495,6 +614,9 @@ class MpiComm final : public Communicator {
   double timeout_s_ = 600;
   bool hierarchical_ = false, deterministic_ = true;
   MPI_Comm node_ = MPI_COMM_NULL, column_ = MPI_COMM_NULL;
+  MPI_Comm p2p_ = MPI_COMM_NULL;     // world_'s ranks, for point-to-point messages only
+  std::vector<MPI_Request> sends_;   // started by send_async, completed by wait_sends
+  double recv_wait_ms_ = 0;          // time blocked in recv since take_recv_wait_ms
   std::vector<std::string> hosts_;
   // arrivals (naming a hung rank)
   int64_t step_ = -1;

@@ -1,7 +1,7 @@
-// The communicator the trainer talks to (docs/dist.md): rank and size, barrier, and deterministic
-// sums, behind one small interface with an MPI implementation and a single-process one, so
-// `smelt train` runs the same code with or without mpirun. Not the trainer's policy (what is
-// reduced when) and no model knowledge.
+// The communicator the trainer talks to (docs/dist.md): rank and size, barrier, deterministic
+// sums, the max, and point-to-point messages between stages, behind one small interface with an
+// MPI implementation and a single-process one, so `smelt train` runs the same code with or without
+// mpirun. Not the trainer's policy (what is reduced when) and no model knowledge.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -64,8 +64,32 @@ class Communicator {
   // Every rank's (index, value) pairs, concatenated in rank order; counts[r] = rank r's pair count.
   virtual Status allgather_sparse(const int64_t* idx, const float* val, int count, std::vector<int64_t>& all_idx,
                                   std::vector<float>& all_val, std::vector<int>& counts) = 0;
-  // Bytes this rank has sent in collectives (for metrics).
+  // Element-wise maximum of n floats over the ranks, in place (the tensor-parallel cross-entropy's
+  // max over vocabulary shards). Exact: the result is one of the inputs, so every rank gets the
+  // same bits, with two exceptions where MPI_MAX's comparison cannot choose: -0 and +0 compare
+  // equal (a rank may get either), and a NaN may or may not win (a NaN logit makes the loss's
+  // later sum NaN on every rank anyway).
+  virtual Status allreduce_max(float* data, int64_t n) = 0;
+  // Bytes this rank has sent in collectives and point-to-point messages (for metrics).
   virtual uint64_t bytes_sent() const = 0;
+
+  // Point to point (pipeline stages: activations forward, their gradients back). send_async
+  // starts sending n floats to rank `peer` of this communicator with `tag` (0 to 32767, the range
+  // MPI guarantees) and returns at once; data must stay unchanged until wait_sends() has returned.
+  // recv blocks (polled, with [dist] timeout_s like the collectives) until n floats from `peer`
+  // with `tag` have arrived in data; a message of another length is consumed and reported as an
+  // error naming both lengths. wait_sends completes every started send. Messages between two ranks
+  // with one tag arrive in the order sent. Above 2^29 - 1 floats a message travels as several MPI
+  // messages (MPI counts are int; bytes kept within int too), split and reassembled here. Like the
+  // collectives, not while sum_async's sums run. A rank has no messages to itself: peer == rank()
+  // is an error, and so is every send_async and recv of the single-process communicator ("no peer
+  // on one process"; its wait_sends has nothing to wait for, its recv wait is 0).
+  virtual Status send_async(const float* data, int64_t n, int peer, int tag) = 0;
+  virtual Status recv(float* data, int64_t n, int peer, int tag) = 0;
+  virtual Status wait_sends() = 0;
+  // Time (ms) this rank spent blocked in recv since the last call (reset by the call): a pipeline
+  // stage's wait for its neighbour (its bubble).
+  virtual double take_recv_wait_ms() = 0;
 
   // ZeRO-1. `bounds` (size()+1 entries) gives rank r the range [bounds[r], bounds[r+1]) of a flat
   // buffer; `data` holds that buffer's elements [base, base + n). reduce_scatter_sum leaves the
