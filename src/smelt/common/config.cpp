@@ -1,6 +1,7 @@
 // TOML loading and --set overrides on top of toml++.
 #include "smelt/common/config.hpp"
 
+#include <cstdint>
 #include <sstream>
 
 #include <fmt/format.h>
@@ -130,6 +131,24 @@ void ConfigSection::get(const char* key, std::vector<std::string>& v) {
   v = std::move(out);
   toml::array res;
   for (const auto& x : v) res.push_back(x);
+  resolved_.insert_or_assign(key, std::move(res));
+}
+
+void ConfigSection::get(const char* key, std::vector<int>& v) {
+  auto* n = find(key);
+  if (n) {
+    const toml::array* a = n->as_array();
+    std::vector<int> out;
+    for (size_t i = 0; a && i < a->size(); i++) {
+      auto x = (*a)[i].value<int64_t>();
+      if (!x || *x < INT32_MIN || *x > INT32_MAX) a = nullptr;
+      else out.push_back((int)*x);
+    }
+    if (!a) { fail(key, "an array of integers"); return; }
+    v = std::move(out);
+  }
+  toml::array res;
+  for (int x : v) res.push_back((int64_t)x);
   resolved_.insert_or_assign(key, std::move(res));
 }
 

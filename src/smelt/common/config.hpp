@@ -34,6 +34,7 @@ class ConfigSection {
   void get(const char* key, double& v);
   void get(const char* key, std::string& v);
   void get(const char* key, std::vector<std::string>& v);
+  void get(const char* key, std::vector<int>& v);
   // Marks a key as known without reading it (a nested table read by another ConfigSection).
   void known(const char* key) { seen_.insert(key); }
 

@@ -28,10 +28,10 @@ Status train_config_read(const toml::table& root, TrainConfig& c) {
   for (const auto& [k, v] : root) {
     std::string key(k.str());
     static const std::set<std::string> mine = {"model", "data", "train", "optim", "eval", "ckpt", "health", "dist",
-                                               "trace"};
+                                               "trace", "parallel"};
     if (!mine.count(key) && !kOtherStages.count(key))
       errors.push_back(fmt::format("[{}]: unknown section; `smelt train` reads [model], [data], [train], [optim], "
-                                   "[eval], [ckpt], [health], [dist] and [trace]", key));
+                                   "[eval], [ckpt], [health], [dist], [trace] and [parallel]", key));
   }
   toml::table resolved;
   if (Status s = model_config_read(root, c.model); !s) errors.push_back(s.message());
@@ -141,6 +141,12 @@ Status train_config_read(const toml::table& root, TrainConfig& c) {
   config_insert(resolved, "trace", tr.resolved());
   if (Status s = trace_parse_steps(c.trace.steps, c.trace.first, c.trace.last); !s)
     errors.push_back("[trace] steps = " + s.message());
+  ConfigSection pa(root, "parallel");
+  pa.get("tp", c.parallel.tp);
+  pa.get("pp", c.parallel.pp);
+  pa.get("stage_layers", c.parallel.stage_layers);
+  collect(pa, errors);
+  config_insert(resolved, "parallel", pa.resolved());
 
   if (!errors.empty()) {
     std::string m = errors[0];
@@ -204,6 +210,13 @@ Status train_config_validate(const TrainConfig& c) {
   if (c.ckpt.save_every < 0) return Status::error(fmt::format("[ckpt] save_every = {}: must be >= 0", c.ckpt.save_every));
   if (c.ckpt.keep_last < 1) return Status::error(fmt::format("[ckpt] keep_last = {}: must be >= 1", c.ckpt.keep_last));
   if (c.ckpt.keep_every < 0) return Status::error(fmt::format("[ckpt] keep_every = {}: must be >= 0", c.ckpt.keep_every));
+  const ParallelOptions& pl = c.parallel;
+  if (pl.tp < 1 || pl.tp > 4096) return Status::error(fmt::format("[parallel] tp = {}: must be in [1, 4096]", pl.tp));
+  if (pl.pp < 1 || pl.pp > 4096) return Status::error(fmt::format("[parallel] pp = {}: must be in [1, 4096]", pl.pp));
+  if (pl.tp * pl.pp > 1 && c.dist.compression == "topk")
+    return Status::error(fmt::format("[dist.compression] type = \"topk\" with [parallel] tp = {}, pp = {}: top-k "
+                                     "compression is for data parallel alone (its residual is per rank of one "
+                                     "layout); use tp = pp = 1 or no compression", pl.tp, pl.pp));
   const int T = c.data.mode == "packed" ? c.data.seq_len : c.data.buckets.back();
   if (T > c.model.max_seq_len)
     return Status::error(fmt::format("[data] {} = {}: longer than [model] max_seq_len = {}",

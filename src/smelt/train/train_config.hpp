@@ -63,6 +63,12 @@ struct TraceOptions {            // [trace]
   int64_t first = 0, last = -1;  // steps parsed (first = 0: no trace)
 };
 
+struct ParallelOptions {          // [parallel] (docs/parallel.md)
+  int tp = 1;                      // tensor-parallel ranks: heads, SwiGLU units and vocabulary split
+  int pp = 1;                      // pipeline stages: layers split, micro-batches (train.grad_accum) 1F1B
+  std::vector<int> stage_layers;   // layers per stage (empty: even, the remainder to the first stages)
+};
+
 struct TrainConfig {
   ModelConfig model;
   LoaderConfig data;
@@ -72,6 +78,7 @@ struct TrainConfig {
   EvalOptions eval;
   CkptOptions ckpt;
   HealthConfig health;
+  ParallelOptions parallel;
   DistConfig dist;
   TraceOptions trace;
   bool resume = false;           // --resume (not a TOML key)
