@@ -14,7 +14,21 @@ namespace smelt {
 namespace {
 
 std::vector<int64_t> shape_of(const ParamTensor& t) {
-  return t.cols == 1 ? std::vector<int64_t>{t.rows} : std::vector<int64_t>{t.rows, t.cols};
+  return t.full_cols == 1 ? std::vector<int64_t>{t.rows} : std::vector<int64_t>{t.rows, t.cols};
+}
+
+CkptBox box_of(const ParamTensor& t) { return {t.row0, t.col0, t.rows, t.cols}; }
+
+// Reads the saved values of the flat range [b, e) of local tensor t (b, e: buffer offsets) into
+// out, from the boxes stored under prefix + name, whatever layout wrote them.
+Status read_range(const std::string& dir, const CkptManifest& m, const std::string& prefix, const ParamTensor& t,
+                  int64_t b, int64_t e, float* out) {
+  for (const CkptFlatBox& fb : ckpt_flat_boxes(box_of(t), b - t.offset, e - t.offset))
+    if (Status s = ckpt_read_box(dir, m, prefix + t.name, t.full_rows, t.full_cols, fb.box,
+                                 out + (t.offset + fb.offset - b));
+        !s)
+      return s;
+  return Status::ok();
 }
 
 // The AdamW moment `which` ("m" | "v") for this rank's range [shard_begin, shard_end) (all of it
@@ -33,22 +47,22 @@ Status load_moments(const TrainTensors& t, const std::string& dir, const CkptMan
     std::copy(tmp.begin() + (x - b), tmp.begin() + (y - b), out + (x - lo));
     return Status::ok();
   };
-  if (m.state.contains("zero_bounds")) {
+  if (m.state.contains("zero_bounds") && !m.state.contains("layout")) {  // a checkpoint before boxed moments
     const std::vector<int64_t> zb = m.state["zero_bounds"].get<std::vector<int64_t>>();
     if (zb.size() < 2 || zb.back() != lay.total)
-      return Status::error(fmt::format("{}/manifest.json: zero_bounds do not cover the {} parameters", dir, lay.total));
+      return Status::error(fmt::format("{}/manifest.json: zero_bounds do not cover this rank's {} parameters (a ZeRO-1 "
+                                       "checkpoint from before boxed moments resumes with tp = pp = 1 only)",
+                                       dir, lay.total));
     for (size_t q = 0; q + 1 < zb.size(); q++)
       if (zb[q + 1] > zb[q])
         if (Status s = copy_part(fmt::format("zero.{}.{}", which, q), zb[q], zb[q + 1]); !s) return s;
     return Status::ok();
   }
+  // Boxes of the full tensors (any layout's, plain names when whole): this rank's range of each.
   for (const auto& p : lay.tensors) {
-    if (lo <= p.offset && p.offset + p.size() <= hi) {  // whole tensor: straight into place
-      if (Status s = ckpt_load_tensor(dir, m, "optim." + which + "." + p.name, out + (p.offset - lo), p.size()); !s)
-        return s;
-    } else if (Status s = copy_part("optim." + which + "." + p.name, p.offset, p.offset + p.size()); !s) {
-      return s;
-    }
+    const int64_t b = std::max(lo, p.offset), e = std::min(hi, p.offset + p.size());
+    if (b < e)
+      if (Status s = read_range(dir, m, "optim." + which + ".", p, b, e, out + (b - lo)); !s) return s;
   }
   return Status::ok();
 }
@@ -87,19 +101,33 @@ Status load_topk_state(const TrainTensors& t, const std::string& dir, const Ckpt
 
 void train_state_add_tensors(const TrainTensors& t, bool parts, CkptSaveRequest& r) {
   const ParamLayout& lay = t.model.layout();
+  // Every tensor under its full name, as the box of it this rank holds (the plain name when
+  // whole): the weights from one data-parallel replica, the moments from the rank that owns them
+  // (ZeRO-1: the boxes of this rank's range; otherwise replica 0). Copies (replicas) are not saved.
+  auto name = [&](const std::string& prefix, const ParamTensor& p, const CkptBox& box) {
+    return prefix + ckpt_box_name(p.name, box, p.full_rows, p.full_cols);
+  };
+  auto dims = [](const CkptBox& b, const ParamTensor& p) {
+    return p.full_cols == 1 ? std::vector<int64_t>{b.rows} : std::vector<int64_t>{b.rows, b.cols};
+  };
+  r.state["layout"] = {{"tp", t.model.shard().tp}, {"pp", t.model.shard().pp}, {"ranks", t.ranks}};
   if (t.lead)
-    for (const auto& p : lay.tensors) r.tensors.push_back({p.name, shape_of(p), t.model.params() + p.offset});
+    for (const auto& p : lay.tensors)
+      if (!p.replica) r.tensors.push_back({name("", p, box_of(p)), shape_of(p), t.model.params() + p.offset});
   const std::vector<int64_t>& bounds = t.reducer ? t.reducer->bounds() : std::vector<int64_t>{};
-  if (!bounds.empty()) {
-    r.state["zero_bounds"] = bounds;
-    const int64_t n = t.opt.shard_end() - t.opt.shard_begin();
-    if (n > 0) {
-      r.tensors.push_back({fmt::format("zero.m.{}", t.rank), {n}, t.opt.m()});
-      r.tensors.push_back({fmt::format("zero.v.{}", t.rank), {n}, t.opt.v()});
+  const bool sharded = !bounds.empty();
+  if (sharded || t.lead) {
+    const int64_t lo = t.opt.shard_begin(), hi = t.opt.shard_end();
+    for (const char* which : {"m", "v"}) {
+      float* base = std::string(which) == "m" ? t.opt.m() : t.opt.v();
+      for (const auto& p : lay.tensors) {
+        const int64_t b = std::max(lo, p.offset), e = std::min(hi, p.offset + p.size());
+        if (p.replica || b >= e) continue;
+        for (const CkptFlatBox& fb : ckpt_flat_boxes(box_of(p), b - p.offset, e - p.offset))
+          r.tensors.push_back({name(fmt::format("optim.{}.", which), p, fb.box), dims(fb.box, p),
+                               base + (p.offset + fb.offset - lo)});
+      }
     }
-  } else if (t.lead) {
-    for (const auto& p : lay.tensors) r.tensors.push_back({"optim.m." + p.name, shape_of(p), t.opt.m() + p.offset});
-    for (const auto& p : lay.tensors) r.tensors.push_back({"optim.v." + p.name, shape_of(p), t.opt.v() + p.offset});
   }
   if (auto* topk = dynamic_cast<TopkReducer*>(t.reducer); parts && topk) {
     r.state["topk_ranks"] = t.ranks;
@@ -117,8 +145,9 @@ void train_state_add_tensors(const TrainTensors& t, bool parts, CkptSaveRequest&
 
 Status train_state_load_tensors(const TrainTensors& t, const std::string& dir, const CkptManifest& m) {
   const ParamLayout& lay = t.model.layout();
-  for (const auto& p : lay.tensors)
-    if (Status s = ckpt_load_tensor(dir, m, p.name, t.model.params() + p.offset, p.size()); !s) return s;
+  for (const auto& p : lay.tensors)  // this rank's box of every tensor, from the boxes any layout saved
+    if (Status s = ckpt_read_box(dir, m, p.name, p.full_rows, p.full_cols, box_of(p), t.model.params() + p.offset); !s)
+      return s;
   if (Status s = load_moments(t, dir, m, "m", t.opt.m()); !s) return s;
   if (Status s = load_moments(t, dir, m, "v", t.opt.v()); !s) return s;
   try {

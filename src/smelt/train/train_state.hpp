@@ -1,7 +1,8 @@
-// The training state's tensors in a checkpoint (docs/checkpoint.md): what one rank's save carries
-// (the weights; the AdamW moments whole as optim.{m,v}.<name> or as ZeRO-1 shards zero.{m,v}.<rank>;
-// top-k's topk.{residual,velocity}.<rank>) and their load, on the same or another rank count. Not
-// the checkpoint files (ckpt/) nor the trainer's scalar state (step, loader position, health).
+// The training state's tensors in a checkpoint (docs/checkpoint.md, docs/parallel.md): what one
+// rank's save carries (the weights and the AdamW moments optim.{m,v}.<name>, each as the boxes of
+// the full tensors this rank holds, whatever its tensor/pipeline/ZeRO-1 layout; top-k's
+// topk.{residual,velocity}.<rank>) and their load under any other layout and rank count. Not the
+// checkpoint files (ckpt/) nor the trainer's scalar state (step, loader position, health).
 #pragma once
 #include <string>
 
@@ -19,7 +20,7 @@ struct TrainTensors {
   AdamW& opt;
   GradReducer* reducer = nullptr;
   int rank = 0, ranks = 1;
-  bool lead = true;  // rank 0
+  bool lead = true;  // writes the weights (and, without ZeRO-1, the moments): data-parallel replica 0
 };
 
 // Adds this rank's tensors to r, and to r.state the layout they need to be read back
