@@ -66,7 +66,8 @@ inline constexpr const char* kMpirun =
 inline nlohmann::json drop_timing(nlohmann::json j) {
   for (const char* k : {"tokens_per_s", "mfu", "mfu_peak", "step_ms", "data_wait_ms", "fetch_ms", "ckpt_stall_ms",
                         "ckpt_write_mb_s", "ckpt_write_mb", "eval_tokens_per_s", "forward_ms", "allreduce_ms", "allreduce_wait_ms", "allreduce_bytes",
-                        "allreduce_buckets", "disk_mb_s", "rank_compute_ms"})
+                        "allreduce_buckets", "disk_mb_s", "rank_compute_ms", "tp_ms", "pp_wait_ms",
+                        "pp_idle_fraction"})
     j.erase(k);
   return j;
 }

@@ -273,3 +273,54 @@ TEST(Shard, LayoutsTheModelDoesNotAllowAreRefusedWithTheNumbers) {
 }
 
 }  // namespace
+
+namespace {
+
+// Activation slots: a stage runs forward of micro-batch 1 between forward and backward of
+// micro-batch 0 (1F1B); each backward gives the gradient of its own batch, as if alone.
+TEST(Shard, SlotsKeepEachMicroBatchForItsBackward) {
+  kernels_set_threads(1);
+  const ModelConfig c = tiny(2, false);
+  std::vector<int> bounds;
+  ASSERT_TRUE(stage_bounds(c.n_layers, 2, {}, bounds).is_ok());
+  const ModelShard first = model_shard(1, 0, 2, 0, bounds);
+  const Batch a = make_batch(2, 24, c.vocab_size, 1), b = make_batch(2, 24, c.vocab_size, 2);
+  const int64_t NC = 2 * 24 * c.d_model;
+  std::vector<float> da(NC), db(NC);
+  for (int64_t i = 0; i < NC; i++) da[i] = 1e-3f * (float)((i * 7) % 13 - 6), db[i] = 1e-3f * (float)((i * 5) % 11 - 5);
+  auto alone = [&](const Batch& x, const std::vector<float>& d) {
+    Model m;
+    EXPECT_TRUE(m.init(c, first, 2, 24, 1, 42, 0, 1, 1).is_ok());
+    float l = 0;
+    EXPECT_TRUE(m.forward(x, l).is_ok());
+    std::vector<float> out(m.stage_output(), m.stage_output() + NC);
+    std::copy(d.begin(), d.end(), m.stage_output_grad());
+    m.zero_grad();
+    m.backward(0.01f);
+    std::vector<float> g(m.grads(), m.grads() + m.layout().total);
+    g.insert(g.end(), out.begin(), out.end());
+    return g;
+  };
+  const std::vector<float> ga = alone(a, da), gb = alone(b, db);
+  Model m;
+  ASSERT_TRUE(m.init(c, first, 2, 24, 1, 42, 0, 1, 2).is_ok());
+  ASSERT_EQ(m.slots(), 2);
+  float l = 0;
+  m.use_slot(0);
+  ASSERT_TRUE(m.forward(a, l).is_ok());
+  std::vector<float> out_a(m.stage_output(), m.stage_output() + NC);
+  m.use_slot(1);
+  ASSERT_TRUE(m.forward(b, l).is_ok());
+  std::vector<float> out_b(m.stage_output(), m.stage_output() + NC);
+  for (auto [slot, d, want, out] : {std::tuple{0, &da, &ga, &out_a}, std::tuple{1, &db, &gb, &out_b}}) {
+    m.use_slot(slot);
+    std::copy(d->begin(), d->end(), m.stage_output_grad());
+    m.zero_grad();
+    m.backward(0.01f);
+    std::vector<float> g(m.grads(), m.grads() + m.layout().total);
+    g.insert(g.end(), out->begin(), out->end());
+    EXPECT_EQ(g, *want) << "slot " << slot;
+  }
+}
+
+}  // namespace

@@ -80,7 +80,7 @@ Status eval_loader_open(const LoaderConfig& base, const std::string& sources, in
 }  // namespace
 
 Status evaluate(Model& m, const LoaderConfig& base, const std::string& sources, int64_t max_tokens, EvalResult& r,
-                const EvalText* text, std::vector<int32_t>* targets) {
+                const EvalText* text, std::vector<int32_t>* targets, const EvalForward& forward) {
   r = EvalResult{};
   const auto t0 = std::chrono::steady_clock::now();
   if (targets) targets->clear();
@@ -94,7 +94,7 @@ Status evaluate(Model& m, const LoaderConfig& base, const std::string& sources, 
   while (r.tokens < limit) {
     const Batch& b = loader.next();
     float loss = 0;
-    if (Status s = m.forward_loss(b, loss); !s) return s;
+    if (Status s = forward ? forward(b, loss) : m.forward_loss(b, loss); !s) return s;
     r.entropy += m.prediction_entropy(128);
     const float* losses = m.token_losses();
     const int N = b.B * b.T;

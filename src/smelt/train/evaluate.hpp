@@ -4,6 +4,7 @@
 // (trainer.hpp).
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -39,9 +40,13 @@ struct EvalText {
 
 // Mean loss over the first max_tokens target tokens of `sources` (file order, packed rows shaped
 // like base's; never past one pass), on the model's current weights. With `text`, also bytes and
-// bits per byte; with `targets`, the evaluated target ids in order.
+// bits per byte; with `targets`, the evaluated target ids in order. `forward` replaces
+// m.forward_loss for each batch (a pipeline stage's part of it: the losses and the entropy are
+// then the model's own, zero on a stage without the head).
+using EvalForward = std::function<Status(const Batch&, float&)>;
 Status evaluate(Model& m, const LoaderConfig& base, const std::string& sources, int64_t max_tokens, EvalResult& r,
-                const EvalText* text = nullptr, std::vector<int32_t>* targets = nullptr);
+                const EvalText* text = nullptr, std::vector<int32_t>* targets = nullptr,
+                const EvalForward& forward = {});
 
 // The text of evaluated targets: tokens decoded, each end-of-document token a newline, other
 // special tokens nothing. Its size is the EvalResult's bytes.

@@ -37,6 +37,8 @@
 #include "smelt/obs/vitals.hpp"
 #include "smelt/obs/trace.hpp"
 #include "smelt/tokenizer/tokenizer.hpp"
+#include "smelt/train/parallel.hpp"
+#include "smelt/train/pipeline.hpp"
 #include "smelt/train/train_state.hpp"
 
 namespace fs = std::filesystem;
@@ -159,6 +161,13 @@ struct StepStats {
   double compute_ms = 0;                 // from the step's start to its reduction (this rank)
   std::vector<double> rank_compute_ms;   // [rank] every rank's compute_ms (several ranks)
   uint64_t bytes_before = 0;
+  // tensor and pipeline parallel: bytes this rank sent per group before the step, its time in TP
+  // collectives and waiting for its pipeline neighbours; after reduce_step, every stage's wait
+  // and the groups' bytes over all ranks
+  uint64_t tp_bytes_before = 0, pp_bytes_before = 0;
+  double tp_ms = 0, pp_wait_ms = 0;
+  std::vector<double> stage_wait_ms;
+  double tp_bytes = 0, pp_bytes = 0, dp_bytes = 0;
   int buckets = 0;
   bool overlap = false;
   // the update and its timing
@@ -195,7 +204,7 @@ class Trainer {
   VitalsMonitor vitals_{VitalsConfig{}};
   double disk_mb_s_ = 0;
   // This rank's training state as checkpoints hold it (train_state.hpp)
-  TrainTensors tensors() { return {model_, opt_, reducer_.get(), comm_->rank(), comm_->size(), lead_}; }
+  TrainTensors tensors() { return {model_, opt_, reducer_.get(), comm_->rank(), comm_->size(), grid_.dp_rank == 0}; }
   void status_line(int64_t step, double loss, double tok_s, double mfu, double wait_ms, bool final);
   json state_json() const;
   Status start();
@@ -205,6 +214,14 @@ class Trainer {
   Status train_step(StepStats& st);
   void begin_step(StepStats& st);
   Status micro_step(int micro, StepStats& st);
+  // a micro-batch's parts: its batch (with fault injection), forward with its health signals,
+  // backward and the accumulation; the pipeline's 1F1B order of them with the stages' messages
+  const Batch& fetch(StepStats& st);
+  Status forward_micro(const Batch& b, int micro, StepStats& st);
+  void backward_micro(const Batch& b, int micro, StepStats& st);
+  float micro_dloss(const Batch& b) const;
+  Status pipeline_step(StepStats& st);
+  Status pipeline_forward_loss(const Batch& b, float& loss);  // an evaluation batch through the stages
   void stage_checkpoint();
   Status update(StepStats& st);
   void end_step(StepStats& st, double t0);
@@ -280,7 +297,22 @@ class Trainer {
   std::unique_ptr<GradReducer> reducer_;  // several ranks: the gradient's reduction (grad_reducer_create)
   int64_t pending_commit_ = -1;     // a multi-rank checkpoint written but not yet committed
   int64_t pending_completed_ = 0;   // the writer's completed() count that means this rank is done
-  bool rank_files() const { return comm_->size() > 1 && (!bounds_.empty() || c_.dist.compression == "topk"); }
+  bool rank_files() const {
+    return comm_->size() > 1 && (!bounds_.empty() || c_.dist.compression == "topk" || model_parallel());
+  }
+  // tensor and pipeline parallel (train/parallel.hpp): this rank's place in the grid, its shard,
+  // the groups; contributes_: the rank whose loss and token counts enter the step's sums (the last
+  // stage's TP rank 0 of each replica; every rank without model parallelism)
+  RankGrid grid_;
+  ModelShard shard_;
+  ParallelGroups groups_;
+  bool contributes_ = true;
+  double tp_ms_ = 0;  // time in TP collectives since the step began
+  std::vector<Batch> pipe_batches_;  // [slot] the micro-batches in flight on this stage
+  std::vector<std::vector<float>> pipe_out_;  // the step's outgoing messages until their sends complete
+  bool model_parallel() const { return shard_.tp * shard_.pp > 1; }
+  Communicator& dp_comm() { return groups_.dp ? *groups_.dp : *comm_; }
+  Status setup_parallel();
   Status global_grad_norm(double& out);
   Status commit_pending(const char* why);
   bool stop_now_ = false;       // every rank's agreed stop
@@ -289,19 +321,44 @@ class Trainer {
 // The global gradient norm: of the whole gradient, or (ZeRO-1) from every rank's block partials;
 // the same bits either way.
 Status Trainer::global_grad_norm(double& out) {
+  if (model_parallel()) {
+    const bool sharded = !bounds_.empty();
+    const int64_t lo = sharded ? bounds_[grid_.dp_rank] : 0, hi = sharded ? bounds_[grid_.dp_rank + 1] : model_.layout().total;
+    return parallel_grad_norm(*comm_, model_.layout(), model_.grads(), lo, hi, sharded || grid_.dp_rank == 0, threads_,
+                              out);
+  }
   if (reducer_) return reducer_->grad_norm(model_.grads(), out);
   out = opt_.grad_norm(model_.grads());
+  return Status::ok();
+}
+
+// The rank grid, this rank's shard and the groups; the data each replica reads.
+Status Trainer::setup_parallel() {
+  const ParallelOptions& p = c_.parallel;
+  if (Status s = rank_grid(comm_->size(), comm_->rank(), p.tp, p.pp, grid_); !s) return s;
+  std::vector<int> bounds;
+  if (Status s = stage_bounds(c_.model.n_layers, p.pp, p.stage_layers, bounds); !s) return s;
+  shard_ = model_shard(p.tp, grid_.tp_rank, p.pp, grid_.stage, bounds);
+  if (Status s = shard_validate(c_.model, shard_); !s) return s;
+  contributes_ = shard_.last() && shard_.tp_rank == 0;
+  if (model_parallel()) {
+    const int kv_share = c_.model.n_kv_heads < p.tp ? p.tp / c_.model.n_kv_heads : 1;
+    if (Status s = parallel_groups(*comm_, grid_, kv_share, groups_); !s) return s;
+    spdlog::info("parallel: {} ranks = dp {} x pp {} x tp {}; rank {} holds {}", comm_->size(), grid_.dp, grid_.pp,
+                 grid_.tp, comm_->rank(), shard_describe(shard_));
+  }
+  c_.data.rank = grid_.dp_rank;
+  c_.data.ranks = grid_.dp;
+  if (c_.data.mode == "packed" && c_.data.batch_size % grid_.dp != 0)
+    return Status::error(fmt::format("[data] batch_size = {}: must be a multiple of the {} data-parallel ranks (every "
+                                     "rank takes the same number of rows)", c_.data.batch_size, grid_.dp));
   return Status::ok();
 }
 
 Status Trainer::setup() {
   if (Status s = dist_create(c_.dist, comm_); !s) return s;
   lead_ = comm_->rank() == 0;
-  c_.data.rank = comm_->rank();
-  c_.data.ranks = comm_->size();
-  if (c_.data.mode == "packed" && c_.data.batch_size % comm_->size() != 0)
-    return Status::error(fmt::format("[data] batch_size = {}: must be a multiple of the {} ranks (every rank takes "
-                                     "the same number of rows)", c_.data.batch_size, comm_->size()));
+  if (Status s = setup_parallel(); !s) return s;
   if (!lead_) spdlog::set_level(spdlog::level::warn);
   int local = 1;  // ranks sharing this machine split its cores
   if (const char* v = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE")) local = std::max(1, std::atoi(v));
@@ -329,16 +386,47 @@ Status Trainer::setup() {
   // (Token ids >= vocab_size are refused by Model::forward, naming the position.)
   train_batch_shape(c_.data, B_, T_);
   const int64_t budget = c_.train.memory_mb > 0 ? c_.train.memory_mb << 20 : memory_physical_bytes();
-  if (c_.dist.zero == 1 && comm_->size() > 1) bounds_ = zero_shard_bounds(param_layout(c_.model).total, comm_->size());
+  const int dp = grid_.dp;
+  if (c_.dist.zero == 1 && dp > 1) bounds_ = zero_shard_bounds(param_layout(c_.model, shard_).total, dp);
   // auto: bf16 where the CPU has bf16 units (its GEMMs then run 2-4x fp32's), fp32 elsewhere.
   const bool bf16 = c_.train.precision == "bf16" || (c_.train.precision == "auto" && gemm_bf16_native());
   const Precision precision = bf16 ? Precision::kBf16 : Precision::kFp32;
   model_.set_precision(precision);
-  if (Status s = model_.init(c_.model, B_, T_, threads_, c_.train.seed, budget, bounds_.empty() ? 1 : comm_->size()); !s)
+  const int slots = pipeline_slots(shard_.pp, shard_.stage, c_.train.grad_accum);
+  if (Status s = model_.init(c_.model, shard_, B_, T_, threads_, c_.train.seed, budget, bounds_.empty() ? 1 : dp,
+                             shard_.pp > 1 ? slots : 1);
+      !s)
     return s;
+  if (shard_.tp > 1) {
+    Communicator* tp = groups_.tp.get();
+    auto run = [this](Status s) {
+      if (!s) {
+        spdlog::error("rank {}: tensor-parallel collective: {}; ending the job", comm_->rank(), s.message());
+        abort(kExitFailure);
+      }
+    };
+    model_.set_tp({[this, tp, run](float* x, int64_t n) {
+                     const double t0 = now_s();
+                     run(tp->allreduce_sum(x, n));
+                     tp_ms_ += (now_s() - t0) * 1e3;
+                   },
+                   [this, tp, run](float* x, int64_t n) {
+                     const double t0 = now_s();
+                     run(tp->allreduce_max(x, n));
+                     tp_ms_ += (now_s() - t0) * 1e3;
+                   }});
+  }
+  if (shard_.pp > 1) pipe_batches_.resize(slots);
   if (bounds_.empty()) opt_.init(model_.layout(), threads_);
-  else opt_.init(model_.layout(), threads_, bounds_[comm_->rank()], bounds_[comm_->rank() + 1]);
-  reducer_ = grad_reducer_create(c_.dist, *comm_, model_.layout().total, bounds_, threads_);
+  else opt_.init(model_.layout(), threads_, bounds_[grid_.dp_rank], bounds_[grid_.dp_rank + 1]);
+  DistConfig reduce = c_.dist;
+  if (model_parallel() && reduce.overlap) {
+    // MPI runs SERIALIZED: the TP collectives and pipeline messages of backward and an overlapped
+    // bucket on the communication thread would both be inside MPI.
+    reduce.overlap = false;
+    spdlog::info("parallel: the data-parallel reduction runs after backward (no overlap with tp or pp > 1)");
+  }
+  reducer_ = grad_reducer_create(reduce, dp_comm(), model_.layout().total, bounds_, threads_);
   model_.set_entropy_rows(c_.train.entropy_rows);
   if (Status s = gemm_select(c_.train.gemm, c_.model, B_, T_, precision, threads_, gemm_); !s) return s;
   peak_ = cpu_peak(cpu_info_measured(), precision, threads_);
@@ -347,7 +435,7 @@ Status Trainer::setup() {
   const int64_t tokens_per_step = (int64_t)B_ * T_ * c_.train.grad_accum;
   total_steps_ = c_.train.steps > 0 ? c_.train.steps
                                     : (c_.train.max_tokens + tokens_per_step - 1) / tokens_per_step;
-  if (c_.train.time_budget_minutes > 0 && comm_->size() > 1)
+  if (c_.train.time_budget_minutes > 0 && comm_->size() > 1)  // (any grid)
     // Each rank would plan from its own clock; ranks must agree on the step count and the stop.
     return Status::error(fmt::format("[train] time_budget_minutes = {} with {} ranks: a time budget plans the steps "
                                      "on one process only for now; give train.steps or train.max_tokens",
@@ -687,7 +775,16 @@ Status Trainer::eval_now(int64_t step, ojson* line) {
   EvalResult r;
   double t0 = now_s();
   const EvalText* text = eval_text_.bytes.empty() ? nullptr : &eval_text_;
-  if (Status s = evaluate(model_, data_, c_.eval.data, c_.eval.tokens, r, text); !s) return s;
+  EvalForward pipe;
+  if (shard_.pp > 1) pipe = [this](const Batch& b, float& loss) { return pipeline_forward_loss(b, loss); };
+  if (Status s = evaluate(model_, data_, c_.eval.data, c_.eval.tokens, r, text, nullptr, pipe); !s) return s;
+  if (model_parallel()) {  // the numbers of the one rank that has them (the last stage's TP rank 0 of replica 0)
+    const bool speaks = contributes_ && grid_.dp_rank == 0;
+    double v[5] = {r.loss, r.entropy, r.perplexity, r.bits_per_byte, (double)r.bytes};
+    for (double& x : v) x = speaks ? x : 0.0;
+    if (Status s = comm_->allreduce_sum(v, 5); !s) return s;
+    r.loss = v[0], r.entropy = v[1], r.perplexity = v[2], r.bits_per_byte = v[3], r.bytes = (uint64_t)v[4];
+  }
   last_eval_s_ = r.seconds;
   span.arg("loss", r.loss);
   if (eval_first_ < 0) eval_first_ = r.loss, eval_first_bpb_ = r.bits_per_byte;
@@ -971,13 +1068,19 @@ Status Trainer::train_step(StepStats& st) {
   TraceSpan step_span("step", "step", (double)(step_ + 1));
   const double t0 = now_s();
   begin_step(st);
-  for (int micro = 0; micro < c_.train.grad_accum; micro++)
-    if (Status s = micro_step(micro, st); !s) return s;
+  if (shard_.pp > 1) {
+    if (Status s = pipeline_step(st); !s) return s;
+  } else {
+    for (int micro = 0; micro < c_.train.grad_accum; micro++)
+      if (Status s = micro_step(micro, st); !s) return s;
+  }
   if (!acc_.empty() && !st.overlap) std::copy(acc_.begin(), acc_.end(), model_.grads());
   stage_checkpoint();
   if (comm_->size() > 1 && comm_->rank() == c_.dist.inject_delay_rank && step_ + 1 >= c_.dist.inject_delay_step)
     std::this_thread::sleep_for(std::chrono::microseconds((int64_t)(c_.dist.inject_delay_ms * 1e3)));  // a straggler
   st.compute_ms = (now_s() - t0) * 1e3;
+  st.tp_ms = tp_ms_, tp_ms_ = 0;
+  if (groups_.pp) st.pp_wait_ms = groups_.pp->take_recv_wait_ms();
   if (Status s = reduce_step(st); !s) return s;
   if (Status s = update(st); !s) return s;
   end_step(st, t0);
@@ -998,12 +1101,20 @@ void Trainer::begin_step(StepStats& st) {
   // reducer, which starts buckets on the communication thread (top-k needs the whole gradient).
   st.overlap = reducer_ && reducer_->overlaps();
   if (reducer_) reducer_->begin_step(model_.grads(), acc_.empty() ? nullptr : acc_.data(), step_);
-  st.bytes_before = comm_->bytes_sent();
+  st.bytes_before = dp_comm().bytes_sent();
+  if (groups_.tp) st.tp_bytes_before = groups_.tp->bytes_sent(), st.pp_bytes_before = groups_.pp->bytes_sent();
 }
 
 // One micro-batch: fetch, forward (and its health signals), backward; the last one of an
 // overlapped step hands finished gradient ranges to the reducer as backward produces them.
 Status Trainer::micro_step(int micro, StepStats& st) {
+  const Batch& b = fetch(st);
+  if (Status s = forward_micro(b, micro, st); !s) return s;
+  backward_micro(b, micro, st);
+  return Status::ok();
+}
+
+const Batch& Trainer::fetch(StepStats& st) {
   const Batch* bp = &feed_.next();
   st.wait_ms += feed_.last_wait_ms();
   if (std::find(c_.health.inject_bad_data_steps.begin(), c_.health.inject_bad_data_steps.end(), step_ + 1) !=
@@ -1014,30 +1125,47 @@ Status Trainer::micro_step(int micro, StepStats& st) {
       if (t >= 0) t = (int32_t)(((int64_t)t * 7919 + 13) % c_.model.vocab_size);
     bp = &injected_;
   }
-  const Batch& b = *bp;
-  model_.zero_grad();
+  return *bp;
+}
+
+// Every micro-batch of every data-parallel replica weighs the same.
+float Trainer::micro_dloss(const Batch& b) const {
+  const int parts = c_.train.grad_accum * grid_.dp;
+  return b.target_tokens ? 1.0f / ((float)b.target_tokens * parts) : 0.0f;
+}
+
+// Forward and the step's sums from it (the loss, tokens and health signals count on the ranks that
+// contribute_: the last stage's TP rank 0).
+Status Trainer::forward_micro(const Batch& b, int micro, StepStats& st) {
   float loss = 0;
-  const int parts = c_.train.grad_accum * comm_->size();  // every micro-batch of every rank weighs the same
-  const float dloss = b.target_tokens ? 1.0f / ((float)b.target_tokens * parts) : 0.0f;
   const double tf = now_s();
-  if (Status s = model_.forward(b, loss, dloss); !s)
+  if (Status s = model_.forward(b, loss, micro_dloss(b)); !s)
     return Status::error(fmt::format("step {}: {}", step_ + 1, s.message()));
   st.forward_ms += (now_s() - tf) * 1e3;
   st.T = b.T;
-  st.loss_sum += loss;
-  st.tokens += b.target_tokens;
-  if (c_.train.entropy_rows > 0) st.entropy += model_.prediction_entropy(c_.train.entropy_rows);
+  if (shard_.last() && c_.train.entropy_rows > 0) {
+    const double h = model_.prediction_entropy(c_.train.entropy_rows);  // (a TP collective: every TP rank)
+    if (contributes_) st.entropy += h;
+  }
   if (const int K = c_.train.sparsity_every; K > 0 && micro == 0 && (step_ + 1) % K == 0)
     st.sparsity = model_.attention_sparsity();
+  if (!contributes_) return Status::ok();
+  st.loss_sum += loss;
+  st.tokens += b.target_tokens;
   const float* tl = model_.token_losses();
   for (int n = 0, N = b.B * b.T; n < N; n++)
     if (b.targets[n] >= 0 && b.sources[n] < st.src_sum.size()) {
       st.src_sum[b.sources[n]] += tl[n];
       st.src_n[b.sources[n]] += 1;
     }
+  return Status::ok();
+}
+
+void Trainer::backward_micro(const Batch& b, int micro, StepStats& st) {
+  model_.zero_grad();
   const bool hooked = st.overlap && micro + 1 == c_.train.grad_accum;
   if (hooked) model_.set_grad_ready([this](int64_t lo, int64_t hi) { reducer_->ready(lo, hi); });
-  model_.backward(dloss);
+  model_.backward(micro_dloss(b));
   if (hooked) {
     reducer_->backward_done();
     model_.set_grad_ready({});
@@ -1050,6 +1178,67 @@ Status Trainer::micro_step(int micro, StepStats& st) {
     const int64_t n = (int64_t)acc_.size();
     if (micro == 0) std::copy(g, g + n, acc_.begin());
     else for (int64_t i = 0; i < n; i++) acc_[i] += g[i];
+  }
+}
+
+// The step's micro-batches through the pipeline in 1F1B order (train/pipeline.hpp). Each
+// micro-batch keeps its activation set (slot) from its forward to its backward; a stage receives
+// its input's activations before a forward and its output's gradient before a backward, and sends
+// on without waiting (the sends complete by the step's end). Every stage reads the same batches
+// (positions, masks, targets), so only activations and gradients travel.
+Status Trainer::pipeline_step(StepStats& st) {
+  Communicator& pp = *groups_.pp;
+  const int stage = shard_.stage, P = shard_.pp, M = c_.train.grad_accum, S = model_.slots();
+  const int64_t NC = (int64_t)B_ * T_ * c_.model.d_model;
+  // An outgoing message is copied first: the buffer it came from (a slot's output, the shared
+  // input gradient) is rewritten by the next op while the neighbour may not have taken it yet.
+  size_t out_n = 0;
+  auto send = [&](const float* data, int64_t n, int peer, int tag) {
+    if (out_n == pipe_out_.size()) pipe_out_.emplace_back();
+    std::vector<float>& buf = pipe_out_[out_n++];
+    buf.assign(data, data + n);
+    return pp.send_async(buf.data(), n, peer, tag);
+  };
+  for (const PipeOp& op : pipeline_1f1b(P, stage, M)) {
+    const int slot = op.micro % S;
+    model_.use_slot(slot);
+    Batch& b = pipe_batches_[slot];
+    const int tag = op.micro;
+    if (op.forward) {
+      b = fetch(st);
+      const int64_t n = (int64_t)b.B * b.T * c_.model.d_model;
+      if (n > NC) return Status::error(fmt::format("step {}: batch {}x{} larger than planned", step_ + 1, b.B, b.T));
+      if (!shard_.first())
+        if (Status s = pp.recv(model_.stage_input(), n, stage - 1, tag); !s) return s;
+      if (Status s = forward_micro(b, op.micro, st); !s) return s;
+      if (!shard_.last())
+        if (Status s = send(model_.stage_output(), n, stage + 1, tag); !s) return s;
+    } else {
+      const int64_t n = (int64_t)b.B * b.T * c_.model.d_model;
+      if (!shard_.last())
+        if (Status s = pp.recv(model_.stage_output_grad(), n, stage + 1, tag); !s) return s;
+      backward_micro(b, op.micro, st);
+      if (!shard_.first())
+        if (Status s = send(model_.stage_input_grad(), n, stage - 1, tag); !s) return s;
+    }
+  }
+  if (Status s = pp.wait_sends(); !s) return s;
+  model_.use_slot(0);
+  return Status::ok();
+}
+
+// An evaluation batch: each stage receives its input, runs its layers and passes them on; the
+// last stage's losses are the batch's (the evaluation's sums are taken from it, trainer.cpp).
+Status Trainer::pipeline_forward_loss(const Batch& b, float& loss) {
+  Communicator& pp = *groups_.pp;
+  const int stage = shard_.stage;
+  const int64_t n = (int64_t)b.B * b.T * c_.model.d_model;
+  if (!shard_.first())
+    if (Status s = pp.recv(model_.stage_input(), n, stage - 1, 0); !s) return s;
+  if (Status s = model_.forward_loss(b, loss); !s) return s;
+  if (!shard_.last()) {
+    if (Status s = pp.send_async(model_.stage_output(), n, stage + 1, 0); !s) return s;
+    return pp.wait_sends();
   }
   return Status::ok();
 }
@@ -1067,9 +1256,9 @@ void Trainer::stage_checkpoint() {
 // The reduced step's loss; the gradient norm (one pass: the finiteness check and the clipping
 // share it); AdamW, or the skip of a non-finite update.
 Status Trainer::update(StepStats& st) {
-  const int parts = c_.train.grad_accum * comm_->size();
+  const int parts = c_.train.grad_accum * grid_.dp;
   st.loss = st.loss_sum / parts;
-  st.entropy /= comm_->size();
+  st.entropy /= grid_.dp;
   const HealthConfig& hc = c_.health;
   if (std::find(hc.inject_nan_steps.begin(), hc.inject_nan_steps.end(), step_ + 1) != hc.inject_nan_steps.end())
     model_.grads()[model_.layout().total / 2] = NAN;  // fault injection
@@ -1078,7 +1267,7 @@ Status Trainer::update(StepStats& st) {
     TraceSpan span("grad_norm");
     const double tn = now_s();
     if (Status s = global_grad_norm(norm); !s) return s;
-    if (reducer_ && reducer_->shards_optimizer()) {  // ZeRO-1: the norm's block partials went over the network
+    if ((reducer_ && reducer_->shards_optimizer()) || model_parallel()) {  // the norm's partials went over the network
       const double ms = (now_s() - tn) * 1e3;
       st.allreduce_wait_ms += ms, st.allreduce_ms += ms;
     }
@@ -1130,7 +1319,13 @@ Status Trainer::reduce_step(StepStats& st) {
   // (the overlapped buckets' remainder, and everything done synchronously).
   const double ta = now_s();
   double busy_ms = 0, blocked_ms = 0;
-  if (Status s = reducer_->finish(model_.grads(), &busy_ms); !s) return s;
+  if (model_parallel())  // the parts of shared tensors first (KV heads over TP ranks, a tied embedding's ends)
+    if (Status s = parallel_sync_grads(model_.layout(), model_.grads(), groups_.kv.get(), groups_.pp.get(),
+                                       shard_.stage, shard_.pp);
+        !s)
+      return s;
+  if (reducer_)
+    if (Status s = reducer_->finish(model_.grads(), &busy_ms); !s) return s;
   if (st.overlap) blocked_ms = (now_s() - ta) * 1e3;
   // The scalars: losses, tokens, entropy, the stop flag, "my checkpoint part is durable",
   // per-source sums.
@@ -1141,14 +1336,36 @@ Status Trainer::reduce_step(StepStats& st) {
   const size_t at = red_.size();  // every rank's compute time, each in its own slot
   red_.resize(at + comm_->size(), 0.0);
   red_[at + comm_->rank()] = st.compute_ms;
+  const size_t mp_at = red_.size();
+  const int P = shard_.pp;
+  if (model_parallel()) {
+    // The attention sparsity (mean over stages of TP rank 0's heads), each stage's wait for its
+    // neighbours (its replica 0, TP rank 0), every rank's bytes per group and its time in TP
+    // collectives.
+    const bool speaks = grid_.dp_rank == 0 && grid_.tp_rank == 0;
+    red_.resize(mp_at + 5 + P, 0.0);
+    if (speaks && st.sparsity >= 0) red_[mp_at] = st.sparsity / P;
+    red_[mp_at + 1] = (double)(groups_.tp->bytes_sent() - st.tp_bytes_before);
+    red_[mp_at + 2] = (double)(groups_.pp->bytes_sent() - st.pp_bytes_before);
+    red_[mp_at + 3] = (double)(dp_comm().bytes_sent() - st.bytes_before);
+    red_[mp_at + 4] = st.tp_ms;
+    if (speaks) red_[mp_at + 5 + shard_.stage] = st.pp_wait_ms;
+  }
   if (Status s = comm_->allreduce_sum(red_.data(), (int64_t)red_.size()); !s) return s;
-  st.rank_compute_ms.assign(red_.begin() + (long)at, red_.end());
+  st.rank_compute_ms.assign(red_.begin() + (long)at, red_.begin() + (long)mp_at);
+  if (model_parallel()) {
+    if (st.sparsity >= 0) st.sparsity = red_[mp_at];
+    st.tp_bytes = red_[mp_at + 1], st.pp_bytes = red_[mp_at + 2], st.dp_bytes = red_[mp_at + 3];
+    st.tp_ms = red_[mp_at + 4] / comm_->size();
+    st.stage_wait_ms.assign(red_.begin() + (long)(mp_at + 5), red_.end());
+  }
   st.loss_sum = red_[0], st.tokens = (uint64_t)red_[1], st.entropy = red_[2];
   stop_now_ = red_[3] > 0;
   const size_t S = st.src_sum.size();
   for (size_t i = 0; i < S; i++) st.src_sum[i] = red_[5 + i], st.src_n[i] = red_[5 + S + i];
   st.allreduce_wait_ms = (now_s() - ta) * 1e3;  // (the blocked part of the buckets + the rest)
   st.allreduce_ms = st.overlap ? busy_ms + (st.allreduce_wait_ms - blocked_ms) : st.allreduce_wait_ms;
+  if (groups_.pp) groups_.pp->take_recv_wait_ms();  // (the tied embedding's exchange is not the pipeline's wait)
   if (pending_commit_ >= 0 && red_[4] >= comm_->size())  // every rank's part is durable
     if (Status s = commit_pending("every part durable"); !s) return s;
   return Status::ok();
@@ -1173,8 +1390,23 @@ ojson Trainer::step_line(const StepStats& st) {
     line["allreduce_ms"] = st.allreduce_ms;
     line["allreduce_wait_ms"] = st.allreduce_wait_ms;
     if (st.overlap) line["allreduce_buckets"] = st.buckets;
-    line["allreduce_bytes"] = comm_->bytes_sent() - st.bytes_before;
+    line["allreduce_bytes"] = dp_comm().bytes_sent() - st.bytes_before;
     line["rank_compute_ms"] = st.rank_compute_ms;
+  }
+  if (model_parallel()) {
+    // per group, summed over the ranks: bytes sent; TP collectives' time (mean per rank); each
+    // stage's wait for its neighbours, and the bubble 1F1B leaves with equal stages
+    line["dp_bytes"] = st.dp_bytes;
+    line["tp_bytes"] = st.tp_bytes;
+    line["pp_bytes"] = st.pp_bytes;
+    line["tp_ms"] = st.tp_ms;
+    if (shard_.pp > 1) {
+      line["pp_wait_ms"] = st.stage_wait_ms;
+      line["pp_bubble"] = pipeline_bubble(shard_.pp, c_.train.grad_accum);
+      double wait = 0;
+      for (double w : st.stage_wait_ms) wait += w;
+      line["pp_idle_fraction"] = st.step_ms > 0 ? wait / shard_.pp / st.step_ms : 0.0;
+    }
   }
   if (st.sparsity >= 0) line["attn_sparsity"] = st.sparsity;
   ojson per_source = ojson::object();
@@ -1233,7 +1465,22 @@ Status Trainer::after_step(const StepStats& st) {
 }
 
 // The end of the run: TrainSummary, its text and RUN/summary.json.
+// This process's peak resident memory (VmHWM), 0 where /proc does not say.
+int64_t peak_rss_bytes() {
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind("VmHWM:", 0) == 0) return std::atoll(line.c_str() + 6) * 1024;
+  return 0;
+}
+
 Status Trainer::summarize(TrainSummary& out, double seconds) {
+  // Every rank's planned memory and its measured peak (the memory plan's check against reality).
+  std::vector<double> mem(2 * (size_t)comm_->size(), 0.0);
+  mem[2 * comm_->rank()] = (double)model_.plan().total();
+  mem[2 * comm_->rank() + 1] = (double)peak_rss_bytes();
+  if (comm_->size() > 1)
+    if (Status s = comm_->allreduce_sum(mem.data(), (int64_t)mem.size()); !s) return s;
   out = TrainSummary{};
   out.start_step = start_step_;
   out.steps = step_;
@@ -1260,7 +1507,13 @@ Status Trainer::summarize(TrainSummary& out, double seconds) {
   j["start_step"] = start_step_;
   j["total_steps"] = total_steps_;
   j["tokens"] = tokens_;
-  j["parameters"] = model_.layout().total;
+  j["parameters"] = param_count(c_.model);
+  j["parameters_this_rank"] = model_.layout().total;
+  j["parallel"] = {{"dp", grid_.dp}, {"tp", grid_.tp}, {"pp", grid_.pp}};
+  json per_rank = json::array();
+  for (int r = 0; r < comm_->size(); r++)
+    per_rank.push_back({{"rank", r}, {"planned_bytes", mem[2 * r]}, {"peak_rss_bytes", mem[2 * r + 1]}});
+  j["memory_per_rank"] = per_rank;
   j["first_loss"] = std::isfinite(first_loss_) ? json(first_loss_) : json(nullptr);
   j["last_loss"] = std::isfinite(last_loss_) ? json(last_loss_) : json(nullptr);
   j["eval_first"] = eval_first_ >= 0 ? json(eval_first_) : json(nullptr);
