@@ -2,9 +2,14 @@
 // run's metrics.jsonl read back, with or without the timing fields (the only ones that differ
 // between identical runs). Not product code.
 #pragma once
+#include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
+#include <cstdlib>
 #include <filesystem>
+#include <thread>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -86,6 +91,45 @@ inline std::vector<nlohmann::json> read_metrics(const std::filesystem::path& run
     out.push_back(keep_timing ? j : drop_timing(j));
   }
   return out;
+}
+
+// A job started with `sh -c cmd` (exec mpirun ... smelt train --config CONFIG ... --run-dir RUN),
+// one of whose ranks is killed (SIGKILL) once RUN has a checkpoint: the newest `smelt train`
+// process with that config (ranks' command lines start with the binary). ended: the job ended by
+// itself within a minute after (else it was killed here); rank: the victim's OMPI rank.
+struct KilledJob {
+  bool ended = false;
+  int status = 0;
+  int rank = -1;
+};
+inline KilledJob kill_a_rank(const std::string& cmd, const std::filesystem::path& run, const std::string& binary,
+                             const std::string& config) {
+  KilledJob k;
+  pid_t job = fork();
+  if (job == 0) {
+    execl("/bin/sh", "sh", "-c", cmd.c_str(), (char*)nullptr);
+    _exit(127);
+  }
+  for (int i = 0; i < 6000 && !std::filesystem::exists(run / "checkpoints" / "latest"); i++)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  const std::string pids = (run.parent_path() / "pids").string();
+  std::system(("pgrep -n -f '^" + binary + " train --config " + config + "' > " + pids).c_str());
+  const int victim = std::atoi(read_file(pids).c_str());
+  if (victim > 0) {
+    const std::string env = read_file("/proc/" + std::to_string(victim) + "/environ");
+    const size_t at = env.find("OMPI_COMM_WORLD_RANK=");
+    if (at != std::string::npos) k.rank = std::atoi(env.c_str() + at + 21);
+    kill(victim, SIGKILL);
+  }
+  for (int i = 0; i < 600 && !k.ended; i++) {
+    k.ended = waitpid(job, &k.status, WNOHANG) == job;
+    if (!k.ended) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  if (!k.ended) {
+    kill(job, SIGKILL);
+    waitpid(job, &k.status, 0);
+  }
+  return k;
 }
 
 }  // namespace smelt::test

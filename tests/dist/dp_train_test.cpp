@@ -304,36 +304,12 @@ TEST_F(DpTrainTest, AKilledRankEndsTheJobAndResumeContinues) {
                                       "--save-every 20 > {} 2>&1",
                                       kMpirun, SMELT_BINARY, (dir_ / "run.toml").string(), (dir_ / "train").string(),
                                       (dir_ / "run").string(), (dir_ / "run.log").string());
-  pid_t job = fork();
-  if (job == 0) {
-    execl("/bin/sh", "sh", "-c", cmd.c_str(), (char*)nullptr);
-    _exit(127);
-  }
-  // Wait for a checkpoint, then kill one rank (a `smelt` process of this job other than rank 0's
-  // is as good as any: kill the newest).
-  for (int i = 0; i < 6000 && !fs::exists(dir_ / "run" / "checkpoints" / "latest"); i++)
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  ASSERT_TRUE(fs::exists(dir_ / "run" / "checkpoints" / "latest")) << log("run");
-  const std::string pids = (dir_ / "pids").string();
-  // Ranks' command lines start with the binary's path (mpirun's and this shell's do not).
-  std::system(fmt::format("pgrep -n -f '^{} train --config {}' > {}", SMELT_BINARY, (dir_ / "run.toml").string(), pids)
-                  .c_str());
-  const int victim = std::atoi(test::read_file(pids).c_str());
-  ASSERT_GT(victim, 0);
-  kill(victim, SIGKILL);
+  // (a `smelt` process of this job other than rank 0's is as good as any: the newest)
+  const test::KilledJob k = test::kill_a_rank(cmd, dir_ / "run", SMELT_BINARY, (dir_ / "run.toml").string());
+  ASSERT_GE(k.rank, 0) << "no rank to kill: " << log("run");
   // The job ends by itself (mpirun tears the other rank down) well within a minute.
-  int st = 0;
-  bool ended = false;
-  for (int i = 0; i < 600 && !ended; i++) {
-    ended = waitpid(job, &st, WNOHANG) == job;
-    if (!ended) std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
-  if (!ended) {
-    kill(job, SIGKILL);
-    waitpid(job, &st, 0);
-  }
-  ASSERT_TRUE(ended) << "the job kept waiting after a rank died";
-  EXPECT_FALSE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << log("run");
+  ASSERT_TRUE(k.ended) << "the job kept waiting after a rank died";
+  EXPECT_FALSE(WIFEXITED(k.status) && WEXITSTATUS(k.status) == 0) << log("run");
   // Relaunch with --resume: it continues from the last checkpoint.
   std::string latest;
   ASSERT_TRUE(ckpt_find_latest((dir_ / "run").string(), latest).is_ok());

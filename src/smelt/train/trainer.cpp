@@ -308,6 +308,7 @@ class Trainer {
   ParallelGroups groups_;
   bool contributes_ = true;
   double tp_ms_ = 0;  // time in TP collectives since the step began
+  uint64_t dp_bytes_mark_ = 0;  // the DP group's bytes sent at the last step's reduction
   std::vector<Batch> pipe_batches_;  // [slot] the micro-batches in flight on this stage
   std::vector<std::vector<float>> pipe_out_;  // the step's outgoing messages until their sends complete
   bool model_parallel() const { return shard_.tp * shard_.pp > 1; }
@@ -1347,7 +1348,10 @@ Status Trainer::reduce_step(StepStats& st) {
     if (speaks && st.sparsity >= 0) red_[mp_at] = st.sparsity / P;
     red_[mp_at + 1] = (double)(groups_.tp->bytes_sent() - st.tp_bytes_before);
     red_[mp_at + 2] = (double)(groups_.pp->bytes_sent() - st.pp_bytes_before);
-    red_[mp_at + 3] = (double)(dp_comm().bytes_sent() - st.bytes_before);
+    // (from the previous step's reduction on: ZeRO-1's all-gather of the weights comes after this
+    // step's reduction, so a step counts the previous step's)
+    red_[mp_at + 3] = (double)(dp_comm().bytes_sent() - dp_bytes_mark_);
+    dp_bytes_mark_ = dp_comm().bytes_sent();
     red_[mp_at + 4] = st.tp_ms;
     if (speaks) red_[mp_at + 5 + shard_.stage] = st.pp_wait_ms;
   }
