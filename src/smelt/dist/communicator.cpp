@@ -256,16 +256,7 @@ class MpiComm final : public Communicator {
   }
   Status allreduce_max(float* data, int64_t n) override {
     TraceSpan span("allreduce.max", "bytes", (double)n * sizeof(float));
-    for (int64_t at = 0; at < n; at += kSlab) {
-      const int len = (int)std::min(kSlab, n - at);
-      MPI_Request req;
-      if (Status s = finish(MPI_Iallreduce(MPI_IN_PLACE, data + at, len, MPI_FLOAT, MPI_MAX, world_, &req), req,
-                            "max all-reduce (MPI_Iallreduce)");
-          !s)
-        return s;
-      bytes_ += (uint64_t)len * sizeof(float) * 2 * (size_ - 1) / size_;  // (a ring's volume)
-    }
-    return Status::ok();
+    return library_allreduce(data, n, MPI_MAX, "max all-reduce (MPI_Iallreduce)");
   }
   uint64_t bytes_sent() const override { return bytes_; }
 
@@ -447,13 +438,13 @@ class MpiComm final : public Communicator {
 
   // The MPI library's all-reduce (dist.deterministic = false): its own algorithm and summation
   // order, which may depend on the rank count and message size.
-  Status native(float* data, int64_t n) {
+  Status native(float* data, int64_t n) { return library_allreduce(data, n, MPI_SUM, "all-reduce (MPI_Iallreduce)"); }
+  // The MPI library's in-place all-reduce of floats with `op`, in slabs.
+  Status library_allreduce(float* data, int64_t n, MPI_Op op, const char* what) {
     for (int64_t at = 0; at < n; at += kSlab) {
       const int len = (int)std::min(kSlab, n - at);
       MPI_Request req;
-      if (Status s = finish(MPI_Iallreduce(MPI_IN_PLACE, data + at, len, MPI_FLOAT, MPI_SUM, world_, &req), req,
-                            "all-reduce (MPI_Iallreduce)");
-          !s)
+      if (Status s = finish(MPI_Iallreduce(MPI_IN_PLACE, data + at, len, MPI_FLOAT, op, world_, &req), req, what); !s)
         return s;
       bytes_ += (uint64_t)len * sizeof(float) * 2 * (size_ - 1) / size_;  // (a ring's volume)
     }
