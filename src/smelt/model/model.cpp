@@ -372,7 +372,9 @@ void Model::embed_backward_tp(const Batch& b) {
 void Model::cross_entropy_tp(const Batch& b) {
   const int N = b.B * b.T, V = d_.V;
   const float* lg = acts_.logits;
-  std::vector<float> mx(N), parts(2 * (size_t)N);
+  tp_ce_.resize(3 * (size_t)N);  // [row max | sum exp | target logit]
+  float* mx = tp_ce_.data();
+  float* parts = mx + N;
 #pragma omp parallel for schedule(static) num_threads(threads_)
   for (int n = 0; n < N; n++) {
     const float* r = lg + (int64_t)n * V;
@@ -380,7 +382,7 @@ void Model::cross_entropy_tp(const Batch& b) {
     for (int j = 0; j < V; j++) m = std::max(m, r[j]);
     mx[n] = m;
   }
-  tp_.max(mx.data(), N);
+  tp_.max(mx, N);
 #pragma omp parallel for schedule(static) num_threads(threads_)
   for (int n = 0; n < N; n++) {
     const float* r = lg + (int64_t)n * V;
@@ -390,7 +392,7 @@ void Model::cross_entropy_tp(const Batch& b) {
     parts[n] = (float)se;
     parts[N + n] = t >= 0 && t < V ? r[t] : 0.0f;
   }
-  tp_.sum(parts.data(), 2 * (int64_t)N);
+  tp_.sum(parts, 2 * (int64_t)N);
   for (int n = 0; n < N; n++) {
     const float lse = mx[n] + std::log(parts[n]);
     acts_.lse_ce[n] = lse;

@@ -139,6 +139,7 @@ class Model {
   ModelShard shard_;
   ShardDims d_;
   TpCollectives tp_;
+  std::vector<float> tp_ce_;  // the vocabulary-parallel cross-entropy's per-row scratch (3N)
   struct Slot {  // an activation set not in use, with its forward's batch
     Activations acts;
     const Batch* batch = nullptr;

@@ -40,7 +40,7 @@ Status parallel_groups(Communicator& world, const RankGrid& g, int kv_share, Par
 
 // Sums the gradients that several ranks hold a part of before the data-parallel reduction: the
 // KV projections shared by TP ranks (over kv), and the two ends of a tied embedding (the first
-// and the last stage over pp: each adds first + last, so both hold the same bits).
+// and the last stage over pp: each adds the other's, so both hold the same bits).
 Status parallel_sync_grads(const ParamLayout& layout, float* grads, Communicator* kv, Communicator* pp,
                            int stage, int stages);
 

@@ -13,11 +13,12 @@ namespace smelt {
 
 namespace {
 
-std::vector<int64_t> shape_of(const ParamTensor& t) {
-  return t.full_cols == 1 ? std::vector<int64_t>{t.rows} : std::vector<int64_t>{t.rows, t.cols};
-}
-
 CkptBox box_of(const ParamTensor& t) { return {t.row0, t.col0, t.rows, t.cols}; }
+
+// The stored shape of a box of t: {rows} for a vector, {rows, cols} for a matrix.
+std::vector<int64_t> shape_of(const ParamTensor& t, const CkptBox& b) {
+  return t.full_cols == 1 ? std::vector<int64_t>{b.rows} : std::vector<int64_t>{b.rows, b.cols};
+}
 
 // Reads the saved values of the flat range [b, e) of local tensor t (b, e: buffer offsets) into
 // out, from the boxes stored under prefix + name, whatever layout wrote them.
@@ -107,13 +108,10 @@ void train_state_add_tensors(const TrainTensors& t, bool parts, CkptSaveRequest&
   auto name = [&](const std::string& prefix, const ParamTensor& p, const CkptBox& box) {
     return prefix + ckpt_box_name(p.name, box, p.full_rows, p.full_cols);
   };
-  auto dims = [](const CkptBox& b, const ParamTensor& p) {
-    return p.full_cols == 1 ? std::vector<int64_t>{b.rows} : std::vector<int64_t>{b.rows, b.cols};
-  };
   r.state["layout"] = {{"tp", t.model.shard().tp}, {"pp", t.model.shard().pp}, {"ranks", t.ranks}};
   if (t.lead)
     for (const auto& p : lay.tensors)
-      if (!p.replica) r.tensors.push_back({name("", p, box_of(p)), shape_of(p), t.model.params() + p.offset});
+      if (!p.replica) r.tensors.push_back({name("", p, box_of(p)), shape_of(p, box_of(p)), t.model.params() + p.offset});
   const std::vector<int64_t>& bounds = t.reducer ? t.reducer->bounds() : std::vector<int64_t>{};
   const bool sharded = !bounds.empty();
   if (sharded || t.lead) {
@@ -124,7 +122,7 @@ void train_state_add_tensors(const TrainTensors& t, bool parts, CkptSaveRequest&
         const int64_t b = std::max(lo, p.offset), e = std::min(hi, p.offset + p.size());
         if (p.replica || b >= e) continue;
         for (const CkptFlatBox& fb : ckpt_flat_boxes(box_of(p), b - p.offset, e - p.offset))
-          r.tensors.push_back({name(fmt::format("optim.{}.", which), p, fb.box), dims(fb.box, p),
+          r.tensors.push_back({name(fmt::format("optim.{}.", which), p, fb.box), shape_of(p, fb.box),
                                base + (p.offset + fb.offset - lo)});
       }
     }
