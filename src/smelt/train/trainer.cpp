@@ -1,7 +1,8 @@
 // The training loop (trainer.hpp): one model per rank, a prefetching loader; each step is fetch ->
 // forward/backward (micro-batches) -> reduce (dist/grad_reducer) -> clip + AdamW (optimizer.hpp),
 // then metrics, evaluation and checkpoints (train_state.hpp) as configured. Not the strategies of
-// the reduction, the optimizer or the checkpoint tensors' layout themselves.
+// the reduction, the optimizer, the checkpoint tensors' layout or the metrics line's and the
+// summary's formatting (step_report.hpp) themselves.
 #include "smelt/train/trainer.hpp"
 
 #include <fcntl.h>
@@ -39,6 +40,7 @@
 #include "smelt/tokenizer/tokenizer.hpp"
 #include "smelt/train/parallel.hpp"
 #include "smelt/train/pipeline.hpp"
+#include "smelt/train/step_report.hpp"
 #include "smelt/train/train_state.hpp"
 
 namespace fs = std::filesystem;
@@ -121,21 +123,6 @@ Status truncate_metrics(const std::string& path, int64_t step, const std::string
   return files_write_atomic(path, kept);
 }
 
-std::string human_count(double x) {
-  if (x >= 1e9) return fmt::format("{:.2f}B", x / 1e9);
-  if (x >= 1e6) return fmt::format("{:.2f}M", x / 1e6);
-  if (x >= 1e3) return fmt::format("{:.1f}k", x / 1e3);
-  return fmt::format("{:.0f}", x);
-}
-
-std::string duration_str(double s) {
-  if (s < 0 || !std::isfinite(s)) return "?";
-  int64_t t = (int64_t)s;
-  if (t >= 3600) return fmt::format("{}h{:02d}m", t / 3600, (int)(t % 3600 / 60));
-  if (t >= 60) return fmt::format("{}m{:02d}s", t / 60, (int)(t % 60));
-  return fmt::format("{}s", t);
-}
-
 }  // namespace
 
 void train_request_stop() { g_stop = true; }
@@ -148,32 +135,6 @@ double train_flops_per_token(const ModelConfig& c, int T) {
 }
 
 namespace {
-
-// One optimizer step's numbers, summed over its micro-batches (and, after reduce_step, its ranks).
-struct StepStats {
-  double lr = 0, loss_sum = 0, entropy = 0, wait_ms = 0, sparsity = -1;
-  double forward_ms = 0;  // in the model's forward passes (against the evaluation's speed)
-  uint64_t tokens = 0;
-  int T = 0;                           // the step's row length (bucketed batches vary)
-  std::vector<double> src_sum, src_n;  // per-source loss sums and target counts
-  // communication: all of the step's (allreduce_ms) and the part the step waited for
-  double allreduce_ms = 0, allreduce_wait_ms = 0;
-  double compute_ms = 0;                 // from the step's start to its reduction (this rank)
-  std::vector<double> rank_compute_ms;   // [rank] every rank's compute_ms (several ranks)
-  uint64_t bytes_before = 0;
-  // tensor and pipeline parallel: bytes this rank sent per group before the step, its time in TP
-  // collectives and waiting for its pipeline neighbours; after reduce_step, every stage's wait
-  // and the groups' bytes over all ranks
-  uint64_t tp_bytes_before = 0, pp_bytes_before = 0;
-  double tp_ms = 0, pp_wait_ms = 0;
-  std::vector<double> stage_wait_ms;
-  double tp_bytes = 0, pp_bytes = 0, dp_bytes = 0;
-  int buckets = 0;
-  bool overlap = false;
-  // the update and its timing
-  bool finite = true;
-  double loss = 0, grad_norm = NAN, step_ms = 0, tok_s = 0, flops_per_s = 0, mfu = 0;
-};
 
 class Trainer {
  public:
@@ -1377,60 +1338,22 @@ Status Trainer::reduce_step(StepStats& st) {
 
 // The step's metrics.jsonl line (before evaluation and checkpoint fields are added).
 ojson Trainer::step_line(const StepStats& st) {
-  ojson line;
-  line["step"] = step_;
-  line["loss"] = std::isfinite(st.loss) ? json(st.loss) : json(nullptr);
-  line["lr"] = st.lr;
-  if (std::isfinite(st.grad_norm)) {
-    line["grad_norm"] = st.grad_norm;
-    line["grad_norm_ratio"] = prev_grad_norm_ > 0 ? st.grad_norm / prev_grad_norm_ : 1.0;
-  } else {
-    line["grad_norm"] = nullptr;
-    line["skipped"] = "nonfinite";
-  }
-  line["tokens"] = tokens_;
-  line["token_entropy"] = st.entropy / c_.train.grad_accum;
-  if (comm_->size() > 1) {
-    line["allreduce_ms"] = st.allreduce_ms;
-    line["allreduce_wait_ms"] = st.allreduce_wait_ms;
-    if (st.overlap) line["allreduce_buckets"] = st.buckets;
-    line["allreduce_bytes"] = dp_comm().bytes_sent() - st.bytes_before;
-    line["rank_compute_ms"] = st.rank_compute_ms;
-  }
-  if (model_parallel()) {
-    // per group, summed over the ranks: bytes sent; TP collectives' time (mean per rank); each
-    // stage's wait for its neighbours, and the bubble 1F1B leaves with equal stages
-    line["dp_bytes"] = st.dp_bytes;
-    line["tp_bytes"] = st.tp_bytes;
-    line["pp_bytes"] = st.pp_bytes;
-    line["tp_ms"] = st.tp_ms;
-    if (shard_.pp > 1) {
-      line["pp_wait_ms"] = st.stage_wait_ms;
-      line["pp_bubble"] = pipeline_bubble(shard_.pp, c_.train.grad_accum);
-      double wait = 0;
-      for (double w : st.stage_wait_ms) wait += w;
-      line["pp_idle_fraction"] = st.step_ms > 0 ? wait / shard_.pp / st.step_ms : 0.0;
-    }
-  }
-  if (st.sparsity >= 0) line["attn_sparsity"] = st.sparsity;
-  ojson per_source = ojson::object();
-  for (size_t i = 0; i < st.src_sum.size(); i++)
-    if (st.src_n[i] > 0) per_source[feed_.names[i]] = st.src_sum[i] / st.src_n[i];
-  line["loss_by_source"] = per_source;
-  // timing (the only fields that differ between identical runs)
-  line["tokens_per_s"] = st.tok_s;
-  line["mfu"] = st.mfu;
-  line["mfu_peak"] = mfu_peak(st.flops_per_s);
-  line["step_ms"] = st.step_ms;
-  line["forward_ms"] = st.forward_ms;
-  line["data_wait_ms"] = st.wait_ms;
-  const auto lat = feed_.latency().stats();
-  line["fetch_ms"] = {{"p50", lat.p50}, {"p95", lat.p95}, {"p99", lat.p99}};
-  if (line_extra_stall_ms_ > 0) {
-    line["ckpt_stall_ms"] = line_extra_stall_ms_;  // waiting for the previous save's staging copy
-    line_extra_stall_ms_ = 0;
-  }
-  return line;
+  StepLineFacts f;
+  f.step = step_;
+  f.tokens = tokens_;
+  f.prev_grad_norm = prev_grad_norm_;
+  f.grad_accum = c_.train.grad_accum;
+  f.ranks = comm_->size();
+  if (f.ranks > 1) f.allreduce_bytes = dp_comm().bytes_sent() - st.bytes_before;
+  f.model_parallel = model_parallel();
+  f.pp = shard_.pp;
+  f.micro_batches = c_.train.grad_accum;
+  f.sources = &feed_.names;
+  f.mfu_peak = mfu_peak(st.flops_per_s);
+  f.fetch = feed_.latency().stats();
+  f.ckpt_stall_ms = line_extra_stall_ms_;
+  line_extra_stall_ms_ = 0;
+  return step_metrics_line(st, f);
 }
 
 // After a step: its metrics line, an evaluation and a checkpoint when due, the console status, and
@@ -1469,142 +1392,67 @@ Status Trainer::after_step(const StepStats& st) {
 }
 
 // The end of the run: TrainSummary, its text and RUN/summary.json.
-// This process's peak resident memory (VmHWM), 0 where /proc does not say.
-int64_t peak_rss_bytes() {
-  std::ifstream in("/proc/self/status");
-  std::string line;
-  while (std::getline(in, line))
-    if (line.rfind("VmHWM:", 0) == 0) return std::atoll(line.c_str() + 6) * 1024;
-  return 0;
-}
-
 Status Trainer::summarize(TrainSummary& out, double seconds) {
   // Every rank's planned memory and its measured peak (the memory plan's check against reality).
-  std::vector<double> mem(2 * (size_t)comm_->size(), 0.0);
-  mem[2 * comm_->rank()] = (double)model_.plan().total();
-  mem[2 * comm_->rank() + 1] = (double)peak_rss_bytes();
+  RunFacts f;
+  f.memory_per_rank.assign(2 * (size_t)comm_->size(), 0.0);
+  f.memory_per_rank[2 * comm_->rank()] = (double)model_.plan().total();
+  f.memory_per_rank[2 * comm_->rank() + 1] = (double)peak_rss_bytes();
   if (comm_->size() > 1)
-    if (Status s = comm_->allreduce_sum(mem.data(), (int64_t)mem.size()); !s) return s;
-  out = TrainSummary{};
-  out.start_step = start_step_;
-  out.steps = step_;
-  out.tokens = tokens_;
-  out.first_loss = first_loss_;
-  out.last_loss = last_loss_;
-  out.eval_first = eval_first_;
-  out.eval_last = eval_last_;
-  out.seconds = seconds;
-  out.tokens_per_s = sum_step_ms_ > 0 ? tokens_this_run_ / (sum_step_ms_ / 1e3) : 0;
-  const double run_flops_per_s = train_flops_per_token(c_.model, T_) * out.tokens_per_s;
-  out.sgemm_gflops = std::max(gemm_gflops_, run_flops_per_s / 1e9 / comm_->size());
-  out.mfu = mfu(run_flops_per_s);
-  out.mfu_peak = mfu_peak(run_flops_per_s);
-  out.lead = lead_;
-  out.data_wait_fraction = sum_step_ms_ > 0 ? sum_wait_ms_ / sum_step_ms_ : 0;
-  out.checkpoint = last_ckpt_;
-  out.stopped_by_signal = stop_now_;
-  const auto lat = feed_.latency().stats();
-  json j;
-  j["stage"] = "train";
-  j["run_dir"] = run_dir_;
-  j["steps"] = step_;
-  j["start_step"] = start_step_;
-  j["total_steps"] = total_steps_;
-  j["tokens"] = tokens_;
-  j["parameters"] = param_count(c_.model);
-  j["parameters_this_rank"] = model_.layout().total;
-  j["parallel"] = {{"dp", grid_.dp}, {"tp", grid_.tp}, {"pp", grid_.pp}};
-  json per_rank = json::array();
-  for (int r = 0; r < comm_->size(); r++)
-    per_rank.push_back({{"rank", r}, {"planned_bytes", mem[2 * r]}, {"peak_rss_bytes", mem[2 * r + 1]}});
-  j["memory_per_rank"] = per_rank;
-  j["first_loss"] = std::isfinite(first_loss_) ? json(first_loss_) : json(nullptr);
-  j["last_loss"] = std::isfinite(last_loss_) ? json(last_loss_) : json(nullptr);
-  j["eval_first"] = eval_first_ >= 0 ? json(eval_first_) : json(nullptr);
-  j["eval_last"] = eval_last_ >= 0 ? json(eval_last_) : json(nullptr);
-  j["eval_first_bpb"] = eval_first_bpb_ >= 0 ? json(eval_first_bpb_) : json(nullptr);
-  j["eval_last_bpb"] = eval_last_bpb_ >= 0 ? json(eval_last_bpb_) : json(nullptr);
-  j["checkpoint"] = last_ckpt_;
-  j["stopped_by_signal"] = out.stopped_by_signal;
-  if (budget_s_ > 0)
-    j["time_budget"] = {{"minutes", c_.train.time_budget_minutes},
-                        {"planned_at_step", planned_at_},
-                        {"planned_steps", planned_ ? json(total_steps_) : json(nullptr)},
-                        {"step_ms", plan_step_s_ * 1e3},
-                        {"ended_by", out.stopped_by_signal ? "signal"
-                                     : out_of_time_ && !(planned_ && step_ >= total_steps_) ? "deadline"
-                                     : planned_ && step_ >= total_steps_                     ? "plan"
-                                                                                             : "steps or tokens"}};
-  j["timing"] = {{"seconds", seconds},
-                 {"tokens_per_s", out.tokens_per_s},
-                 {"forward_tokens_per_s", sum_forward_ms_ > 0 ? tokens_this_run_ / (sum_forward_ms_ / 1e3) : 0.0},
-                 {"mfu", out.mfu},
-                 {"mfu_peak", out.mfu_peak},
-                 {"gemm_gflops", out.sgemm_gflops},
-                 {"peak_gflops", peak_.gflops},
-                 {"precision", precision_name(model_.precision())},
-                 {"gemm", {{"engine", gemm_.engine},
-                           {"backend", gemm_backend_name(gemm_.backend)},
-                           {"how", gemm_.how},
-                           {"fp32_1thread_gflops", {{"openblas", gemm_.openblas_gflops}, {"onednn", gemm_.onednn_gflops}}},
-                           {"blas_core", blas_core().name},
-                           {"blas_core_fixed_from", blas_core().fixed_from}}},
-                 {"cpu", {{"model", cpu_info_measured().model}, {"flags", cpu_info_measured().flags()}, {"mhz", cpu_info_measured().mhz},
-                          {"mhz_source", cpu_info_measured().mhz_source}, {"peak_unit", peak_.unit}}},
-                 {"flops_per_token", train_flops_per_token(c_.model, T_)},
-                 {"data_wait_fraction", out.data_wait_fraction},
-                 {"fetch_ms", {{"p50", lat.p50}, {"p95", lat.p95}, {"p99", lat.p99}}},
-                 {"threads", threads_},
-                 {"ranks", comm_->size()},
-                 {"allreduce", comm_->algorithm()},
-                 {"nodes", comm_->nodes()},
-                 {"zero", bounds_.empty() ? 0 : 1},
-                 {"memory_plan", {{"param_bytes", model_.plan().param_bytes},
-                                  {"grad_bytes", model_.plan().grad_bytes},
-                                  {"optimizer_bytes", model_.plan().optimizer_bytes},
-                                  {"activation_bytes", model_.plan().activation_bytes}}}};
-  out.json = j;
-  out.text = fmt::format(
-      "train {}: steps {} -> {} of {}, {} tokens, loss {:.4f} -> {:.4f}{}\n"
-      "  {:.0f} tokens/s, MFU {:.1f}% of the model's GEMMs at {:.1f} GFLOP/s, {:.1f}% of the CPU's peak {:.1f} "
-      "GFLOP/s ({} threads, {}), data wait {:.2f}% of step time, fetch P95 {:.2f} ms, {:.1f} s\n"
-      "  {}; {}\n"
-      "  checkpoint: {}\n",
-      run_dir_, start_step_, step_, total_steps_, human_count((double)tokens_), first_loss_, last_loss_,
-      eval_first_ >= 0 ? fmt::format(", validation {:.4f} -> {:.4f} (perplexity {:.1f} -> {:.1f}){}", eval_first_,
-                                     eval_last_, std::exp(eval_first_), std::exp(eval_last_),
-                                     eval_last_bpb_ >= 0 ? fmt::format(", {:.3f} -> {:.3f} bits per byte",
-                                                                       eval_first_bpb_, eval_last_bpb_)
-                                                         : std::string())
-                       : std::string(),
-      out.tokens_per_s, 100 * out.mfu, out.sgemm_gflops, 100 * out.mfu_peak, peak_.gflops, threads_,
-      precision_name(model_.precision()), 100 * out.data_wait_fraction, lat.p95, seconds, gemm_.report(),
-      blas_core().note(),
-      last_ckpt_.empty() ? "none" : last_ckpt_);
-  if (out.stopped_by_signal) out.text += "  stopped by a signal after the step above; --resume continues\n";
-  if (budget_s_ > 0)
-    out.text += fmt::format("  time budget {:g} min: {} steps planned at step {} ({:.0f} ms a step); ended by {} "
-                            "after {:.1f} min\n", c_.train.time_budget_minutes,
-                            planned_ ? std::to_string(total_steps_) : std::string("no"), planned_at_,
-                            plan_step_s_ * 1e3, j["time_budget"]["ended_by"].get<std::string>(), seconds / 60);
+    if (Status s = comm_->allreduce_sum(f.memory_per_rank.data(), (int64_t)f.memory_per_rank.size()); !s) return s;
+  f.run_dir = run_dir_;
+  f.checkpoint = last_ckpt_;
+  f.start_step = start_step_;
+  f.steps = step_;
+  f.total_steps = total_steps_;
+  f.tokens = tokens_;
+  f.tokens_this_run = tokens_this_run_;
+  f.parameters = param_count(c_.model);
+  f.parameters_this_rank = model_.layout().total;
+  f.dp = grid_.dp;
+  f.tp = grid_.tp;
+  f.pp = grid_.pp;
+  f.ranks = comm_->size();
+  f.nodes = comm_->nodes();
+  f.threads = threads_;
+  f.zero = bounds_.empty() ? 0 : 1;
+  f.first_loss = first_loss_;
+  f.last_loss = last_loss_;
+  f.eval_first = eval_first_;
+  f.eval_last = eval_last_;
+  f.eval_first_bpb = eval_first_bpb_;
+  f.eval_last_bpb = eval_last_bpb_;
+  f.stopped_by_signal = stop_now_;
+  f.lead = lead_;
+  f.budget_s = budget_s_;
+  f.budget_minutes = c_.train.time_budget_minutes;
+  f.plan_step_s = plan_step_s_;
+  f.planned = planned_;
+  f.out_of_time = out_of_time_;
+  f.planned_at = planned_at_;
+  f.seconds = seconds;
+  f.sum_step_ms = sum_step_ms_;
+  f.sum_wait_ms = sum_wait_ms_;
+  f.sum_forward_ms = sum_forward_ms_;
+  f.flops_per_token = train_flops_per_token(c_.model, T_);
+  f.gemm_gflops = gemm_gflops_;
+  f.peak = peak_;
+  f.gemm = &gemm_;
+  f.plan = &model_.plan();
+  f.precision = precision_name(model_.precision());
+  f.allreduce = comm_->algorithm();
+  f.fetch = feed_.latency().stats();
+  run_summary(f, out);
   if (!lead_) return Status::ok();
-  return files_write_atomic((fs::path(run_dir_) / "summary.json").string(), j.dump(2) + "\n");
+  return files_write_atomic((fs::path(run_dir_) / "summary.json").string(), out.json.dump(2) + "\n");
 }
 
-// Achieved FLOP/s over the GEMM rate: a step that includes every other op cannot beat its own
-// GEMMs, so a step faster than the start-up measurement (larger row counts run a little faster)
-// means the measurement was low; the achieved rate is then the best rate seen, and MFU is 100%.
 double Trainer::mfu(double flops_per_s) const {
-  const double per_rank = flops_per_s / 1e9 / comm_->size();
-  return gemm_gflops_ > 0 ? per_rank / std::max(gemm_gflops_, per_rank) : 0.0;
+  return mfu_of(flops_per_s / 1e9 / comm_->size(), gemm_gflops_);
 }
 
-// Against the CPU's peak from its clock; a clock read low (turbo above the nominal MHz) is
-// corrected the same way.
 double Trainer::mfu_peak(double flops_per_s) const {
-  const double per_rank = flops_per_s / 1e9 / comm_->size();
-  const double peak = std::max({peak_.gflops, gemm_gflops_, per_rank});
-  return peak > 0 ? per_rank / peak : 0.0;
+  return mfu_peak_of(flops_per_s / 1e9 / comm_->size(), gemm_gflops_, peak_.gflops);
 }
 
 }  // namespace

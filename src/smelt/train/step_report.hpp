@@ -1,0 +1,111 @@
+// The trainer's reports: one optimizer step's numbers (StepStats) and its metrics.jsonl line, and
+// the run's summary (TrainSummary: its text and summary.json). Formatting only: the trainer
+// gathers the numbers and hands them over in StepLineFacts and RunFacts; nothing here talks to a
+// rank, a file or the model.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "smelt/dataset/loader.hpp"
+#include "smelt/machine/cpu_info.hpp"
+#include "smelt/machine/gemm_select.hpp"
+#include "smelt/model/activations.hpp"
+#include "smelt/train/trainer.hpp"
+
+namespace smelt {
+
+// One optimizer step's numbers, summed over its micro-batches (and, after the trainer's
+// reduction, its ranks).
+struct StepStats {
+  double lr = 0, loss_sum = 0, entropy = 0, wait_ms = 0, sparsity = -1;
+  double forward_ms = 0;  // in the model's forward passes (against the evaluation's speed)
+  uint64_t tokens = 0;
+  int T = 0;                           // the step's row length (bucketed batches vary)
+  std::vector<double> src_sum, src_n;  // per-source loss sums and target counts
+  // communication: all of the step's (allreduce_ms) and the part the step waited for
+  double allreduce_ms = 0, allreduce_wait_ms = 0;
+  double compute_ms = 0;                 // from the step's start to its reduction (this rank)
+  std::vector<double> rank_compute_ms;   // [rank] every rank's compute_ms (several ranks)
+  uint64_t bytes_before = 0;
+  // tensor and pipeline parallel: bytes this rank sent per group before the step, its time in TP
+  // collectives and waiting for its pipeline neighbours; after the reduction, every stage's wait
+  // and the groups' bytes over all ranks
+  uint64_t tp_bytes_before = 0, pp_bytes_before = 0;
+  double tp_ms = 0, pp_wait_ms = 0;
+  std::vector<double> stage_wait_ms;
+  double tp_bytes = 0, pp_bytes = 0, dp_bytes = 0;
+  int buckets = 0;
+  bool overlap = false;
+  // the update and its timing
+  bool finite = true;
+  double loss = 0, grad_norm = NAN, step_ms = 0, tok_s = 0, flops_per_s = 0, mfu = 0;
+};
+
+// What a step's line needs beyond the step's own numbers.
+struct StepLineFacts {
+  int64_t step = 0;
+  uint64_t tokens = 0;          // trained on so far
+  double prev_grad_norm = 0;    // the last finite step's (0: none)
+  int grad_accum = 1;
+  int ranks = 1;
+  uint64_t allreduce_bytes = 0;  // this rank's data-parallel bytes sent in the step
+  bool model_parallel = false;
+  int pp = 1, micro_batches = 1;
+  const std::vector<std::string>* sources = nullptr;  // [source index] names
+  double mfu_peak = 0;
+  LatencyWindow::Stats fetch;
+  double ckpt_stall_ms = 0;  // waiting for the previous save's staging copy (0: none)
+};
+
+// The step's metrics.jsonl line, before evaluation and checkpoint fields are added. The timing
+// fields come last: they are the only ones that differ between identical runs.
+nlohmann::ordered_json step_metrics_line(const StepStats& st, const StepLineFacts& f);
+
+// What the run's summary reports.
+struct RunFacts {
+  std::string run_dir, checkpoint;
+  int64_t start_step = 0, steps = 0, total_steps = 0;
+  uint64_t tokens = 0, tokens_this_run = 0;
+  int64_t parameters = 0, parameters_this_rank = 0;
+  int dp = 1, tp = 1, pp = 1, ranks = 1, nodes = 1, threads = 1, zero = 0;
+  std::vector<double> memory_per_rank;  // [2 r] planned bytes, [2 r + 1] peak RSS of rank r
+  double first_loss = NAN, last_loss = NAN, eval_first = -1, eval_last = -1;
+  double eval_first_bpb = -1, eval_last_bpb = -1;
+  bool stopped_by_signal = false, lead = true;
+  // [train] time_budget_minutes (budget_s 0: none)
+  double budget_s = 0, budget_minutes = 0, plan_step_s = 0;
+  bool planned = false, out_of_time = false;
+  int64_t planned_at = -1;
+  // timing
+  double seconds = 0, sum_step_ms = 0, sum_wait_ms = 0, sum_forward_ms = 0;
+  double flops_per_token = 0, gemm_gflops = 0;
+  PeakRate peak;
+  const GemmChoice* gemm = nullptr;
+  const MemoryPlan* plan = nullptr;
+  std::string precision, allreduce;
+  LatencyWindow::Stats fetch;
+};
+
+// MFU against the GEMM rate at the model's shapes (per rank). A step that includes every other
+// op cannot beat its own GEMMs, so a rate above the start-up measurement means the measurement was
+// low: the achieved rate is then the best seen, and MFU is 100%.
+double mfu_of(double per_rank_gflops, double gemm_gflops);
+// Against the CPU's peak from its clock; a clock read low (turbo above the nominal MHz) is
+// corrected the same way.
+double mfu_peak_of(double per_rank_gflops, double gemm_gflops, double peak_gflops);
+
+// Fills out's numbers, text and json from the facts.
+void run_summary(const RunFacts& f, TrainSummary& out);
+
+// This process's peak resident memory (VmHWM), 0 where /proc does not say.
+int64_t peak_rss_bytes();
+// 1.23M, 4.5k: for the console.
+std::string human_count(double x);
+// 1h02m, 3m04s, 5s; "?" for a negative or unknown time.
+std::string duration_str(double seconds);
+
+}  // namespace smelt
