@@ -129,15 +129,39 @@ std::string GemmChoice::report() const {
                      precision_name(precision), threads, threads == 1 ? "" : "s", gflops, fp32);
 }
 
-double gemm_measure_model(const ModelConfig& c, int B, int T, Precision precision, int threads, double seconds) {
+namespace {
+struct GemmScratch {
+  int64_t w = 1, x = 1, y = 1;  // floats: the largest weight, input and output
+};
+GemmScratch gemm_scratch(const std::vector<GemmShape>& shapes) {
+  GemmScratch s;
+  for (const GemmShape& g : shapes)
+    s.w = std::max(s.w, g.in * g.out), s.x = std::max(s.x, g.rows * g.in), s.y = std::max(s.y, g.rows * g.out);
+  return s;
+}
+}  // namespace
+
+int64_t gemm_measure_bytes(const std::vector<GemmShape>& shapes, Precision precision) {
+  const GemmScratch s = gemm_scratch(shapes);
+  const int64_t fp32 = 4 * (2 * s.w + 2 * s.x + 2 * s.y);
+  return precision == Precision::kBf16 ? fp32 + 2 * (s.w + s.x + s.y) : fp32;
+}
+
+int64_t gemm_select_bytes(const ModelConfig& c, int B, int T, Precision precision) {
   const int N = measure_rows(B, T);
-  const std::vector<Linear> ls = model_linears(c);
-  int maxIC = 1, maxOC = 1;
-  for (const Linear& l : ls) maxIC = std::max(maxIC, l.IC), maxOC = std::max(maxOC, l.OC);
+  std::vector<GemmShape> shapes;
+  for (const Linear& l : model_linears(c)) shapes.push_back({N, l.IC, l.OC});
+  // the fp32 back-end choice and, under bf16, the run's own rate at bf16
+  return std::max(gemm_measure_bytes(shapes, Precision::kFp32), gemm_measure_bytes(shapes, precision));
+}
+
+std::vector<double> gemm_measure_shapes(const std::vector<GemmShape>& shapes, Precision precision, int threads,
+                                        double seconds) {
+  const GemmScratch sz = gemm_scratch(shapes);
   // One weight, one input and one output gradient of the largest size, reused by every shape:
   // rates do not depend on the values, only on the shapes.
-  std::vector<float> w((size_t)maxIC * maxOC), x((size_t)N * maxIC), dy((size_t)N * maxOC), y((size_t)N * maxOC);
-  std::vector<float> dx((size_t)N * maxIC), dw((size_t)maxIC * maxOC);
+  std::vector<float> w((size_t)sz.w), x((size_t)sz.x), dy((size_t)sz.y), y((size_t)sz.y);
+  std::vector<float> dx((size_t)sz.x), dw((size_t)sz.w);
   for (size_t i = 0; i < w.size(); i++) w[i] = (float)((i * 40503u) % 1000) * 1e-3f - 0.5f;
   for (size_t i = 0; i < x.size(); i++) x[i] = (float)((i * 2654435761u) % 1000) * 1e-3f - 0.5f;
   for (size_t i = 0; i < dy.size(); i++) dy[i] = (float)((i * 7919u) % 1000) * 1e-3f - 0.5f;
@@ -148,34 +172,45 @@ double gemm_measure_model(const ModelConfig& c, int B, int T, Precision precisio
     bf16_from_f32(w16.data(), w.data(), (int64_t)w.size());
   }
   kernels_set_threads(threads);
-  auto run_layer = [&](const Linear& l) {
+  auto run = [&](const GemmShape& g) {
+    const int N = (int)g.rows, IC = (int)g.in, OC = (int)g.out;
     if (bf16) {
-      matmul_forward_bf16(y.data(), x16.data(), x.data(), w16.data(), N, l.IC, l.OC);
-      matmul_backward_bf16(dx.data(), dw.data(), d16.data(), x16.data(), dy.data(), x.data(), w16.data(), N, l.IC,
-                           l.OC);
+      matmul_forward_bf16(y.data(), x16.data(), x.data(), w16.data(), N, IC, OC);
+      matmul_backward_bf16(dx.data(), dw.data(), d16.data(), x16.data(), dy.data(), x.data(), w16.data(), N, IC, OC);
     } else {
-      matmul_forward(y.data(), x.data(), w.data(), N, l.IC, l.OC);
-      matmul_backward(dx.data(), dw.data(), dy.data(), x.data(), w.data(), N, l.IC, l.OC);
+      matmul_forward(y.data(), x.data(), w.data(), N, IC, OC);
+      matmul_backward(dx.data(), dw.data(), dy.data(), x.data(), w.data(), N, IC, OC);
     }
   };
-  // Each layer kind once per pass, weighted by how often the model has it: the rate is the
-  // model's FLOPs over the time its layers would take.
-  std::vector<double> secs(ls.size(), 0.0);
-  for (const Linear& l : ls) run_layer(l);  // warm-up: packing buffers, oneDNN primitives
+  // Each shape once per pass: the shapes share the machine's state (caches, clock) alike.
+  std::vector<double> secs(shapes.size(), 0.0);
+  for (const GemmShape& g : shapes) run(g);  // warm-up: packing buffers, oneDNN primitives
   const double t_end = now_s() + seconds;
   int passes = 0;
   do {
-    for (size_t i = 0; i < ls.size(); i++) {
+    for (size_t i = 0; i < shapes.size(); i++) {
       double t0 = now_s();
-      run_layer(ls[i]);
+      run(shapes[i]);
       secs[i] += now_s() - t0;
     }
     passes++;
   } while (now_s() < t_end || passes < 2);
+  for (double& t : secs) t /= passes;
+  return secs;
+}
+
+double gemm_measure_model(const ModelConfig& c, int B, int T, Precision precision, int threads, double seconds) {
+  const int N = measure_rows(B, T);
+  const std::vector<Linear> ls = model_linears(c);
+  std::vector<GemmShape> shapes;
+  for (const Linear& l : ls) shapes.push_back({N, l.IC, l.OC});
+  // Weighted by how often the model has each layer kind: the rate is the model's FLOPs over the
+  // time its layers would take.
+  const std::vector<double> secs = gemm_measure_shapes(shapes, precision, threads, seconds);
   double flop = 0, time = 0;
   for (size_t i = 0; i < ls.size(); i++) {
     flop += 6.0 * N * ls[i].IC * ls[i].OC * ls[i].count;
-    time += secs[i] / passes * ls[i].count;
+    time += secs[i] * ls[i].count;
   }
   return flop / time / 1e9;
 }

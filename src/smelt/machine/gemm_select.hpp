@@ -4,7 +4,9 @@
 // the rates are cached per machine so later runs choose the same without measuring again. Not
 // the kernels (kernels/cpu/gemm.cpp), not the trainer.
 #pragma once
+#include <cstdint>
 #include <string>
+#include <vector>
 
 #include "smelt/common/status.hpp"
 #include "smelt/kernels/kernels.hpp"
@@ -23,6 +25,20 @@ struct GemmChoice {
   int threads = 1;
   std::string report() const;  // one line
 };
+
+// One linear layer's GEMMs: (rows, in) x (in, out) forward, both gradients backward.
+struct GemmShape {
+  int64_t rows = 0, in = 0, out = 0;
+};
+// Seconds of one forward + backward of each shape, on the current back end and `precision`, with
+// `threads` threads; the shapes interleaved for at least `seconds` after a warm-up.
+std::vector<double> gemm_measure_shapes(const std::vector<GemmShape>& shapes, Precision precision, int threads,
+                                        double seconds = 0.3);
+// The bytes gemm_measure_shapes allocates and touches for these shapes (the largest weight, input
+// and output, with their gradients; bf16 operand copies), and what gemm_select's measurement at
+// (B, T) holds at its peak: part of a training process's peak memory (run_memory.hpp).
+int64_t gemm_measure_bytes(const std::vector<GemmShape>& shapes, Precision precision);
+int64_t gemm_select_bytes(const ModelConfig& c, int B, int T, Precision precision);
 
 // The GEMM rate (GFLOP/s) of the linear layers of one step at batch (B,T) rows capped at 512
 // (enough for every kernel's steady state), on the current back end and `precision`, with
