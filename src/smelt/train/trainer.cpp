@@ -40,6 +40,7 @@
 #include "smelt/tokenizer/tokenizer.hpp"
 #include "smelt/train/parallel.hpp"
 #include "smelt/train/pipeline.hpp"
+#include "smelt/train/run_memory.hpp"
 #include "smelt/train/step_report.hpp"
 #include "smelt/train/train_state.hpp"
 
@@ -1396,7 +1397,11 @@ Status Trainer::summarize(TrainSummary& out, double seconds) {
   // Every rank's planned memory and its measured peak (the memory plan's check against reality).
   RunFacts f;
   f.memory_per_rank.assign(2 * (size_t)comm_->size(), 0.0);
-  f.memory_per_rank[2 * comm_->rank()] = (double)model_.plan().total();
+  RunMemoryInput mi;
+  mi.B = B_, mi.T = T_, mi.dp = grid_.dp, mi.grad_accum = c_.train.grad_accum, mi.zero = !bounds_.empty();
+  mi.overlap = c_.dist.overlap, mi.bucket_mb = c_.dist.bucket_mb, mi.checkpoints = c_.ckpt.save_every > 0;
+  mi.precision = model_.precision(), mi.threads = threads_;
+  f.memory_per_rank[2 * comm_->rank()] = (double)run_memory_plan(c_.model, shard_, mi).total();
   f.memory_per_rank[2 * comm_->rank() + 1] = (double)peak_rss_bytes();
   if (comm_->size() > 1)
     if (Status s = comm_->allreduce_sum(f.memory_per_rank.data(), (int64_t)f.memory_per_rank.size()); !s) return s;

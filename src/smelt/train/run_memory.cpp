@@ -1,0 +1,83 @@
+// The trainer's buffers beyond the model's plan (run_memory.hpp).
+#include "smelt/train/run_memory.hpp"
+
+#include <algorithm>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "smelt/machine/gemm_select.hpp"
+#include "smelt/model/params.hpp"
+#include "smelt/train/pipeline.hpp"
+
+namespace smelt {
+
+namespace {
+
+// The largest bucket an overlapped backward sends: the ranges the model reports as final (the
+// untied head, the final norm, each layer from the last, the embedding) gathered until a bucket
+// holds at least `bucket` floats (DenseReducer::ready).
+int64_t largest_bucket(const ParamLayout& p, int64_t bucket) {
+  std::vector<int64_t> ranges;  // in the order backward makes them final
+  const bool untied = p.lm_head >= 0 && p.lm_head != p.wte;
+  if (untied) ranges.push_back(p.total - p.lm_head);
+  const int64_t lnf_end = untied ? p.lm_head : p.total;
+  if (p.lnf >= 0) ranges.push_back(lnf_end - p.lnf);
+  for (size_t l = p.layers.size(); l-- > 0;) {
+    const int64_t end = l + 1 < p.layers.size() ? p.layers[l + 1].ln1 : (p.lnf >= 0 ? p.lnf : p.total);
+    ranges.push_back(end - p.layers[l].ln1);
+  }
+  ranges.push_back((p.layers.empty() ? (p.lnf >= 0 ? p.lnf : p.total) : p.layers[0].ln1) - p.wte);
+  int64_t best = 0, pend = 0;
+  for (int64_t r : ranges) {
+    pend += r;
+    if (pend >= bucket) best = std::max(best, pend), pend = 0;
+  }
+  return std::max(best, pend);
+}
+
+}  // namespace
+
+RunMemory run_memory_plan(const ModelConfig& c, const ModelShard& shard, const RunMemoryInput& in) {
+  RunMemory m;
+  const int slots = shard.pp > 1 ? pipeline_slots(shard.pp, shard.stage, in.grad_accum) : 1;
+  m.model = memory_plan(c, shard, in.B, in.T, in.zero ? in.dp : 1, in.precision, in.threads, slots);
+  const ParamLayout layout = param_layout(c, shard);
+  const int64_t n = layout.total, NC = (int64_t)in.B * in.T * c.d_model;
+  if (in.grad_accum > 1) m.accum_bytes = n * 4;
+  // The sums' receive scratch: each rank's slice from every member, the size of the message.
+  int64_t dp_message = 0;
+  if (in.dp > 1) {
+    const bool overlapped = in.overlap && shard.whole();
+    dp_message = overlapped ? largest_bucket(layout, (int64_t)(in.bucket_mb * 1048576 / 4)) : n;
+  }
+  const int64_t tp_message = shard.tp > 1 ? NC : 0;  // the layers' all-reduces of (rows, d_model)
+  m.reduce_bytes = 4 * (dp_message + tp_message);
+  // 1F1B: a stage sends each micro-batch's output forward (all but the last) and its input's
+  // gradient back (all but the first); every copy lives until the step's sends complete.
+  if (shard.pp > 1) m.pipeline_bytes = (int64_t)in.grad_accum * ((shard.last() ? 0 : 1) + (shard.first() ? 0 : 1)) * NC * 4;
+  if (in.checkpoints) {
+    // Replica 0's part: its weights (not the replicated copies) and the moments it owns.
+    int64_t weights = 0;
+    for (const ParamTensor& t : layout.tensors)
+      if (!t.replica) weights += t.size();
+    const int64_t moments = m.model.optimizer_bytes / 4;
+    m.staging_bytes = 2 * 4 * (weights + moments);
+  }
+  m.gemm_probe_bytes = gemm_select_bytes(c, in.B, in.T, in.precision);
+  return m;
+}
+
+std::string RunMemory::report() const {
+  auto line = [](const char* what, int64_t b) {
+    return fmt::format("  {:<16} {:>10.1f} MiB  ({} bytes)\n", what, b / 1048576.0, b);
+  };
+  std::string s = model.report();
+  s += line("gradient sum", accum_bytes) + line("reduce scratch", reduce_bytes);
+  if (pipeline_bytes) s += line("pipeline sends", pipeline_bytes);
+  if (staging_bytes) s += line("ckpt staging", staging_bytes);
+  s += line("GEMM probe", gemm_probe_bytes);
+  return s + line("run total", total());
+}
+
+}  // namespace smelt
