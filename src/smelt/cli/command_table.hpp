@@ -23,6 +23,7 @@
   X("export", cli_export, FULL, "a checkpoint -> Hugging Face safetensors or a GGUF file")              \
   X("pipeline", cli_pipeline, FULL, "run every stage of a pipeline config in order")                    \
   X("machine", cli_machine, FULL, "the CPU, its peaks, the GEMM back ends and a model's GEMM rates")    \
+  X("plan", cli_plan, FULL, "the parallel layouts of a model on a cluster: memory and step time")      \
   X("serve", cli_serve, FULL, "an OpenAI-compatible HTTP server over a checkpoint or GGUF file")        \
   X("health", cli_health, LIGHT, "a run's vital signs against their bands (exit 1 when one is bad)")    \
   X("dashboard", cli_dashboard, LIGHT, "a live page of training runs' curves, vital signs and events")  \

@@ -14,6 +14,7 @@ int cli_ckpt(int argc, char** argv);      // ckpt_cmd.cpp: verify | list
 int cli_export(int argc, char** argv);    // export_cmd.cpp
 int cli_pipeline(int argc, char** argv);  // pipeline_cmd.cpp
 int cli_machine(int argc, char** argv);   // machine_cmd.cpp
+int cli_plan(int argc, char** argv);      // plan_cmd.cpp
 int cli_serve(int argc, char** argv);     // serve_cmd.cpp
 int cli_health(int argc, char** argv);    // health_cmd.cpp
 int cli_dashboard(int argc, char** argv); // dashboard_cmd.cpp

@@ -152,6 +152,24 @@ void ConfigSection::get(const char* key, std::vector<int>& v) {
   resolved_.insert_or_assign(key, std::move(res));
 }
 
+void ConfigSection::get(const char* key, std::vector<double>& v) {
+  auto* n = find(key);
+  if (n) {
+    const toml::array* a = n->as_array();
+    std::vector<double> out;
+    for (size_t i = 0; a && i < a->size(); i++) {
+      auto x = (*a)[i].value<double>();
+      if (!x) a = nullptr;
+      else out.push_back(*x);
+    }
+    if (!a) { fail(key, "an array of numbers"); return; }
+    v = std::move(out);
+  }
+  toml::array res;
+  for (double x : v) res.push_back(x);
+  resolved_.insert_or_assign(key, std::move(res));
+}
+
 void config_insert(toml::table& root, const std::string& dotted, const toml::table& t) {
   toml::table* cur = &root;
   std::stringstream ss(dotted);

@@ -35,6 +35,7 @@ class ConfigSection {
   void get(const char* key, std::string& v);
   void get(const char* key, std::vector<std::string>& v);
   void get(const char* key, std::vector<int>& v);
+  void get(const char* key, std::vector<double>& v);  // numbers (integers taken as doubles)
   // Marks a key as known without reading it (a nested table read by another ConfigSection).
   void known(const char* key) { seen_.insert(key); }
 
