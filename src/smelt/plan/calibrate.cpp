@@ -191,7 +191,7 @@ Status process_memory(const CalibrateOptions& o, bool mpi, const std::string& se
   if (Status s = files_write_atomic(cfg,
                                     "[model]\nvocab_size = 4096\nd_model = 256\nn_layers = 2\nn_heads = 4\nn_kv_heads = 4\n"
                                     "ffn_hidden = 688\nmax_seq_len = 256\n[data]\nseq_len = 256\nbatch_size = 4\nappend_eod = false\n"
-                                    "[train]\nsteps = 3\nsparsity_every = 0\n[ckpt]\nsave_at_end = false\n");
+                                    "[train]\nsteps = 3\nsparsity_every = 0\nprecision = \"fp32\"\n[ckpt]\nsave_at_end = false\n");
       !s)
     return s;
   const std::string run = (dir / "run").string();

@@ -2,13 +2,13 @@
 #include "smelt/plan/cluster.hpp"
 
 #include <algorithm>
-#include <fstream>
 #include <sstream>
 
 #include <fmt/format.h>
 #include <toml++/toml.h>
 
 #include "smelt/common/config.hpp"
+#include "smelt/common/files.hpp"
 
 namespace smelt {
 
@@ -171,11 +171,9 @@ Status cluster_parse(const std::string& text, const std::string& file, ClusterSp
 }
 
 Status cluster_load(const std::string& path, ClusterSpec& out) {
-  std::ifstream in(path);
-  if (!in) return Status::error(fmt::format("{}: cannot read the cluster file", path));
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return cluster_parse(ss.str(), path, out);
+  std::string text;
+  if (Status s = files_read_small(path, text); !s) return Status::error(fmt::format("cluster file: {}", s.message()));
+  return cluster_parse(text, path, out);
 }
 
 namespace {

@@ -77,9 +77,9 @@ bool spans_nodes(const ClusterSpec& c, int size, int stride) {
 // measured shared_slowdown with every core busy (linear in between: the cores' shared caches,
 // memory bandwidth and clock), and ranks x threads over cores times that beyond (time-sharing).
 // 1 for accelerators (cores_per_node 0).
-double oversub(const ClusterSpec& c, int ranks_on_node) {
+double oversub(const ClusterSpec& c, double ranks_on_node) {
   if (c.cores_per_node <= 0) return 1;
-  const double busy = (double)ranks_on_node * c.threads_per_rank, cores = c.cores_per_node;
+  const double busy = ranks_on_node * c.threads_per_rank, cores = c.cores_per_node;
   const double s = std::max(1.0, c.shared_slowdown);
   if (busy <= cores) return cores > 1 ? 1 + (s - 1) * (busy - 1) / (cores - 1) : 1;
   return busy / cores * s;
@@ -244,14 +244,27 @@ Prediction plan_predict(const PlanRequest& r, const ClusterSpec& c, const Layout
     if (st == 0 || rm.total() > p.memory.run.total()) p.memory.run = rm, p.memory.stage = st;
   }
 
-  // Time.
-  const double k = oversub(c, std::min(world, c.devices_per_node));
+  // Time. Ranks sharing a CPU node slow each other down (oversub). A pipeline stage waiting for
+  // its neighbour yields its core, so under 1F1B only the busy ranks share: the sharing is found
+  // from the schedule's busy fraction (a few rounds of simulate, share, simulate).
+  const int on_node = std::min(world, c.devices_per_node);
+  double k = oversub(c, on_node);
   std::vector<StageCost> stages;
-  for (int st = 0; st < l.pp; st++) stages.push_back(stage_cost(r, c, l, m, model_shard(l.tp, 0, l.pp, st, bounds), k));
-  TimeEstimate& t = p.time;
-  t.oversubscription = k;
   std::vector<double> busy;
-  double makespan = 0;
+  double makespan = 0, k_used = k;
+  for (int round = 0; round < (l.pp > 1 && c.cores_per_node > 0 ? 4 : 1); round++) {
+    k_used = k;
+    stages.clear();
+    for (int st = 0; st < l.pp; st++) stages.push_back(stage_cost(r, c, l, m, model_shard(l.tp, 0, l.pp, st, bounds), k));
+    if (l.pp == 1) break;
+    makespan = simulate_1f1b(stages, l.accum, busy);
+    double frac = 0;
+    for (double b : busy) frac += b / makespan / l.pp;
+    k = oversub(c, on_node * frac);
+  }
+  TimeEstimate& t = p.time;
+  t.oversubscription = k_used;
+  k = k_used;
   int busiest = 0;
   if (l.pp > 1) {
     makespan = simulate_1f1b(stages, l.accum, busy);

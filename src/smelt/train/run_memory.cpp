@@ -46,10 +46,13 @@ RunMemory run_memory_plan(const ModelConfig& c, const ModelShard& shard, const R
   const int64_t n = layout.total, NC = (int64_t)in.B * in.T * c.d_model;
   if (in.grad_accum > 1) m.accum_bytes = n * 4;
   // The sums' receive scratch: each rank's slice from every member, the size of the message.
+  // ZeRO-1 sends each bucket's slices to their owners: a rank owning a whole bucket's range
+  // receives it from every member (dp x the part it owns, at most n / dp).
   int64_t dp_message = 0;
   if (in.dp > 1) {
     const bool overlapped = in.overlap && shard.whole();
-    dp_message = overlapped ? largest_bucket(layout, (int64_t)(in.bucket_mb * 1048576 / 4)) : n;
+    const int64_t bucket = overlapped ? largest_bucket(layout, (int64_t)(in.bucket_mb * 1048576 / 4)) : n;
+    dp_message = in.zero ? in.dp * std::min(bucket, (n + in.dp - 1) / in.dp) : bucket;
   }
   const int64_t tp_message = shard.tp > 1 ? NC : 0;  // the layers' all-reduces of (rows, d_model)
   m.reduce_bytes = 4 * (dp_message + tp_message);
@@ -77,6 +80,7 @@ std::string RunMemory::report() const {
   if (pipeline_bytes) s += line("pipeline sends", pipeline_bytes);
   if (staging_bytes) s += line("ckpt staging", staging_bytes);
   s += line("GEMM probe", gemm_probe_bytes);
+  s += fmt::format("  (the GEMM probe is freed before the step's buffers are made: the peak holds the larger)\n");
   return s + line("run total", total());
 }
 

@@ -2,11 +2,12 @@
 // moments, activations, bf16 operands): the buffers the trainer and the communicator hold for the
 // step — the micro-batches' gradient sum, the reductions' receive scratch, the pipeline's outgoing
 // message copies, the checkpoint writer's staging buffers, the start-up GEMM measurement's operands
-// (held while the model is allocated: part of the peak). One table, read by the trainer (its
+// (held while the model is allocated, and freed before the step's buffers exist). One table, read by the trainer (its
 // summary's planned bytes per rank) and by `smelt plan` (which adds the process's fixed memory
 // from the cluster file). Not a measurement: sizes from the layout.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 
@@ -34,9 +35,10 @@ struct RunMemory {
   int64_t pipeline_bytes = 0;    // a stage's outgoing activations and gradients kept until sent
   int64_t staging_bytes = 0;     // checkpoint writer: two staging buffers of this rank's part
   int64_t gemm_probe_bytes = 0;  // the start-up GEMM measurement's operands (gemm_select, the whole model's shapes)
-  int64_t total() const {
-    return model.total() + accum_bytes + reduce_bytes + pipeline_bytes + staging_bytes + gemm_probe_bytes;
-  }
+  // The peak: the measurement's operands are freed before the step's buffers are made, so the
+  // model holds either them or the step's buffers.
+  int64_t step_bytes() const { return accum_bytes + reduce_bytes + pipeline_bytes + staging_bytes; }
+  int64_t total() const { return model.total() + std::max(gemm_probe_bytes, step_bytes()); }
   std::string report() const;    // memory_plan's lines and these
 };
 
