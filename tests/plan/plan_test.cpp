@@ -276,7 +276,7 @@ TEST(PlanValidation, CalibratedPredictionsTrackMeasuredRuns) {
   const std::string prefix = (dir / "tokens").string();
   test::write_byte_shard(prefix, {std::string(SMELT_TEST_DATA) + "/tokenizer/english.txt"});
   std::ofstream(dir / "run.toml") << model_toml
-                                  << "[data]\nseq_len = 128\nappend_eod = false\n[train]\nsparsity_every = 0\n"
+                                  << "[data]\nseq_len = 128\nappend_eod = false\n[train]\nsparsity_every = 0\nprecision = \"fp32\"\n"
                                      "peak_gflops = 1\n[ckpt]\nsave_at_end = false\n";
   PlanRequest r;
   r.model = m;

@@ -58,7 +58,8 @@ ojson prediction_json(const Prediction& p) {
                    {"optimizer", m.run.model.optimizer_bytes}, {"activations", m.run.model.activation_bytes},
                    {"bf16", m.run.model.bf16_bytes}, {"gradient_sum", m.run.accum_bytes},
                    {"reduce_scratch", m.run.reduce_bytes}, {"pipeline_sends", m.run.pipeline_bytes},
-                   {"ckpt_staging", m.run.staging_bytes}, {"process", m.process_bytes}};
+                   {"ckpt_staging", m.run.staging_bytes}, {"gemm_probe", m.run.gemm_probe_bytes},
+                   {"process", m.process_bytes}};
     j["time"] = {{"step_ms", t.step_ms}, {"gemm_ms", t.gemm_ms}, {"attention_ms", t.attention_ms},
                  {"elementwise_ms", t.elementwise_ms}, {"optimizer_ms", t.optimizer_ms}, {"tp_ms", t.tp_ms},
                  {"pp_send_ms", t.pp_send_ms}, {"pp_bubble_ms", t.bubble_ms}, {"dp_ms", t.dp_ms},
