@@ -1,7 +1,8 @@
 // smelt plan: the cluster file (round trip, errors that name the key), the cost model's memory as
 // the trainer's own plan, its refusals, its 1F1B simulation against the formula, the search; and a
 // few rows of the validation (bench/plan/validate carries the tight bounds): a calibrated cluster,
-// real runs on 1 and 2 ranks, their peak RSS and median step against the prediction.
+// real runs on 1 and 2 ranks, their peak RSS (within 15%) and median step (within 3x) against the
+// prediction.
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -305,9 +306,12 @@ TEST(PlanValidation, CalibratedPredictionsTrackMeasuredRuns) {
     const double step_ms = steps[steps.size() / 2];
     EXPECT_NEAR(p.memory.total() / rss, 1.0, 0.15) << l.name() << ": predicted " << p.memory.total() << " bytes, peak RSS "
                                                    << rss;
-    // (a shared 2-core machine: the tight bound lives in the benchmark)
-    EXPECT_NEAR(p.time.step_ms / step_ms, 1.0, 0.6) << l.name() << ": predicted " << p.time.step_ms << " ms, measured "
-                                                    << step_ms;
+    // Within 3x either way: ctest runs other tests beside this one, so the calibration and the
+    // runs see different loads (the 20% bound lives in bench/plan/validate). A unit or FLOP-count
+    // slip is 10x or more.
+    const double ratio = p.time.step_ms / step_ms;
+    EXPECT_GT(ratio, 1.0 / 3) << l.name() << ": predicted " << p.time.step_ms << " ms, measured " << step_ms;
+    EXPECT_LT(ratio, 3.0) << l.name() << ": predicted " << p.time.step_ms << " ms, measured " << step_ms;
   }
 }
 

@@ -281,8 +281,8 @@ Prediction plan_predict(const PlanRequest& r, const ClusterSpec& c, const Layout
   t.elementwise_ms = l.accum * b.elementwise * kMs;
   t.tp_ms = l.accum * b.tp * kMs;
   // Optimizer: AdamW reads the parameter, its gradient and two moments and writes three (28 bytes
-  // per owned parameter), the norm reads the owned gradient, zeroing writes every gradient, the
-  // micro-batches' sum reads and writes one per parameter each micro-batch.
+  // per owned parameter) and the norm reads the owned gradient (32 in all); zeroing writes every
+  // gradient; the micro-batches' sum reads and writes one per parameter each micro-batch.
   double opt_bytes = 0;
   for (int st = 0; st < l.pp; st++) {
     const double n = (double)stages[st].params, owned = l.zero ? n / l.dp : n;
