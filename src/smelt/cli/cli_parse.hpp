@@ -1,6 +1,8 @@
-// Flag parsing every subcommand shares: CLI11's parse with Smelt's exit codes, and the
-// --log-level flag with the logging set-up. Not the subcommands' own flags.
+// What every subcommand shares: CLI11's parse with Smelt's exit codes, the --log-level flag with
+// the logging set-up, and the running binary's path (for subcommands that start smelt again). Not
+// the subcommands' own flags.
 #pragma once
+#include <filesystem>
 #include <string>
 
 #include <CLI/CLI.hpp>
@@ -28,6 +30,13 @@ inline int cli_parse(CLI::App& app, int argc, char** argv, const char* stage, co
   if (int rc = cli_parse_args(app, argc, argv); rc >= 0) return rc;
   log_setup(stage, log_level);
   return -1;
+}
+
+// This binary (/proc/self/exe), or "smelt" where /proc does not say.
+inline std::string cli_self_exe() {
+  std::error_code ec;
+  const std::filesystem::path p = std::filesystem::read_symlink("/proc/self/exe", ec);
+  return ec ? std::string("smelt") : p.string();
 }
 
 }  // namespace smelt

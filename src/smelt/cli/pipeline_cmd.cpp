@@ -112,15 +112,9 @@ Status read_config(const toml::table& root, PipelineConfig& c) {
   return Status::ok();
 }
 
-std::string self_exe() {
-  std::error_code ec;
-  auto p = fs::read_symlink("/proc/self/exe", ec);
-  return ec ? std::string("smelt") : p.string();
-}
-
 // Runs `smelt ARGS...`; stdout goes to stdout_path when given. Returns the exit code.
 int run_stage(const std::vector<std::string>& args, const std::string& stdout_path = "") {
-  std::vector<std::string> full = {self_exe()};
+  std::vector<std::string> full = {cli_self_exe()};
   full.insert(full.end(), args.begin(), args.end());
   std::vector<char*> argv;
   for (auto& a : full) argv.push_back(a.data());

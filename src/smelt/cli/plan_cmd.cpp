@@ -29,12 +29,6 @@ namespace smelt {
 
 namespace {
 
-std::string self_exe() {
-  char buf[4096];
-  const ssize_t n = ::readlink("/proc/self/exe", buf, sizeof buf - 1);
-  return n > 0 ? std::string(buf, (size_t)n) : std::string("smelt-full");
-}
-
 Status load_model(const std::string& path, const std::vector<std::string>& sets, ModelConfig& m) {
   toml::table root;
   if (Status s = config_load(path, root); !s) return s;
@@ -108,7 +102,7 @@ int calibrate(const std::vector<std::string>& models, const std::vector<std::str
   o.max_ranks = max_ranks;
   o.threads = threads;
   o.mpirun = mpirun;
-  o.self = self_exe();
+  o.self = cli_self_exe();
   o.work_dir = (fs::temp_directory_path() / fmt::format("smelt-calibrate.{}", ::getpid())).string();
   ClusterSpec c;
   Status s = plan_calibrate(o, c);

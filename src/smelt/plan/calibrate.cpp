@@ -73,15 +73,22 @@ double square_gemm_gflops(Precision p, int threads) {
   return 6.0 * 1024 * 1024 * 1024 / gemm_measure_shapes(sq, p, threads, 0.5)[0] / 1e9;
 }
 
+// The probe model of the kernel rates and of the process's fixed memory, and its batch rows.
+constexpr int kProbeRows = 4;
+ModelConfig probe_model() {
+  ModelConfig m;
+  m.vocab_size = 4096, m.d_model = 256, m.n_layers = 2, m.n_heads = 4, m.n_kv_heads = 4, m.ffn_hidden = 688;
+  m.max_seq_len = 256;
+  return m;
+}
+
 // A probe model's profiled training step: the attention kernels' rate (FLOPs as
 // train_flops_per_token counts them) and the other non-GEMM kernels' rate over 12 bytes per
 // activation float of the size table (the cost model's convention).
 Status measure_probe(int threads, double min_seconds, double& attention_gflops, double& elementwise_gb_s,
                      double& step_s) {
-  ModelConfig m;
-  m.vocab_size = 4096, m.d_model = 256, m.n_layers = 2, m.n_heads = 4, m.n_kv_heads = 4, m.ffn_hidden = 688;
-  m.max_seq_len = 256;
-  const int B = 4, T = 256;
+  const ModelConfig m = probe_model();
+  const int B = kProbeRows, T = m.max_seq_len;
   Model model;
   if (Status s = model.init(m, B, T, threads, 1); !s) return s;
   Batch b;
@@ -172,28 +179,38 @@ std::string sh_quote(const std::string& s) {
   return q + "'";
 }
 
-// A training process's memory besides its plan: a 2-step run of a small model on synthetic token
-// shards, peak RSS minus the planned bytes of summary.json (the largest over the ranks).
-Status process_memory(const CalibrateOptions& o, bool mpi, const std::string& sets, double& mb) {
-  const fs::path dir = fs::path(o.work_dir) / (!mpi ? "mem-1" : sets.empty() ? "mem-mpi" : "mem-mp");
+// The memory probe's inputs, written once: synthetic token shards and a 3-step fp32 run config of
+// the probe model. Returns the shards' prefix and the config's path.
+Status write_memory_probe(const std::string& work_dir, std::string& prefix, std::string& cfg) {
+  const fs::path dir = fs::path(work_dir) / "mem-probe";
   fs::create_directories(dir);
-  const std::string prefix = (dir / "tokens").string();
+  prefix = (dir / "tokens").string();
+  cfg = (dir / "run.toml").string();
+  const ModelConfig m = probe_model();
   IndexedWriter w;
   if (Status s = w.open(prefix, IndexedDType::kUInt16); !s) return s;
   std::mt19937 rng(3);
   std::vector<uint32_t> doc(2048);
   for (int d = 0; d < 64; d++) {
-    for (auto& t : doc) t = rng() % 4096;
+    for (auto& t : doc) t = rng() % m.vocab_size;
     if (Status s = w.add_document(doc); !s) return s;
   }
   if (Status s = w.finish(); !s) return s;
-  const std::string cfg = (dir / "run.toml").string();
-  if (Status s = files_write_atomic(cfg,
-                                    "[model]\nvocab_size = 4096\nd_model = 256\nn_layers = 2\nn_heads = 4\nn_kv_heads = 4\n"
-                                    "ffn_hidden = 688\nmax_seq_len = 256\n[data]\nseq_len = 256\nbatch_size = 4\nappend_eod = false\n"
-                                    "[train]\nsteps = 3\nsparsity_every = 0\nprecision = \"fp32\"\n[ckpt]\nsave_at_end = false\n");
-      !s)
-    return s;
+  return files_write_atomic(
+      cfg, fmt::format("[model]\nvocab_size = {}\nd_model = {}\nn_layers = {}\nn_heads = {}\nn_kv_heads = {}\n"
+                       "ffn_hidden = {}\nmax_seq_len = {}\n[data]\nseq_len = {}\nbatch_size = {}\nappend_eod = false\n"
+                       "[train]\nsteps = 3\nsparsity_every = 0\nprecision = \"fp32\"\n[ckpt]\nsave_at_end = false\n",
+                       m.vocab_size, m.d_model, m.n_layers, m.n_heads, m.n_kv_heads, m.ffn_hidden, m.max_seq_len,
+                       m.max_seq_len, kProbeRows));
+}
+
+// A training process's memory besides its plan: a 3-step run of the probe model on the probe's
+// shards (write_memory_probe), peak RSS minus the planned bytes of summary.json (the largest over
+// the ranks).
+Status process_memory(const CalibrateOptions& o, const std::string& prefix, const std::string& cfg, bool mpi,
+                      const std::string& sets, double& mb) {
+  const fs::path dir = fs::path(o.work_dir) / (!mpi ? "mem-1" : sets.empty() ? "mem-mpi" : "mem-mp");
+  fs::create_directories(dir);
   const std::string run = (dir / "run").string();
   const std::string cmd = fmt::format("{}{} train --config {} --data {} --run-dir {} --threads {} {} > {} 2>&1",
                                       mpi ? o.mpirun + " -np 2 " : "", sh_quote(o.self), sh_quote(cfg), sh_quote(prefix),
@@ -297,11 +314,13 @@ Status plan_calibrate(const CalibrateOptions& o, ClusterSpec& out) {
   spdlog::info("calibrate: disk");
   if (Status s = disk_write_mb_s(o.work_dir, c.disk_write_mb_s); !s) return s;
   spdlog::info("calibrate: a training process's fixed memory");
-  if (Status s = process_memory(o, false, "", c.process_mb); !s) return s;
+  std::string prefix, cfg;
+  if (Status s = write_memory_probe(o.work_dir, prefix, cfg); !s) return s;
+  if (Status s = process_memory(o, prefix, cfg, false, "", c.process_mb); !s) return s;
   c.mpi_process_mb = c.mp_process_mb = c.process_mb;
   if (!o.mpirun.empty()) {
-    if (Status s = process_memory(o, true, "", c.mpi_process_mb); !s) return s;
-    if (Status s = process_memory(o, true, "--set parallel.tp=2", c.mp_process_mb); !s) return s;
+    if (Status s = process_memory(o, prefix, cfg, true, "", c.mpi_process_mb); !s) return s;
+    if (Status s = process_memory(o, prefix, cfg, true, "--set parallel.tp=2", c.mp_process_mb); !s) return s;
     if (Status s = comm_curves(o, c); !s) return s;
     // The link figures from the curves: latency of the smallest message, bandwidth of the largest.
     if (!c.p2p.bytes.empty()) {

@@ -251,23 +251,23 @@ Prediction plan_predict(const PlanRequest& r, const ClusterSpec& c, const Layout
   double k = oversub(c, on_node);
   std::vector<StageCost> stages;
   std::vector<double> busy;
-  double makespan = 0, k_used = k;
-  for (int round = 0; round < (l.pp > 1 && c.cores_per_node > 0 ? 4 : 1); round++) {
-    k_used = k;
+  // The last round's stages, schedule and k are the prediction's.
+  double makespan = 0;
+  const int rounds = l.pp > 1 && c.cores_per_node > 0 ? 4 : 1;
+  for (int round = 0; round < rounds; round++) {
     stages.clear();
     for (int st = 0; st < l.pp; st++) stages.push_back(stage_cost(r, c, l, m, model_shard(l.tp, 0, l.pp, st, bounds), k));
     if (l.pp == 1) break;
     makespan = simulate_1f1b(stages, l.accum, busy);
+    if (round + 1 == rounds) break;
     double frac = 0;
     for (double b : busy) frac += b / makespan / l.pp;
     k = oversub(c, on_node * frac);
   }
   TimeEstimate& t = p.time;
-  t.oversubscription = k_used;
-  k = k_used;
+  t.oversubscription = k;
   int busiest = 0;
   if (l.pp > 1) {
-    makespan = simulate_1f1b(stages, l.accum, busy);
     busiest = (int)(std::max_element(busy.begin(), busy.end()) - busy.begin());
     t.bubble_ms = (makespan - busy[busiest]) * kMs;
     const int sends = (busiest > 0 ? 1 : 0) + (busiest + 1 < l.pp ? 1 : 0);
