@@ -47,7 +47,7 @@ std::string_view strip_angles(std::string_view s) {
 }
 
 // s quoted for a message: printable ASCII as is, other bytes as \xNN, at most 40 bytes.
-std::string quoted(std::string_view s) {
+std::string quoted_bytes(std::string_view s) {
   std::string out = "'";
   for (unsigned char c : s.substr(0, 40)) {
     if (c >= 0x20 && c < 0x7f && c != '\\') out.push_back(static_cast<char>(c));
@@ -91,7 +91,7 @@ bool for_each_header(std::string_view block, bool strict, std::string& why, Fn&&
     for (char c : name) token = token && c > 0x20 && c < 0x7f;
     if (!token) {
       if (!strict) continue;
-      why = fmt::format("header line {} is not 'Name: value' ({})", line_no, quoted(line));
+      why = fmt::format("header line {} is not 'Name: value' ({})", line_no, quoted_bytes(line));
       return false;
     }
     fn(name, trim(line.substr(colon + 1)));
@@ -123,7 +123,7 @@ bool warc_headers_parse(std::string_view block, WarcHeaders& h, std::string& why
   }
   if (!have_length) { why = "no Content-Length header"; return false; }
   if (!parse_u64(length_text, h.length)) {
-    why = fmt::format("Content-Length {} is not a number", quoted(length_text));
+    why = fmt::format("Content-Length {} is not a number", quoted_bytes(length_text));
     return false;
   }
   return true;
@@ -473,7 +473,7 @@ class WarcReader final : public ReaderBase {
       } else if (coding != "gzip" && coding != "x-gzip") {
         issue(0, rec_off, "unsupported_encoding",
               fmt::format("HTTP Content-Encoding {} is not supported (gzip and deflate are); the "
-                          "record was skipped", quoted(coding)));
+                          "record was skipped", quoted_bytes(coding)));
         return false;
       }
       if (bits != 0) {  // (a "gzip" body without the gzip magic was stored decoded: read as it is)
