@@ -19,15 +19,20 @@ test: build
 
 # The main job on the built-in default corpus (Debian's documentation, crawled into WARC files):
 # installs only what the demo needs, builds only the two binaries the pipeline runs (not the
-# tests), then runs it; each phase says how long it took.
+# tests) while the corpus is crawled beside the build (the crawl needs the packages, not the
+# binaries), then runs the pipeline; each phase says how long it took.
 demo:
-	@t0=$$(date +%s); scripts/install-deps --demo; \
+	@t0=$$(date +%s); scripts/install-deps --demo || exit 1; \
 	t1=$$(date +%s); echo "[demo] install: $$((t1 - t0)) s"; \
+	mkdir -p $(BUILD); DEMO_CORPUS_ONLY=1 scripts/demo > $(BUILD)/demo-corpus.log 2>&1 & corpus=$$!; \
+	echo "[demo] building smelt while the corpus is crawled (its log: $(BUILD)/demo-corpus.log)"; \
 	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release >/dev/null && \
-	cmake --build $(BUILD) -j$(JOBS) --target smelt smelt-full; \
+	cmake --build $(BUILD) -j$(JOBS) --target smelt smelt-full || { kill $$corpus 2>/dev/null; exit 1; }; \
 	t2=$$(date +%s); echo "[demo] build: $$((t2 - t1)) s"; \
-	scripts/demo; \
-	t3=$$(date +%s); echo "[demo] install $$((t1 - t0)) s, build $$((t2 - t1)) s, corpus + pipeline $$((t3 - t2)) s: $$((t3 - t0)) s in all"; \
+	wait $$corpus; rc=$$?; cat $(BUILD)/demo-corpus.log; [ $$rc -eq 0 ] || exit 1; \
+	t3=$$(date +%s); echo "[demo] corpus: done $$((t3 - t1)) s after the install ($$((t3 - t2)) s after the build)"; \
+	SMELT=$(BUILD)/smelt scripts/demo || exit 1; \
+	t4=$$(date +%s); echo "[demo] install $$((t1 - t0)) s, build $$((t2 - t1)) s (the corpus beside it), the rest of the corpus $$((t3 - t2)) s, pipeline $$((t4 - t3)) s: $$((t4 - t0)) s in all"; \
 	run=$$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["artifacts"]["run"])' "$${DEMO_DIR:-data/demo}/pipeline.json" 2>/dev/null) && \
 	echo "[demo] watch the run: $(BUILD)/smelt dashboard $$run (http://127.0.0.1:8080); its report: $$run/report.html"
 
