@@ -399,6 +399,7 @@ prefetch_threads = 3
   bad("[data]\nsources = \"a\"\n", "eod_id");
   bad("[data]\nsources = \"a:x\"\neod_id = 0\n", "weight");
   bad("[data]\nsources = \"a\"\neod_id = 0\nmode = \"bucketed\"\nmax_tokens_per_batch = 100\n", "max_tokens_per_batch = 100");
+  bad("[data]\nsources = \"a\"\neod_id = 0\nmode = \"bucketed\"\nspan_tokens = 1024\n", "span_tokens = 1024: spans are for packed rows");
   // --set data.buckets=64,128 arrives as a string
   toml::table r;
   ASSERT_TRUE(config_apply_set(r, "data.sources=a").is_ok());

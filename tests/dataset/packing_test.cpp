@@ -4,6 +4,7 @@
 
 #include <filesystem>
 #include <map>
+#include <set>
 #include <unistd.h>
 
 #include "smelt/dataset/blend.hpp"
@@ -253,4 +254,87 @@ TEST_F(PackingTest, MultiSequenceDocumentsReadAsOne) {
   packing_fill(plan, {&ds}, 1, false, bt);
   EXPECT_EQ(bt.inputs, (std::vector<int32_t>{10, 11, 12, 13, 14, 1, 20}));
   EXPECT_EQ(bt.targets, (std::vector<int32_t>{11, 12, 13, 14, 1, 20, 21}));
+}
+
+// span_tokens: the order is over spans of a document, so a long document's parts are spread over
+// the epoch instead of filling consecutive rows. The stream is then exactly the spans in
+// sampler_permutation's order, an EOD after each document's last span; every token of the epoch is
+// read once; a position taken mid-epoch resumes the same stream; and a position that counts whole
+// documents is refused.
+TEST_F(PackingTest, SpansShufflePartsOfLongDocumentsApart) {
+  std::vector<int> lens = {40, 3, 7, 0, 12, 25, 2, 9};
+  const IndexedDataset& ds = make(0, lens);
+  const uint64_t S = 5;
+  // The reference stream: spans (doc, begin, len, last) in permutation order.
+  struct Span { int doc, begin, len; bool last; };
+  std::vector<Span> spans;
+  for (int d = 0; d < (int)lens.size(); ++d) {
+    const int n = std::max(1, (lens[d] + (int)S - 1) / (int)S);
+    for (int k = 0; k < n; ++k) spans.push_back({d, k * (int)S, std::min((int)S, lens[d] - k * (int)S), k + 1 == n});
+  }
+  ASSERT_EQ(spans.size(), 8u + 5 + 1 + 1 + 2 + 4 + 1 + 1);
+  std::vector<int32_t> ref;
+  std::vector<uint32_t> perm;
+  for (uint64_t e = 0; e < 3; ++e) {
+    sampler_permutation(9, "a", e, spans.size(), perm);
+    for (uint32_t i : perm) {
+      const Span& s = spans[i];
+      for (int p = 0; p < s.len; ++p) ref.push_back(tok(0, s.doc, s.begin + p));
+      if (s.last) ref.push_back(kEod);
+    }
+  }
+  const size_t epoch_tokens = 98 + lens.size();
+  PlannerOptions o;
+  o.seq_len = 8, o.batch_size = 2, o.eod_id = kEod, o.shuffle = true, o.seed = 9, o.span_tokens = S;
+  Planner pl;
+  ASSERT_TRUE(pl.init(o, {{"a", "a", 1.0}}, {&ds}, nullptr).is_ok());
+  BatchPlan plan;
+  Batch b;
+  loader_batch_reserve(b, pl.max_rows(), pl.max_cols());
+  std::vector<int32_t> got;
+  LoaderPosition mid;
+  for (int step = 0; step < 12; ++step) {
+    if (step == 5) mid = pl.position(pl.state());
+    pl.next(plan);
+    packing_fill(plan, {&ds}, kEod, false, b);
+    for (int r = 0; r < b.B; ++r) {
+      for (int t = 0; t < b.T; ++t) ASSERT_EQ(b.targets[r * b.T + t], ref[got.size() + t + 1]) << step << " " << r;
+      got.insert(got.end(), b.inputs.begin() + r * b.T, b.inputs.begin() + (r + 1) * b.T);
+    }
+  }
+  ASSERT_GE(got.size(), epoch_tokens);
+  EXPECT_TRUE(std::equal(got.begin(), got.end(), ref.begin()));
+  // Every token of the first epoch once; the 40-token document's spans are not read back to back.
+  std::multiset<int32_t> first(got.begin(), got.begin() + (long)epoch_tokens);
+  for (int d = 0; d < (int)lens.size(); ++d)
+    for (int p = 0; p < lens[d]; ++p) EXPECT_EQ(first.count(tok(0, d, p)), 1u) << d << " " << p;
+  EXPECT_EQ(first.count(kEod), lens.size());
+  size_t at0 = 0, at5 = 0;
+  for (size_t i = 0; i < epoch_tokens; ++i) {
+    if (got[i] == tok(0, 0, 0)) at0 = i;
+    if (got[i] == tok(0, 0, 5)) at5 = i;
+  }
+  EXPECT_NE(at5, at0 + 5) << "the second span of document 0 follows its first";
+  // The position counts spans; resuming from it gives the rest of the same stream.
+  EXPECT_EQ(mid.to_json().at("span_tokens"), S);
+  LoaderPosition back;
+  ASSERT_TRUE(LoaderPosition::from_json(mid.to_json(), back).is_ok());
+  Planner re;
+  ASSERT_TRUE(re.init(o, {{"a", "a", 1.0}}, {&ds}, &back).is_ok());
+  for (int step = 5; step < 12; ++step) {
+    re.next(plan);
+    packing_fill(plan, {&ds}, kEod, false, b);
+    for (int r = 0; r < b.B; ++r)
+      for (int t = 0; t < b.T; ++t) ASSERT_EQ(b.inputs[r * b.T + t], got[(size_t)(step * 2 + r) * 8 + t]);
+  }
+  // Whole documents and spans count different things: a resume across them is refused.
+  PlannerOptions whole = o;
+  whole.span_tokens = 0;
+  Planner w;
+  Status st = w.init(whole, {{"a", "a", 1.0}}, {&ds}, &back);
+  ASSERT_FALSE(st.is_ok());
+  EXPECT_NE(st.message().find("spans of 5 tokens"), std::string::npos) << st.message();
+  PlannerOptions bucketed = o;
+  bucketed.mode = BatchMode::kBucketed, bucketed.buckets = {8}, bucketed.max_tokens_per_batch = 16;
+  EXPECT_FALSE(Planner().init(bucketed, {{"a", "a", 1.0}}, {&ds}, nullptr).is_ok());
 }

@@ -83,6 +83,7 @@ nlohmann::json LoaderPosition::to_json() const {
   j["version"] = 1;
   j["step"] = step;
   j["blend"] = blend;
+  if (span_tokens > 0) j["span_tokens"] = span_tokens;
   nlohmann::json s = nlohmann::json::object();
   for (const auto& [name, c] : sources)
     s[name] = {{"epoch", c.epoch}, {"docs", c.docs}, {"offset", c.offset}, {"units", c.units}};
@@ -101,6 +102,7 @@ Status LoaderPosition::from_json(const nlohmann::json& j, LoaderPosition& out) {
     LoaderPosition p;
     p.step = j.at("step").get<uint64_t>();
     p.blend = j.value("blend", "");
+    p.span_tokens = j.value("span_tokens", uint64_t{0});
     for (const auto& [name, c] : j.at("sources").items())
       p.sources[name] = SourceCursor{c.at("epoch").get<uint64_t>(), c.at("docs").get<uint64_t>(),
                                      c.at("offset").get<uint64_t>(), c.value("units", uint64_t{0})};

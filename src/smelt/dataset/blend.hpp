@@ -42,8 +42,8 @@ Status blend_parse_sources(std::string_view spec, std::vector<DataSource>& out);
 // Where one source's reading stands.
 struct SourceCursor {
   uint64_t epoch = 0;   // reshuffle counter: the permutation is seeded by (seed, name, epoch)
-  uint64_t docs = 0;    // documents of this epoch's order fully consumed
-  uint64_t offset = 0;  // tokens of the current document consumed (packed; EOD counts as one)
+  uint64_t docs = 0;    // documents (spans, with span_tokens) of this epoch's order fully consumed
+  uint64_t offset = 0;  // tokens of the current document (span) consumed (packed; EOD counts as one)
   uint64_t units = 0;   // scheduling units (rows or tokens) consumed since the blend last changed
   bool operator==(const SourceCursor&) const = default;
 };
@@ -60,8 +60,10 @@ struct PendingDoc {
 // What a checkpoint stores. JSON:
 //  {"version":1, "step":N, "blend":"name=w;...", "sources":{NAME:{"epoch","docs","offset","units"}},
 //   "pending":[{"bucket":T,"source":NAME,"doc":D,"tokens":L,"eod":bool}, ...]}
+// plus "span_tokens":S when the cursors count spans of S tokens (absent: whole documents).
 struct LoaderPosition {
   uint64_t step = 0;
+  uint64_t span_tokens = 0;                           // what the cursors' "docs" count (0: documents)
   std::string blend;                                  // the blend the units were counted under
   std::map<std::string, SourceCursor> sources;        // by source name; sources no longer blended stay
   struct Pending { int bucket = 0; std::string source; uint64_t doc = 0; uint32_t tokens = 0; bool eod = false; };
@@ -134,6 +136,10 @@ struct PlannerOptions {
   uint64_t max_tokens_per_batch = 0;  // bucketed: rows = max_tokens_per_batch / bucket
   uint64_t seed = 1234;
   bool shuffle = true;
+  // Packed: the order is over spans of at most span_tokens tokens of a document (a document of L
+  // tokens has ceil(L / span_tokens) of them, the EOD after the last), so a long document's parts
+  // land far apart instead of filling consecutive batches; 0 = whole documents.
+  uint64_t span_tokens = 0;
   bool append_eod = true;             // insert an EOD after every document (needs eod_id >= 0)
   int64_t eod_id = -1;
   int rank = 0, ranks = 1;
@@ -164,12 +170,17 @@ class Planner {
 
  private:
   void walk(size_t src, SourceCursor& c, uint64_t n, uint32_t row, bool emit, bool& first, BatchPlan& plan);
+  // The i-th unit of an epoch's order: its document, first token and tokens (a span, or the whole
+  // document), and whether the document ends with it.
+  struct Unit { uint64_t doc = 0, begin = 0, len = 0; bool last = true; };
+  Unit unit_at(size_t src, uint64_t epoch, uint64_t i);
   uint64_t doc_total(size_t src, uint64_t doc) const;
   void rank_rows(int global_B, int& r0, int& r1) const;
   PlannerOptions o_;
   std::vector<DataSource> sources_;
   std::vector<const IndexedDataset*> data_;
   std::vector<std::unique_ptr<DocSampler>> samplers_;
+  std::vector<std::vector<uint64_t>> first_span_;  // [source][doc]: its first span's index, then the total (spans only)
   std::vector<std::vector<uint64_t>> excluded_;  // [source] sorted quarantined documents
   bool excluded(size_t src, uint64_t doc) const;
   std::vector<double> weights_;

@@ -50,6 +50,12 @@ Status loader_config_validate(const LoaderConfig& c) {
     e.push_back(fmt::format("[data] prefetch_depth = {}: expected 2 .. 1024", c.prefetch_depth));
   if (c.latency_window < 1) e.push_back(fmt::format("[data] latency_window = {}: expected >= 1", c.latency_window));
   if (!(c.inject_slow_ms >= 0)) e.push_back(fmt::format("[data] inject_slow_ms = {}: expected >= 0", c.inject_slow_ms));
+  if (c.span_tokens > 0 && c.mode == "bucketed")
+    e.push_back(fmt::format("[data] span_tokens = {}: spans are for packed rows; bucketed rows hold whole documents "
+                            "(set span_tokens = 0)", c.span_tokens));
+  if (c.span_tokens > 0 && !c.stream_tokenizer.empty())
+    e.push_back(fmt::format("[data] span_tokens = {}: a stream is read in order, not shuffled (set span_tokens = 0)",
+                            c.span_tokens));
   if (c.stream_threads < 1) e.push_back(fmt::format("[data] stream_threads = {}: expected >= 1", c.stream_threads));
   if (c.ranks < 1 || c.rank < 0 || c.rank >= c.ranks)
     e.push_back(fmt::format("data: rank {} of {} ranks is out of range", c.rank, c.ranks));
@@ -112,6 +118,7 @@ Status loader_config_read(const toml::table& root, LoaderConfig& c, toml::table*
   s.get("max_tokens_per_batch", c.max_tokens_per_batch);
   s.get("seed", c.seed);
   s.get("shuffle", c.shuffle);
+  s.get("span_tokens", c.span_tokens);
   s.get("append_eod", c.append_eod);
   s.get("eod_id", c.eod_id);
   s.get("prefetch_threads", c.prefetch_threads);
@@ -191,6 +198,7 @@ Status Loader::open(const LoaderConfig& c, const LoaderPosition* resume) {
   o.mode = c_.mode == "bucketed" ? BatchMode::kBucketed : BatchMode::kPacked;
   o.seq_len = c_.seq_len, o.batch_size = c_.batch_size, o.buckets = c_.buckets;
   o.max_tokens_per_batch = c_.max_tokens_per_batch, o.seed = c_.seed, o.shuffle = c_.shuffle;
+  o.span_tokens = c_.mode == "bucketed" ? 0 : c_.span_tokens;
   o.append_eod = c_.append_eod, o.eod_id = c_.eod_id, o.rank = c_.rank, o.ranks = c_.ranks;
   o.exclude = c_.exclude;
   if (Status s = planner_.init(o, sources_, data_, resume); !s) return s;

@@ -35,6 +35,7 @@ struct LoaderConfig {
   uint64_t max_tokens_per_batch = 16384;                    // bucketed: rows = this / bucket
   uint64_t seed = 1234;
   bool shuffle = true;              // false: documents in file order (each epoch)
+  uint64_t span_tokens = 0;         // packed: shuffle spans of this many tokens of a document, not whole documents (0)
   bool append_eod = true;           // insert EOD after every document (false when the shards have it)
   int64_t eod_id = -1;              // -1: the tokenizer's (the trainer sets it) or none
   int prefetch_threads = 2;         // 0: build each batch on the caller's thread

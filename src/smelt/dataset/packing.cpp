@@ -32,7 +32,10 @@ Status Planner::init(const PlannerOptions& o, const std::vector<DataSource>& sou
     return Status::error("loader: append_eod needs an EOD id (set data.eod_id or give a tokenizer)");
   if (o_.ranks < 1 || o_.rank < 0 || o_.rank >= o_.ranks)
     return Status::error(fmt::format("loader: rank {} of {} is out of range", o_.rank, o_.ranks));
+  if (o_.span_tokens > 0 && o_.mode == BatchMode::kBucketed)
+    return Status::error("loader: span_tokens is for packed rows (bucketed rows hold whole documents)");
   samplers_.clear();
+  first_span_.assign(sources_.size(), {});
   weights_.clear();
   for (size_t i = 0; i < sources_.size(); ++i) {
     const IndexedDataset& ds = *data_[i];
@@ -48,7 +51,21 @@ Status Planner::init(const PlannerOptions& o, const std::vector<DataSource>& sou
         return Status::error(fmt::format("loader: source \"{}\" ({}) has no document of 2 or more tokens (with EOD); "
                                          "bucketed rows need at least one prediction", sources_[i].name, sources_[i].prefix));
     }
-    samplers_.push_back(std::make_unique<DocSampler>(o_.seed, sources_[i].name, ds.documents(), o_.shuffle));
+    uint64_t units = ds.documents();
+    if (o_.span_tokens > 0) {  // a document of L tokens is max(1, ceil(L / S)) spans
+      std::vector<uint64_t>& f = first_span_[i];
+      f.resize(ds.documents() + 1);
+      uint64_t n = 0;
+      for (uint64_t d = 0; d < ds.documents(); ++d) {
+        f[d] = n;
+        n += std::max<uint64_t>(1, (indexed_doc_tokens(ds, d) + o_.span_tokens - 1) / o_.span_tokens);
+      }
+      f[ds.documents()] = units = n;
+      if (units >= (1ull << 32))
+        return Status::error(fmt::format("loader: source \"{}\" has {} spans of {} tokens; at most 2^32-1 are supported",
+                                         sources_[i].name, units, o_.span_tokens));
+    }
+    samplers_.push_back(std::make_unique<DocSampler>(o_.seed, sources_[i].name, units, o_.shuffle));
     weights_.push_back(sources_[i].weight);
   }
   excluded_.assign(sources_.size(), {});
@@ -83,6 +100,12 @@ Status Planner::init(const PlannerOptions& o, const std::vector<DataSource>& sou
   for (size_t b = 0; b < st_.pending.size(); ++b) st_.pending[b].reserve(rows_per_bucket_[b]);
   carried_ = LoaderPosition{};
   if (resume) {
+    if (resume->span_tokens != o_.span_tokens)
+      return Status::error(fmt::format("loader: the position to resume counts {} but [data] span_tokens = {}; resume "
+                                       "with the span_tokens the run started with",
+                                       resume->span_tokens ? fmt::format("spans of {} tokens", resume->span_tokens)
+                                                           : std::string("whole documents"),
+                                       o_.span_tokens));
     st_.step = resume->step;
     bool same_blend = resume->blend == blend_key(sources_);
     for (const auto& [name, c] : resume->sources) {
@@ -142,25 +165,36 @@ uint64_t Planner::doc_total(size_t src, uint64_t doc) const {
   return indexed_doc_tokens(*data_[src], doc) + (o_.append_eod ? 1 : 0);
 }
 
+Planner::Unit Planner::unit_at(size_t src, uint64_t epoch, uint64_t i) {
+  const uint64_t u = samplers_[src]->doc_at(epoch, i);
+  if (o_.span_tokens == 0) return Unit{u, 0, indexed_doc_tokens(*data_[src], u), true};
+  const std::vector<uint64_t>& f = first_span_[src];
+  const uint64_t doc = static_cast<uint64_t>(std::upper_bound(f.begin(), f.end() - 1, u) - f.begin()) - 1;
+  const uint64_t len = indexed_doc_tokens(*data_[src], doc);
+  const uint64_t begin = (u - f[doc]) * o_.span_tokens;
+  return Unit{doc, begin, std::min(len - std::min(len, begin), o_.span_tokens), u + 1 == f[doc + 1]};
+}
+
 // Reads n tokens of source src's stream from cursor c (advancing it), emitting pieces into row.
+// The stream is the units (documents, or spans of them) in the epoch's order, an EOD after each
+// document's last unit.
 void Planner::walk(size_t src, SourceCursor& c, uint64_t n, uint32_t row, bool emit, bool& first, BatchPlan& plan) {
   DocSampler& s = *samplers_[src];
   while (n > 0) {
-    uint64_t doc = s.doc_at(c.epoch, c.docs);
-    if (excluded(src, doc)) {  // quarantined: skipped whole, wherever the cursor stood in it
+    const Unit u = unit_at(src, c.epoch, c.docs);
+    if (excluded(src, u.doc)) {  // quarantined: skipped whole, wherever the cursor stood in it
       c.offset = 0;
       if (++c.docs == s.docs()) c.docs = 0, ++c.epoch;
       continue;
     }
-    uint64_t len = indexed_doc_tokens(*data_[src], doc);
-    uint64_t total = len + (o_.append_eod ? 1 : 0);
-    if (c.offset < len) {
-      uint64_t take = std::min(len - c.offset, n);
+    const uint64_t total = u.len + (o_.append_eod && u.last ? 1 : 0);
+    if (c.offset < u.len) {
+      uint64_t take = std::min(u.len - c.offset, n);
       if (emit) {
         Piece p;
-        p.row = row, p.source = static_cast<uint16_t>(src), p.doc = doc, p.begin = c.offset;
+        p.row = row, p.source = static_cast<uint16_t>(src), p.doc = u.doc, p.begin = u.begin + c.offset;
         p.count = static_cast<uint32_t>(take);
-        p.doc_start = c.offset == 0 || first;
+        p.doc_start = c.offset == 0 || first;  // (a span begins a segment: what came before it is another text)
         plan.pieces.push_back(p);
       }
       first = false;
@@ -169,7 +203,7 @@ void Planner::walk(size_t src, SourceCursor& c, uint64_t n, uint32_t row, bool e
     } else if (c.offset < total) {  // the EOD after the document
       if (emit) {
         Piece p;
-        p.row = row, p.source = static_cast<uint16_t>(src), p.eod = true, p.doc = doc, p.count = 1;
+        p.row = row, p.source = static_cast<uint16_t>(src), p.eod = true, p.doc = u.doc, p.count = 1;
         p.doc_start = first;
         plan.pieces.push_back(p);
       }
@@ -254,6 +288,7 @@ void Planner::next(BatchPlan& plan) {
 LoaderPosition Planner::position(const State& s) const {
   LoaderPosition p = carried_;
   p.step = s.step;
+  p.span_tokens = o_.span_tokens;
   p.blend = blend_key(sources_);
   for (size_t i = 0; i < sources_.size(); ++i) p.sources[sources_[i].name] = s.cursors[i];
   for (size_t b = 0; b < s.pending.size(); ++b)

@@ -58,6 +58,7 @@ Status eval_loader_open(const LoaderConfig& base, const std::string& sources, in
   e.sources = sources;
   e.mode = "packed";
   e.shuffle = false;
+  e.span_tokens = 0;  // (the held-out text in file order, whole documents, whatever the training reads)
   e.prefetch_threads = 0;
   e.stream_tokenizer.clear();
   int B, T;
