@@ -174,7 +174,6 @@ class Planner {
   // document), and whether the document ends with it.
   struct Unit { uint64_t doc = 0, begin = 0, len = 0; bool last = true; };
   Unit unit_at(size_t src, uint64_t epoch, uint64_t i);
-  uint64_t doc_total(size_t src, uint64_t doc) const;
   void rank_rows(int global_B, int& r0, int& r1) const;
   PlannerOptions o_;
   std::vector<DataSource> sources_;

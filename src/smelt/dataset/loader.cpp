@@ -198,7 +198,7 @@ Status Loader::open(const LoaderConfig& c, const LoaderPosition* resume) {
   o.mode = c_.mode == "bucketed" ? BatchMode::kBucketed : BatchMode::kPacked;
   o.seq_len = c_.seq_len, o.batch_size = c_.batch_size, o.buckets = c_.buckets;
   o.max_tokens_per_batch = c_.max_tokens_per_batch, o.seed = c_.seed, o.shuffle = c_.shuffle;
-  o.span_tokens = c_.mode == "bucketed" ? 0 : c_.span_tokens;
+  o.span_tokens = c_.span_tokens;  // (bucketed with spans was refused by loader_config_validate above)
   o.append_eod = c_.append_eod, o.eod_id = c_.eod_id, o.rank = c_.rank, o.ranks = c_.ranks;
   o.exclude = c_.exclude;
   if (Status s = planner_.init(o, sources_, data_, resume); !s) return s;

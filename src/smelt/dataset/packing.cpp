@@ -161,10 +161,6 @@ bool Planner::excluded(size_t src, uint64_t doc) const {
   return !e.empty() && std::binary_search(e.begin(), e.end(), doc);
 }
 
-uint64_t Planner::doc_total(size_t src, uint64_t doc) const {
-  return indexed_doc_tokens(*data_[src], doc) + (o_.append_eod ? 1 : 0);
-}
-
 Planner::Unit Planner::unit_at(size_t src, uint64_t epoch, uint64_t i) {
   const uint64_t u = samplers_[src]->doc_at(epoch, i);
   if (o_.span_tokens == 0) return Unit{u, 0, indexed_doc_tokens(*data_[src], u), true};
