@@ -53,6 +53,7 @@ TEST(PlanCluster, TomlRoundTripsEveryField) {
   c.allreduce.push_back({2, {4096, 65536}, {1e-5, 4e-5}});
   c.allreduce.push_back({4, {4096, 65536}, {2e-5, 9e-5}});
   c.p2p = {2, {4096, 65536}, {3e-6, 2e-5}};
+  c.sync.push_back({2, {5e-4, 8e-3}, {1e-5, 6e-5}});
   ClusterSpec back;
   ASSERT_TRUE(cluster_parse(cluster_toml(c), "x.toml", back).is_ok());
   EXPECT_EQ(back.name, c.name);
@@ -69,6 +70,10 @@ TEST(PlanCluster, TomlRoundTripsEveryField) {
   EXPECT_EQ(back.allreduce[1].ranks, 4);
   EXPECT_DOUBLE_EQ(back.allreduce[1].seconds[1], 9e-5);
   EXPECT_DOUBLE_EQ(back.p2p.bytes[1], 65536);
+  ASSERT_EQ(back.sync.size(), 1u);
+  EXPECT_EQ(back.sync[0].ranks, 2);
+  EXPECT_DOUBLE_EQ(back.sync[0].bytes[1], 8e-3);
+  EXPECT_DOUBLE_EQ(back.sync[0].seconds[1], 6e-5);
 }
 
 TEST(PlanCluster, BadFilesNameTheKeyAndWhatWasExpected) {
@@ -87,6 +92,9 @@ TEST(PlanCluster, BadFilesNameTheKeyAndWhatWasExpected) {
   s = cluster_parse(good + "\n[[allreduce]]\nranks = 2\nbytes = [1, 2]\nseconds = [1]\n", "curve.toml", c);
   ASSERT_FALSE(s.is_ok());
   EXPECT_NE(s.message().find("allreduce[0]: bytes has 2 values and seconds 1"), std::string::npos) << s.message();
+  s = cluster_parse(good + "\n[[sync]]\nranks = 2\nsegment_s = [0.002, 0.001]\nwait_s = [1e-5, 2e-5]\n", "sync.toml", c);
+  ASSERT_FALSE(s.is_ok());
+  EXPECT_NE(s.message().find("sync[0]: segment_s must increase (point 1)"), std::string::npos) << s.message();
   s = cluster_parse("[cluster\n", "syntax.toml", c);
   ASSERT_FALSE(s.is_ok());
   EXPECT_NE(s.message().find("syntax.toml line 1"), std::string::npos) << s.message();
@@ -226,6 +234,29 @@ TEST(PlanTime, PipelineIdleMatchesTheBubbleFormulaForEqualStages) {
             plan_predict(r, c, layout(1, 1, 1, false, false, 8, 8)).time.step_ms);
 }
 
+// A measured sync curve adds, to each TP all-reduce, the wait at the compute between two of them;
+// a cluster without one adds none.
+TEST(PlanTime, TpAllReducesWaitTheSyncCurveAtTheComputeBetweenThem) {
+  ClusterSpec c = sample_cluster();
+  const PlanRequest r = request(64, 128);
+  const Layout l = layout(1, 2, 1, false, false, 8, 8);
+  const Prediction bare = plan_predict(r, c, l);
+  ASSERT_TRUE(bare.fits) << bare.reason;
+  EXPECT_EQ(bare.time.tp_wait_ms, 0);
+  c.sync.push_back({2, {1e-6, 1.0}, {1e-6, 0.1}});  // a tenth of the segment (a line through 0)
+  c.sync.push_back({4, {1e-6, 1.0}, {1e-6, 0.5}});  // not this layout's group size
+  const Prediction p = plan_predict(r, c, l);
+  // 4 layers: the embedding's, 8 forward, 8 backward, the head's input gradient and its two rows.
+  const int collectives = 1 + 2 * 4 + 2 * 4 + 1 + 2;
+  const double compute_ms = p.time.gemm_ms + p.time.attention_ms + p.time.elementwise_ms;
+  const double segment_s = compute_ms / 1e3 / l.accum / collectives;
+  const double expect_ms = l.accum * collectives * c.sync[0].at(segment_s) * 1e3;
+  EXPECT_NEAR(p.time.tp_wait_ms, expect_ms, 1e-6 * expect_ms);
+  EXPECT_NEAR(p.time.tp_wait_ms, 0.1 * compute_ms, 0.01 * compute_ms);
+  EXPECT_NEAR(p.time.tp_ms - bare.time.tp_ms, p.time.tp_wait_ms, 1e-6 * expect_ms);
+  EXPECT_NEAR(p.time.step_ms - bare.time.step_ms, p.time.tp_wait_ms, 1e-6 * expect_ms);
+}
+
 TEST(PlanExamples, ClusterFilesLoadAndThe7BNeedsAModelSplitOnAccelerators) {
   for (const char* f : {"cpu-8node.toml", "accel-2048-h100.toml", "accel-2048-910b.toml"}) {
     ClusterSpec c;
@@ -270,6 +301,10 @@ TEST(PlanValidation, CalibratedPredictionsTrackMeasuredRuns) {
   ASSERT_TRUE(s.is_ok()) << s.message();
   EXPECT_FALSE(c.gemm.empty());
   ASSERT_EQ(c.allreduce.size(), 1u);
+  ASSERT_EQ(c.sync.size(), 1u);
+  EXPECT_EQ(c.sync[0].ranks, 2);
+  EXPECT_EQ(c.sync[0].bytes.size(), 4u);  // four segment lengths, 0.5 to 32 ms of compute
+  EXPECT_GT(c.sync[0].bytes.back(), 10 * c.sync[0].bytes.front());
   EXPECT_GT(c.process_mb, 10);
   EXPECT_GT(c.attention_gflops, 0);
   EXPECT_GT(c.elementwise_gb_s, 0);

@@ -268,6 +268,15 @@ Status comm_curves(const CalibrateOptions& o, ClusterSpec& out) {
     a.bytes = j["allreduce"]["bytes"].get<std::vector<double>>();
     a.seconds = j["allreduce"]["seconds"].get<std::vector<double>>();
     out.allreduce.push_back(a);
+    if (j.contains("sync")) {
+      CommCurve w;
+      w.ranks = R;
+      w.bytes = j["sync"]["segment_s"].get<std::vector<double>>();
+      w.seconds = j["sync"]["wait_s"].get<std::vector<double>>();
+      if (std::is_sorted(w.bytes.begin(), w.bytes.end()) &&
+          std::adjacent_find(w.bytes.begin(), w.bytes.end()) == w.bytes.end())
+        out.sync.push_back(w);
+    }
     if (R == 2) {
       out.p2p.bytes = j["p2p"]["bytes"].get<std::vector<double>>();
       out.p2p.seconds = j["p2p"]["seconds"].get<std::vector<double>>();
@@ -333,6 +342,52 @@ Status plan_calibrate(const CalibrateOptions& o, ClusterSpec& out) {
   return Status::ok();
 }
 
+namespace {
+
+// Collectives between compute, as tensor parallelism runs them: every rank computes a segment
+// (GEMMs that take about `seg` seconds), then all-reduces a 1 MiB message, over and over with no
+// barrier. The all-reduce's time beyond the synchronized curve's (ranks arriving together) is the
+// wait for the slowest rank: the skew a segment of compute leaves between the ranks (jitter, the
+// core's other work, time-sharing when ranks outnumber cores). Per segment length: the mean over
+// the ranks of the compute seconds per segment (x) and of that wait (y, at least 0.1 us).
+Status sync_waits(Communicator& comm, const std::vector<double>& curve_s, const std::vector<double>& curve_bytes,
+                  std::vector<double>& segment_s, std::vector<double>& wait_s) {
+  const int R = comm.size();
+  constexpr int M = 64, N = 256, K = 256;  // one unit of work: a (64 x 256) x (256 x 256) GEMM
+  std::vector<float> a((size_t)M * K, 0.5f), b((size_t)K * N, 0.25f), c((size_t)M * N, 0.f);
+  auto unit = [&] { gemm_f32(false, false, M, N, K, 1.0f, a.data(), K, b.data(), N, 0.0f, c.data(), N); };
+  for (int i = 0; i < 50; i++) unit();  // warm up
+  double t0 = now_s();
+  for (int i = 0; i < 200; i++) unit();
+  double unit_s = (now_s() - t0) / 200;
+  if (Status s = comm.allreduce_sum(&unit_s, 1); !s) return s;  // every rank runs the same count
+  unit_s /= R;
+  const int64_t n = (1 << 20) / 4;
+  std::vector<float> msg((size_t)n, 1.0f);
+  CommCurve synced;
+  synced.bytes = curve_bytes, synced.seconds = curve_s;
+  const double msg_s = synced.at(4.0 * n);
+  for (double seg : {0.5e-3, 2e-3, 8e-3, 32e-3}) {
+    const int units = std::max(1, (int)std::lround(seg / unit_s));
+    const int reps = std::max(8, (int)(0.5 / seg));
+    if (Status s = comm.barrier(); !s) return s;
+    double v[2] = {0, 0};  // compute seconds, collective seconds
+    for (int r = 0; r < reps; r++) {
+      t0 = now_s();
+      for (int u = 0; u < units; u++) unit();
+      const double t1 = now_s();
+      if (Status s = comm.allreduce_sum(msg.data(), n); !s) return s;
+      v[0] += t1 - t0, v[1] += now_s() - t1;
+    }
+    if (Status s = comm.allreduce_sum(v, 2); !s) return s;
+    segment_s.push_back(v[0] / R / reps);
+    wait_s.push_back(std::max(1e-7, v[1] / R / reps - msg_s));
+  }
+  return Status::ok();
+}
+
+}  // namespace
+
 Status plan_calibrate_comm(const std::string& out_path) {
   std::unique_ptr<Communicator> comm;
   DistConfig dc;
@@ -395,8 +450,13 @@ Status plan_calibrate_comm(const std::string& out_path) {
       return s;
   }
   for (double& t : ar) t /= 2;
+  std::vector<double> segment_s, wait_s;
+  if (Status s = sync_waits(*comm, all, bytes, segment_s, wait_s); !s) return s;
   if (me != 0) return Status::ok();
-  json j = {{"ranks", R}, {"allreduce", {{"bytes", bytes}, {"seconds", all}}}, {"p2p", {{"bytes", bytes}, {"seconds", ar}}}};
+  json j = {{"ranks", R},
+            {"allreduce", {{"bytes", bytes}, {"seconds", all}}},
+            {"p2p", {{"bytes", bytes}, {"seconds", ar}}},
+            {"sync", {{"segment_s", segment_s}, {"wait_s", wait_s}}}};
   return files_write_atomic(out_path, j.dump(1) + "\n");
 }
 

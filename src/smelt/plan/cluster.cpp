@@ -32,16 +32,18 @@ ConfigSection entry_section(const toml::table& entry, const char* name, size_t i
   return ConfigSection(holder, fmt::format("{}[{}]", name, i));
 }
 
-Status check_curve(const CommCurve& c, const std::string& where) {
+// x, y: the keys' names for the messages ("bytes" and "seconds"; a sync curve's "segment_s" and
+// "wait_s").
+Status check_curve(const CommCurve& c, const std::string& where, const char* x = "bytes", const char* y = "seconds") {
   if (c.bytes.size() != c.seconds.size())
-    return Status::error(fmt::format("{}: bytes has {} values and seconds {}: expected one time per size", where,
-                                     c.bytes.size(), c.seconds.size()));
+    return Status::error(fmt::format("{}: {} has {} values and {} {}: expected one {} value per {} value", where,
+                                     x, c.bytes.size(), y, c.seconds.size(), y, x));
   for (size_t i = 0; i < c.bytes.size(); i++) {
     if (c.bytes[i] <= 0 || c.seconds[i] <= 0)
-      return Status::error(fmt::format("{}: point {} ({} bytes, {} s): expected positive sizes and times", where, i,
-                                       c.bytes[i], c.seconds[i]));
+      return Status::error(fmt::format("{}: point {} ({} {}, {} {}): expected positive values", where, i, x,
+                                       c.bytes[i], y, c.seconds[i]));
     if (i > 0 && c.bytes[i] <= c.bytes[i - 1])
-      return Status::error(fmt::format("{}: bytes must increase (point {})", where, i));
+      return Status::error(fmt::format("{}: {} must increase (point {})", where, x, i));
   }
   return Status::ok();
 }
@@ -104,10 +106,11 @@ Status cluster_parse(const std::string& text, const std::string& file, ClusterSp
   }
   for (const auto& [k, v] : root) {
     const std::string key(k.str());
-    static const char* known[] = {"cluster", "compute", "network", "disk", "runtime", "gemm", "allreduce", "p2p"};
+    static const char* known[] = {"cluster", "compute", "network", "disk", "runtime", "gemm", "allreduce", "p2p",
+                                  "sync"};
     if (std::none_of(std::begin(known), std::end(known), [&](const char* x) { return key == x; }))
       errs.push_back(fmt::format("[{}]: unknown table (expected cluster, compute, network, disk, runtime, gemm, "
-                                 "allreduce, p2p)", key));
+                                 "allreduce, p2p, sync)", key));
   }
   auto entries = [&](const char* name, auto&& each) {
     const toml::node* n = root.get(name);
@@ -149,6 +152,15 @@ Status cluster_parse(const std::string& text, const std::string& file, ClusterSp
     s.get("bytes", c.p2p.bytes);
     s.get("seconds", c.p2p.seconds);
     if (Status st = check_curve(c.p2p, "p2p"); !st) errs.push_back(st.message());
+  });
+  entries("sync", [&](ConfigSection& s, size_t i) {
+    CommCurve cv;
+    s.get("ranks", cv.ranks);
+    s.get("segment_s", cv.bytes);
+    s.get("wait_s", cv.seconds);
+    if (Status st = check_curve(cv, fmt::format("sync[{}]", i), "segment_s", "wait_s"); !st) errs.push_back(st.message());
+    if (cv.ranks < 2) errs.push_back(fmt::format("sync[{}]: ranks {}: expected 2 or more", i, cv.ranks));
+    c.sync.push_back(cv);
   });
   if (c.nodes < 1 || c.devices_per_node < 1 || c.threads_per_rank < 1)
     errs.push_back(fmt::format("[cluster] nodes {}, devices_per_node {}, threads_per_rank {}: expected 1 or more",
@@ -206,6 +218,9 @@ std::string cluster_toml(const ClusterSpec& c) {
   for (const CommCurve& a : c.allreduce)
     t += fmt::format("\n[[allreduce]]\nranks = {}\nbytes = {}\nseconds = {}\n", a.ranks, numbers(a.bytes),
                      numbers(a.seconds));
+  for (const CommCurve& w : c.sync)
+    t += fmt::format("\n[[sync]]\nranks = {}\nsegment_s = {}\nwait_s = {}\n", w.ranks, numbers(w.bytes),
+                     numbers(w.seconds));
   if (!c.p2p.bytes.empty())
     t += fmt::format("\n[[p2p]]\nbytes = {}\nseconds = {}\n", numbers(c.p2p.bytes), numbers(c.p2p.seconds));
   return t;

@@ -19,6 +19,9 @@
 //   [[gemm]]       rows, in, out, precision ("fp32" | "bf16"), gflops: measured forward+backward rates
 //   [[allreduce]]  ranks, bytes = [...], seconds = [...]: one measured curve per group size
 //   [[p2p]]        bytes = [...], seconds = [...]: one send and its receive
+//   [[sync]]       ranks, segment_s = [...], wait_s = [...]: per group size, what an all-reduce
+//                  waits beyond its curve when the ranks come to it from segment_s seconds of
+//                  compute each (their skew); a curve of the same kind, segment -> wait
 #pragma once
 
 #include <cstdint>
@@ -55,6 +58,8 @@ struct ClusterSpec {
   std::vector<GemmRate> gemm;
   std::vector<CommCurve> allreduce;  // by group size
   CommCurve p2p;                     // ranks unused
+  std::vector<CommCurve> sync;       // by group size; bytes: a rank's compute seconds between two
+                                     // collectives, seconds: the mean wait for the slowest rank
   int devices() const { return nodes * devices_per_node; }
 };
 

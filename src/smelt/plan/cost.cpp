@@ -96,6 +96,15 @@ double allreduce_s(const ClusterSpec& c, double bytes, int ranks, bool cross, do
   return 2.0 * (ranks - 1) / ranks * bytes / bw + 2.0 * (ranks - 1) * lat;
 }
 
+// What a collective of `ranks` waits for the slowest rank when each comes to it from `segment`
+// seconds of compute: the measured sync curve for that group size; 0 without one (a cluster file
+// that gives none takes its collectives as entered together).
+double sync_wait_s(const ClusterSpec& c, int ranks, double segment) {
+  for (const CommCurve& w : c.sync)
+    if (w.ranks == ranks) return std::max(0.0, w.at(segment));
+  return 0;
+}
+
 double p2p_s(const ClusterSpec& c, double bytes, bool cross, double k_run) {
   if (!c.p2p.bytes.empty() && !cross) return c.p2p.at(bytes) * k_run / oversub(c, 2);
   const double bw = (cross ? c.inter_gb_s : c.intra_gb_s) * 1e9;
@@ -105,7 +114,7 @@ double p2p_s(const ClusterSpec& c, double bytes, bool cross, double k_run) {
 // One stage's costs per micro-batch (seconds): forward and backward with their TP all-reduces,
 // and the parts for the breakdown.
 struct StageCost {
-  double fwd = 0, bwd = 0, gemm = 0, attention = 0, elementwise = 0, tp = 0;
+  double fwd = 0, bwd = 0, gemm = 0, attention = 0, elementwise = 0, tp = 0, tp_wait = 0;
   double send = 0;  // one activation (or gradient) message to the neighbour
   int64_t params = 0;
 };
@@ -146,7 +155,8 @@ StageCost stage_cost(const PlanRequest& r, const ClusterSpec& c, const Layout& l
   sc.elementwise = (ew + (l.recompute ? ew_layer_f : 0)) * k;
   // TP: (rows, d_model) all-reduces: the embedding's, 2 per layer forward (attention and MLP
   // outputs) and 2 backward (their inputs' gradients), the head's input gradient; the
-  // vocabulary-parallel cross-entropy's max and (sum, target) rows.
+  // vocabulary-parallel cross-entropy's max and (sum, target) rows. Each also waits for the
+  // slowest rank of its group: the sync curve at the compute between two of them.
   double tp_f = 0, tp_b = 0;
   if (l.tp > 1) {
     const bool cross = spans_nodes(c, l.tp, 1);
@@ -155,6 +165,13 @@ StageCost stage_cost(const PlanRequest& r, const ClusterSpec& c, const Layout& l
     tp_b = (2 * d.L + (d.head ? 1 : 0)) * msg;
     if (d.head) tp_f += allreduce_s(c, 4.0 * Np, l.tp, cross, k) + allreduce_s(c, 8.0 * Np, l.tp, cross, k);
     if (l.recompute) tp_b += 2 * d.L * msg;
+    const int n_f = (d.embed ? 1 : 0) + 2 * d.L + (d.head ? 2 : 0);
+    const int n_b = 2 * d.L + (d.head ? 1 : 0) + (l.recompute ? 2 * d.L : 0);
+    const double compute = (g_f + g_b + att + ew + rc) * k;
+    const double wait = sync_wait_s(c, l.tp, compute / (n_f + n_b));
+    tp_f += n_f * wait;
+    tp_b += n_b * wait;
+    sc.tp_wait = (n_f + n_b) * wait;
   }
   sc.tp = tp_f + tp_b;
   sc.fwd = (g_f + att / 3 + ew / 3) * k + tp_f;
@@ -280,6 +297,7 @@ Prediction plan_predict(const PlanRequest& r, const ClusterSpec& c, const Layout
   t.attention_ms = l.accum * b.attention * kMs;
   t.elementwise_ms = l.accum * b.elementwise * kMs;
   t.tp_ms = l.accum * b.tp * kMs;
+  t.tp_wait_ms = l.accum * b.tp_wait * kMs;
   // Optimizer: AdamW reads the parameter, its gradient and two moments and writes three (28 bytes
   // per owned parameter) and the norm reads the owned gradient (32 in all); zeroing writes every
   // gradient; the micro-batches' sum reads and writes one per parameter each micro-batch.

@@ -53,6 +53,7 @@ struct TimeEstimate {
   double gemm_ms = 0, attention_ms = 0, elementwise_ms = 0;  // compute of every micro-batch (busiest stage)
   double optimizer_ms = 0;     // gradient norm, AdamW, zeroing, the micro-batches' sum
   double tp_ms = 0;            // tensor-parallel all-reduces (inside the micro-batches)
+  double tp_wait_ms = 0;       // the part of tp_ms that waits for the slowest rank (the sync curve)
   double pp_send_ms = 0;       // the busiest stage's point-to-point messages
   double bubble_ms = 0;        // the 1F1B schedule's idle on the busiest stage (simulated)
   double dp_ms = 0, dp_exposed_ms = 0;  // the gradient reduction (ZeRO-1: + the weights' all-gather); the part not hidden
