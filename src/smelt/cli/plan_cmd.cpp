@@ -55,8 +55,8 @@ ojson prediction_json(const Prediction& p) {
                    {"ckpt_staging", m.run.staging_bytes}, {"gemm_probe", m.run.gemm_probe_bytes},
                    {"process", m.process_bytes}};
     j["time"] = {{"step_ms", t.step_ms}, {"gemm_ms", t.gemm_ms}, {"attention_ms", t.attention_ms},
-                 {"elementwise_ms", t.elementwise_ms}, {"optimizer_ms", t.optimizer_ms}, {"tp_ms", t.tp_ms}, {"tp_wait_ms", t.tp_wait_ms},
-                 {"pp_send_ms", t.pp_send_ms}, {"pp_bubble_ms", t.bubble_ms}, {"dp_ms", t.dp_ms},
+                 {"elementwise_ms", t.elementwise_ms}, {"optimizer_ms", t.optimizer_ms}, {"tp_ms", t.tp_ms},
+                 {"tp_wait_ms", t.tp_wait_ms}, {"pp_send_ms", t.pp_send_ms}, {"pp_bubble_ms", t.bubble_ms}, {"dp_ms", t.dp_ms},
                  {"dp_exposed_ms", t.dp_exposed_ms}, {"ckpt_ms", t.ckpt_ms},
                  {"oversubscription", t.oversubscription}, {"dominant", t.dominant}};
     j["tokens_per_s"] = p.tokens_per_s;
@@ -83,8 +83,8 @@ std::string explain(const Prediction& p) {
       "idle {:.1f} ms\n"
       "  DP reduction {:.1f} ms ({:.1f} ms not hidden), optimizer {:.1f} ms, checkpoint {:.1f} ms\n"
       "  step {:.1f} ms, {:.0f} tokens/s, MFU {:.1f}%; the largest part: {}\n",
-      t.gemm_ms, t.attention_ms, t.elementwise_ms, t.oversubscription, t.tp_ms, t.tp_wait_ms, t.pp_send_ms, t.bubble_ms, t.dp_ms,
-      t.dp_exposed_ms, t.optimizer_ms, t.ckpt_ms, t.step_ms, p.tokens_per_s, 100 * p.mfu, t.dominant);
+      t.gemm_ms, t.attention_ms, t.elementwise_ms, t.oversubscription, t.tp_ms, t.tp_wait_ms, t.pp_send_ms,
+      t.bubble_ms, t.dp_ms, t.dp_exposed_ms, t.optimizer_ms, t.ckpt_ms, t.step_ms, p.tokens_per_s, 100 * p.mfu, t.dominant);
   return s;
 }
 

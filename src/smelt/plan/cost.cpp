@@ -161,13 +161,13 @@ StageCost stage_cost(const PlanRequest& r, const ClusterSpec& c, const Layout& l
   if (l.tp > 1) {
     const bool cross = spans_nodes(c, l.tp, 1);
     const double msg = allreduce_s(c, 4.0 * Np * d.C, l.tp, cross, k);
-    tp_f = ((d.embed ? 1 : 0) + 2 * d.L) * msg;
-    tp_b = (2 * d.L + (d.head ? 1 : 0)) * msg;
-    if (d.head) tp_f += allreduce_s(c, 4.0 * Np, l.tp, cross, k) + allreduce_s(c, 8.0 * Np, l.tp, cross, k);
-    if (l.recompute) tp_b += 2 * d.L * msg;
-    const int n_f = (d.embed ? 1 : 0) + 2 * d.L + (d.head ? 2 : 0);
+    const int rows_f = (d.embed ? 1 : 0) + 2 * d.L;  // (rows, d_model) messages forward
     const int n_b = 2 * d.L + (d.head ? 1 : 0) + (l.recompute ? 2 * d.L : 0);
-    const double compute = (g_f + g_b + att + ew + rc) * k;
+    tp_f = rows_f * msg;
+    tp_b = n_b * msg;
+    if (d.head) tp_f += allreduce_s(c, 4.0 * Np, l.tp, cross, k) + allreduce_s(c, 8.0 * Np, l.tp, cross, k);
+    const int n_f = rows_f + (d.head ? 2 : 0);
+    const double compute = sc.gemm + sc.attention + sc.elementwise;
     const double wait = sync_wait_s(c, l.tp, compute / (n_f + n_b));
     tp_f += n_f * wait;
     tp_b += n_b * wait;
