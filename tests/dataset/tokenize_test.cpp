@@ -3,6 +3,7 @@
 // can be checked exactly; kill-and-resume SIGKILLs a forked run mid-way. The `smelt tokenize`
 // binary runs with real GPT-2 and cl100k files built by the npm references (tests/reference/
 // tok_ref.js); those tests skip, saying why, where node or its packages are missing.
+#include <set>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -210,6 +211,50 @@ TEST_F(TokenizeTest, HoldoutSplitIsDisjointAndComplete) {
   json st = stats_of(held.output);
   EXPECT_EQ(st["holdout"]["side"], "holdout");
   EXPECT_EQ(st["holdout"]["documents_in_other_side"], want_rest.size());
+}
+
+// A document with a URL is split by its URL: a second crawl of the same pages (new record ids,
+// another order) holds out the same pages, and two records of one page land on the same side.
+TEST_F(TokenizeTest, HoldoutFollowsTheUrlAcrossCrawls) {
+  auto url = [](int i) { return "http://docs.example/p" + std::to_string(i) + ".html"; };
+  auto text = [](int i) { return "page " + std::to_string(i) + std::string(20 + i % 5, 'y'); };
+  auto held = [&](int i) { return hash_unit(hash64(url(i), 0x686f6c646f7574ull)) < 0.3; };
+  // A crawl of pages 0..79 (in reverse for the second), page `twice` (a held-out one) crawled twice; every record
+  // gets a new id. Returns the held-out records in input order.
+  auto crawl = [&](const std::string& name, bool reversed, int twice) {
+    std::string lines;
+    std::vector<Doc> want;
+    for (int k = 0; k < 80; ++k) {
+      const int i = reversed ? 79 - k : k;
+      for (int r = 0; r < (i == twice ? 2 : 1); ++r) {
+        Doc d{"<urn:uuid:" + name + "-" + std::to_string(k) + "-" + std::to_string(r) + ">", text(i), "en"};
+        lines += json({{"id", d.id}, {"url", url(i)}, {"text", d.text}}).dump() + "\n";
+        if (held(i)) want.push_back(d);
+      }
+    }
+    fs::create_directories(dir_ / name);
+    test::write_file((dir_ / name / "part-0.jsonl").string(), lines);
+    return want;
+  };
+  int twice = 0;
+  while (twice < 79 && !held(twice)) twice++;
+  const std::vector<Doc> held_a = crawl("a", false, -1), held_b = crawl("b", true, twice);
+  ASSERT_EQ(held_b.size(), held_a.size() + 1) << "both records of the page crawled twice are held out";
+  ASSERT_FALSE(held_a.empty());
+  ASSERT_LT(held_a.size(), 60u);
+  std::set<std::string> texts_a, texts_b;
+  for (const auto& d : held_a) texts_a.insert(d.text);
+  for (const auto& d : held_b) texts_b.insert(d.text);
+  EXPECT_EQ(texts_a, texts_b) << "the same pages are held out in both crawls";
+  for (const char* name : {"a", "b"}) {
+    TokenizeConfig c = config(std::string("held-") + name);
+    c.inputs = {(dir_ / name).string()};
+    c.holdout = 0.3;
+    c.take_holdout = true;
+    TokenizeSummary sum;
+    ASSERT_TRUE(tokenize_run(c, byte_encoder(), sum).is_ok());
+    check_output(c.output, name[0] == 'a' ? held_a : held_b, IndexedDType::kUInt16, 0, 256u);
+  }
 }
 
 TEST_F(TokenizeTest, Int32WithoutEod) {

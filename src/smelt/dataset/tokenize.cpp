@@ -286,8 +286,11 @@ void TokenizeRun::reader_main() {
         spdlog::warn("{}: HTML is not refined text (run smelt prep first); the document was skipped", doc.source);
     } else {
       bytes = doc.text.size();
+      // The split's key: the URL when the document has one (a page is on the same side in every
+      // crawl of it, and two records of one page never straddle the split), else the id.
+      const bool held_side = c_.holdout > 0 && in_holdout_fraction(doc.url.empty() ? doc.id : doc.url, c_.holdout);
       it.id = std::move(doc.id);
-      if (c_.holdout > 0 && in_holdout_fraction(it.id, c_.holdout) != c_.take_holdout) {
+      if (c_.holdout > 0 && held_side != c_.take_holdout) {
         it.other_split = true;
       } else {
         it.text = std::move(doc.text);
