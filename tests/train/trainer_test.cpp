@@ -340,9 +340,10 @@ TEST_F(TrainerTest, BucketedAndStopByTokens) {
   EXPECT_EQ(m.back()["step"].get<int64_t>(), s.steps);
 }
 
-// [train] time_budget_minutes: the run plans its step count from its first steps, lays the schedule
-// out over it (the last step ends at min_lr), spreads [eval] points over it, stops within the
-// budget, and is the same run as `train.steps = N` with the planned N (the plan falls in warmup).
+// [train] time_budget_minutes: the run plans its step count from its first steps, plans it again
+// at warmup's last step (final), lays the schedule out over it (the last step ends at min_lr),
+// spreads [eval] points over it, stops within the budget, and is the same run as `train.steps = N`
+// with the final N (both plans fall in warmup).
 TEST_F(TrainerTest, TimeBudgetPlansTheStepsAndTheScheduleEndsOnTime) {
   // 6 s; the plan comes at 5% of it (0.3 s), inside the 300 warmup steps unless a step takes
   // under 1 ms, and the planned total stays above the warmup unless a step takes over 20 ms.
@@ -360,21 +361,38 @@ TEST_F(TrainerTest, TimeBudgetPlansTheStepsAndTheScheduleEndsOnTime) {
   EXPECT_GT(planned, at);
   EXPECT_LT(s.seconds, minutes * 60 + 5) << "the budget is a wall-time cap";
   auto m = metrics(c.train.run_dir);
-  std::vector<json> steps, evals;
+  std::vector<json> steps, evals, plans;
   for (const auto& l : m) {
     if (l.contains("event")) {
       EXPECT_EQ(l["event"], "time_budget_plan");
-      EXPECT_EQ(l["total_steps"].get<int64_t>(), planned);
+      plans.push_back(l);
       continue;
     }
     if (l.contains("loss")) steps.push_back(l);
     if (l.contains("eval_loss")) evals.push_back(l);
   }
   ASSERT_EQ((int64_t)steps.size(), s.steps);
-  // evaluations: at the start, every planned/3 steps, and at the end
+  // The plan, and when it came inside warmup (5 steps or more before its end) and the run reached
+  // warmup's last step, the final one there.
+  ASSERT_GE(plans.size(), 1u);
+  ASSERT_LE(plans.size(), 2u);
+  EXPECT_EQ(plans.back()["final"], true);
+  EXPECT_EQ(plans.back()["total_steps"].get<int64_t>(), planned);
+  EXPECT_EQ(plans.back()["step"].get<int64_t>(), at);
+  const int64_t warmup = c.schedule.warmup_steps;
+  if (plans[0]["step"].get<int64_t>() + 5 <= warmup && s.steps >= warmup) {
+    ASSERT_EQ(plans.size(), 2u);
+    EXPECT_EQ(plans[0]["final"], false);
+    EXPECT_EQ(at, warmup);
+  }
+  // evaluations: at the start, every total/3 steps of the plan in force, and at the end
   EXPECT_GE(evals.size(), 3u);
-  EXPECT_LE(evals.size(), 5u);
-  for (size_t i = 1; i + 1 < evals.size(); i++) EXPECT_EQ(evals[i]["step"].get<int64_t>() % (planned / 3), 0);
+  EXPECT_LE(evals.size(), 6u);
+  const int64_t first_every = plans[0]["total_steps"].get<int64_t>() / 3;
+  for (size_t i = 1; i + 1 < evals.size(); i++) {
+    const int64_t at_step = evals[i]["step"].get<int64_t>();
+    EXPECT_EQ(at_step % (at_step < at ? first_every : planned / 3), 0) << at_step;
+  }
   LrSchedule sched = c.schedule;
   sched.total_steps = planned;
   if (tb["ended_by"] == "plan") {
@@ -386,8 +404,9 @@ TEST_F(TrainerTest, TimeBudgetPlansTheStepsAndTheScheduleEndsOnTime) {
     EXPECT_LT(s.steps, planned);
   }
   // The same run by step count: every line equal but the timing fields. It is the same run only
-  // when the plan came inside the warmup (before it, the LR does not depend on the total).
-  if (at >= c.schedule.warmup_steps) {
+  // when the final plan came inside the warmup or at its last step (until then, the LR does not
+  // depend on the total).
+  if (at > c.schedule.warmup_steps) {
     std::printf("the plan came at step %lld, after the warmup: no by-step-count comparison\n", (long long)at);
     return;
   }

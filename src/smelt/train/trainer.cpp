@@ -195,7 +195,9 @@ class Trainer {
   // [train] time_budget_minutes: the budget, the one-time plan of the step count, how the run ended
   void plan_budget();
   double budget_s_ = 0, first_step_end_s_ = 0, last_eval_s_ = 0, plan_step_s_ = 0;
-  bool planned_ = false, out_of_time_ = false;
+  double warm_eval_s_ = 0;  // the evaluations after step 0's (which pays for first touches): their sum
+  int warm_evals_ = 0;
+  bool planned_ = false, final_plan_ = false, out_of_time_ = false;
   int64_t planned_at_ = -1;
   int eval_every() const;
   // [trace]: the range's clock sync and start, its end, the file (once no span of it is open)
@@ -438,7 +440,8 @@ json Trainer::state_json() const {
   s["eval_first"] = eval_first_;
   s["eval_last"] = eval_last_;
   s["eval_first_bpb"] = eval_first_bpb_;
-  if (budget_s_ > 0) s["time_budget"] = {{"planned", planned_}, {"total_steps", total_steps_}};
+  if (budget_s_ > 0)
+    s["time_budget"] = {{"planned", planned_}, {"final", final_plan_}, {"total_steps", total_steps_}};
   s["eval_last_bpb"] = eval_last_bpb_;
   s["metrics"] = json::parse(last_metrics_.dump());  // the last step's metrics line
   // Its text as metrics.jsonl gets it: an asynchronous save can commit before the line is written,
@@ -495,6 +498,7 @@ Status Trainer::resume_from_checkpoint() {
     // A budgeted run resumes its plan (the budget then counts from the resume).
     if (budget_s_ > 0 && st.contains("time_budget") && st["time_budget"].value("planned", false)) {
       planned_ = true;
+      final_plan_ = st["time_budget"].value("final", true);
       total_steps_ = sched_.total_steps = st["time_budget"].at("total_steps").get<int64_t>();
     }
     if (st.contains("health")) {
@@ -749,6 +753,7 @@ Status Trainer::eval_now(int64_t step, ojson* line) {
     r.loss = v[0], r.entropy = v[1], r.perplexity = v[2], r.bits_per_byte = v[3], r.bytes = (uint64_t)v[4];
   }
   last_eval_s_ = r.seconds;
+  if (step_ > 0) warm_eval_s_ += r.seconds, warm_evals_++;
   span.arg("loss", r.loss);
   if (eval_first_ < 0) eval_first_ = r.loss, eval_first_bpb_ = r.bits_per_byte;
   eval_last_ = r.loss, eval_last_bpb_ = r.bits_per_byte;
@@ -905,12 +910,15 @@ int Trainer::eval_every() const {
   return 0;
 }
 
-// The time budget's plan, made once, when 5% of the budget or 30 s is spent (and at least 3 steps):
-// the steps left = 97% of the time left, less the evaluations still due and the final one, over the
+// The time budget's plan, made when 5% of the budget or 30 s is spent (and at least 3 steps): the
+// steps left = 97% of the time left, less the evaluations still due and the final one, over the
 // mean step time since the first step (which pays for first touches). The schedule is laid out
-// over that count from then on; warmup does not depend on it, so a plan made within warmup gives
-// the same run as `train.steps = N`. A machine that slows down later meets the deadline first: the
-// run then ends there, with its final evaluation and checkpoint, before the schedule's end.
+// over that count from then on. A plan made within warmup is made again, finally, at warmup's last
+// step, from the longer mean and the evaluations after step 0's (the first plan, from a few steps
+// and a cold evaluation, left a tenth of the budget unused on 2 cores); warmup does not depend on
+// the count, so either way the run is the same as `train.steps = N` with the final N. A machine
+// that slows down later meets the deadline first: the run then ends there, with its final
+// evaluation and checkpoint, before the schedule's end.
 void Trainer::plan_budget() {
   const double now = now_s();
   if (step_ == start_step_ + 1) first_step_end_s_ = now;
@@ -920,24 +928,39 @@ void Trainer::plan_budget() {
   // stops when one more step like the last would not end before them.
   const double reserve = 1.2 * last_eval_s_ + 1.0;
   if (spent + last_.step_ms / 1e3 + reserve >= budget_s_) out_of_time_ = true;
-  if (planned_) return;
   const int64_t done_steps = step_ - start_step_;
-  if (done_steps < 3 || spent < std::min(30.0, 0.05 * budget_s_)) return;
+  const int64_t warmup = sched_.warmup_steps;
+  if (planned_) {
+    if (final_plan_ || step_ != warmup || done_steps < planned_at_ - start_step_ + 5) {
+      final_plan_ = final_plan_ || step_ >= warmup;
+      return;
+    }
+  } else if (done_steps < 3 || spent < std::min(30.0, 0.05 * budget_s_)) {
+    return;
+  }
   plan_step_s_ = (now - first_step_end_s_) / (double)(done_steps - 1);
+  const double eval_s = warm_evals_ > 0 ? warm_eval_s_ / warm_evals_ : last_eval_s_;
   const double left = 0.97 * (budget_s_ - spent) - reserve;
+  // The evaluations still due: points spread over the planned steps, one every `every` steps.
   double n = 0;
   if (c_.eval.data.empty()) n = left / plan_step_s_;
-  else if (c_.eval.every > 0) n = left / (plan_step_s_ + last_eval_s_ / c_.eval.every);
-  else n = (left - c_.eval.points * last_eval_s_) / plan_step_s_;
+  else if (c_.eval.every > 0) n = left / (plan_step_s_ + eval_s / c_.eval.every);
+  else {
+    const double done_share = planned_ ? (double)step_ / (double)total_steps_ : 0.0;
+    n = (left - c_.eval.points * (1 - done_share) * eval_s) / plan_step_s_;
+  }
   int64_t total = step_ + std::max<int64_t>(1, (int64_t)n);
   if (c_.train.steps > 0) total = std::min(total, c_.train.steps);
+  const bool again = planned_;
   total_steps_ = sched_.total_steps = total;
   planned_ = true;
+  final_plan_ = again || step_ >= warmup;
   planned_at_ = step_;
-  spdlog::info("time budget {:g} min: {} steps planned at step {} ({:.0f} ms a step, evaluations {:.1f} s each, "
-               "{:.0f} s left)", c_.train.time_budget_minutes, total, step_, plan_step_s_ * 1e3, last_eval_s_, left);
+  spdlog::info("time budget {:g} min: {} steps planned at step {}{} ({:.0f} ms a step, evaluations {:.1f} s each, "
+               "{:.0f} s left)", c_.train.time_budget_minutes, total, step_, again ? " (warmup's end: final)" : "",
+               plan_step_s_ * 1e3, eval_s, left);
   event({{"step", step_}, {"event", "time_budget_plan"}, {"total_steps", total}, {"step_ms", plan_step_s_ * 1e3},
-         {"eval_s", last_eval_s_}});
+         {"eval_s", eval_s}, {"final", final_plan_}});
 }
 
 // [trace] steps = "A-B": at the range's first step every rank passes one barrier and notes its
