@@ -109,25 +109,29 @@ TEST_F(GenerateCmd, GreedyPrintsTheInProcessContinuation) {
   EXPECT_GT(j["tokens_per_second"].get<double>(), 0.0);
 }
 
-// --dtype bf16: the linear layers on a bf16 copy of the weights. Greedy decoding follows the fp32
-// continuation while the top-2 margins stay above bf16 rounding; this trained model's first ten
-// tokens do (measured: all 30 agree), and the run says which dtype it used.
-TEST_F(GenerateCmd, Bf16FollowsTheFp32Continuation) {
+// --dtype bf16 / f16: the linear layers on a bf16 (an IEEE half) copy of the weights. Greedy
+// decoding follows the fp32 continuation while the top-2 margins stay above the rounding; this
+// trained model's first ten tokens do (measured: all 30 agree in both), and the run says which
+// dtype it used.
+TEST_F(GenerateCmd, Bf16AndF16FollowTheFp32Continuation) {
   const std::string prompt = "The kernel coding style is";
   std::vector<int32_t> want = greedy(prompt, 30);
-  test::CmdResult r = test::run_smelt("generate --checkpoint " + run_ + " --prompt '" + prompt +
-                                          "' --temperature 0 --max-new-tokens 30 --json --dtype bf16", dir_);
-  ASSERT_EQ(r.rc, 0) << r.err;
-  auto j = nlohmann::json::parse(r.out);
-  EXPECT_EQ(j["dtype"], "bf16");
-  auto got = j["ids"].get<std::vector<int32_t>>();
-  ASSERT_GE(got.size(), 10u);
-  ASSERT_GE(want.size(), 10u);
-  EXPECT_EQ(std::vector<int32_t>(got.begin(), got.begin() + 10), std::vector<int32_t>(want.begin(), want.begin() + 10));
-  size_t same = 0;
-  for (size_t i = 0; i < std::min(got.size(), want.size()) && got[i] == want[i]; i++) same++;
-  std::printf("bf16 greedy agrees with fp32 on the first %zu of %zu tokens\n", same, want.size());
-  EXPECT_EQ(test::run_smelt("generate --checkpoint " + run_ + " --prompt hi --dtype f16", dir_).rc, 2);
+  for (const std::string dtype : {"bf16", "f16"}) {
+    test::CmdResult r = test::run_smelt("generate --checkpoint " + run_ + " --prompt '" + prompt +
+                                            "' --temperature 0 --max-new-tokens 30 --json --dtype " + dtype, dir_);
+    ASSERT_EQ(r.rc, 0) << r.err;
+    auto j = nlohmann::json::parse(r.out);
+    EXPECT_EQ(j["dtype"], dtype);
+    auto got = j["ids"].get<std::vector<int32_t>>();
+    ASSERT_GE(got.size(), 10u);
+    ASSERT_GE(want.size(), 10u);
+    EXPECT_EQ(std::vector<int32_t>(got.begin(), got.begin() + 10), std::vector<int32_t>(want.begin(), want.begin() + 10))
+        << dtype;
+    size_t same = 0;
+    for (size_t i = 0; i < std::min(got.size(), want.size()) && got[i] == want[i]; i++) same++;
+    std::printf("%s greedy agrees with fp32 on the first %zu of %zu tokens\n", dtype.c_str(), same, want.size());
+  }
+  EXPECT_EQ(test::run_smelt("generate --checkpoint " + run_ + " --prompt hi --dtype q4_0", dir_).rc, 2);
 }
 
 TEST_F(GenerateCmd, SeededSamplingIsReproducibleAndStaysInTheTokenizerVocabulary) {

@@ -254,6 +254,43 @@ TEST_P(DecodeLinear, F32EqualsReferenceBitwise) {
   }
 }
 
+// f16 weights: the path equals its reference, and both equal the fp32 kernel on the widened
+// weights bit for bit (the formula is the fp32 one); IC values off the 16-lane grid take the tail.
+TEST_P(DecodeLinear, F16EqualsReferenceAndF32OnWidenedWeightsBitwise) {
+  kernels_set_threads(2);
+  std::mt19937 g(5);
+  std::vector<Shape> shapes;
+  for (int n = 1; n <= 17; n++) shapes.push_back({n, 16 * (1 + n % 5) + n % 16, 48 + 3 * n + 1});
+  for (int i = 0; i < 8; i++) shapes.push_back({1 + (int)(g() % 17), 1 + (int)(g() % 300), 1 + (int)(g() % 200)});
+  for (Shape s : shapes) {
+    const int ldo = s.OC + 2;
+    auto x = randn((size_t)s.n * s.IC, g()), w = randn((size_t)s.OC * s.IC, g());
+    std::vector<uint16_t> w16(w.size());
+    for (size_t i = 0; i < w.size(); i++) w16[i] = fp16_from_f32(w[i]);
+    std::vector<float> widened(w.size());
+    for (size_t i = 0; i < w.size(); i++) widened[i] = f32_from_fp16(w16[i]);
+    for (float beta : {0.0f, 1.0f}) {
+      std::vector<float> init = randn((size_t)s.n * ldo, g());
+      if (beta == 0.0f) init.assign(init.size(), NAN);
+      std::vector<float> ref = init, f32 = init, got = init;
+      decode_linear_f16_ref(ref.data(), ldo, x.data(), w16.data(), s.n, s.IC, s.OC, beta);
+      decode_linear_f32_ref(f32.data(), ldo, x.data(), widened.data(), s.n, s.IC, s.OC, beta);
+      ASSERT_TRUE(decode_linear_set_isa(GetParam()));
+      decode_linear_f16(got.data(), ldo, x.data(), w16.data(), s.n, s.IC, s.OC, beta);
+      EXPECT_TRUE(same_bits(got, ref)) << "n " << s.n << " IC " << s.IC << " OC " << s.OC << " beta " << beta;
+      EXPECT_TRUE(same_bits(ref, f32)) << "n " << s.n << " IC " << s.IC << " OC " << s.OC << " beta " << beta;
+    }
+  }
+  // The inputs' rounding is fp16's round to nearest even, value for value.
+  auto x = randn(4096, 9, 3.0f);
+  x.push_back(65520.0f), x.push_back(-1e-8f), x.push_back(1.0f + 1.0f / 2048);  // overflow, underflow, a tie
+  std::vector<float> r(x.size());
+  round_to_fp16(r.data(), x.data(), (int64_t)x.size());
+  for (size_t i = 0; i < x.size(); i++) ASSERT_EQ(r[i], f32_from_fp16(fp16_from_f32(x[i]))) << x[i];
+  EXPECT_EQ(r[4096], INFINITY);
+  EXPECT_EQ(r[4098], 1.0f);  // ties to even
+}
+
 TEST_P(DecodeLinear, Q8EqualsReferenceBitwise) {
   kernels_set_threads(2);
   std::mt19937 g(2);

@@ -440,7 +440,7 @@ TEST_F(Serve, GgufFileServesTheCheckpointsIds) {
 TEST_F(Serve, ExitCodesAndQ8) {
   EXPECT_EQ(test::run_smelt("serve --port 0", *dir_).rc, 2);  // neither --checkpoint nor --gguf
   EXPECT_EQ(test::run_smelt("serve --port 0 --checkpoint " + *run_ + " --gguf x.gguf", *dir_).rc, 2);
-  EXPECT_EQ(test::run_smelt("serve --port 0 --checkpoint " + *run_ + " --dtype f16", *dir_).rc, 2);
+  EXPECT_EQ(test::run_smelt("serve --port 0 --checkpoint " + *run_ + " --dtype q4_0", *dir_).rc, 2);
   std::ofstream(*dir_ / "empty_key.txt") << "\n";
   EXPECT_EQ(test::run_smelt("serve --port 0 --checkpoint " + *run_ + " --api-key-file " + (*dir_ / "empty_key.txt").string(),
                             *dir_).rc, 2);

@@ -83,9 +83,10 @@ int cli_generate(int argc, char** argv) {
                  "token, which a busy machine turns into waits; see docs/generate.md)")->check(CLI::PositiveNumber);
   app.add_option("--tokenizer", tok_path, "tokenizer.json (default: the checkpoint's copy, or the GGUF file's)");
   app.add_option("--dtype", dtype, "linear layers in f32 (default, exact), bf16 (a bf16 copy of the weights: "
-                 "half the bytes per token; AMX/AVX512-BF16 where the CPU has them) or q8_0 (int8 blocks of 32 "
-                 "with an fp16 scale, activations quantized alike, int8 dot products: a quarter of the bytes)")
-      ->check(CLI::IsMember({"f32", "fp32", "bf16", "q8_0"}));
+                 "half the bytes per token; AMX/AVX512-BF16 where the CPU has them), f16 (an IEEE half copy, "
+                 "inputs rounded to half, fp32 sums: half the bytes) or q8_0 (int8 blocks of 32 with an fp16 "
+                 "scale, activations quantized alike, int8 dot products: a quarter of the bytes)")
+      ->check(CLI::IsMember({"f32", "fp32", "bf16", "f16", "fp16", "q8_0"}));
   app.add_flag("--json", json, "print one JSON object (text, ids, counts, speed) instead of streaming");
   app.add_flag("--ignore-eos", no_stop, "keep going past the end-of-document token");
   app.add_option("--trace", trace_path, "write this request's timeline (prefill, each token's decoder step by "

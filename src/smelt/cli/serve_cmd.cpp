@@ -131,7 +131,7 @@ int cli_serve(int argc, char** argv) {
       ->check(CLI::NonNegativeNumber);
   app.add_option("--prefill-chunk", ec.prefill_chunk, "prompt tokens per step over all prefilling sequences "
                  "(default 32: a long prompt does not stall the others' streams)")->check(CLI::PositiveNumber);
-  app.add_option("--dtype", dtype, "linear layers in f32 (default, exact), bf16 or q8_0 (int8 blocks)");
+  app.add_option("--dtype", dtype, "linear layers in f32 (default, exact), bf16, f16 (half weights, inputs rounded to half) or q8_0 (int8 blocks)");
   app.add_option("--model-name", model_name, "the name clients use in 'model' (default: the run directory's name, or "
                  "the GGUF file's general.name)");
   app.add_option("--api-key-file", api_key_file, "file whose first line is the key every route but /health then wants "

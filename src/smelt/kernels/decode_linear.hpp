@@ -1,6 +1,6 @@
 // Linear layers for decoding a few rows at a time (KV-cache inference, `smelt serve`'s batches),
-// in fp32 and in Q8_0 (int8 weights and activations in blocks of 32 with one fp16 scale, the
-// layout GGUF files use). Batch invariant by construction: every output element is computed by
+// in fp32, in f16 (IEEE half weights, fp32 arithmetic) and in Q8_0 (int8 weights and activations
+// in blocks of 32 with one fp16 scale, the layout GGUF files use). Batch invariant by construction: every output element is computed by
 // the same instructions in the same order whatever the number of rows n, the thread count or the
 // other rows, so a sequence decodes to the same bits alone or in any batch. Runtime dispatch:
 // AVX-512 (VNNI for int8) where the CPU has it, else AVX2; a portable scalar path is the
@@ -40,6 +40,13 @@ void dequantize_row_q8_0(float* out, const BlockQ8_0* in, int64_t n);
 // out = beta ? fma(beta, out, dot) : dot. decode_linear.cpp spells out both formulas.
 void decode_linear_f32(float* out, int ldo, const float* inp, const float* W, int n, int IC, int OC,
                        float beta);
+// f16: W (OC, IC) IEEE half bits (half the bytes of fp32), widened exactly to fp32 as they are
+// loaded: the fp32 formula on the widened weights, so out equals decode_linear_f32's on them bit
+// for bit. inp is fp32 (the decoder's f16 format rounds it to half first: round_to_fp16).
+void decode_linear_f16(float* out, int ldo, const float* inp, const uint16_t* W, int n, int IC, int OC,
+                       float beta);
+// out[i] = fp32(fp16(x[i])), round to nearest even (the inputs of an f16 linear layer).
+void round_to_fp16(float* out, const float* x, int64_t n);
 // Q8_0: xq (n, IC/32 blocks) the rows quantized by quantize_row_q8_0 (so no -128 in them), Wq
 // (OC, IC/32 blocks), any int8 including -128 (blocks from foreign GGUF files). IC % 32 == 0.
 // out[r][o] = beta * out[r][o] + sum over blocks b of fp16(Wd) * fp16(xd) * (int32 sum of the
@@ -52,6 +59,8 @@ void decode_linear_q8_0(float* out, int ldo, const BlockQ8_0* xq, const BlockQ8_
 // so that it matches them exactly, see decode_linear.cpp).
 void decode_linear_f32_ref(float* out, int ldo, const float* inp, const float* W, int n, int IC,
                            int OC, float beta);
+void decode_linear_f16_ref(float* out, int ldo, const float* inp, const uint16_t* W, int n, int IC, int OC,
+                           float beta);
 void decode_linear_q8_0_ref(float* out, int ldo, const BlockQ8_0* xq, const BlockQ8_0* Wq, int n,
                             int IC, int OC, float beta);
 

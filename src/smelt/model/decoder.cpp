@@ -31,6 +31,7 @@ const char* weight_format_name(WeightFormat f) {
   switch (f) {
     case WeightFormat::kF32: return "f32";
     case WeightFormat::kBf16: return "bf16";
+    case WeightFormat::kF16: return "f16";
     case WeightFormat::kQ8_0: return "q8_0";
   }
   return "?";
@@ -39,8 +40,9 @@ const char* weight_format_name(WeightFormat f) {
 Status weight_format_parse(const std::string& s, WeightFormat& out) {
   if (s == "f32" || s == "fp32") out = WeightFormat::kF32;
   else if (s == "bf16") out = WeightFormat::kBf16;
+  else if (s == "f16" || s == "fp16") out = WeightFormat::kF16;
   else if (s == "q8_0") out = WeightFormat::kQ8_0;
-  else return Status::error(fmt::format("dtype \"{}\": expected f32, bf16 or q8_0", s));
+  else return Status::error(fmt::format("dtype \"{}\": expected f32, bf16, f16 or q8_0", s));
   return Status::ok();
 }
 
@@ -58,7 +60,7 @@ Status Decoder::init(const ModelConfig& c, const float* params, const DecoderOpt
                                      opt.max_rows));
   if (opt.batch_invariant && opt.format == WeightFormat::kBf16)
     return Status::error("[decoder] bf16 linear layers are not batch invariant (oneDNN's GEMMs depend on the "
-                         "row count); use f32 or q8_0");
+                         "row count); use f32, f16 or q8_0");
   const int C = c.d_model, HS = c.head_size(), KV = c.n_kv_heads * HS, H = c.ffn_hidden;
   const int A = c.n_heads * HS;
   cfg_ = c;
@@ -85,12 +87,17 @@ Status Decoder::init(const ModelConfig& c, const float* params, const DecoderOpt
   slotbuf_.assign(r, 0);
   tokbuf_.assign(r, 0);
   const size_t widest = std::max({C, A, H});
-  w16_ = {}, x16_ = {}, wq_ = {}, xq_ = {};
+  w16_ = {}, x16_ = {}, wq_ = {}, xq_ = {}, xr_ = {};
   kernels_set_threads(opt_.threads);
   if (opt.format == WeightFormat::kBf16) {
     w16_.assign(layout_.total, 0);
     bf16_from_f32(w16_.data(), params, layout_.total);
     x16_.assign(r * widest, 0);
+  } else if (opt.format == WeightFormat::kF16) {
+    w16_.assign(layout_.total, 0);
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < layout_.total; i++) w16_[i] = fp16_from_f32(params[i]);
+    xr_.assign(r * widest, 0.0f);
   } else if (opt.format == WeightFormat::kQ8_0) {
     // Each matrix the linear layers read (not the embedding table, unless it is also the LM head)
     // whose rows are whole blocks is quantized; one whose rows are not (IC % 32 != 0) stays fp32,
@@ -115,7 +122,7 @@ Status Decoder::init(const ModelConfig& c, const float* params, const DecoderOpt
   }
   bytes_ = (int64_t)sizeof(float) *
                (int64_t)(2 * cache + rope_.size() + x_.size() + ln_.size() + head_.size() + qkv_.size() +
-                         att_.size() + gu_.size() + sw_.size() + rstd_.size() + 3 * r) +
+                         att_.size() + gu_.size() + sw_.size() + rstd_.size() + xr_.size() + 3 * r) +
            (int64_t)sizeof(uint16_t) * (int64_t)(w16_.size() + x16_.size()) +
            (int64_t)sizeof(BlockQ8_0) * (int64_t)(wq_.size() + xq_.size());
   return Status::ok();
@@ -125,6 +132,7 @@ std::string Decoder::linear_isa() const {
   switch (opt_.format) {
     case WeightFormat::kBf16: return std::string("bf16 ") + gemm_bf16_isa();
     case WeightFormat::kQ8_0: return std::string("q8_0 decode_linear ") + decode_linear_isa();
+    case WeightFormat::kF16: return std::string("f16 decode_linear ") + decode_linear_isa();
     case WeightFormat::kF32:
       return std::string("f32 decode_linear ") + decode_linear_isa() + (opt_.batch_invariant ? "" : ", sgemm for wide steps");
   }
@@ -152,6 +160,12 @@ void Decoder::linear(float* out, const float* inp, int64_t w, int n, int IC, int
       decode_linear_q8_0(out, OC, xq_.data(), wq_.data() + it->second, n, IC, OC, beta);
       return;
     }
+    case WeightFormat::kF16:
+      // Inputs rounded to half (row-wise, elementwise: batch invariant), then fp32 arithmetic on
+      // the widened weights.
+      round_to_fp16(xr_.data(), inp, (int64_t)n * IC);
+      decode_linear_f16(out, OC, xr_.data(), w16_.data() + w, n, IC, OC, beta);
+      return;
     case WeightFormat::kBf16: break;
   }
   if (n > 1) {

@@ -24,12 +24,14 @@
 namespace smelt {
 
 // How the linear layers' weights are held: fp32 (exact), bf16 (a bf16 copy, bf16 inputs, fp32
-// sums) or q8_0 (int8 blocks of 32 with an fp16 scale; activations quantized the same way per row,
-// int8 dot products; a matrix whose rows are not whole blocks of 32 stays fp32). Norm weights,
-// the embedding table lookup, RoPE, attention and the KV cache stay fp32 in every format.
-enum class WeightFormat { kF32, kBf16, kQ8_0 };
-const char* weight_format_name(WeightFormat f);  // "f32", "bf16", "q8_0"
-// "f32"/"fp32", "bf16", "q8_0" (errors name the value and the choices).
+// sums), f16 (an IEEE half copy, inputs rounded to half, fp32 sums: the arithmetic of a GGUF F16
+// tensor's dot products on CPUs) or q8_0 (int8 blocks of 32 with an fp16 scale; activations
+// quantized the same way per row, int8 dot products; a matrix whose rows are not whole blocks of
+// 32 stays fp32). Norm weights, the embedding table lookup, RoPE, attention and the KV cache stay
+// fp32 in every format.
+enum class WeightFormat { kF32, kBf16, kF16, kQ8_0 };
+const char* weight_format_name(WeightFormat f);  // "f32", "bf16", "f16", "q8_0"
+// "f32"/"fp32", "bf16", "f16"/"fp16", "q8_0" (errors name the value and the choices).
 Status weight_format_parse(const std::string& s, WeightFormat& out);
 
 struct DecoderOptions {
@@ -52,8 +54,8 @@ struct DecodeRow {
 
 class Decoder {
  public:
-  // params (layout param_layout(c), fp32) is borrowed and must outlive the decoder (q8_0 and bf16
-  // make their own copies of the linear weights here).
+  // params (layout param_layout(c), fp32) is borrowed and must outlive the decoder (q8_0, f16 and
+  // bf16 make their own copies of the linear weights here).
   Status init(const ModelConfig& c, const float* params, const DecoderOptions& o);
   // Runs rows[0..n) (n <= max_rows) through the model. logits_out receives one (V) row per
   // DecodeRow with logits set, in row order (nullptr when none is set). Checks every slot, token
@@ -84,7 +86,8 @@ class Decoder {
   DecoderOptions opt_;
   ParamLayout layout_;
   const float* w_ = nullptr;
-  std::vector<uint16_t> w16_, x16_;  // bf16: the weights' copy, one step's GEMM inputs
+  std::vector<uint16_t> w16_, x16_;  // bf16 / f16: the weights' copy; bf16: one step's GEMM inputs
+  std::vector<float> xr_;            // f16: one step's inputs rounded to half
   std::vector<BlockQ8_0> wq_, xq_;   // q8_0: the quantized weights, one step's quantized rows
   std::unordered_map<int64_t, int64_t> q_at_;  // q8_0: a weight's float offset -> its first block in wq_
   std::vector<int> pos_;             // (slots) tokens in each cache

@@ -148,31 +148,49 @@ inline float tree16(const float* p) {
   return q[0] + q[1];
 }
 
-inline float tail_f32(float s, const float* x, const float* w, int k0, int IC) {
-  for (int k = k0; k < IC; k++) s = std::fma(x[k], w[k], s);
+// A weight element as fp32: f16 weights (IEEE half bits) widen exactly, so the f16 kernels are
+// the fp32 ones on the widened weights, bit for bit.
+inline float wval(const float* w, int k) { return w[k]; }
+inline float wval(const uint16_t* w, int k) { return f32_from_fp16(w[k]); }
+
+template <typename WT>
+inline float tail_f32(float s, const float* x, const WT* w, int k0, int IC) {
+  for (int k = k0; k < IC; k++) s = std::fma(x[k], wval(w, k), s);
   return s;
 }
 
-float dot_f32_portable(const float* x, const float* w, int IC) {
+template <typename WT>
+float dot_f32_portable(const float* x, const WT* w, int IC) {
   float p[kLanes] = {};
   const int K16 = IC - IC % kLanes;
   for (int k = 0; k < K16; k += kLanes)
-    for (int j = 0; j < kLanes; j++) p[j] = std::fma(x[k + j], w[k + j], p[j]);
+    for (int j = 0; j < kLanes; j++) p[j] = std::fma(x[k + j], wval(w, k + j), p[j]);
   return tail_f32(tree16(p), x, w, K16, IC);
+}
+
+// 16 (8) weights as fp32 lanes: fp32 loaded, IEEE half widened by F16C (exact).
+__attribute__((target("avx512f"))) inline __m512 load16(const float* w) { return _mm512_loadu_ps(w); }
+__attribute__((target("avx512f"))) inline __m512 load16(const uint16_t* w) {
+  return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i*)w));
+}
+__attribute__((target("avx2,f16c"))) inline __m256 load8(const float* w) { return _mm256_loadu_ps(w); }
+__attribute__((target("avx2,f16c"))) inline __m256 load8(const uint16_t* w) {
+  return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)w));
 }
 
 // One tile: rows [r0, r0+R) x columns [c0, c0+C). Each weight vector is loaded once for R rows.
 // While it runs, a tile prefetches its share (row tile rt of nrt) of the next column tile's
 // weights, so that memory stays busy through all the row tiles (n = 16, cold weights, 1 thread:
 // 7.2 GB/s without prefetch, 8.0 fetching the next tile all in the first row tile, 9.6 spread).
-using TileF32 = void (*)(float* out, int ldo, const float* inp, const float* W, int IC, int r0, int c0,
-                         float beta, int rt, int nrt);
+template <typename WT>
+using TileOf = void (*)(float* out, int ldo, const float* inp, const WT* W, int IC, int r0, int c0, float beta,
+                        int rt, int nrt);
 
-template <int R, int C>
-__attribute__((target("avx512f"))) void tile_f32_avx512(float* out, int ldo, const float* inp, const float* W,
+template <int R, int C, typename WT = float>
+__attribute__((target("avx512f"))) void tile_f32_avx512(float* out, int ldo, const float* inp, const WT* W,
                                                         int IC, int r0, int c0, float beta, int rt, int nrt) {
   const float* x[R];
-  const float* w[C];
+  const WT* w[C];
 #pragma GCC unroll 16
   for (int r = 0; r < R; r++) x[r] = inp + (int64_t)(r0 + r) * IC;
 #pragma GCC unroll 16
@@ -187,7 +205,7 @@ __attribute__((target("avx512f"))) void tile_f32_avx512(float* out, int ldo, con
   for (int k = 0; k < K16; k += kLanes) {
     __m512 wv[C];
 #pragma GCC unroll 16
-    for (int c = 0; c < C; c++) wv[c] = _mm512_loadu_ps(w[c] + k);
+    for (int c = 0; c < C; c++) wv[c] = load16(w[c] + k);
 #pragma GCC unroll 16
     for (int c = 0; c < C; c++) _mm_prefetch((const char*)(w[c] + (int64_t)C * IC + pf(k)), _MM_HINT_T0);
 #pragma GCC unroll 16
@@ -212,11 +230,11 @@ __attribute__((target("avx512f"))) void tile_f32_avx512(float* out, int ldo, con
     }
 }
 
-template <int R, int C>
-__attribute__((target("avx2,fma"))) void tile_f32_avx2(float* out, int ldo, const float* inp, const float* W,
-                                                      int IC, int r0, int c0, float beta, int rt, int nrt) {
+template <int R, int C, typename WT = float>
+__attribute__((target("avx2,fma,f16c"))) void tile_f32_avx2(float* out, int ldo, const float* inp, const WT* W,
+                                                           int IC, int r0, int c0, float beta, int rt, int nrt) {
   const float* x[R];
-  const float* w[C];
+  const WT* w[C];
 #pragma GCC unroll 16
   for (int r = 0; r < R; r++) x[r] = inp + (int64_t)(r0 + r) * IC;
 #pragma GCC unroll 16
@@ -231,7 +249,7 @@ __attribute__((target("avx2,fma"))) void tile_f32_avx2(float* out, int ldo, cons
   for (int k = 0; k < K16; k += kLanes) {
     __m256 wv[C];
 #pragma GCC unroll 16
-    for (int c = 0; c < C; c++) wv[c] = _mm256_loadu_ps(w[c] + k);
+    for (int c = 0; c < C; c++) wv[c] = load8(w[c] + k);
 #pragma GCC unroll 16
     for (int c = 0; c < C; c++) _mm_prefetch((const char*)(w[c] + (int64_t)C * IC + pf(k)), _MM_HINT_T0);
 #pragma GCC unroll 16
@@ -241,7 +259,7 @@ __attribute__((target("avx2,fma"))) void tile_f32_avx2(float* out, int ldo, cons
       for (int c = 0; c < C; c++) lo[r][c] = _mm256_fmadd_ps(xv, wv[c], lo[r][c]);
     }
 #pragma GCC unroll 16
-    for (int c = 0; c < C; c++) wv[c] = _mm256_loadu_ps(w[c] + k + 8);
+    for (int c = 0; c < C; c++) wv[c] = load8(w[c] + k + 8);
 #pragma GCC unroll 16
     for (int r = 0; r < R; r++) {
       const __m256 xv = _mm256_loadu_ps(x[r] + k + 8);
@@ -262,30 +280,33 @@ __attribute__((target("avx2,fma"))) void tile_f32_avx2(float* out, int ldo, cons
     }
 }
 
-void tile_f32_portable(float* out, int ldo, const float* inp, const float* W, int IC, int r0, int c0,
-                       float beta, int, int) {
+template <typename WT = float>
+void tile_f32_portable(float* out, int ldo, const float* inp, const WT* W, int IC, int r0, int c0, float beta,
+                       int, int) {
   const float* x = inp + (int64_t)r0 * IC;
-  const float* w = W + (int64_t)c0 * IC;
+  const WT* w = W + (int64_t)c0 * IC;
   float* o = out + (int64_t)r0 * ldo + c0;
   *o = finish(dot_f32_portable(x, w, IC), o, beta);
 }
 
 // Tile tables [R-1][C-1].
 constexpr int kAvx512RowsF32 = 4, kAvx512ColsF32 = 4;
-constexpr TileF32 kTilesAvx512[4][4] = {
-    {tile_f32_avx512<1, 1>, tile_f32_avx512<1, 2>, tile_f32_avx512<1, 3>, tile_f32_avx512<1, 4>},
-    {tile_f32_avx512<2, 1>, tile_f32_avx512<2, 2>, tile_f32_avx512<2, 3>, tile_f32_avx512<2, 4>},
-    {tile_f32_avx512<3, 1>, tile_f32_avx512<3, 2>, tile_f32_avx512<3, 3>, tile_f32_avx512<3, 4>},
-    {tile_f32_avx512<4, 1>, tile_f32_avx512<4, 2>, tile_f32_avx512<4, 3>, tile_f32_avx512<4, 4>}};
+template <typename WT>
+constexpr TileOf<WT> kTilesAvx512[4][4] = {
+    {tile_f32_avx512<1, 1, WT>, tile_f32_avx512<1, 2, WT>, tile_f32_avx512<1, 3, WT>, tile_f32_avx512<1, 4, WT>},
+    {tile_f32_avx512<2, 1, WT>, tile_f32_avx512<2, 2, WT>, tile_f32_avx512<2, 3, WT>, tile_f32_avx512<2, 4, WT>},
+    {tile_f32_avx512<3, 1, WT>, tile_f32_avx512<3, 2, WT>, tile_f32_avx512<3, 3, WT>, tile_f32_avx512<3, 4, WT>},
+    {tile_f32_avx512<4, 1, WT>, tile_f32_avx512<4, 2, WT>, tile_f32_avx512<4, 3, WT>, tile_f32_avx512<4, 4, WT>}};
 // 12 accumulators of the 16 ymm registers; 2 x 3 beat 3 x 2 (16 = 5 x 3 + 1 rows, and 13.4 -> 14.9
 // GB/s at batch 1)
 constexpr int kAvx2RowsF32 = 2, kAvx2ColsF32 = 3;
-constexpr TileF32 kTilesAvx2[2][3] = {{tile_f32_avx2<1, 1>, tile_f32_avx2<1, 2>, tile_f32_avx2<1, 3>},
-                                      {tile_f32_avx2<2, 1>, tile_f32_avx2<2, 2>, tile_f32_avx2<2, 3>}};
+template <typename WT>
+constexpr TileOf<WT> kTilesAvx2[2][3] = {
+    {tile_f32_avx2<1, 1, WT>, tile_f32_avx2<1, 2, WT>, tile_f32_avx2<1, 3, WT>},
+    {tile_f32_avx2<2, 1, WT>, tile_f32_avx2<2, 2, WT>, tile_f32_avx2<2, 3, WT>}};
 
-template <int RT, int CT, typename Pick>
-void run_f32(float* out, int ldo, const float* inp, const float* W, int n, int IC, int OC, float beta,
-             Pick pick) {
+template <int RT, int CT, typename WT, typename Pick>
+void run_f32(float* out, int ldo, const float* inp, const WT* W, int n, int IC, int OC, float beta, Pick pick) {
   const int blocks = (OC + kColBlockF32 - 1) / kColBlockF32;
 #pragma omp parallel for schedule(dynamic)
   for (int blk = 0; blk < blocks; blk++) {
@@ -512,19 +533,35 @@ void run_q8(float* out, int ldo, const BlockQ8_0* xq, const BlockQ8_0* Wq, int n
 }  // namespace
 
 // ---- the entry points -------------------------------------------------------------------------
-void decode_linear_f32(float* out, int ldo, const float* inp, const float* W, int n, int IC, int OC,
-                       float beta) {
+namespace {
+template <typename WT>
+void linear_fp(float* out, int ldo, const float* inp, const WT* W, int n, int IC, int OC, float beta) {
   if (n <= 0 || OC <= 0) return;
   switch (current_isa()) {
     case DecodeIsa::kAvx512Vnni:
       return run_f32<kAvx512RowsF32, kAvx512ColsF32>(out, ldo, inp, W, n, IC, OC, beta,
-                                                     [](int r, int c) { return kTilesAvx512[r - 1][c - 1]; });
+                                                     [](int r, int c) { return kTilesAvx512<WT>[r - 1][c - 1]; });
     case DecodeIsa::kAvx2:
       return run_f32<kAvx2RowsF32, kAvx2ColsF32>(out, ldo, inp, W, n, IC, OC, beta,
-                                                 [](int r, int c) { return kTilesAvx2[r - 1][c - 1]; });
+                                                 [](int r, int c) { return kTilesAvx2<WT>[r - 1][c - 1]; });
     case DecodeIsa::kPortable:
-      return run_f32<1, 1>(out, ldo, inp, W, n, IC, OC, beta, [](int, int) { return tile_f32_portable; });
+      return run_f32<1, 1>(out, ldo, inp, W, n, IC, OC, beta, [](int, int) { return tile_f32_portable<WT>; });
   }
+}
+}  // namespace
+
+void decode_linear_f32(float* out, int ldo, const float* inp, const float* W, int n, int IC, int OC,
+                       float beta) {
+  linear_fp(out, ldo, inp, W, n, IC, OC, beta);
+}
+
+void decode_linear_f16(float* out, int ldo, const float* inp, const uint16_t* W, int n, int IC, int OC,
+                       float beta) {
+  linear_fp(out, ldo, inp, W, n, IC, OC, beta);
+}
+
+void round_to_fp16(float* out, const float* x, int64_t n) {
+  for (int64_t i = 0; i < n; i++) out[i] = f32_from_fp16(fp16_from_f32(x[i]));
 }
 
 void decode_linear_q8_0(float* out, int ldo, const BlockQ8_0* xq, const BlockQ8_0* Wq, int n, int IC,
@@ -557,6 +594,21 @@ void decode_linear_f32_ref(float* out, int ldo, const float* inp, const float* W
       for (int k = 0; k < IC - IC % kLanes; k++) p[k % kLanes] = std::fma(x[k], w[k], p[k % kLanes]);
       float s = tree16(p);
       for (int k = IC - IC % kLanes; k < IC; k++) s = std::fma(x[k], w[k], s);
+      float* d = out + (int64_t)r * ldo + o;
+      *d = beta == 0.0f ? s : std::fma(beta, *d, s);
+    }
+}
+
+void decode_linear_f16_ref(float* out, int ldo, const float* inp, const uint16_t* W, int n, int IC, int OC,
+                           float beta) {
+  for (int r = 0; r < n; r++)
+    for (int o = 0; o < OC; o++) {
+      const float* x = inp + (int64_t)r * IC;
+      const uint16_t* w = W + (int64_t)o * IC;
+      float p[kLanes] = {};
+      for (int k = 0; k < IC - IC % kLanes; k++) p[k % kLanes] = std::fma(x[k], f32_from_fp16(w[k]), p[k % kLanes]);
+      float s = tree16(p);
+      for (int k = IC - IC % kLanes; k < IC; k++) s = std::fma(x[k], f32_from_fp16(w[k]), s);
       float* d = out + (int64_t)r * ldo + o;
       *d = beta == 0.0f ? s : std::fma(beta, *d, s);
     }
