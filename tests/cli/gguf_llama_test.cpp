@@ -13,6 +13,7 @@
 // Skipped, saying so, when tests/reference/node_modules has no node-llama-cpp.
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -64,7 +65,19 @@ constexpr int kPredict = 24;
 // prompt (measured: see docs/generate.md).
 // q8_0: both sides quantize each activation row to Q8_0 blocks and take int8 dot products with
 // the same blocks of weights (measured 6.6e-7).
-double logprob_tol(const std::string& dt) { return dt == "f16" ? 1e-3 : 1e-4; }
+// kF16Arithmetics: llama.cpp's CPU backend multiplies F16 weights by fp32 inputs on some CPUs
+// (measured 4.7e-6 against Smelt's fp32 path on an Intel Xeon with AMX) and by inputs it first
+// rounds to half on others (an AMD EPYC without AMX: 4.6e-3 against the fp32 path, every prompt
+// off). Smelt computes both, --dtype f32 on the file's weights and --dtype f16 (inputs rounded to
+// half, fp32 sums), and the one with more prompts within the bound is llama.cpp's; greedy
+// continuations are compared with that one's. With inputs rounded to half, the two sides'
+// fp32 differences (~1e-7) now and then put a value on the other side of a rounding boundary,
+// and one such flip moves the log probabilities by ~1e-3 (measured: 5 prompts within 1.8e-6, one
+// at 1.4e-3; scaling the norm weights by 1 + 1e-6 moves Smelt's own f16 log probabilities by
+// 2.3e-3 .. 5.3e-3, its fp32 ones by 2e-5 .. 5e-5).
+double logprob_tol(const std::string&) { return 1e-4; }
+constexpr int kHalfFlips = 2;
+constexpr double kHalfFlipBound = 2e-2;
 // f32 / f16: greedy continuations equal Smelt's on the same weights; f16 must also agree with
 // the f32 checkpoint for the first 8 tokens of every prompt. q8_0 (smelt generate --dtype q8_0 on
 // the same file): the fraction of greedy tokens (matching prefixes over all prompts) that equal
@@ -135,19 +148,19 @@ struct Ours {
 
 // source: "--checkpoint RUN" or "--gguf FILE"; params: the same weights.
 Ours ours_for(const std::string& source, const fs::path& dir, const Tokenizer& tok, const ModelConfig& c,
-              const std::vector<float>& params, const std::string& prompt, bool q8 = false) {
+              const std::vector<float>& params, const std::string& prompt, WeightFormat fmt = WeightFormat::kF32) {
   Ours o;
   std::vector<uint32_t> ids;
   tok.encode(prompt, ids);
   o.ids.assign(ids.begin(), ids.end());
   test::CmdResult r = test::run_smelt("generate " + source + " --prompt '" + prompt +
-                                          "' --temperature 0 --max-new-tokens " + std::to_string(kPredict) + " --json" +
-                                          (q8 ? " --dtype q8_0" : ""),
+                                          "' --temperature 0 --max-new-tokens " + std::to_string(kPredict) +
+                                          " --json --dtype " + weight_format_name(fmt),
                                       dir);
   EXPECT_EQ(r.rc, 0) << r.err;
   if (r.rc == 0) o.continuation = json::parse(r.out)["ids"].get<std::vector<int32_t>>();
   InferenceSession s;
-  EXPECT_TRUE(s.init(c, params.data(), (int)o.ids.size(), 1, q8 ? WeightFormat::kQ8_0 : WeightFormat::kF32));
+  EXPECT_TRUE(s.init(c, params.data(), (int)o.ids.size(), 1, fmt));
   std::vector<float> logits(c.vocab_size);
   EXPECT_TRUE(s.prefill(o.ids.data(), (int)o.ids.size(), logits.data()));
   double mx = -INFINITY, sum = 0;
@@ -192,8 +205,9 @@ TEST_F(GgufLlama, LoadsTokenizesAndContinuesAsSmeltDoes) {
       test::CmdResult x = test::run_smelt("export --checkpoint " + run + " --format gguf --dtype " + dt +
                                               " --output " + gguf, dir_);
       ASSERT_EQ(x.rc, 0) << x.err;
-      // Smelt on the same weights: the checkpoint for f32, the file read back otherwise.
-      std::vector<Ours> ours = f32;
+      // Smelt on the same weights: the checkpoint for f32, the file read back otherwise. For f16,
+      // in both of the arithmetics llama.cpp's CPU path may take (see kF16Arithmetics).
+      std::vector<Ours> ours = f32, ours_f16;
       if (dt != "f32") {
         ModelConfig lc;
         std::vector<float> lp;
@@ -201,10 +215,36 @@ TEST_F(GgufLlama, LoadsTokenizesAndContinuesAsSmeltDoes) {
         Status s = gguf_load_model(gguf, lc, lp, lt);
         ASSERT_TRUE(s) << s.message();
         ours.clear();
-        for (const auto& p : kPrompts) ours.push_back(ours_for("--gguf " + gguf, dir_, tok_, lc, lp, p, dt == "q8_0"));
+        const WeightFormat fmt = dt == "q8_0" ? WeightFormat::kQ8_0 : WeightFormat::kF32;
+        for (const auto& p : kPrompts) ours.push_back(ours_for("--gguf " + gguf, dir_, tok_, lc, lp, p, fmt));
+        if (dt == "f16")
+          for (const auto& p : kPrompts)
+            ours_f16.push_back(ours_for("--gguf " + gguf, dir_, tok_, lc, lp, p, WeightFormat::kF16));
       }
       json j = run_llama(gguf, texts, c.vocab_size);
       ASSERT_TRUE(j.is_object());
+      // Per prompt, the largest |llama.cpp - Smelt| over its top 10 log probabilities.
+      auto diffs_of = [&](const std::vector<Ours>& o) {
+        std::vector<double> d(kPrompts.size(), 0.0);
+        for (size_t p = 0; p < kPrompts.size(); p++)
+          for (const auto& e : j["prompts"][p]["top"])
+            d[p] = std::max(d[p], std::fabs(e[1].get<double>() - o[p].logprobs[e[0].get<int>()]));
+        return d;
+      };
+      auto close = [&](const std::vector<double>& d) {
+        return (int)std::count_if(d.begin(), d.end(), [&](double x) { return x <= logprob_tol(dt); });
+      };
+      auto worst = [](const std::vector<double>& d) { return *std::max_element(d.begin(), d.end()); };
+      std::string arithmetic = "fp32 inputs";
+      std::vector<double> diffs = diffs_of(ours);
+      if (dt == "f16") {
+        const std::vector<double> half = diffs_of(ours_f16);
+        std::printf("[f16] llama.cpp's model buffers: %s; prompts within %.0e / top-10 log-prob max|diff| vs Smelt "
+                    "with fp32 inputs %d / %.2e, with inputs rounded to half (--dtype f16) %d / %.2e\n",
+                    j["buffers"].dump().c_str(), logprob_tol(dt), close(diffs), worst(diffs), close(half), worst(half));
+        if (close(half) > close(diffs) || (close(half) == close(diffs) && worst(half) < worst(diffs)))
+          ours = ours_f16, diffs = half, arithmetic = "half inputs";
+      }
       EXPECT_FALSE(j["degraded"].get<bool>()) << j["warnings"].dump(1);
       for (const auto& w : j["warnings"]) EXPECT_EQ(w.get<std::string>().find("pre-tokenizer"), std::string::npos) << w;
       EXPECT_EQ(j["eos"], 0);  // <|endoftext|>
@@ -228,17 +268,13 @@ TEST_F(GgufLlama, LoadsTokenizesAndContinuesAsSmeltDoes) {
         while (n < (int)a.size() && n < (int)b.size() && a[n] == b[n]) n++;
         return n;
       };
-      double worst_lp = 0;
+      const double worst_lp = worst(diffs);
       int prefix_min = kPredict, agree = 0;
       std::string same, vs_f32;
       for (size_t p = 0; p < kPrompts.size(); p++) {
         const json& q = j["prompts"][p];
         EXPECT_EQ(q["ids"].get<std::vector<int32_t>>(), ours[p].ids) << kPrompts[p];
         EXPECT_EQ(q["n_probabilities"], c.vocab_size);
-        for (const auto& e : q["top"]) {
-          const int id = e[0].get<int>();
-          worst_lp = std::max(worst_lp, std::fabs(e[1].get<double>() - ours[p].logprobs[id]));
-        }
         std::vector<int32_t> cont = q["continuation"].get<std::vector<int32_t>>();
         const int a = common(cont, ours[p].continuation), b = common(cont, f32[p].continuation);
         prefix_min = std::min(prefix_min, b);
@@ -250,12 +286,19 @@ TEST_F(GgufLlama, LoadsTokenizesAndContinuesAsSmeltDoes) {
         }
       }
       std::printf("[%s%s] llama.cpp %s: %zu texts tokenized identically; top-10 log-prob max|diff| %.2e vs Smelt on "
-                  "the same weights (tol %.2g); greedy tokens (of %d) equal to smelt generate on the same weights: %s "
+                  "the same weights, %s (tol %.2g); greedy tokens (of %d) equal to smelt generate on the same weights: %s "
                   "(%.0f%%); to the f32 checkpoint's: %s\n",
                   dt.c_str(), tied ? " tied" : "", j["llama_cpp"].get<std::string>().c_str(), texts.size() - differ,
-                  worst_lp, logprob_tol(dt), kPredict, same.c_str(), 100.0 * agree / (kPredict * kPrompts.size()),
+                  worst_lp, arithmetic.c_str(), logprob_tol(dt), kPredict, same.c_str(), 100.0 * agree / (kPredict * kPrompts.size()),
                   vs_f32.c_str());
-      EXPECT_LE(worst_lp, logprob_tol(dt));
+      if (arithmetic == "half inputs") {
+        // A rounding to half that falls the other way (kF16Arithmetics) moves a prompt by ~1e-3:
+        // all but kHalfFlips prompts within the bound, every one within a few such flips.
+        EXPECT_GE(close(diffs), (int)kPrompts.size() - kHalfFlips) << worst_lp;
+        EXPECT_LE(worst_lp, kHalfFlipBound);
+      } else {
+        EXPECT_LE(worst_lp, logprob_tol(dt));
+      }
       if (dt == "f16") {
         EXPECT_GE(prefix_min, kF16PrefixVsF32);
       }

@@ -11,7 +11,8 @@
 //   out:  {"llama_cpp": release, "eos", "bos", "texts": [[ids]..],
 //          "prompts": [{"ids": [prompt ids], "continuation": [ids], "top": [[id, logprob]..],
 //                     "n_probabilities": size of the distribution}..],
-//          "warnings": [log lines at warn or error], "degraded": bool}
+//          "warnings": [log lines at warn or error], "degraded": bool,
+//          "buffers": [the model buffers' names, as llama.cpp logs them]}
 // Tokenization is without special-token parsing and without a BOS (smelt generate adds none);
 // the continuation stops after n_predict tokens or at an end-of-generation token (included), as
 // smelt generate --json does at its end-of-document token. The distribution is llama.cpp's
@@ -75,6 +76,9 @@ process.stdout.write(JSON.stringify({
   prompts,
   warnings,
   degraded: /missing pre-tokenizer|GENERATION QUALITY WILL BE DEGRADED/.test(all),
+  // Where llama.cpp put the weights ("CPU", "AMX", "CPU_REPACK"): its CPU path's arithmetic for
+  // F16 tensors depends on it.
+  buffers: [...all.matchAll(/(\S+) model buffer size/g)].map((m) => m[1]),
 }) + "\n");
 await context.dispose();
 await model.dispose();
