@@ -1,5 +1,6 @@
 // Decode-time linear layers (decode_linear.hpp): fp16 <-> fp32 in software, Q8_0 quantization
-// (ggml's reference rounding), and fp32 / Q8_0 matrix-vector products for a few rows at a time.
+// (ggml's reference rounding), and fp32 / f16 / Q8_0 matrix-vector products for a few rows at a
+// time (f16: the fp32 formula on weights widened exactly as they are loaded).
 // Not the training GEMMs (gemm.cpp, matmul.cpp).
 //
 // Batch invariance is a property of the arithmetic, not of the schedule: each output element has
@@ -584,34 +585,31 @@ void decode_linear_q8_0(float* out, int ldo, const BlockQ8_0* xq, const BlockQ8_
 }
 
 // The references: one element at a time, serial, the formulas of the file's opening comment.
-void decode_linear_f32_ref(float* out, int ldo, const float* inp, const float* W, int n, int IC, int OC,
-                           float beta) {
+namespace {
+template <typename WT>
+void linear_fp_ref(float* out, int ldo, const float* inp, const WT* W, int n, int IC, int OC, float beta) {
   for (int r = 0; r < n; r++)
     for (int o = 0; o < OC; o++) {
       const float* x = inp + (int64_t)r * IC;
-      const float* w = W + (int64_t)o * IC;
+      const WT* w = W + (int64_t)o * IC;
       float p[kLanes] = {};
-      for (int k = 0; k < IC - IC % kLanes; k++) p[k % kLanes] = std::fma(x[k], w[k], p[k % kLanes]);
+      for (int k = 0; k < IC - IC % kLanes; k++) p[k % kLanes] = std::fma(x[k], wval(w, k), p[k % kLanes]);
       float s = tree16(p);
-      for (int k = IC - IC % kLanes; k < IC; k++) s = std::fma(x[k], w[k], s);
+      for (int k = IC - IC % kLanes; k < IC; k++) s = std::fma(x[k], wval(w, k), s);
       float* d = out + (int64_t)r * ldo + o;
       *d = beta == 0.0f ? s : std::fma(beta, *d, s);
     }
 }
+}  // namespace
+
+void decode_linear_f32_ref(float* out, int ldo, const float* inp, const float* W, int n, int IC, int OC,
+                           float beta) {
+  linear_fp_ref(out, ldo, inp, W, n, IC, OC, beta);
+}
 
 void decode_linear_f16_ref(float* out, int ldo, const float* inp, const uint16_t* W, int n, int IC, int OC,
                            float beta) {
-  for (int r = 0; r < n; r++)
-    for (int o = 0; o < OC; o++) {
-      const float* x = inp + (int64_t)r * IC;
-      const uint16_t* w = W + (int64_t)o * IC;
-      float p[kLanes] = {};
-      for (int k = 0; k < IC - IC % kLanes; k++) p[k % kLanes] = std::fma(x[k], f32_from_fp16(w[k]), p[k % kLanes]);
-      float s = tree16(p);
-      for (int k = IC - IC % kLanes; k < IC; k++) s = std::fma(x[k], f32_from_fp16(w[k]), s);
-      float* d = out + (int64_t)r * ldo + o;
-      *d = beta == 0.0f ? s : std::fma(beta, *d, s);
-    }
+  linear_fp_ref(out, ldo, inp, W, n, IC, OC, beta);
 }
 
 void decode_linear_q8_0_ref(float* out, int ldo, const BlockQ8_0* xq, const BlockQ8_0* Wq, int n, int IC,
