@@ -420,8 +420,22 @@ TEST_F(TrainerTest, TimeBudgetPlansTheStepsAndTheScheduleEndsOnTime) {
     if (l.contains("loss")) steps2.push_back(l);
   ASSERT_EQ(steps2.size(), steps.size());
   if (s.steps == planned) {
-    for (size_t i = 0; i < steps.size(); i++)
-      EXPECT_EQ(deterministic(steps[i]).dump(), deterministic(steps2[i]).dump()) << "step " << i + 1;
+    // The training fields line for line. The evaluations fall where the plan in force put them
+    // (every total/3 of the first plan until the final one), so they are compared where both runs
+    // evaluated: the same weights give the same loss.
+    auto training = [](json l) {
+      for (const char* k : {"eval_loss", "eval_entropy", "eval_ppl", "eval_tokens", "eval_bpb", "eval_bytes", "eval_tokens_per_s"}) l.erase(k);
+      return l;
+    };
+    int common = 0;
+    for (size_t i = 0; i < steps.size(); i++) {
+      EXPECT_EQ(deterministic(training(steps[i])).dump(), deterministic(training(steps2[i])).dump()) << "step " << i + 1;
+      if (steps[i].contains("eval_loss") && steps2[i].contains("eval_loss")) {
+        common++;
+        EXPECT_EQ(steps[i]["eval_loss"], steps2[i]["eval_loss"]) << "step " << i + 1;
+      }
+    }
+    EXPECT_GE(common, 1) << "no step evaluated in both runs (the last one should be)";
   }
 }
 
