@@ -215,10 +215,22 @@ TEST_F(TokenizeTest, HoldoutSplitIsDisjointAndComplete) {
 
 // A document with a URL is split by its URL: a second crawl of the same pages (new record ids,
 // another order) holds out the same pages, and two records of one page land on the same side.
+TEST_F(TokenizeTest, HoldoutKeyIsThePage) {
+  EXPECT_EQ(holdout_key("HTTP://Docs.Example:8080/a/b.html?x=1#top", "id"), "docs.example/a/b.html?x=1");
+  EXPECT_EQ(holdout_key("https://user@docs.example", "id"), "docs.example/");
+  EXPECT_EQ(holdout_key("http://[::1]:8000/p", "id"), "[::1]/p");
+  EXPECT_EQ(holdout_key("", "<urn:uuid:1>"), "<urn:uuid:1>");
+  EXPECT_NE(holdout_key("http://a.example/x", ""), holdout_key("http://b.example/x", ""));
+}
+
 TEST_F(TokenizeTest, HoldoutFollowsTheUrlAcrossCrawls) {
-  auto url = [](int i) { return "http://docs.example/p" + std::to_string(i) + ".html"; };
+  // Crawl a serves the pages on one port, crawl b on another and by https: the same pages.
+  auto url = [](int i, bool b) {
+    return std::string(b ? "https://DOCS.example:48859" : "http://docs.example:59761") + "/p" + std::to_string(i) +
+           ".html";
+  };
   auto text = [](int i) { return "page " + std::to_string(i) + std::string(20 + i % 5, 'y'); };
-  auto held = [&](int i) { return hash_unit(hash64(url(i), 0x686f6c646f7574ull)) < 0.3; };
+  auto held = [&](int i) { return hash_unit(hash64("docs.example/p" + std::to_string(i) + ".html", 0x686f6c646f7574ull)) < 0.3; };
   // A crawl of pages 0..79 (in reverse for the second), page `twice` (a held-out one) crawled twice; every record
   // gets a new id. Returns the held-out records in input order.
   auto crawl = [&](const std::string& name, bool reversed, int twice) {
@@ -228,7 +240,7 @@ TEST_F(TokenizeTest, HoldoutFollowsTheUrlAcrossCrawls) {
       const int i = reversed ? 79 - k : k;
       for (int r = 0; r < (i == twice ? 2 : 1); ++r) {
         Doc d{"<urn:uuid:" + name + "-" + std::to_string(k) + "-" + std::to_string(r) + ">", text(i), "en"};
-        lines += json({{"id", d.id}, {"url", url(i)}, {"text", d.text}}).dump() + "\n";
+        lines += json({{"id", d.id}, {"url", url(i, name == "b")}, {"text", d.text}}).dump() + "\n";
         if (held(i)) want.push_back(d);
       }
     }
