@@ -22,6 +22,7 @@
 #include "smelt/dataset/indexed.hpp"
 #include "smelt/dataset/lineage.hpp"
 #include "smelt/common/hash.hpp"
+#include "smelt/common/page_key.hpp"
 #include "smelt/dataset/tokenize.hpp"
 #include "smelt/tokenizer/tokenizer.hpp"
 #include "test_files.hpp"
@@ -215,12 +216,12 @@ TEST_F(TokenizeTest, HoldoutSplitIsDisjointAndComplete) {
 
 // A document with a URL is split by its URL: a second crawl of the same pages (new record ids,
 // another order) holds out the same pages, and two records of one page land on the same side.
-TEST_F(TokenizeTest, HoldoutKeyIsThePage) {
-  EXPECT_EQ(holdout_key("HTTP://Docs.Example:8080/a/b.html?x=1#top", "id"), "docs.example/a/b.html?x=1");
-  EXPECT_EQ(holdout_key("https://user@docs.example", "id"), "docs.example/");
-  EXPECT_EQ(holdout_key("http://[::1]:8000/p", "id"), "[::1]/p");
-  EXPECT_EQ(holdout_key("", "<urn:uuid:1>"), "<urn:uuid:1>");
-  EXPECT_NE(holdout_key("http://a.example/x", ""), holdout_key("http://b.example/x", ""));
+TEST_F(TokenizeTest, PageKeyIsThePageWithoutSchemeUserOrPort) {
+  EXPECT_EQ(page_key("HTTP://Docs.Example:8080/a/b.html?x=1#top", "id"), "docs.example/a/b.html?x=1");
+  EXPECT_EQ(page_key("https://user@docs.example", "id"), "docs.example/");
+  EXPECT_EQ(page_key("http://[::1]:8000/p", "id"), "[::1]/p");
+  EXPECT_EQ(page_key("", "<urn:uuid:1>"), "<urn:uuid:1>");
+  EXPECT_NE(page_key("http://a.example/x", ""), page_key("http://b.example/x", ""));
 }
 
 TEST_F(TokenizeTest, HoldoutFollowsTheUrlAcrossCrawls) {

@@ -14,7 +14,6 @@
 #include <unistd.h>
 
 #include <atomic>
-#include <cctype>
 #include <filesystem>
 #include <map>
 #include <thread>
@@ -23,6 +22,7 @@
 #include <nlohmann/json.hpp>
 #include <simdjson.h>
 
+#include "smelt/common/page_key.hpp"
 #include "smelt/common/files.hpp"
 #include "smelt/common/hash.hpp"
 #include "smelt/common/log.hpp"
@@ -50,28 +50,6 @@ constexpr uint64_t kHoldoutSeed = 0x686f6c646f7574ull;  // "holdout"
 bool in_holdout_fraction(const std::string& id, double fraction) {
   return hash_unit(hash64(id, kHoldoutSeed)) < fraction;
 }
-}  // namespace
-
-std::string holdout_key(std::string_view url, std::string_view id) {
-  if (url.empty()) return std::string(id);
-  size_t p = url.find("://");
-  p = p == std::string_view::npos ? 0 : p + 3;
-  size_t end = url.find_first_of("/?#", p);
-  if (end == std::string_view::npos) end = url.size();
-  std::string_view host = url.substr(p, end - p);
-  if (size_t at = host.rfind('@'); at != std::string_view::npos) host.remove_prefix(at + 1);
-  // ":port" (not inside an IPv6 literal's brackets)
-  if (size_t colon = host.rfind(':'); colon != std::string_view::npos && host.find(']', colon) == std::string_view::npos)
-    host = host.substr(0, colon);
-  std::string key;
-  for (char ch : host) key += (char)std::tolower((unsigned char)ch);
-  std::string_view rest = url.substr(end);
-  rest = rest.substr(0, rest.find('#'));
-  key += rest.empty() ? std::string_view("/") : rest;
-  return key;
-}
-
-namespace {
 
 struct Item {
   uint32_t file = 0;
@@ -309,9 +287,9 @@ void TokenizeRun::reader_main() {
         spdlog::warn("{}: HTML is not refined text (run smelt prep first); the document was skipped", doc.source);
     } else {
       bytes = doc.text.size();
-      // The split's key: the page (holdout_key) when the document has a URL, so a page is on the
+      // The split's key: the page (page_key) when the document has a URL, so a page is on the
       // same side in every crawl of it and two records of one page never straddle the split.
-      const bool held_side = c_.holdout > 0 && in_holdout_fraction(holdout_key(doc.url, doc.id), c_.holdout);
+      const bool held_side = c_.holdout > 0 && in_holdout_fraction(page_key(doc.url, doc.id), c_.holdout);
       it.id = std::move(doc.id);
       if (c_.holdout > 0 && held_side != c_.take_holdout) {
         it.other_split = true;

@@ -22,7 +22,7 @@ struct TokenizeConfig {
   bool append_eod = false;          // end every sequence with the tokenizer's end-of-document id
   int threads = 0;                  // encoder threads; 0 = all cores
   std::string text_field = "text";  // JSONL field holding the text
-  // Held-out split by page: a document is held out when hash(holdout_key(url, id)) falls below
+  // Held-out split by page: a document is held out when hash(page_key(url, id)) (common/page_key.hpp) falls below
   // `holdout` (a fraction in [0,1)); `take_holdout` false keeps the rest, true keeps only the
   // held-out ones.
   // Two runs with the same fraction and opposite sides give disjoint train and eval shards that do
@@ -58,12 +58,6 @@ Status tokenize_run(const TokenizeConfig& c, const TokenEncoder& enc, TokenizeSu
 void tokenize_request_stop();
 
 // PREFIX.stats.json and PREFIX.tokenize-state.json.
-// The holdout split's key for a document: its page when it has a URL (the host in lower case,
-// without scheme, user or port, then the path and query, without the fragment:
-// "HTTP://Docs.Example:8080/a/b?x#top" -> "docs.example/a/b?x"), so another crawl of the same
-// pages, from another port or scheme, with new record ids, holds out the same pages; its id
-// otherwise.
-std::string holdout_key(std::string_view url, std::string_view id);
 std::string tokenize_stats_path(const std::string& prefix);
 std::string tokenize_state_path(const std::string& prefix);
 

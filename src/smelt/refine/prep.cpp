@@ -27,6 +27,7 @@
 #include "smelt/common/files.hpp"
 #include "smelt/common/hash.hpp"
 #include "smelt/common/json_write.hpp"
+#include "smelt/common/page_key.hpp"
 #include "smelt/common/log.hpp"
 #include "smelt/common/progress.hpp"
 #include "smelt/common/ordered_pipeline.hpp"
@@ -162,7 +163,8 @@ void process_item(const PrepConfig& c, Item& it) {
         quality_json += fmt::format("{}\"score\":{:.4f}}}", quality_json.size() > 1 ? "," : "", it.score);
       }
       if (it.drop.empty() && c.sample_enabled && it.score < c.sample_threshold) {
-        double u = hash_unit(hash64(d.id, c.seed));
+        // By page, so that another crawl of the same pages keeps the same ones.
+        double u = hash_unit(hash64(page_key(d.url, d.id), c.seed));
         if (u >= it.score * it.score) it.drop = "sampled_out";
       }
       if (!it.drop.empty() && c.keep_rejected > 0) it.rules = quality_failed_rules(q, c.quality);
