@@ -22,10 +22,10 @@
 #include <nlohmann/json.hpp>
 #include <simdjson.h>
 
-#include "smelt/common/page_key.hpp"
 #include "smelt/common/files.hpp"
 #include "smelt/common/hash.hpp"
 #include "smelt/common/log.hpp"
+#include "smelt/common/page_key.hpp"
 #include "smelt/common/progress.hpp"
 #include "smelt/common/ordered_pipeline.hpp"
 #include "smelt/dataset/indexed.hpp"
