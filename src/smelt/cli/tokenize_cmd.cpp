@@ -39,7 +39,8 @@ int cli_tokenize(int argc, char** argv) {
   app.add_option("-t,--threads", c.threads, "encoder threads (default: all cores)")->check(CLI::NonNegativeNumber);
   std::string side = "rest";
   app.add_option("--holdout", c.holdout,
-                 "hold out this fraction of documents, chosen by a hash of the document id (default 0)")
+                 "hold out this fraction of documents, chosen by a hash of their page (host and path of the URL, the id "
+                 "without one): every crawl of a page lands on the same side (default 0)")
       ->check(CLI::Range(0.0, 0.999));
   app.add_option("--side", side, "with --holdout: 'rest' writes the other documents, 'holdout' only the held-out ones")
       ->check(CLI::IsMember({"rest", "holdout"}));
