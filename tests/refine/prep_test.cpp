@@ -216,6 +216,39 @@ TEST_F(PrepTest, OnlyExtractKeepsEveryPageWithItsSource) {
   EXPECT_EQ(text.find("<"  "/p>"), std::string::npos);
 }
 
+// A fortune file's colours and a rendered manual page's overstrikes leave the text (they are not
+// words), counted in stats.json; the switch keeps them.
+TEST_F(PrepTest, TerminalCodesLeaveTheText) {
+  fs::path in = tmp_ / "in";
+  fs::create_directories(in);
+  json a = {{"text", "\x1b[37;1m2. What Debian is\x1b[;m\n\x1b[33;1m      *\x1b[;m free software"}, {"id", "a"}};
+  json b = {{"text", "N\bNA\bAM\bME\bE\n       l\bls\bs - list directory contents"}, {"id", "b"}};
+  json c = {{"text", "plain text stays as it is"}, {"id", "c"}};
+  write_file(in / "docs.jsonl", a.dump() + "\n" + b.dump() + "\n" + c.dump() + "\n");
+  for (bool strip : {true, false}) {
+    const fs::path out = tmp_ / (strip ? "on" : "off");
+    ASSERT_EQ(run_smelt("--input " + quote(in.string()) + " --only extract --output " + quote(out.string()) +
+                            (strip ? "" : " --set prep.extract.strip_terminal_codes=false"),
+                        tmp_ / "o.log"),
+              0)
+        << read_file(tmp_ / "o.log");
+    std::map<std::string, std::string> text;
+    for (const auto& d : docs_of(out)) text[d["id"]] = d["text"];
+    json s = json::parse(read_file(out / "stats.json"));
+    if (strip) {
+      EXPECT_EQ(text["a"], "2. What Debian is\n      * free software");
+      EXPECT_EQ(text["b"], "NAME\n       ls - list directory contents");
+      EXPECT_EQ(s["terminal_codes"], json({{"documents", 2}, {"codes", 10}, {"bytes", 22 + 12}})) << s.dump(2);
+      EXPECT_NE(read_file(tmp_ / "o.log").find("terminal control codes stripped: 10 in 2 documents"), std::string::npos);
+    } else {
+      EXPECT_EQ(text["a"], a["text"]);
+      EXPECT_EQ(text["b"], b["text"]);
+      EXPECT_EQ(s["terminal_codes"]["documents"], 0) << s.dump(2);
+    }
+    EXPECT_EQ(text["c"], "plain text stays as it is");
+  }
+}
+
 TEST_F(PrepTest, BadInputsAreSkippedAndCountedNotFatal) {
   fs::path in = tmp_ / "in";
   fs::create_directories(in);

@@ -27,13 +27,14 @@
 #include "smelt/common/files.hpp"
 #include "smelt/common/hash.hpp"
 #include "smelt/common/json_write.hpp"
-#include "smelt/common/page_key.hpp"
 #include "smelt/common/log.hpp"
-#include "smelt/common/progress.hpp"
 #include "smelt/common/ordered_pipeline.hpp"
+#include "smelt/common/page_key.hpp"
+#include "smelt/common/progress.hpp"
 #include "smelt/refine/quality_signals.hpp"
 #include "smelt/refine/shard_writer.hpp"
 #include "smelt/text/charset.hpp"
+#include "smelt/text/terminal_codes.hpp"
 
 namespace fs = std::filesystem;
 using json = nlohmann::json;
@@ -61,6 +62,7 @@ struct Item {
   uint64_t raw_bytes = 0, text_bytes = 0;
   std::string lang;
   double score = -1;
+  TerminalStrip stripped;        // terminal control codes taken out of the text
   std::string drop;              // "" = keep (pending dedup), else the drop reason
   std::string rules;             // failed quality rules (only kept for rejected examples)
   std::string line;              // the output JSON line without its closing '}'
@@ -77,6 +79,7 @@ struct Position {
 struct Counters {
   uint64_t docs_read = 0, docs_kept = 0, bytes_in = 0, text_bytes = 0, bytes_out = 0;
   uint64_t files_done = 0;
+  uint64_t terminal_docs = 0, terminal_codes = 0, terminal_bytes = 0;  // documents with control codes stripped
   std::map<std::string, uint64_t> drops, issues;
   std::map<std::string, std::pair<uint64_t, uint64_t>> langs;  // lang -> (in, out)
   std::vector<uint64_t> hist_all = std::vector<uint64_t>(kScoreBins), hist_kept = std::vector<uint64_t>(kScoreBins);
@@ -86,9 +89,13 @@ struct Counters {
     j["docs_read"] = docs_read; j["docs_kept"] = docs_kept; j["bytes_in"] = bytes_in;
     j["text_bytes"] = text_bytes; j["bytes_out"] = bytes_out; j["files_done"] = files_done;
     j["drops"] = drops; j["issues"] = issues;
+    j["terminal_codes"] = terminal_json();
     j["langs"] = langs_json();
     j["hist_all"] = hist_all; j["hist_kept"] = hist_kept;
     return j;
+  }
+  json terminal_json() const {
+    return {{"documents", terminal_docs}, {"codes", terminal_codes}, {"bytes", terminal_bytes}};
   }
   json langs_json() const {
     json l = json::object();
@@ -100,6 +107,8 @@ struct Counters {
     text_bytes = j.at("text_bytes"); bytes_out = j.at("bytes_out"); files_done = j.at("files_done");
     drops = j.at("drops").get<std::map<std::string, uint64_t>>();
     issues = j.at("issues").get<std::map<std::string, uint64_t>>();
+    const json t = j.value("terminal_codes", json::object());  // absent in a state written before them
+    terminal_docs = t.value("documents", 0ull), terminal_codes = t.value("codes", 0ull), terminal_bytes = t.value("bytes", 0ull);
     langs.clear();
     for (const auto& [k, v] : j.at("langs").items()) langs[k] = {v.at("in"), v.at("out")};
     hist_all = j.at("hist_all").get<std::vector<uint64_t>>();
@@ -144,6 +153,7 @@ void process_item(const PrepConfig& c, Item& it) {
   }
   d.text.clear();
   d.text.shrink_to_fit();
+  if (c.strip_terminal_codes) it.stripped = strip_terminal_codes(text);
   it.text_bytes = text.size();
 
   std::string quality_json;
@@ -402,6 +412,8 @@ Status PrepRun::commit_item(Item& it) {
   n_.docs_read++;
   n_.bytes_in += it.raw_bytes;
   n_.text_bytes += it.text_bytes;
+  if (it.stripped.sequences > 0)
+    n_.terminal_docs++, n_.terminal_codes += it.stripped.sequences, n_.terminal_bytes += it.stripped.bytes;
   if (!it.lang.empty()) n_.langs[it.lang].first++;
   if (it.score >= 0) n_.hist_all[score_bin(it.score)]++;
   if (it.drop.empty() && c_.dedup_enabled && !c_.only_extract) {
@@ -459,6 +471,7 @@ json PrepRun::stats_json(double seconds, bool complete) const {
                 {"out_compressed", compressed}};
   j["drops"] = n_.drops;
   j["input_issues"] = n_.issues;
+  j["terminal_codes"] = n_.terminal_json();  // documents whose control codes were stripped, codes, bytes
   j["languages"] = n_.langs_json();
   j["score_histogram"] = {{"bins", kScoreBins}, {"range", {0.0, 1.0}}, {"all", n_.hist_all}, {"kept", n_.hist_kept}};
   j["parts"] = parts_json(parts_);
@@ -490,6 +503,9 @@ std::string PrepRun::summary_text(double seconds) const {
     for (const auto& [k, v] : n_.issues) s += fmt::format(" {}={}", k, v);
     s += "\n";
   }
+  if (n_.terminal_docs > 0)
+    s += fmt::format("  terminal control codes stripped: {} in {} documents ({} bytes)\n", n_.terminal_codes,
+                     n_.terminal_docs, n_.terminal_bytes);
   if (!n_.langs.empty()) {
     s += "  languages (in/out):";
     for (const auto& [k, v] : n_.langs) s += fmt::format(" {}={}/{}", k, v.first, v.second);

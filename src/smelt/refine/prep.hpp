@@ -36,6 +36,7 @@ struct PrepConfig {
   // [prep.extract]
   bool extract_enabled = true;
   HtmlExtractOptions extract;
+  bool strip_terminal_codes = true;  // every document, HTML or not (text/terminal_codes.hpp)
   // [prep.quality]
   bool quality_enabled = true;
   QualityConfig quality;

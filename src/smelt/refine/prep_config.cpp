@@ -44,6 +44,7 @@ std::vector<std::string> read_all(const toml::table& root, PrepConfig& c, toml::
   e.get("remove_boilerplate", c.extract.remove_boilerplate);
   e.get("keep_headings", c.extract.keep_headings);
   e.get("keep_title", c.extract.keep_title);
+  e.get("strip_terminal_codes", c.strip_terminal_codes);
   done(e);
 
   ConfigSection q(root, "prep.quality");
