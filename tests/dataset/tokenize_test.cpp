@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <cstdio>
 #include <filesystem>
+#include <map>
 #include <string>
 #include <thread>
 #include <vector>
@@ -212,6 +213,41 @@ TEST_F(TokenizeTest, HoldoutSplitIsDisjointAndComplete) {
   json st = stats_of(held.output);
   EXPECT_EQ(st["holdout"]["side"], "holdout");
   EXPECT_EQ(st["holdout"]["documents_in_other_side"], want_rest.size());
+}
+
+// --languages: each language's shard holds exactly its documents in input order; together with
+// the holdout the per-language shards of one side partition that side's documents.
+TEST_F(TokenizeTest, LanguagesKeepOnlyTheirDocuments) {
+  auto docs = write_inputs(2, 40);
+  std::map<std::string, std::vector<Doc>> want;
+  for (const auto& d : docs)
+    if (hash_unit(hash64(d.id, 0x686f6c646f7574ull)) >= 0.2) want[d.lang].push_back(d);
+  ASSERT_FALSE(want["zh"].empty());
+  ASSERT_FALSE(want["en"].empty());
+  for (const std::string lang : {"en", "zh"}) {
+    TokenizeConfig c = config("tokens-" + lang);
+    c.holdout = 0.2;
+    c.languages = {lang};
+    TokenizeSummary out;
+    Status s = tokenize_run(c, byte_encoder(), out);
+    ASSERT_TRUE(s.is_ok()) << s.message();
+    check_output(c.output, want[lang], IndexedDType::kUInt16, 0, 256u);
+    json st = stats_of(c.output);
+    EXPECT_EQ(st["language_filter"]["languages"], json::array({lang}));
+    EXPECT_EQ(st["language_filter"]["documents_in_other_languages"], want[lang == "en" ? "zh" : "en"].size());
+    EXPECT_EQ(st["languages"].size(), 1u) << st.dump(2);
+    EXPECT_NE(out.text.find("documents in other languages left out"), std::string::npos) << out.text;
+  }
+  // the filter is part of what the output is: the other language's run does not resume this one
+  TokenizeConfig c = config("tokens-en");
+  c.languages = {"zh"};
+  TokenizeSummary out;
+  EXPECT_FALSE(tokenize_run(c, byte_encoder(), out).is_ok());
+  // several languages: both, in input order (no holdout)
+  c = config("both");
+  c.languages = {"zh", "en"};
+  ASSERT_TRUE(tokenize_run(c, byte_encoder(), out).is_ok());
+  check_output(c.output, docs, IndexedDType::kUInt16, 0, 256u);
 }
 
 // A document with a URL is split by its URL: a second crawl of the same pages (new record ids,

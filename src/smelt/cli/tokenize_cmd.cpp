@@ -44,6 +44,10 @@ int cli_tokenize(int argc, char** argv) {
       ->check(CLI::Range(0.0, 0.999));
   app.add_option("--side", side, "with --holdout: 'rest' writes the other documents, 'holdout' only the held-out ones")
       ->check(CLI::IsMember({"rest", "holdout"}));
+  app.add_option("--languages", c.languages,
+                 "only documents in these languages (refined quality.lang, e.g. en,zh; \"unknown\" without one): one "
+                 "shard per language for a weighted blend (default: every document)")
+      ->delimiter(',');
   app.add_option("--text-field", c.text_field, "JSONL field holding the text (default: text)");
   app.add_flag("--overwrite", c.overwrite, "replace an earlier, different run's output at PREFIX");
   app.add_option("--checkpoint-mb", checkpoint_mb, "persist a resume point after this many MB of tokens (default 64)")

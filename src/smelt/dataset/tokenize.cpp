@@ -13,6 +13,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <filesystem>
 #include <map>
@@ -25,9 +26,9 @@
 #include "smelt/common/files.hpp"
 #include "smelt/common/hash.hpp"
 #include "smelt/common/log.hpp"
+#include "smelt/common/ordered_pipeline.hpp"
 #include "smelt/common/page_key.hpp"
 #include "smelt/common/progress.hpp"
-#include "smelt/common/ordered_pipeline.hpp"
 #include "smelt/dataset/indexed.hpp"
 #include "smelt/dataset/lineage.hpp"
 #include "smelt/text/doc_reader.hpp"
@@ -57,6 +58,7 @@ struct Item {
   bool end_of_file = false;
   bool skip = false;                // counted in issues, written nowhere
   bool other_split = false;         // belongs to the other side of the holdout split: not written
+  bool other_language = false;      // not one of [languages]: not written
   std::vector<std::string> issues;  // reader issue reasons that came before this item
   std::string id, text, meta_json;
   // filled by an encoder
@@ -76,6 +78,7 @@ struct LangCount {
 // Deterministic counters (no timing), restored on resume.
 struct Counters {
   uint64_t documents = 0, tokens = 0, eod_tokens = 0, text_bytes = 0, files_done = 0, other_split = 0;
+  uint64_t other_language = 0;
   std::map<std::string, uint64_t> issues;
   std::map<std::string, LangCount> langs;
 
@@ -83,7 +86,8 @@ struct Counters {
     json l = json::object();
     for (const auto& [k, v] : langs) l[k] = {v.documents, v.tokens, v.text_bytes};
     return {{"documents", documents}, {"tokens", tokens}, {"eod_tokens", eod_tokens}, {"text_bytes", text_bytes},
-            {"files_done", files_done}, {"other_split", other_split}, {"issues", issues}, {"langs", l}};
+            {"files_done", files_done}, {"other_split", other_split}, {"other_language", other_language},
+            {"issues", issues}, {"langs", l}};
   }
   void from_json(const json& j) {
     documents = j.at("documents");
@@ -92,6 +96,7 @@ struct Counters {
     text_bytes = j.at("text_bytes");
     files_done = j.at("files_done");
     other_split = j.value("other_split", uint64_t{0});
+    other_language = j.value("other_language", uint64_t{0});
     issues = j.at("issues").get<std::map<std::string, uint64_t>>();
     langs.clear();
     for (const auto& [k, v] : j.at("langs").items()) langs[k] = LangCount{v.at(0), v.at(1), v.at(2)};
@@ -321,6 +326,7 @@ Status TokenizeRun::commit_item(Item& it) {
   pos_ = Position{it.file, it.rec + 1};
   if (it.skip) return Status::ok();
   if (it.other_split) { n_.other_split++; return Status::ok(); }
+  if (it.other_language) { n_.other_language++; return Status::ok(); }
   if (Status s = bin_.add_document(it.ids); !s) return s;
   if (Status s = docs_.add(it.id); !s) return s;
   const uint64_t eod = c_.append_eod ? 1 : 0;
@@ -357,6 +363,8 @@ json TokenizeRun::stats_json(double seconds) const {
   if (c_.holdout > 0)
     j["holdout"] = {{"fraction", c_.holdout}, {"side", c_.take_holdout ? "holdout" : "rest"},
                     {"documents_in_other_side", n_.other_split}};
+  if (!c_.languages.empty())
+    j["language_filter"] = {{"languages", c_.languages}, {"documents_in_other_languages", n_.other_language}};
   j["tokens"] = n_.tokens;
   j["eod_tokens"] = n_.eod_tokens;
   j["text_bytes"] = n_.text_bytes;
@@ -383,6 +391,11 @@ std::string TokenizeRun::summary_text(double seconds) const {
       "tokenize {}: {} documents, {} tokens ({}), {:.2f} bytes/token, {:.1f} MB text, {:.1f} s ({:.0f} tokens/s)\n",
       c_.output, n_.documents, n_.tokens, indexed_dtype_name(dtype_), ratio(n_.text_bytes, n_.tokens - n_.eod_tokens),
       n_.text_bytes / 1e6, seconds, n_.tokens / std::max(seconds, 1e-9));
+  if (!c_.languages.empty()) {
+    std::string kept;
+    for (const auto& l : c_.languages) kept += (kept.empty() ? "" : ", ") + l;
+    s += fmt::format("  languages: {} only; {} documents in other languages left out\n", kept, n_.other_language);
+  }
   if (!n_.langs.empty()) {
     s += "  bytes/token by language:";
     for (const auto& [k, v] : n_.langs)
@@ -415,6 +428,11 @@ Status TokenizeRun::run(TokenizeSummary& out) {
                                enc_.content_hash, enc_.vocab_size, c_.append_eod, enc_.eod_id.value_or(0),
                                c_.text_field);
   if (c_.holdout > 0) fp += fmt::format("holdout {} {}\n", c_.holdout, c_.take_holdout);
+  if (!c_.languages.empty()) {
+    fp += "languages";
+    for (const auto& l : c_.languages) fp += " " + l;
+    fp += "\n";
+  }
   for (size_t i = 0; i < files_.size(); ++i) fp += fmt::format("{}:{}\n", files_[i], file_sizes_[i]);
   fingerprint_ = fmt::format("{:016x}", hash64(fp));
 
@@ -443,9 +461,15 @@ Status TokenizeRun::run(TokenizeSummary& out) {
       [this] {
         // each encoder thread keeps its own JSON parser (for the language in a document's meta)
         return [this, parser = simdjson::dom::parser()](Item& it) mutable {
-          if (it.end_of_file || it.skip || it.other_split) return;
+          if (it.end_of_file || it.skip || it.other_split) return;  // (other_language is found here)
           it.lang = lang_of(parser, it.meta_json);
           it.meta_json.clear();
+          if (!c_.languages.empty() &&
+              std::find(c_.languages.begin(), c_.languages.end(), it.lang) == c_.languages.end()) {
+            it.other_language = true;
+            std::string().swap(it.text);
+            return;
+          }
           it.text_bytes = it.text.size();
           enc_.encode(it.text, it.ids);
           if (c_.append_eod) it.ids.push_back(*enc_.eod_id);

@@ -29,6 +29,10 @@ struct TokenizeConfig {
   // not depend on file order, thread count or resumes.
   double holdout = 0.0;
   bool take_holdout = false;
+  // Only documents whose language (a refined document's quality.lang; "unknown" without one) is
+  // one of these; empty: every document. One shard per language is what a blend weights
+  // ([data] sources "en=PREFIX-en:1,zh=PREFIX-zh:1").
+  std::vector<std::string> languages;
   bool overwrite = false;           // replace an earlier, different run's output at PREFIX
   uint64_t checkpoint_bytes = 64ull << 20;  // persist a resume point after this many .bin bytes
   double log_interval_s = 10;       // plain progress lines when stderr is not a terminal
