@@ -34,9 +34,18 @@ TEST(DemoPipeline, TheDemoConfigRunsEndToEndOnASlice) {
   const std::string err = smelt::test::read_file(dir.string() + ".err");
   ASSERT_TRUE(WIFEXITED(rc) && WEXITSTATUS(rc) == 0) << err;
   json j = json::parse(smelt::test::read_file((dir / "pipeline.json").string()));
-  for (const char* s : {"prep", "tokenizer", "tokenize", "tokenize_holdout", "train", "eval", "generate"})
+  for (const char* s :
+       {"prep", "tokenizer", "tokenize_en", "tokenize_zh", "tokenize_holdout", "train", "eval", "generate"})
     EXPECT_EQ(j["stages"][s]["exit_code"], 0) << s;
   EXPECT_GT(j["prep"]["docs_out"].get<int64_t>(), 20);
+  // One shard per language, blended 1:1 as the config says: both are read, with a loss each.
+  ASSERT_EQ(j["token_shards"].size(), 2u) << j["token_shards"].dump();
+  for (const auto& sh : j["token_shards"]) EXPECT_GT(sh["tokens"].get<int64_t>(), 0) << sh.dump();
+  EXPECT_EQ(j["artifacts"]["tokens"],
+            "en=" + (dir / "tokens-en").string() + ":1,zh=" + (dir / "tokens-zh").string() + ":1");
+  EXPECT_TRUE(j["train_loss_by_source"].contains("en") && j["train_loss_by_source"].contains("zh"))
+      << j["train_loss_by_source"].dump();
+  EXPECT_NE(err.find("training loss  by blend source"), std::string::npos) << err;
   const json& tr = j["train"];
   EXPECT_EQ(tr["time_budget"]["minutes"].get<double>(), 0.5);
   EXPECT_TRUE(tr["time_budget"]["planned_steps"].is_number()) << tr.dump();

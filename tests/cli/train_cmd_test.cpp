@@ -199,6 +199,24 @@ TEST_F(TrainCmdTest, ExitCodesAndMessages) {
   EXPECT_EQ(run("eval --checkpoint " + (dir_ / "nothing").string() + " --data x", dir_).rc, 1);
 }
 
+// [tokenize] language_weights is checked before any stage runs: a usage error naming the key.
+TEST_F(TrainCmdTest, PipelineRefusesBadLanguageWeights) {
+  const std::vector<std::pair<std::string, std::string>> bad = {
+      {"language_weights = 1", "expected a table of language = weight"},
+      {"language_weights = { en = 1, zh = 0 }", "language_weights.zh: expected a number > 0"},
+      {"language_weights = { en = \"a lot\" }", "language_weights.en: expected a number > 0"},
+      {"language_weights = { \"e,n\" = 1 }", "\"e,n\" is not a language code"},
+      {"language_weights = {}", "language_weights is empty"}};
+  for (const auto& [line, message] : bad) {
+    test::write_file((dir_ / "pipe.toml").string(), fmt::format("[pipeline]\ninputs = [\"x\"]\nworkdir = \"{}\"\n"
+                                                                "[tokenize]\n{}\n", (dir_ / "work").string(), line));
+    CmdRun r = run("pipeline " + (dir_ / "pipe.toml").string(), dir_);
+    EXPECT_EQ(r.rc, 2) << line << "\n" << r.err;
+    EXPECT_NE(r.err.find(message), std::string::npos) << line << "\n" << r.err;
+    EXPECT_FALSE(fs::exists(dir_ / "work" / "refined")) << "no stage ran";
+  }
+}
+
 TEST_F(TrainCmdTest, PipelineFromRawTextToASample) {
   const std::string d = SMELT_TEST_DATA;
   test::write_file((dir_ / "pipe.toml").string(), fmt::format(R"(
@@ -246,6 +264,10 @@ max_new_tokens = 12
   json j = json::parse(test::read_file((w / "pipeline.json").string()));
   for (const char* s : {"prep", "tokenizer", "tokenize", "tokenize_holdout", "train", "eval", "generate"})
     EXPECT_EQ(j["stages"][s]["exit_code"], 0) << s;
+  EXPECT_EQ(j["artifacts"]["tokens"], (w / "tokens").string());  // one shard, without language_weights
+  ASSERT_EQ(j["token_shards"].size(), 1u);
+  EXPECT_EQ(j["token_shards"][0]["tokens"], json::parse(test::read_file((w / "tokens.stats.json").string()))["tokens"]);
+  EXPECT_TRUE(j["train_loss_by_source"].empty());
   EXPECT_LT(j["train"]["eval_last"].get<double>(), j["train"]["eval_first"].get<double>());
   EXPECT_LT(j["train"]["eval_last_bpb"].get<double>(), j["train"]["eval_first_bpb"].get<double>());
   // Bits per byte: the eval stage scores the final checkpoint on the whole held-out set, the same

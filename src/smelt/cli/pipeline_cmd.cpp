@@ -15,7 +15,9 @@
 #include <cstring>
 #include <cstdio>
 #include <filesystem>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <CLI/CLI.hpp>
@@ -53,6 +55,9 @@ struct PipelineConfig {
   int64_t tokenizer_memory_mb = 0;
   // [tokenize]
   double holdout = 0.01;
+  // language -> blend weight: one training shard per language, read in these proportions (rows);
+  // empty: one shard of every document, read as it comes
+  std::vector<std::pair<std::string, double>> language_weights;
   // [eval] (the trainer's section; the eval stage reads its token count)
   int64_t eval_tokens = 65536;
   // [generate]: each prompt continued greedily and sampled ("The" when none is given)
@@ -63,6 +68,33 @@ struct PipelineConfig {
   double repeat_penalty = 1.0;
   uint64_t seed = 1;
 };
+
+// [tokenize] language_weights = { en = 1, zh = 1 }: names that can be a shard's suffix and a blend
+// source's name, weights > 0.
+void read_language_weights(const toml::table& root, PipelineConfig& c, std::vector<std::string>& errors) {
+  const toml::node_view<const toml::node> node = root["tokenize"]["language_weights"];
+  if (!node) return;
+  const toml::table* t = node.as_table();
+  if (!t) {
+    errors.push_back("[tokenize] language_weights: expected a table of language = weight, e.g. { en = 1, zh = 1 }");
+    return;
+  }
+  for (const auto& [key, value] : *t) {
+    const std::string lang(key.str());
+    const std::optional<double> w = value.value<double>();
+    const bool name_ok = !lang.empty() && std::all_of(lang.begin(), lang.end(), [](char ch) {
+      return (ch >= 'a' && ch <= 'z') || (ch >= '0' && ch <= '9') || ch == '_' || ch == '-';
+    });
+    if (!name_ok)
+      errors.push_back(fmt::format("[tokenize] language_weights: \"{}\" is not a language code (a-z, 0-9, _ and -, "
+                                   "as prep's quality.lang writes them)", lang));
+    else if (!w || !(*w > 0))
+      errors.push_back(fmt::format("[tokenize] language_weights.{}: expected a number > 0", lang));
+    else
+      c.language_weights.emplace_back(lang, *w);
+  }
+  if (t->empty()) errors.push_back("[tokenize] language_weights is empty: name the languages, or leave it out");
+}
 
 Status read_config(const toml::table& root, PipelineConfig& c) {
   std::vector<std::string> errors;
@@ -79,7 +111,9 @@ Status read_config(const toml::table& root, PipelineConfig& c) {
   for (auto& e : t.finish()) errors.push_back(e);
   ConfigSection k(root, "tokenize");
   k.get("holdout", c.holdout);
+  k.known("language_weights");
   for (auto& e : k.finish()) errors.push_back(e);
+  read_language_weights(root, c, errors);
   ConfigSection g(root, "generate");
   std::string prompt;
   g.get("prompt", prompt);
@@ -189,6 +223,14 @@ int cli_pipeline(int argc, char** argv) {
   const std::string tokenizer = (w / "tokenizer.json").string(), tokens = (w / "tokens").string();
   const std::string valid = (w / "valid").string(), run = (w / "run").string(), sample = (w / "sample.txt").string();
   const std::string th = std::to_string(threads);
+  // The training shards and the trainer's data sources made of them.
+  std::vector<PipelineShard> shards;
+  std::string sources;
+  if (c.language_weights.empty()) shards.push_back({"", tokens, 1.0});
+  for (const auto& [lang, weight] : c.language_weights) shards.push_back({lang, tokens + "-" + lang, weight});
+  for (const PipelineShard& sh : shards)
+    sources += sh.name.empty() ? sh.prefix
+                               : fmt::format("{}{}={}:{:g}", sources.empty() ? "" : ",", sh.name, sh.prefix, sh.weight);
 
   auto wanted = [&](const std::string& s) {
     if (std::find(c.stages.begin(), c.stages.end(), s) == c.stages.end()) return false;
@@ -199,7 +241,7 @@ int cli_pipeline(int argc, char** argv) {
   const auto t_all = std::chrono::steady_clock::now();
   int n = 0, total = 0;
   for (const auto& s : kStages) total += wanted(s);
-  if (wanted("tokenize") && c.holdout > 0) total++;  // the held-out shards are a second run
+  if (wanted("tokenize")) total += (int)shards.size() - 1 + (c.holdout > 0);  // a run per shard, one held out
   if (wanted("eval") && c.holdout <= 0) total--;     // nothing held out: nothing to evaluate
   auto stage = [&](const std::string& name, const std::vector<std::string>& args, const std::string& out = "") {
     spdlog::info("stage {}/{}: {}", ++n, total, name);
@@ -226,17 +268,25 @@ int cli_pipeline(int argc, char** argv) {
     if (int rc = stage("tokenizer", a); rc) return rc;
   }
   if (wanted("tokenize")) {
-    for (const auto& side : {std::string("rest"), std::string("holdout")}) {
-      if (side == "holdout" && c.holdout <= 0) break;
-      const std::string out = side == "rest" ? tokens : valid;
+    // Each training shard (its language's documents only, under language_weights), then the
+    // held-out documents of every language in one shard: the bits per byte are of the held-out
+    // text as it is, whatever the training mix.
+    auto tokenize = [&](const std::string& name, const std::string& out, const std::string& side,
+                        const std::string& lang) {
       std::vector<std::string> a = {"tokenize", "--tokenizer", tokenizer, "--input", parts, "--output", out,
                                     "--append-eod", "--threads", th, "--overwrite"};
       if (c.holdout > 0) a.insert(a.end(), {"--holdout", fmt::format("{}", c.holdout), "--side", side});
-      if (int rc = stage(side == "rest" ? "tokenize" : "tokenize_holdout", a); rc) return rc;
-    }
+      if (!lang.empty()) a.insert(a.end(), {"--languages", lang});
+      return stage(name, a);
+    };
+    for (const PipelineShard& sh : shards)
+      if (int rc = tokenize(sh.name.empty() ? "tokenize" : "tokenize_" + sh.name, sh.prefix, "rest", sh.name); rc)
+        return rc;
+    if (c.holdout > 0)
+      if (int rc = tokenize("tokenize_holdout", valid, "holdout", ""); rc) return rc;
   }
   if (wanted("train")) {
-    std::vector<std::string> a = {"train", "--config", cfg, "--data", tokens, "--run-dir", run,
+    std::vector<std::string> a = {"train", "--config", cfg, "--data", sources, "--run-dir", run,
                                   "--threads", th, "--set", "train.tokenizer=\"" + tokenizer + "\"",
                                   "--set", "data.append_eod=false"};
     if (c.holdout > 0) a.insert(a.end(), {"--set", "eval.data=\"" + valid + "\""});
@@ -287,7 +337,8 @@ int cli_pipeline(int argc, char** argv) {
   }
   PipelineSummaryInput in;
   in.config_path = config_path;
-  in.refined = refined, in.tokenizer = tokenizer, in.tokens = tokens, in.valid = c.holdout > 0 ? valid : "";
+  in.refined = refined, in.tokenizer = tokenizer, in.tokens = sources, in.shards = shards;
+  in.valid = c.holdout > 0 ? valid : "";
   in.run = run, in.eval = fs::exists(eval_json) ? eval_json : "", in.sample = sample;
   in.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_all).count();
   in.stages = stages;

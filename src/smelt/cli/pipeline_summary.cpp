@@ -6,6 +6,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <sstream>
 
 #include <fmt/format.h>
@@ -72,6 +73,23 @@ double mean_eval_speed(const std::vector<json>& metrics) {
   return n ? s / n : 0.0;
 }
 
+// Training loss per blend source (metrics' loss_by_source: per language under language_weights),
+// the mean of the last `last` steps that have it; empty with one source.
+json loss_by_source(const std::vector<json>& metrics, size_t last = 20) {
+  std::map<std::string, std::pair<double, int>> sum;
+  size_t steps = 0;
+  for (auto it = metrics.rbegin(); it != metrics.rend() && steps < last; ++it) {
+    if (!it->contains("loss_by_source") || !(*it)["loss_by_source"].is_object()) continue;
+    steps++;
+    for (const auto& [k, v] : (*it)["loss_by_source"].items())
+      if (v.is_number()) sum[k].first += v.get<double>(), sum[k].second++;
+  }
+  json out = json::object();
+  if (sum.size() > 1)
+    for (const auto& [k, v] : sum) out[k] = v.first / v.second;
+  return out;
+}
+
 // The metrics' curves: training loss per step, validation loss and bits per byte per evaluation.
 void curves(const std::vector<json>& metrics, std::string& text, json& j, const json& compressors) {
   std::vector<std::pair<double, double>> train, valid, bpb;
@@ -117,7 +135,21 @@ json pipeline_read_json(const std::string& path) {
 }
 
 void pipeline_summary(const PipelineSummaryInput& in, std::string& text, json& j) {
-  json prep = pipeline_read_json(in.refined + "/stats.json"), tok = pipeline_read_json(in.tokens + ".stats.json");
+  json prep = pipeline_read_json(in.refined + "/stats.json");
+  // the training shards: tokens of each (null where a shard has no stats), and their sum
+  json shards = json::array(), tokens;
+  uint64_t sum = 0;
+  std::string shard_text;
+  for (const PipelineShard& sh : in.shards) {
+    const json st = pipeline_read_json(sh.prefix + ".stats.json");
+    const json n = st.is_object() ? st.value("tokens", json()) : json();
+    if (n.is_number()) tokens = sum += n.get<uint64_t>();
+    shards.push_back({{"name", sh.name}, {"prefix", sh.prefix}, {"weight", sh.weight}, {"tokens", n}});
+    if (!st.is_object()) continue;
+    shard_text += fmt::format("{}{}.bin/.idx ({} tokens{})", shard_text.empty() ? "" : ", ", sh.prefix,
+                              n.is_number() ? n.get<uint64_t>() : 0,
+                              sh.name.empty() ? std::string() : fmt::format(", weight {:g}", sh.weight));
+  }
   json tr = in.run.empty() ? json() : pipeline_read_json(in.run + "/summary.json");
   json ev = in.eval.empty() ? json() : pipeline_read_json(in.eval);
   const std::vector<json> metrics =
@@ -132,7 +164,8 @@ void pipeline_summary(const PipelineSummaryInput& in, std::string& text, json& j
   j["prep"] = prep.is_object() ? json{{"docs_in", prep.value("/documents/read"_json_pointer, json())},
                                       {"docs_out", prep.value("/documents/kept"_json_pointer, json())}}
                                : json();
-  j["tokens"] = tok.is_object() ? tok.value("tokens", json()) : json();
+  j["tokens"] = tokens;
+  j["token_shards"] = shards;
   j["train"] = tr.is_object() ? tr : json();
   j["eval"] = ev.is_object() ? ev : json();
   text = fmt::format("\npipeline {} done in {:.1f} min\n", in.config_path, in.seconds / 60);
@@ -143,8 +176,8 @@ void pipeline_summary(const PipelineSummaryInput& in, std::string& text, json& j
                                                      prep.value("/documents/read"_json_pointer, 0ull))
                                        : std::string());
   text += fmt::format("  tokenizer      {}\n", in.tokenizer);
-  if (tok.is_object())
-    text += fmt::format("  token shards   {}.bin/.idx ({} tokens){}\n", in.tokens, tok.value("tokens", 0ull),
+  if (!shard_text.empty())
+    text += fmt::format("  token shards   {}{}\n", shard_text,
                         in.valid.empty() ? std::string() : fmt::format(", held out: {}.bin/.idx", in.valid));
   if (tr.is_object()) {
     const json& tm = tr["timing"];
@@ -159,6 +192,13 @@ void pipeline_summary(const PipelineSummaryInput& in, std::string& text, json& j
                         tr.value("steps", 0ll), budget, tr.value("tokens", 0ull), tm.value("tokens_per_s", 0.0),
                         tm.value("precision", std::string("fp32")), 100 * tm.value("mfu", 0.0),
                         tm.value("gemm_gflops", 0.0), 100 * tm.value("mfu_peak", 0.0), tm.value("peak_gflops", 0.0));
+    const json by_source = loss_by_source(metrics);
+    if (!by_source.empty()) {
+      text += "  training loss  by blend source, the last 20 steps' mean (nats per token):";
+      for (const auto& [k, v] : by_source.items()) text += fmt::format(" {} {:.3f}", k, v.get<double>());
+      text += "\n";
+    }
+    j["train_loss_by_source"] = by_source;
     if (!tr["eval_first"].is_null()) {
       text += fmt::format("  validation     loss {:.3f} -> {:.3f} nats per token (perplexity {:.0f} -> {:.0f})",
                           tr["eval_first"].get<double>(), tr["eval_last"].get<double>(),

@@ -14,10 +14,18 @@ struct PipelineSample {
   std::string prompt, mode, text;  // mode: "greedy" or "sampled"
 };
 
+// A training shard: one per language under [tokenize] language_weights, else the one of every document.
+struct PipelineShard {
+  std::string name, prefix;  // name: the language ("" for the one shard)
+  double weight = 1;
+};
+
 struct PipelineSummaryInput {
   std::string config_path;
-  // artifacts ("" where the run made none)
+  // artifacts ("" where the run made none); tokens: the trainer's data sources ("PREFIX" or
+  // "en=PREFIX-en:W,zh=PREFIX-zh:W"), made of `shards`
   std::string refined, tokenizer, tokens, valid, run, eval, sample;
+  std::vector<PipelineShard> shards;
   double seconds = 0;
   nlohmann::ordered_json stages = nlohmann::ordered_json::object();  // name -> {exit_code, seconds}, in run order
   std::vector<PipelineSample> samples;
@@ -27,7 +35,7 @@ struct PipelineSummaryInput {
 // The JSON object in path; null when the file is missing or does not parse.
 nlohmann::json pipeline_read_json(const std::string& path);
 
-// Reads refined/stats.json, TOKENS.stats.json, RUN/summary.json, RUN/metrics.jsonl and the eval
+// Reads refined/stats.json, each shard's PREFIX.stats.json, RUN/summary.json, RUN/metrics.jsonl and the eval
 // stage's JSON; fills `text` and `j`.
 void pipeline_summary(const PipelineSummaryInput& in, std::string& text, nlohmann::json& j);
 
