@@ -62,6 +62,9 @@ out.chat_stream = await drain(await client.chat.completions.create({
 const sampled = async () => (await client.completions.create({ model, prompt, max_tokens: 16, temperature: 1,
                                                                 seed: 42 })).choices[0].text;
 out.seeded = [await sampled(), await sampled()];
+// OpenAI's penalties, greedy: what `smelt generate --frequency-penalty --presence-penalty` gives
+out.penalized = (await client.completions.create({ model, prompt, max_tokens: 12, temperature: 0,
+                                                   frequency_penalty: 1.5, presence_penalty: 0.5 })).choices[0].text;
 
 out.models = (await client.models.list()).data.map((m) => m.id);
 out.model = (await client.models.retrieve(model)).id;
@@ -69,6 +72,7 @@ out.model = (await client.models.retrieve(model)).id;
 out.errors = {
   max_tokens: await error_of(() => client.completions.create({ model, prompt, max_tokens: 0 })),
   top_p: await error_of(() => client.chat.completions.create({ model, messages, top_p: 1.5 })),
+  frequency_penalty: await error_of(() => client.completions.create({ model, prompt, frequency_penalty: 3 })),
   model: await error_of(() => client.completions.create({ model: 'no-such-model', prompt })),
   key: await error_of(() => new OpenAI({ baseURL: `${base}/v1`, apiKey: 'wrong', maxRetries: 0 }).models.list()),
 };

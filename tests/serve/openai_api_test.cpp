@@ -102,7 +102,9 @@ TEST(OpenaiApi, EachBadCompletionFieldIsNamed) {
   expect_bad(C, R"({"prompt": "a", "echo": true, "logprobs": 2})", "echo");
   expect_bad(C, R"({"prompt": "a", "n": 2})", "n");
   expect_bad(C, R"({"prompt": "a", "best_of": 3})", "best_of");
-  expect_bad(C, R"({"prompt": "a", "presence_penalty": 0.5})", "presence_penalty");
+  expect_bad(C, R"({"prompt": "a", "presence_penalty": 2.5})", "presence_penalty");
+  expect_bad(C, R"({"prompt": "a", "frequency_penalty": -2.01})", "frequency_penalty");
+  expect_bad(C, R"({"prompt": "a", "frequency_penalty": "high"})", "frequency_penalty");
   expect_bad(C, R"({"prompt": "a", "logit_bias": {"5": 1}})", "logit_bias");
 }
 
@@ -133,7 +135,8 @@ TEST(OpenaiApi, GoodCompletionBodiesBecomeTheirGeneration) {
   ApiError e;
   ASSERT_TRUE(api_parse_request(C, R"({"model": "tiny", "prompt": "hi", "max_tokens": 5, "temperature": 0,
       "top_p": 0.5, "top_k": 3, "seed": 7, "stop": "\n", "stream": true, "stream_options": {"include_usage": true},
-      "logprobs": 2, "user": "ignored", "n": 1})", kCtx, r, e)) << e.message;
+      "logprobs": 2, "user": "ignored", "n": 1, "presence_penalty": 0.5, "frequency_penalty": -1})", kCtx, r, e))
+      << e.message;
   EXPECT_EQ(r.max_tokens, 5);
   EXPECT_TRUE(r.stream && r.include_usage && r.logprobs);
   EXPECT_EQ(r.top_logprobs, 2);
@@ -145,6 +148,8 @@ TEST(OpenaiApi, GoodCompletionBodiesBecomeTheirGeneration) {
   EXPECT_EQ(g.sampling.top_p, 0.5f);
   EXPECT_EQ(g.sampling.top_k, 3);
   EXPECT_EQ(g.sampling.seed, 7u);
+  EXPECT_EQ(g.sampling.presence_penalty, 0.5f);
+  EXPECT_EQ(g.sampling.frequency_penalty, -1.0f);
   EXPECT_EQ(g.stop, (std::vector<std::string>{"\n"}));
   EXPECT_EQ(g.logprobs, 2);
 

@@ -190,3 +190,65 @@ TEST(Sampling, RepeatPenaltyScalesTheRecentIdsOnce) {
   Sampler s = make(0.0f, 0, 1.0f);
   EXPECT_EQ(s.sample(z.data()), 3);
 }
+
+// OpenAI's frequency and presence penalties: logit[j] -= count[j] * frequency + (count[j] > 0) *
+// presence, count over the ids this sampler has sampled. Checked against the formula written out
+// here (counts recomputed from the ids at every step), greedy and sampled.
+TEST(Sampling, FrequencyAndPresencePenaltiesFollowTheFormula) {
+  auto penalized = [](const std::vector<int32_t>& out, float freq, float pres) {
+    std::vector<float> z = kLogits;
+    std::map<int32_t, int> count;
+    for (int32_t id : out) count[id]++;
+    for (const auto& [id, n] : count) z[id] -= n * freq + pres;
+    return z;
+  };
+  const std::vector<std::pair<float, float>> settings = {{1.0f, 0.0f}, {0.0f, 1.0f}, {0.5f, 0.3f}, {-0.4f, 0.0f}};
+  for (const auto& [freq, pres] : settings) {
+    Sampler greedy;
+    SamplingConfig c{0.0f, 0, 1.0f, 1};
+    c.frequency_penalty = freq, c.presence_penalty = pres;
+    ASSERT_TRUE(greedy.init(c, 8));
+    std::vector<int32_t> out;
+    for (int step = 0; step < 24; step++) {
+      const std::vector<float> z = penalized(out, freq, pres);
+      const int32_t want = sampling_argmax(z.data(), 8);
+      ASSERT_EQ(greedy.sample(kLogits.data()), want)
+          << "frequency " << freq << ", presence " << pres << ", step " << step;
+      out.push_back(want);
+    }
+    std::map<int32_t, int> distinct;
+    for (int32_t id : out) distinct[id]++;
+    if (freq > 0) EXPECT_GE(distinct.size(), 3u) << "a positive frequency penalty moves greedy off its argmax";
+    if (freq < 0) EXPECT_EQ(distinct.size(), 1u) << "a negative one keeps it there";
+    // Sampled: the distribution after some draws is the softmax of the penalized logits.
+    SamplingConfig t = c;
+    t.temperature = 0.7f, t.seed = 3;
+    Sampler s;
+    ASSERT_TRUE(s.init(t, 8));
+    std::vector<int32_t> drawn;
+    for (int i = 0; i < 10; i++) drawn.push_back(s.sample(kLogits.data()));
+    std::vector<std::pair<int32_t, double>> dist;
+    s.distribution(kLogits.data(), dist);
+    const std::vector<double> p = softmax(penalized(drawn, freq, pres), (double)0.7f);
+    ASSERT_EQ(dist.size(), 8u);
+    for (const auto& [id, q] : dist) EXPECT_NEAR(q, p[id], 1e-12) << "id " << id;
+  }
+  // By hand, frequency 1: 5 (3.0), then 1 (2.0 ties 5's 3.0 - 1, the lower id), then 5 (2.0 against 1.0).
+  Sampler s;
+  SamplingConfig c{0.0f, 0, 1.0f, 1};
+  c.frequency_penalty = 1.0f;
+  ASSERT_TRUE(s.init(c, 8));
+  EXPECT_EQ(s.sample(kLogits.data()), 5);
+  EXPECT_EQ(s.sample(kLogits.data()), 1);
+  EXPECT_EQ(s.sample(kLogits.data()), 5);
+  // init forgets what was sampled
+  ASSERT_TRUE(s.init(c, 8));
+  EXPECT_EQ(s.sample(kLogits.data()), 5);
+  // out of OpenAI's range [-2, 2]
+  c.frequency_penalty = 2.5f;
+  Status st = s.init(c, 8);
+  EXPECT_NE(st.message().find("frequency_penalty = 2.5: must be in [-2, 2]"), std::string::npos) << st.message();
+  c.frequency_penalty = 0, c.presence_penalty = -3;
+  st = s.init(c, 8);
+  EXPECT_NE(st.message().find("presence_penalty = -3"), std::string::npos) << st.message();
+}

@@ -153,6 +153,12 @@ TEST_F(Serve, OfficialOpenAiClient) {
                                             "' --temperature 0 --max-new-tokens 12", *dir_);
   ASSERT_EQ(gen.rc, 0) << gen.err;
   EXPECT_EQ(gen.out, c["text"].get<std::string>() + "\n");
+  test::CmdResult pen = test::run_smelt("generate --checkpoint " + *run_ + " --prompt '" + kPrompt +
+                                            "' --temperature 0 --max-new-tokens 12 --frequency-penalty 1.5 "
+                                            "--presence-penalty 0.5", *dir_);
+  ASSERT_EQ(pen.rc, 0) << pen.err;
+  EXPECT_EQ(pen.out, j["penalized"].get<std::string>() + "\n");
+  EXPECT_NE(pen.out, gen.out) << "the penalties change this model's greedy text (else the check above proves nothing)";
 
   // chat: the plain template's prompt, streamed = not streamed
   const int n_chat = count_tokens("You are terse.\n\nUser: Name a colour.\n\nAssistant:");
@@ -175,6 +181,8 @@ TEST_F(Serve, OfficialOpenAiClient) {
   EXPECT_EQ(j["errors"]["max_tokens"]["param"], "max_tokens");
   EXPECT_EQ(j["errors"]["top_p"]["status"], 400);
   EXPECT_EQ(j["errors"]["top_p"]["param"], "top_p");
+  EXPECT_EQ(j["errors"]["frequency_penalty"]["status"], 400);
+  EXPECT_EQ(j["errors"]["frequency_penalty"]["param"], "frequency_penalty");
   EXPECT_EQ(j["errors"]["model"]["status"], 404);
   EXPECT_EQ(j["errors"]["model"]["code"], "model_not_found");
   EXPECT_EQ(j["errors"]["key"]["status"], 401);

@@ -57,7 +57,7 @@ int cli_generate(int argc, char** argv) {
   app.name("smelt generate");
   std::string ckpt, gguf, prompt, tok_path, dtype = "f32", trace_path;
   int max_new = 128, top_k = 0, threads = 1;
-  float temperature = 1.0f, top_p = 1.0f, repeat_penalty = 1.0f;
+  float temperature = 1.0f, top_p = 1.0f, repeat_penalty = 1.0f, frequency_penalty = 0.0f, presence_penalty = 0.0f;
   int repeat_last_n = 64;
   uint64_t seed = 0;
   bool json = false, no_stop = false;
@@ -76,6 +76,12 @@ int cli_generate(int argc, char** argv) {
       ->check(CLI::Range(0.0f, 1.0f));
   app.add_option("--repeat-penalty", repeat_penalty, "divide (multiply, when negative) the logits of ids among the "
                  "last --repeat-last-n tokens by this; 1: off (default)")->check(CLI::Range(1.0f, 10.0f));
+  app.add_option("--frequency-penalty", frequency_penalty, "subtract this times the number of times an id was "
+                 "generated so far from its logit (OpenAI's frequency_penalty, -2..2); 0: off (default)")
+      ->check(CLI::Range(-2.0f, 2.0f));
+  app.add_option("--presence-penalty", presence_penalty, "subtract this from the logit of every id generated so far "
+                 "(OpenAI's presence_penalty, -2..2); 0: off (default)")
+      ->check(CLI::Range(-2.0f, 2.0f));
   app.add_option("--repeat-last-n", repeat_last_n, "how many recent tokens (prompt included) the penalty looks at "
                  "(default 64)")->check(CLI::NonNegativeNumber);
   app.add_option("--seed", seed, "sampling seed (same seed, checkpoint and flags: same text)");
@@ -92,7 +98,7 @@ int cli_generate(int argc, char** argv) {
   app.add_option("--trace", trace_path, "write this request's timeline (prefill, each token's decoder step by "
                  "layer, sampling) as Chrome trace-event JSON, for ui.perfetto.dev (docs/trace.md)");
   if (int rc = cli_parse(app, argc, argv, "generate", "warn"); rc >= 0) return rc;
-  SamplingConfig sc{temperature, top_k, top_p, seed};
+  SamplingConfig sc{temperature, top_k, top_p, seed, frequency_penalty, presence_penalty};
   if (Status s = sampling_config_validate(sc); !s) {
     spdlog::error("{}", s.message());
     return kExitUsage;
@@ -262,7 +268,8 @@ int cli_generate(int argc, char** argv) {
                         {"dtype", weight_format_name(format)},
                         {"sampling", {{"temperature", temperature}, {"top_k", top_k},
                                       {"top_p", top_p}, {"seed", seed}, {"repeat_penalty", repeat_penalty},
-                                      {"repeat_last_n", repeat_last_n}}}};
+                                      {"repeat_last_n", repeat_last_n}, {"frequency_penalty", frequency_penalty},
+                                      {"presence_penalty", presence_penalty}}}};
     std::fputs((j.dump() + "\n").c_str(), stdout);
   }
   std::fputs(fmt::format("[generate] {} prompt tokens ({:.0f} tokens/s prefill), {} new tokens in "

@@ -310,15 +310,16 @@ bool parse_sampling(const json& body, const ApiContext& ctx, ApiRequest& r, ApiE
     std::random_device rd;
     r.sampling.seed = ((uint64_t)rd() << 32) ^ rd();
   }
-  // penalties and biases the sampler does not apply: refused rather than silently ignored
+  // OpenAI's penalties on the completion's tokens so far (serve/sampling.hpp)
   for (const char* name : {"presence_penalty", "frequency_penalty"}) {
     if (const json* v = field(body, name)) {
       double d;
       if (!get_number(*v, name, d, err)) return false;
-      if (d != 0) {
-        err = bad(name, fmt::format("'{}' is not supported (only 0)", name), "unsupported_parameter");
+      if (!(d >= -2.0 && d <= 2.0)) {
+        err = bad(name, fmt::format("'{}' is {}: want a value in [-2, 2]", name, d));
         return false;
       }
+      (std::string(name) == "presence_penalty" ? r.sampling.presence_penalty : r.sampling.frequency_penalty) = (float)d;
     }
   }
   if (const json* v = field(body, "logit_bias")) {

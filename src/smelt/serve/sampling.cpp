@@ -48,6 +48,12 @@ Status sampling_config_validate(const SamplingConfig& c) {
   if (!(c.top_p > 0.0f && c.top_p <= 1.0f))
     return Status::error(fmt::format("[sampling] top_p = {}: must be in (0, 1] (1 keeps every "
                                      "token)", c.top_p));
+  if (!(c.frequency_penalty >= -2.0f && c.frequency_penalty <= 2.0f))
+    return Status::error(fmt::format("[sampling] frequency_penalty = {}: must be in [-2, 2] (0: off)",
+                                     c.frequency_penalty));
+  if (!(c.presence_penalty >= -2.0f && c.presence_penalty <= 2.0f))
+    return Status::error(fmt::format("[sampling] presence_penalty = {}: must be in [-2, 2] (0: off)",
+                                     c.presence_penalty));
   return Status::ok();
 }
 
@@ -69,7 +75,19 @@ Status Sampler::init(const SamplingConfig& c, int V) {
   rng_.seed_with(c.seed);
   idx_.assign(V, 0);
   prob_.assign(V, 0.0);
+  const bool penalties = c.frequency_penalty != 0.0f || c.presence_penalty != 0.0f;
+  count_.assign(penalties ? V : 0, 0);
+  z_.assign(penalties ? V : 0, 0.0f);
+  seen_.clear();
+  seen_.reserve(penalties ? 256 : 0);
   return Status::ok();
+}
+
+const float* Sampler::penalized(const float* logits) {
+  if (count_.empty() || seen_.empty()) return logits;
+  std::copy(logits, logits + V_, z_.begin());
+  for (int32_t id : seen_) z_[id] -= (float)count_[id] * cfg_.frequency_penalty + cfg_.presence_penalty;
+  return z_.data();
 }
 
 int32_t sampling_argmax(const float* logits, int V) {
@@ -122,18 +140,26 @@ int Sampler::kept(const float* logits) {
 }
 
 int32_t Sampler::sample(const float* logits) {
-  const int n = kept(logits);
-  if (cfg_.temperature == 0.0f) return idx_[0];
-  double u = rng_.uniform(), c = 0.0;  // one draw per token whatever survives the filters
-  for (int i = 0; i < n; i++) {
-    c += prob_[i];
-    if (u < c) return idx_[i];
+  const int n = kept(penalized(logits));
+  int32_t id = idx_[n - 1];  // u within rounding of 1
+  if (cfg_.temperature == 0.0f) {
+    id = idx_[0];
+  } else {
+    double u = rng_.uniform(), c = 0.0;  // one draw per token whatever survives the filters
+    for (int i = 0; i < n; i++) {
+      c += prob_[i];
+      if (u < c) {
+        id = idx_[i];
+        break;
+      }
+    }
   }
-  return idx_[n - 1];  // u within rounding of 1
+  if (!count_.empty() && count_[id]++ == 0) seen_.push_back(id);
+  return id;
 }
 
 void Sampler::distribution(const float* logits, std::vector<std::pair<int32_t, double>>& out) {
-  const int n = kept(logits);
+  const int n = kept(penalized(logits));
   out.clear();
   for (int i = 0; i < n; i++) out.push_back({idx_[i], prob_[i]});
   if (!sorted_)  // kept() skips the sort when nothing is filtered: sort here
