@@ -56,8 +56,8 @@ TEST(DemoPipeline, TheDemoConfigRunsEndToEndOnASlice) {
   ASSERT_EQ(ev["compressors"].size(), 3u);
   for (const auto& c : ev["compressors"]) EXPECT_TRUE(c.contains("bits_per_byte")) << c.dump();
   EXPECT_TRUE(j.contains("beats_compressors"));
-  // Two modes for each of the config's prompts, one of them Chinese.
-  ASSERT_EQ(j["samples"].size(), 6u);
+  // Two modes for each of the config's prompts, two of them Chinese.
+  ASSERT_EQ(j["samples"].size(), 8u);
   bool zh = false;
   for (const auto& s : j["samples"]) zh = zh || s["prompt"] == "内核";
   EXPECT_TRUE(zh);

@@ -65,7 +65,7 @@ struct PipelineConfig {
   int64_t max_new_tokens = 64;
   double temperature = 0.8;
   int64_t top_k = 40;
-  double repeat_penalty = 1.0;
+  double repeat_penalty = 1.0, frequency_penalty = 0.0, presence_penalty = 0.0;
   uint64_t seed = 1;
 };
 
@@ -125,6 +125,8 @@ Status read_config(const toml::table& root, PipelineConfig& c) {
   g.get("top_k", c.top_k);
   g.get("seed", c.seed);
   g.get("repeat_penalty", c.repeat_penalty);
+  g.get("frequency_penalty", c.frequency_penalty);
+  g.get("presence_penalty", c.presence_penalty);
   for (auto& e : g.finish()) errors.push_back(e);
   for (const auto& s : c.stages)
     if (std::find(kStages.begin(), kStages.end(), s) == kStages.end())
@@ -137,6 +139,9 @@ Status read_config(const toml::table& root, PipelineConfig& c) {
   if (auto t = root["eval"]["tokens"].value<int64_t>()) c.eval_tokens = *t;
   if (!(c.repeat_penalty >= 1 && c.repeat_penalty <= 10))
     errors.push_back(fmt::format("[generate] repeat_penalty = {}: must be in [1, 10] (1: off)", c.repeat_penalty));
+  for (const auto& [key, v] :
+       {std::pair{"frequency_penalty", c.frequency_penalty}, {"presence_penalty", c.presence_penalty}})
+    if (!(v >= -2 && v <= 2)) errors.push_back(fmt::format("[generate] {} = {}: must be in [-2, 2] (0: off)", key, v));
   if (c.vocab_size < 257) errors.push_back(fmt::format("[tokenizer] vocab_size = {}: must be >= 257", c.vocab_size));
   if (!errors.empty()) {
     std::string m = errors[0];
@@ -314,7 +319,9 @@ int cli_pipeline(int argc, char** argv) {
                                       "--max-new-tokens", std::to_string(c.max_new_tokens),
                                       "--temperature", greedy ? std::string("0") : fmt::format("{}", c.temperature),
                                       "--top-k", std::to_string(c.top_k), "--seed", std::to_string(c.seed),
-                                      "--repeat-penalty", fmt::format("{}", c.repeat_penalty), "--json"};
+                                      "--repeat-penalty", fmt::format("{}", c.repeat_penalty),
+                                      "--frequency-penalty", fmt::format("{}", c.frequency_penalty),
+                                      "--presence-penalty", fmt::format("{}", c.presence_penalty), "--json"};
         if (threads > 0) a.insert(a.end(), {"--threads", th});  // generate picks its own default otherwise
         if ((rc = run_stage(a, out)) != 0) break;
         json g = pipeline_read_json(out);
@@ -343,11 +350,13 @@ int cli_pipeline(int argc, char** argv) {
   in.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_all).count();
   in.stages = stages;
   in.samples = samples;
+  std::string penalties;
+  if (c.repeat_penalty != 1.0)
+    penalties += fmt::format(", repeat penalty {} over the last 64 tokens", c.repeat_penalty);
+  if (c.frequency_penalty != 0.0) penalties += fmt::format(", frequency penalty {}", c.frequency_penalty);
+  if (c.presence_penalty != 0.0) penalties += fmt::format(", presence penalty {}", c.presence_penalty);
   in.sampling = fmt::format("greedy = temperature 0; sampled = temperature {}, top-k {}, seed {}{}", c.temperature,
-                            c.top_k, c.seed, c.repeat_penalty != 1.0
-                                                 ? fmt::format("; both with repeat penalty {} over the last 64 tokens",
-                                                               c.repeat_penalty)
-                                                 : std::string());
+                            c.top_k, c.seed, penalties.empty() ? "" : "; both with" + penalties.substr(1));
   std::string text;
   json j;
   pipeline_summary(in, text, j);
