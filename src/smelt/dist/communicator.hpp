@@ -87,6 +87,12 @@ class Communicator {
   virtual Status send_async(const float* data, int64_t n, int peer, int tag) = 0;
   virtual Status recv(float* data, int64_t n, int peer, int tag) = 0;
   virtual Status wait_sends() = 0;
+  // Moves the started sends along without waiting (MPI tests them). A large message travels in
+  // fragments that the sender hands over only inside MPI calls (shared memory without single-copy
+  // transfers: btl_vader_single_copy_mechanism none), so a stage that computes without calling
+  // MPI holds back the message its neighbour waits for; the trainer calls this between a
+  // pipeline stage's layers. A no-op without started sends.
+  virtual void progress() = 0;
   // Time (ms) this rank spent blocked in recv since the last call (reset by the call): a pipeline
   // stage's wait for its neighbour (its bubble).
   virtual double take_recv_wait_ms() = 0;

@@ -221,6 +221,7 @@ void Model::layer_forward(int l, int B, int T) {
   linear_forward(a.xmid, a.att, o.wo, N, A, C, 1.0f);
   tp_sum(a.xmid, (int64_t)N * C);
   prof_mark(kPOF);
+  if (between_blocks_) between_blocks_();
   rmsnorm(a.ln2, a.rstd2, a.xmid, w + o.ln2, N, C, (float)c.norm_eps);
   prof_mark(kPNormF);
   linear_forward(a.gu, a.ln2, o.wgu, N, C, 2 * H, 0.0f);
@@ -282,7 +283,10 @@ Status Model::forward(const Batch& b, float& loss, float grad_dloss, bool loss_o
     else (ref ? embedding_forward_ref : embedding_forward)(acts_.resid[0], b.inputs.data(), w + layout_.wte, N, C, V);
     prof_mark(kPEmbedF);
   }
-  for (int l = 0; l < d_.L; l++) layer_forward(l, b.B, b.T);
+  for (int l = 0; l < d_.L; l++) {
+    layer_forward(l, b.B, b.T);
+    if (between_blocks_) between_blocks_();
+  }
   fused_dloss_ = 0.0f;
   block_entropy_ = -1.0;
   valid_ = 0;
@@ -328,6 +332,7 @@ Status Model::forward(const Batch& b, float& loss, float grad_dloss, bool loss_o
   } else {
     linear_forward(acts_.logits, acts_.lnf, layout_.lm_head, N, C, V, 0.0f);
     prof_mark(kPHeadF);
+    if (between_blocks_) between_blocks_();
     if (ref) cross_entropy_forward_ref(acts_.losses, acts_.logits, b.targets.data(), N, V);
     else cross_entropy_forward(acts_.losses, acts_.lse_ce, acts_.logits, b.targets.data(), N, V);
   }
@@ -444,6 +449,7 @@ void Model::layer_backward(int l, int B, int T) {
   prof_mark(kPGateUpB);
   rmsnorm(s.dres, g + o.ln2, s.dln, a.xmid, w + o.ln2, a.rstd2, N, C);
   prof_mark(kPNormB);
+  if (between_blocks_) between_blocks_();
   // Attention block: xmid = x + o(attn(rope(qkv(rmsnorm(x))))); dres becomes dx.
   linear_backward(s.datt, o.wo, s.dres, a.att, N, A, C);
   prof_mark(kPOB);
@@ -508,6 +514,7 @@ void Model::backward(float dloss) {
     linear_backward(acts_.dln, layout_.lm_head, dlogits16 ? nullptr : acts_.logits, acts_.lnf, N, C, V);
     tp_sum(acts_.dln, (int64_t)N * C);
     prof_mark(kPHeadB);
+    if (between_blocks_) between_blocks_();
     if (grad_ready_ && !tied) grad_ready_(layout_.lm_head, layout_.total);
     std::memset(acts_.dres, 0, sizeof(float) * N * C);
     (ref ? rmsnorm_backward_ref : rmsnorm_backward)(acts_.dres, g + layout_.lnf, acts_.dln, acts_.resid[d_.L],
@@ -520,6 +527,7 @@ void Model::backward(float dloss) {
     if (c.recompute) layer_forward(l, b.B, b.T);
     layer_backward(l, b.B, b.T);
     if (grad_ready_) grad_ready_(layout_.layers[l].ln1, layer_end(l));
+    if (between_blocks_) between_blocks_();
   }
   if (!d_.embed) return;  // dres holds the input's gradient, for the previous stage
   TraceSpan emb("embedding.backward");

@@ -73,6 +73,10 @@ class Model {
   // decreasing order and cover the buffer. A data-parallel trainer starts reducing them while
   // backward goes on. Empty function: not called.
   void set_grad_ready(std::function<void(int64_t begin, int64_t end)> f) { grad_ready_ = std::move(f); }
+  // Called between the parts of forward() and backward(): after each layer's attention block and
+  // MLP block, after the LM head's GEMM. A pipeline stage moves its outgoing messages along there
+  // (Communicator::progress). Empty function: not called.
+  void set_between_blocks(std::function<void()> f) { between_blocks_ = std::move(f); }
   void zero_grad();
   // Numerics of the linear layers (call before init; Precision in model/config.hpp). bf16 keeps
   // the fp32 parameters as master weights and rounds them into a bf16 copy at each forward.
@@ -172,6 +176,7 @@ class Model {
   double prof_[32] = {};  // [op] seconds
   double prof_last_ = 0;
   std::function<void(int64_t, int64_t)> grad_ready_;
+  std::function<void()> between_blocks_;
   const Batch* batch_ = nullptr;  // of the last forward
   int64_t valid_ = 0;             // targets != -1 in the last forward
 };
