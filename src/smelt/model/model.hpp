@@ -74,7 +74,8 @@ class Model {
   // backward goes on. Empty function: not called.
   void set_grad_ready(std::function<void(int64_t begin, int64_t end)> f) { grad_ready_ = std::move(f); }
   // Called between the parts of forward() and backward(): after each layer's attention block and
-  // MLP block, after the LM head's GEMM. A pipeline stage moves its outgoing messages along there
+  // MLP block; after the LM head's GEMM where it is one whole-matrix product (fp32, no TP) and
+  // after its backward. A pipeline stage moves its outgoing messages along there
   // (Communicator::progress). Empty function: not called.
   void set_between_blocks(std::function<void()> f) { between_blocks_ = std::move(f); }
   void zero_grad();

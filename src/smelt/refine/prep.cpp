@@ -108,7 +108,8 @@ struct Counters {
     drops = j.at("drops").get<std::map<std::string, uint64_t>>();
     issues = j.at("issues").get<std::map<std::string, uint64_t>>();
     const json t = j.value("terminal_codes", json::object());  // absent in a state written before them
-    terminal_docs = t.value("documents", 0ull), terminal_codes = t.value("codes", 0ull), terminal_bytes = t.value("bytes", 0ull);
+    terminal_docs = t.value("documents", 0ull), terminal_codes = t.value("codes", 0ull);
+    terminal_bytes = t.value("bytes", 0ull);
     langs.clear();
     for (const auto& [k, v] : j.at("langs").items()) langs[k] = {v.at("in"), v.at("out")};
     hist_all = j.at("hist_all").get<std::vector<uint64_t>>();

@@ -311,7 +311,8 @@ bool parse_sampling(const json& body, const ApiContext& ctx, ApiRequest& r, ApiE
     r.sampling.seed = ((uint64_t)rd() << 32) ^ rd();
   }
   // OpenAI's penalties on the completion's tokens so far (serve/sampling.hpp)
-  for (const char* name : {"presence_penalty", "frequency_penalty"}) {
+  for (const auto& [name, to] : {std::pair{"presence_penalty", &r.sampling.presence_penalty},
+                                  std::pair{"frequency_penalty", &r.sampling.frequency_penalty}}) {
     if (const json* v = field(body, name)) {
       double d;
       if (!get_number(*v, name, d, err)) return false;
@@ -319,7 +320,7 @@ bool parse_sampling(const json& body, const ApiContext& ctx, ApiRequest& r, ApiE
         err = bad(name, fmt::format("'{}' is {}: want a value in [-2, 2]", name, d));
         return false;
       }
-      (std::string(name) == "presence_penalty" ? r.sampling.presence_penalty : r.sampling.frequency_penalty) = (float)d;
+      *to = (float)d;
     }
   }
   if (const json* v = field(body, "logit_bias")) {
