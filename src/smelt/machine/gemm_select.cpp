@@ -103,10 +103,13 @@ const char* engine_name(GemmBackend b, Precision p) {
 
 // The cached rate, or a fresh measurement (then cached). best_of: measure again even when cached
 // and keep the higher of the two: the cache holds the best rate this machine has shown for the
-// shapes (a measurement on a busy machine comes out low, and must not become the ceiling).
+// shapes (a measurement on a busy machine comes out low, and must not become the ceiling). The
+// best-of rates have keys of their own: a run at 1 thread in fp32 measures what the back-end
+// choice measured once, and raising that entry would let a later run choose differently.
 double rate(RateCache& cache, const ModelConfig& c, int B, int T, Precision p, GemmBackend b, int threads,
             bool& measured, bool best_of = false) {
-  const std::string k = cache_key(c, measure_rows(B, T), p, engine_name(b, p), threads);
+  const std::string k =
+      cache_key(c, measure_rows(B, T), p, engine_name(b, p), threads) + (best_of ? " | best of the runs" : "");
   double v = 0;
   const bool have = cache.get(k, v);
   if (have && !best_of) return v;
