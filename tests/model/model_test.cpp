@@ -224,6 +224,27 @@ TEST(Model, RecomputeGivesIdenticalGradients) {
   EXPECT_LT(act_bytes[1], act_bytes[0]);
 }
 
+// The end of a run frees the step's buffers (at least the planned activations, and the bf16
+// copies under bf16); the parameters stay, and forward refuses every batch afterwards.
+TEST(Model, ReleaseStepBuffersFreesTheActivationsAndRefusesBatches) {
+  for (Precision p : {Precision::kFp32, Precision::kBf16}) {
+    Model m;
+    m.set_precision(p);
+    ASSERT_TRUE(m.init(tiny(2, false, false), 2, 64, 2, 3).is_ok());
+    Batch b = make_batch(2, 64, 512, false, false, 9);
+    float loss = 0;
+    ASSERT_TRUE(m.forward(b, loss).is_ok());
+    const std::vector<float> params(m.params(), m.params() + m.layout().total);
+    const int64_t freed = m.release_step_buffers();
+    EXPECT_GE(freed, m.plan().activation_bytes) << precision_name(p);
+    EXPECT_TRUE(std::equal(params.begin(), params.end(), m.params()));
+    EXPECT_EQ(m.release_step_buffers(), 0);  // nothing left to free
+    Status s = m.forward(b, loss);
+    EXPECT_FALSE(s.is_ok());
+    EXPECT_NE(s.message().find("does not fit"), std::string::npos) << s.message();
+  }
+}
+
 // Segments mask attention only when the batch asks for it (the loader sets mask_segments from
 // [data] doc_mask): with it off the logits are those of the same batch without segments; with it
 // on they differ (the second document no longer sees the first).

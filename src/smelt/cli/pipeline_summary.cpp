@@ -192,6 +192,9 @@ void pipeline_summary(const PipelineSummaryInput& in, std::string& text, json& j
                         tr.value("steps", 0ll), budget, tr.value("tokens", 0ull), tm.value("tokens_per_s", 0.0),
                         tm.value("precision", std::string("fp32")), 100 * tm.value("mfu", 0.0),
                         tm.value("gemm_gflops", 0.0), 100 * tm.value("mfu_peak", 0.0), tm.value("peak_gflops", 0.0));
+    if (tm.contains("gemm_gflops_end") && tm["gemm_gflops_end"].is_number())
+      text += fmt::format("                 (that GEMM rate measured again at the end of training: the start's {:.1f} "
+                          "GFLOP/s was below the steps')\n", tm.value("gemm_gflops_start", 0.0));
     const json by_source = loss_by_source(metrics);
     if (!by_source.empty()) {
       text += "  training loss  by blend source, the last 20 steps' mean (nats per token):";

@@ -56,4 +56,10 @@ double gemm_measure_model(const ModelConfig& c, int B, int T, Precision precisio
 Status gemm_select(const std::string& want, const ModelConfig& c, int B, int T, Precision precision,
                    int threads, GemmChoice& out);
 
+// The run's GEMM rate measured again (the end of a run whose steps went faster than the start's
+// measurement, which a busy or still-cold machine reads low): on g's back end, precision and
+// threads, kept in the cache as the best seen when higher. Returns this measurement; g.gflops
+// becomes the best of it and what g held.
+double gemm_measure_again(const ModelConfig& c, int B, int T, GemmChoice& g);
+
 }  // namespace smelt

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstring>
 #include <optional>
+#include <type_traits>
 #include <vector>
 
 #include <fmt/format.h>
@@ -117,6 +118,23 @@ Status Model::init(const ModelConfig& c, const ModelShard& shard, int B, int T, 
   rope_table(rope_.data(), c.max_seq_len, c.head_size(), (float)c.rope_theta);
   init_params(seed);
   return Status::ok();
+}
+
+int64_t Model::release_step_buffers() {
+  int64_t bytes = 0;
+  auto drop = [&bytes](auto& v) {
+    bytes += (int64_t)(v.capacity() * sizeof(v[0]));
+    std::remove_reference_t<decltype(v)>().swap(v);
+  };
+  drop(acts_.buffer);
+  for (Slot& s : slots_) drop(s.acts.buffer);
+  drop(w16_), drop(x16_), drop(d16_), drop(qkv16_), drop(attn16_scratch_), drop(head_block_), drop(tp_ce_);
+  acts_ = Activations{};
+  slots_.assign(1, Slot{});
+  slot_ = 0;
+  batch_ = nullptr;
+  Bmax_ = 0, Tmax_ = 0;  // forward's size check now refuses every batch
+  return bytes;
 }
 
 // Normal(0, init_std) matrices; the projections into the residual stream (o_proj, down_proj)

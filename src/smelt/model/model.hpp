@@ -104,6 +104,10 @@ class Model {
   const Activations& acts() const { return acts_; }
   const MemoryPlan& plan() const { return plan_; }
   void set_threads(int threads) { threads_ = threads; }
+  // Frees the step's buffers: the activations (every slot's), the bf16 operand copies and scratch.
+  // For the end of a run: the model keeps its parameters and gradients but takes no batch again
+  // (forward refuses every batch) until init. Returns the bytes freed.
+  int64_t release_step_buffers();
   // Runs every op on its naive `_ref` kernel (the oracle; slow, allocates its (T,T) and (N,V)
   // scratch here, once). For tests and for checking a new backend, never for training.
   void set_reference(bool on);

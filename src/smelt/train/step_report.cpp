@@ -98,6 +98,8 @@ json timing_json(const RunFacts& f, const TrainSummary& out) {
           {"mfu", out.mfu},
           {"mfu_peak", out.mfu_peak},
           {"gemm_gflops", out.sgemm_gflops},
+          {"gemm_gflops_start", f.gemm_gflops_start},
+          {"gemm_gflops_end", or_null(f.gemm_gflops_end, f.gemm_gflops_end >= 0)},
           {"peak_gflops", f.peak.gflops},
           {"precision", f.precision},
           {"gemm", {{"engine", g.engine},
@@ -174,6 +176,13 @@ std::string summary_text(const RunFacts& f, const TrainSummary& out) {
       validation, out.tokens_per_s, 100 * out.mfu, out.sgemm_gflops, 100 * out.mfu_peak, f.peak.gflops, f.threads,
       f.precision, 100 * out.data_wait_fraction, f.fetch.p95, f.seconds, f.gemm->report(), blas_core().note(),
       f.checkpoint.empty() ? "none" : f.checkpoint);
+  const double steps_gflops = f.flops_per_token * out.tokens_per_s / 1e9 / f.ranks;  // per rank
+  if (f.gemm_gflops_end >= 0)
+    text += fmt::format("  GEMM rate measured again at the end: {:.1f} GFLOP/s (the start's {:.1f} was below the {:.1f} "
+                        "the steps reached)\n", f.gemm_gflops_end, f.gemm_gflops_start, steps_gflops);
+  if (steps_gflops > f.gemm_gflops && f.gemm_gflops > 0)
+    text += fmt::format("  the steps reached {:.1f} GFLOP/s, above the GEMM rate measured ({:.1f}): MFU shows its "
+                        "100% cap\n", steps_gflops, f.gemm_gflops);
   if (f.stopped_by_signal) text += "  stopped by a signal after the step above; --resume continues\n";
   if (f.budget_s > 0)
     text += fmt::format("  time budget {:g} min: {} steps planned at step {} ({:.0f} ms a step); ended by {} "

@@ -82,7 +82,8 @@ struct RunFacts {
   int64_t planned_at = -1;
   // timing
   double seconds = 0, sum_step_ms = 0, sum_wait_ms = 0, sum_forward_ms = 0;
-  double flops_per_token = 0, gemm_gflops = 0;
+  double flops_per_token = 0, gemm_gflops = 0;  // gemm_gflops: the MFU denominator
+  double gemm_gflops_start = 0, gemm_gflops_end = -1;  // the start-up measurement; the end's (-1: none)
   PeakRate peak;
   const GemmChoice* gemm = nullptr;
   const MemoryPlan* plan = nullptr;

@@ -191,6 +191,7 @@ class Trainer {
   ojson step_line(const StepStats& st);
   Status after_step(const StepStats& st);
   Status summarize(TrainSummary& out, double seconds);
+  void measure_gemm_again();
   StepStats last_;  // the last step's numbers (for the final status line)
   // [train] time_budget_minutes: the budget, the one-time plan of the step count, how the run ended
   void plan_budget();
@@ -228,6 +229,7 @@ class Trainer {
   GemmChoice gemm_;
   PeakRate peak_;
   double gemm_gflops_ = 0;
+  double gemm_gflops_start_ = 0, gemm_gflops_end_ = -1;  // the start's measurement; the end's (-1: none)
   double mfu(double flops_per_s) const;
   double mfu_peak(double flops_per_s) const;
   double first_loss_ = NAN, last_loss_ = NAN, eval_first_ = -1, eval_last_ = -1;
@@ -1436,6 +1438,9 @@ Status Trainer::summarize(TrainSummary& out, double seconds) {
   f.memory_per_rank[2 * comm_->rank() + 1] = (double)peak_rss_bytes();
   if (comm_->size() > 1)
     if (Status s = comm_->allreduce_sum(f.memory_per_rank.data(), (int64_t)f.memory_per_rank.size()); !s) return s;
+  measure_gemm_again();  // (after the peak was read: it frees the step's buffers)
+  f.gemm_gflops_start = gemm_gflops_start_;
+  f.gemm_gflops_end = gemm_gflops_end_;
   f.run_dir = run_dir_;
   f.checkpoint = last_ckpt_;
   f.start_step = start_step_;
@@ -1481,6 +1486,31 @@ Status Trainer::summarize(TrainSummary& out, double seconds) {
   run_summary(f, out);
   if (!lead_) return Status::ok();
   return files_write_atomic((fs::path(run_dir_) / "summary.json").string(), out.json.dump(2) + "\n");
+}
+
+// The MFU denominator measured again when the steps ran faster than the start's measurement: a
+// start on a busy or still-cold machine reads low, and MFU would show its 100% cap. The model's
+// step buffers are freed first and must hold at least the probe's, so the process's peak memory
+// stays within the plan (which counts the larger of the two). One process only: ranks measuring
+// at the end would not measure together as they did at the start. Not where the rate was
+// configured (train.peak_gflops).
+void Trainer::measure_gemm_again() {
+  gemm_gflops_start_ = gemm_gflops_;
+  if (comm_->size() > 1 || c_.train.peak_gflops > 0 || sum_step_ms_ <= 0) return;
+  const double steps_gflops = train_flops_per_token(c_.model, T_) * tokens_this_run_ / (sum_step_ms_ / 1e3) / 1e9;
+  if (steps_gflops <= gemm_gflops_) return;
+  const int64_t probe = gemm_select_bytes(c_.model, B_, T_, model_.precision());
+  const int64_t freed = model_.release_step_buffers();
+  if (freed < probe) {
+    spdlog::info("gemm: the steps reached {:.1f} GFLOP/s, above the start's measurement {:.1f}; not measured again "
+                 "(the step's {} MiB would not hold the probe's {} MiB)", steps_gflops, gemm_gflops_,
+                 freed >> 20, probe >> 20);
+    return;
+  }
+  gemm_gflops_end_ = gemm_measure_again(c_.model, B_, T_, gemm_);
+  gemm_gflops_ = gemm_.gflops;
+  spdlog::info("gemm: the steps reached {:.1f} GFLOP/s, above the start's measurement {:.1f}; measured again: {:.1f}",
+               steps_gflops, gemm_gflops_start_, gemm_gflops_end_);
 }
 
 double Trainer::mfu(double flops_per_s) const {

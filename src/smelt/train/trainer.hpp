@@ -24,7 +24,8 @@ struct TrainSummary {
   double tokens_per_s = 0, seconds = 0;
   double mfu = 0;           // against the model's GEMM rate (back end and precision of the run)
   double mfu_peak = 0;      // against the CPU's peak from its instruction set and clock
-  double sgemm_gflops = 0;  // that GEMM rate (measured at start, or the best the steps reached)
+  double sgemm_gflops = 0;  // that GEMM rate (measured at the start, again at the end when the steps beat it;
+                            // at least the rate the steps reached)
   double data_wait_fraction = 0;      // data wait / step time over this process's steps
   std::string checkpoint;             // the last committed checkpoint ("" if none)
   bool stopped_by_signal = false;
