@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <map>
 #include <fstream>
@@ -338,6 +339,45 @@ TEST_F(TrainerTest, BucketedAndStopByTokens) {
   EXPECT_LT(m[m.size() - 2]["tokens"].get<uint64_t>(), 2000u);  // stopped at the first step past the budget
   // Bucketed batches vary in shape; every one fits the planned rows.
   EXPECT_EQ(m.back()["step"].get<int64_t>(), s.steps);
+}
+
+// The plan's step time leaves out the evaluations between the steps it timed: the plan counts the
+// evaluations still due on their own, and counting them twice left a demo run's last minute
+// unused. Here an evaluation every 2 steps costs about as much as several steps.
+TEST_F(TrainerTest, TimeBudgetStepTimeLeavesOutTheEvaluations) {
+  TrainConfig c = config("train.steps=0 train.time_budget_minutes=0.1 train.threads=1 eval.every=2 eval.tokens=4096 "
+                         "optim.warmup_steps=300");
+  TrainSummary s;
+  Status st = train_run(c, s);
+  ASSERT_TRUE(st.is_ok()) << st.message();
+  auto m = metrics(c.train.run_dir);
+  json plan;
+  for (const auto& l : m)
+    if (l.contains("event") && l["event"] == "time_budget_plan") {
+      plan = l;
+      break;
+    }
+  ASSERT_TRUE(plan.is_object());
+  const int64_t at = plan["step"].get<int64_t>();
+  ASSERT_GE(at, 5);
+  // The steps the plan timed (2..at) and the evaluations between them (steps 2..at-1).
+  double step_ms = 0, eval_ms = 0;
+  int steps = 0, evals = 0;
+  for (const auto& l : m) {
+    if (!l.contains("step") || l.contains("event")) continue;
+    const int64_t k = l["step"].get<int64_t>();
+    if (k >= 2 && k <= at && l.contains("step_ms")) step_ms += l["step_ms"].get<double>(), steps++;
+    if (k >= 1 && k < at && l.contains("eval_tokens_per_s"))
+      eval_ms += 1e3 * l["eval_tokens"].get<double>() / l["eval_tokens_per_s"].get<double>(), evals++;
+  }
+  ASSERT_EQ(steps, at - 1);
+  ASSERT_GE(evals, 2);
+  const double mean_step = step_ms / steps, eval_share = eval_ms / steps;  // each step's part of the evaluations
+  EXPECT_GT(eval_share, mean_step) << "the evaluations should weigh: " << eval_ms << " ms over " << steps;
+  EXPECT_LT(plan["step_ms"].get<double>(), mean_step + 0.5 * eval_share)
+      << "steps " << mean_step << " ms, evaluations " << eval_share << " ms a step";
+  std::printf("plan %.2f ms a step; the steps timed %.2f ms, the evaluations %.2f ms a step\n",
+              plan["step_ms"].get<double>(), mean_step, eval_share);
 }
 
 // [train] time_budget_minutes: the run plans its step count from its first steps, plans it again

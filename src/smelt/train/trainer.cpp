@@ -197,6 +197,7 @@ class Trainer {
   void plan_budget();
   double budget_s_ = 0, first_step_end_s_ = 0, last_eval_s_ = 0, plan_step_s_ = 0;
   double warm_eval_s_ = 0;  // the evaluations after step 0's (which pays for first touches): their sum
+  double eval_s_sum_ = 0, eval_s_at_first_step_ = 0;  // every evaluation's seconds; their sum at the first step's end
   int warm_evals_ = 0;
   bool planned_ = false, final_plan_ = false, out_of_time_ = false;
   int64_t planned_at_ = -1;
@@ -755,6 +756,7 @@ Status Trainer::eval_now(int64_t step, ojson* line) {
     r.loss = v[0], r.entropy = v[1], r.perplexity = v[2], r.bits_per_byte = v[3], r.bytes = (uint64_t)v[4];
   }
   last_eval_s_ = r.seconds;
+  eval_s_sum_ += r.seconds;
   if (step_ > 0) warm_eval_s_ += r.seconds, warm_evals_++;
   span.arg("loss", r.loss);
   if (eval_first_ < 0) eval_first_ = r.loss, eval_first_bpb_ = r.bits_per_byte;
@@ -923,7 +925,7 @@ int Trainer::eval_every() const {
 // evaluation and checkpoint, before the schedule's end.
 void Trainer::plan_budget() {
   const double now = now_s();
-  if (step_ == start_step_ + 1) first_step_end_s_ = now;
+  if (step_ == start_step_ + 1) first_step_end_s_ = now, eval_s_at_first_step_ = eval_s_sum_;
   if (budget_s_ <= 0) return;
   const double spent = now - run_start_s_;
   // The final evaluation (a busy machine makes it slower) and the checkpoint hand-off; the run
@@ -940,7 +942,8 @@ void Trainer::plan_budget() {
   } else if (done_steps < 3 || spent < std::min(30.0, 0.05 * budget_s_)) {
     return;
   }
-  plan_step_s_ = (now - first_step_end_s_) / (double)(done_steps - 1);
+  // A step's time without the evaluations that came between (the plan adds those on their own).
+  plan_step_s_ = (now - first_step_end_s_ - (eval_s_sum_ - eval_s_at_first_step_)) / (double)(done_steps - 1);
   const double eval_s = warm_evals_ > 0 ? warm_eval_s_ / warm_evals_ : last_eval_s_;
   const double left = 0.97 * (budget_s_ - spent) - reserve;
   // The evaluations still due: points spread over the planned steps, one every `every` steps.
