@@ -910,7 +910,9 @@ bool Trainer::done() const {
 // The evaluation interval in steps: [eval] every, or the planned steps / [eval] points.
 int Trainer::eval_every() const {
   if (c_.eval.every > 0) return c_.eval.every;
-  if (c_.eval.points > 0) return (int)std::max<int64_t>(1, total_steps_ / c_.eval.points);
+  // ceil: the last point is the final step's evaluation (with the floor a point came a few steps
+  // before it, an evaluation more than asked for: 7 s of a 7.5-minute demo run).
+  if (c_.eval.points > 0) return (int)std::max<int64_t>(1, (total_steps_ + c_.eval.points - 1) / c_.eval.points);
   return 0;
 }
 
