@@ -1,6 +1,8 @@
 # Smelt: the everyday commands. Each target installs what is missing first (scripts/install-deps).
 BUILD ?= build
 JOBS ?= $(shell nproc)
+# make demo's deadline in minutes: the demo trains for what the install and the build leave of it
+DEMO_MINUTES ?= 15
 FUZZ_SECONDS ?= 60
 
 .PHONY: all deps build test demo bench fuzz clean
@@ -31,7 +33,7 @@ demo:
 	t2=$$(date +%s); echo "[demo] build: $$((t2 - t1)) s"; \
 	wait $$corpus; rc=$$?; cat $(BUILD)/demo-corpus.log; [ $$rc -eq 0 ] || exit 1; \
 	t3=$$(date +%s); echo "[demo] corpus: done $$((t3 - t1)) s after the install ($$((t3 - t2)) s after the build)"; \
-	SMELT=$(BUILD)/smelt scripts/demo || exit 1; \
+	SMELT=$(BUILD)/smelt DEMO_DEADLINE_S=$$((t0 + $(DEMO_MINUTES) * 60)) scripts/demo || exit 1; \
 	t4=$$(date +%s); echo "[demo] install $$((t1 - t0)) s, build $$((t2 - t1)) s (the corpus beside it), the rest of the corpus $$((t3 - t2)) s, pipeline $$((t4 - t3)) s: $$((t4 - t0)) s in all"; \
 	run=$$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["artifacts"]["run"])' "$${DEMO_DIR:-data/demo}/pipeline.json" 2>/dev/null) && \
 	echo "[demo] watch the run: $(BUILD)/smelt dashboard $$run (http://127.0.0.1:8080); its report: $$run/report.html"
