@@ -1,10 +1,11 @@
 // `make demo`'s script and config end to end on a small slice of the default corpus: a few pages of
 // each documentation package crawled into WARC files, the Chinese text, then `smelt pipeline
 // configs/demo.toml` as the demo runs it, with only the time budget (from a deadline already
-// past, as `make demo` sets it on a slow machine) and the evaluation's size made small. Every stage succeeds; the summary has bits per byte beside the three compressors on
-// the same text, the planned steps, the loss chart and greedy and sampled continuations of the
-// config's English and Chinese prompts, the serve command it ends with answers a completion, and the
-// script writes the run's report.html and prints the dashboard command.
+// past, as `make demo` sets it on a slow machine) and the evaluation's size made small. Every
+// stage succeeds; the summary has bits per byte beside the three compressors on the same text,
+// the planned steps, the loss chart and greedy and sampled continuations of the config's English
+// and Chinese prompts, the serve command it ends with answers a completion, and the script writes
+// the run's report.html and prints the dashboard command.
 #include <sys/wait.h>
 
 #include <filesystem>

@@ -250,7 +250,8 @@ double gemm_measure_again(const ModelConfig& c, int B, int T, GemmChoice& g) {
   RateCache cache;
   bool measured = false;
   double now = 0;
-  g.gflops = std::max(g.gflops, rate(cache, c, B, T, g.precision, g.backend, g.threads, measured, /*best_of=*/true, &now));
+  const double best = rate(cache, c, B, T, g.precision, g.backend, g.threads, measured, /*best_of=*/true, &now);
+  g.gflops = std::max(g.gflops, best);
   return now;
 }
 

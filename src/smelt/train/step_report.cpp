@@ -178,8 +178,8 @@ std::string summary_text(const RunFacts& f, const TrainSummary& out) {
       f.checkpoint.empty() ? "none" : f.checkpoint);
   const double steps_gflops = f.flops_per_token * out.tokens_per_s / 1e9 / f.ranks;  // per rank
   if (f.gemm_gflops_end >= 0)
-    text += fmt::format("  GEMM rate measured again at the end: {:.1f} GFLOP/s (the start's {:.1f} was below the {:.1f} "
-                        "the steps reached)\n", f.gemm_gflops_end, f.gemm_gflops_start, steps_gflops);
+    text += fmt::format("  GEMM rate measured again at the end: {:.1f} GFLOP/s (the start's {:.1f} was below the "
+                        "{:.1f} the steps reached)\n", f.gemm_gflops_end, f.gemm_gflops_start, steps_gflops);
   if (steps_gflops > f.gemm_gflops && f.gemm_gflops > 0)
     text += fmt::format("  the steps reached {:.1f} GFLOP/s, above the GEMM rate measured ({:.1f}): MFU shows its "
                         "100% cap\n", steps_gflops, f.gemm_gflops);

@@ -197,7 +197,7 @@ class Trainer {
   void plan_budget();
   double budget_s_ = 0, first_step_end_s_ = 0, last_eval_s_ = 0, plan_step_s_ = 0;
   double warm_eval_s_ = 0;  // the evaluations after step 0's (which pays for first touches): their sum
-  double eval_s_sum_ = 0, eval_s_at_first_step_ = 0;  // every evaluation's seconds; their sum at the first step's end
+  double eval_s_sum_ = 0, eval_s_at_first_step_ = 0;  // every evaluation's seconds; the sum at the first step's end
   int warm_evals_ = 0;
   bool planned_ = false, final_plan_ = false, out_of_time_ = false;
   int64_t planned_at_ = -1;
@@ -1498,10 +1498,10 @@ Status Trainer::summarize(TrainSummary& out, double seconds) {
 // step buffers are freed first and must hold at least the probe's, so the process's peak memory
 // stays within the plan (which counts the larger of the two). One process only: ranks measuring
 // at the end would not measure together as they did at the start. Not where the rate was
-// configured (train.peak_gflops).
+// configured (train.peak_gflops), nor after a signal (the run is asked to end now).
 void Trainer::measure_gemm_again() {
   gemm_gflops_start_ = gemm_gflops_;
-  if (comm_->size() > 1 || c_.train.peak_gflops > 0 || sum_step_ms_ <= 0) return;
+  if (comm_->size() > 1 || c_.train.peak_gflops > 0 || sum_step_ms_ <= 0 || stop_now_) return;
   const double steps_gflops = train_flops_per_token(c_.model, T_) * tokens_this_run_ / (sum_step_ms_ / 1e3) / 1e9;
   if (steps_gflops <= gemm_gflops_) return;
   const int64_t probe = gemm_select_bytes(c_.model, B_, T_, model_.precision());
