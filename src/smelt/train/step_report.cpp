@@ -176,7 +176,7 @@ std::string summary_text(const RunFacts& f, const TrainSummary& out) {
       validation, out.tokens_per_s, 100 * out.mfu, out.sgemm_gflops, 100 * out.mfu_peak, f.peak.gflops, f.threads,
       f.precision, 100 * out.data_wait_fraction, f.fetch.p95, f.seconds, f.gemm->report(), blas_core().note(),
       f.checkpoint.empty() ? "none" : f.checkpoint);
-  const double steps_gflops = f.flops_per_token * out.tokens_per_s / 1e9 / f.ranks;  // per rank
+  const double steps_gflops = steps_gflops_per_rank(f);
   if (f.gemm_gflops_end >= 0)
     text += fmt::format("  GEMM rate measured again at the end: {:.1f} GFLOP/s (the start's {:.1f} was below the "
                         "{:.1f} the steps reached)\n", f.gemm_gflops_end, f.gemm_gflops_start, steps_gflops);
@@ -194,6 +194,10 @@ std::string summary_text(const RunFacts& f, const TrainSummary& out) {
 
 }  // namespace
 
+double steps_gflops_per_rank(const RunFacts& f) {
+  return f.sum_step_ms > 0 ? f.flops_per_token * f.tokens_this_run / (f.sum_step_ms / 1e3) / 1e9 / f.ranks : 0.0;
+}
+
 void run_summary(const RunFacts& f, TrainSummary& out) {
   out = TrainSummary{};
   out.start_step = f.start_step;
@@ -205,7 +209,7 @@ void run_summary(const RunFacts& f, TrainSummary& out) {
   out.eval_last = f.eval_last;
   out.seconds = f.seconds;
   out.tokens_per_s = f.sum_step_ms > 0 ? f.tokens_this_run / (f.sum_step_ms / 1e3) : 0;
-  const double per_rank_gflops = f.flops_per_token * out.tokens_per_s / 1e9 / f.ranks;
+  const double per_rank_gflops = steps_gflops_per_rank(f);
   out.sgemm_gflops = std::max(f.gemm_gflops, per_rank_gflops);
   out.mfu = mfu_of(per_rank_gflops, f.gemm_gflops);
   out.mfu_peak = mfu_peak_of(per_rank_gflops, f.gemm_gflops, f.peak.gflops);

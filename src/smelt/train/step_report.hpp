@@ -99,6 +99,10 @@ double mfu_of(double per_rank_gflops, double gemm_gflops);
 // corrected the same way.
 double mfu_peak_of(double per_rank_gflops, double gemm_gflops, double peak_gflops);
 
+// The GEMM rate the steps reached, per rank: FLOPs per token x tokens this run over the steps'
+// time (0 before any step).
+double steps_gflops_per_rank(const RunFacts& f);
+
 // Fills out's numbers, text and json from the facts.
 void run_summary(const RunFacts& f, TrainSummary& out);
 

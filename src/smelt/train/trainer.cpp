@@ -191,7 +191,7 @@ class Trainer {
   ojson step_line(const StepStats& st);
   Status after_step(const StepStats& st);
   Status summarize(TrainSummary& out, double seconds);
-  void measure_gemm_again();
+  void measure_gemm_again(double steps_gflops);
   StepStats last_;  // the last step's numbers (for the final status line)
   // [train] time_budget_minutes: the budget, the one-time plan of the step count, how the run ended
   void plan_budget();
@@ -1443,9 +1443,6 @@ Status Trainer::summarize(TrainSummary& out, double seconds) {
   f.memory_per_rank[2 * comm_->rank() + 1] = (double)peak_rss_bytes();
   if (comm_->size() > 1)
     if (Status s = comm_->allreduce_sum(f.memory_per_rank.data(), (int64_t)f.memory_per_rank.size()); !s) return s;
-  measure_gemm_again();  // (after the peak was read: it frees the step's buffers)
-  f.gemm_gflops_start = gemm_gflops_start_;
-  f.gemm_gflops_end = gemm_gflops_end_;
   f.run_dir = run_dir_;
   f.checkpoint = last_ckpt_;
   f.start_step = start_step_;
@@ -1481,6 +1478,9 @@ Status Trainer::summarize(TrainSummary& out, double seconds) {
   f.sum_wait_ms = sum_wait_ms_;
   f.sum_forward_ms = sum_forward_ms_;
   f.flops_per_token = train_flops_per_token(c_.model, T_);
+  measure_gemm_again(steps_gflops_per_rank(f));  // (after the peak was read: it frees the step's buffers)
+  f.gemm_gflops_start = gemm_gflops_start_;
+  f.gemm_gflops_end = gemm_gflops_end_;
   f.gemm_gflops = gemm_gflops_;
   f.peak = peak_;
   f.gemm = &gemm_;
@@ -1499,11 +1499,9 @@ Status Trainer::summarize(TrainSummary& out, double seconds) {
 // stays within the plan (which counts the larger of the two). One process only: ranks measuring
 // at the end would not measure together as they did at the start. Not where the rate was
 // configured (train.peak_gflops), nor after a signal (the run is asked to end now).
-void Trainer::measure_gemm_again() {
+void Trainer::measure_gemm_again(double steps_gflops) {
   gemm_gflops_start_ = gemm_gflops_;
-  if (comm_->size() > 1 || c_.train.peak_gflops > 0 || sum_step_ms_ <= 0 || stop_now_) return;
-  const double steps_gflops = train_flops_per_token(c_.model, T_) * tokens_this_run_ / (sum_step_ms_ / 1e3) / 1e9;
-  if (steps_gflops <= gemm_gflops_) return;
+  if (comm_->size() > 1 || c_.train.peak_gflops > 0 || stop_now_ || steps_gflops <= gemm_gflops_) return;
   const int64_t probe = gemm_select_bytes(c_.model, B_, T_, model_.precision());
   const int64_t freed = model_.release_step_buffers();
   if (freed < probe) {
