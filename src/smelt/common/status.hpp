@@ -6,7 +6,7 @@
 
 namespace smelt {
 
-class Status {
+class [[nodiscard]] Status {
  public:
   Status() = default;
   static Status ok() { return Status(); }
