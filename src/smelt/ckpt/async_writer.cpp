@@ -14,6 +14,7 @@
 
 #include "smelt/ckpt/crc32c.hpp"
 #include "smelt/ckpt/safetensors.hpp"
+#include "smelt/common/clock.hpp"
 #include "smelt/obs/trace.hpp"
 
 namespace smelt {
@@ -58,10 +59,6 @@ void copy_parallel(std::vector<CopySeg>& segs, int64_t total, int threads) {
   for (CopySeg& s : segs) s.crc = 0;
   for (const auto& ps : pieces)
     for (const CrcPiece& p : ps) segs[p.seg].crc = crc32c_combine(segs[p.seg].crc, p.crc, p.bytes);
-}
-
-double ms_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 }
 
 }  // namespace

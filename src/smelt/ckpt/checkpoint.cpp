@@ -23,6 +23,7 @@
 
 #include "smelt/ckpt/crc32c.hpp"
 #include "smelt/ckpt/safetensors.hpp"
+#include "smelt/common/clock.hpp"
 #include "smelt/common/files.hpp"
 #include "smelt/common/hash.hpp"
 #include "smelt/model/config.hpp"
@@ -57,10 +58,6 @@ std::string ckpt_root(const std::string& run_dir) { return (fs::path(run_dir) / 
 std::string step_name(int64_t step) { return fmt::format("step_{:08d}", step); }
 std::string rank_file(int rank) { return fmt::format("rank-{:05d}.safetensors", rank); }
 std::string rank_part(int rank) { return fmt::format("rank-{:05d}.json", rank); }
-
-double ms_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-}
 
 // Writes a small file inside the .tmp folder and fsyncs it (the folder is renamed as a whole, so
 // no per-file rename is needed).

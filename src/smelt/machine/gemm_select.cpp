@@ -14,6 +14,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "smelt/common/clock.hpp"
 #include "smelt/common/files.hpp"
 #include "smelt/machine/cpu_info.hpp"
 
@@ -22,10 +23,6 @@ namespace smelt {
 namespace fs = std::filesystem;
 
 namespace {
-double now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
 struct Linear {
   int IC, OC, count;  // in and out features, how many such layers in the model
 };

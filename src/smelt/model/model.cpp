@@ -14,6 +14,7 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "smelt/common/clock.hpp"
 #include "smelt/kernels/kernels.hpp"
 #include "smelt/obs/trace.hpp"
 
@@ -46,9 +47,6 @@ const char* const kProfNames[kPCount] = {
   "fwd cross-entropy", "bwd cross-entropy", "bwd lm_head matmul", "bwd rmsnorm",
   "bwd down matmul", "bwd swiglu", "bwd gate_up matmul", "bwd o matmul", "bwd attention",
   "bwd rope", "bwd qkv matmul", "bwd embedding", "zero_grad"};
-double now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
 }  // namespace
 
 int Model::profile_count() { return kPCount; }

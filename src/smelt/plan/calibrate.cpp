@@ -23,6 +23,7 @@
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
+#include "smelt/common/clock.hpp"
 #include "smelt/common/files.hpp"
 #include "smelt/dataset/batch.hpp"
 #include "smelt/dataset/indexed.hpp"
@@ -40,10 +41,6 @@ using json = nlohmann::json;
 namespace smelt {
 
 namespace {
-
-double now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
 
 const char* prec_name(Precision p) { return p == Precision::kBf16 ? "bf16" : "fp32"; }
 

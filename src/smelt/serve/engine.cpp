@@ -10,15 +10,12 @@
 
 #include <fmt/format.h>
 
+#include "smelt/common/clock.hpp"
 #include "smelt/serve/text_stream.hpp"
 
 namespace smelt {
 
 namespace {
-double now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
 // Bytes at the end of `held` that could still start a stop string (the longest suffix that is a
 // proper prefix of one of them).
 size_t stop_prefix_tail(const std::string& held, const std::vector<std::string>& stops) {

@@ -25,6 +25,7 @@
 
 #include "smelt/ckpt/async_writer.hpp"
 #include "smelt/ckpt/checkpoint.hpp"
+#include "smelt/common/clock.hpp"
 #include "smelt/common/config.hpp"
 #include "smelt/common/files.hpp"
 #include "smelt/common/hash.hpp"
@@ -53,10 +54,6 @@ namespace smelt {
 namespace {
 
 std::atomic<bool> g_stop{false};
-
-double now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
 
 // The batch source: token shards (Loader) or refined text tokenized on the fly (StreamLoader).
 struct Feed {
