@@ -62,6 +62,7 @@
 #include <fmt/format.h>
 #include <utf8proc.h>
 
+#include "smelt/common/cjk.hpp"
 #include "smelt/common/hash.hpp"
 #include "smelt/common/utf8.hpp"
 
@@ -78,12 +79,7 @@ constexpr utf8proc_option_t kNfkcCasefold = static_cast<utf8proc_option_t>(
 
 // Characters that are tokens on their own: Han (unified, extensions, compatibility, Kangxi
 // radicals, U+3007) and kana, since these scripts do not separate words by spaces.
-bool is_cjk_char(char32_t c) {
-  return (c >= 0x4E00 && c <= 0x9FFF) || (c >= 0x3400 && c <= 0x4DBF) ||
-         (c >= 0x20000 && c <= 0x323AF) || (c >= 0xF900 && c <= 0xFAFF) ||
-         (c >= 0x2F00 && c <= 0x2FD5) || c == 0x3007 || (c >= 0x3040 && c <= 0x30FF) ||
-         (c >= 0x31F0 && c <= 0x31FF) || (c >= 0xFF66 && c <= 0xFF9F);
-}
+bool is_cjk_char(char32_t c) { return is_han(c) || is_kana(c) || is_han_symbol(c); }
 
 // CJK characters whose NFKC form is another character (compatibility ideographs, Kangxi
 // radicals, half-width katakana).

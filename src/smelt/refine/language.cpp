@@ -28,8 +28,7 @@ Script script_of(char32_t cp) {
 
 Script script_of_letter(char32_t cp) {
   // hiragana, katakana (their punctuation, e.g. U+30FB, is not a letter and never gets here)
-  if ((cp >= 0x3040 && cp <= 0x30FF) || (cp >= 0x31F0 && cp <= 0x31FF) || (cp >= 0xFF66 && cp <= 0xFF9D))
-    return Script::kKana;
+  if (is_kana(cp)) return Script::kKana;
   if ((cp >= 0xAC00 && cp <= 0xD7A3) || (cp >= 0x1100 && cp <= 0x11FF) || (cp >= 0x3130 && cp <= 0x318F))
     return Script::kHangul;
   if (cp <= 0x024F || (cp >= 0x1E00 && cp <= 0x1EFF) || (cp >= 0x2C60 && cp <= 0x2C7F) ||

@@ -5,6 +5,8 @@
 #include <string>
 #include <string_view>
 
+#include "smelt/common/cjk.hpp"
+
 namespace smelt {
 
 struct LanguageGuess {
@@ -25,13 +27,6 @@ enum class Script : uint8_t { kNone, kLatin, kHan, kKana, kHangul, kCyrillic, kA
 Script script_of(char32_t cp);
 // The script of a code point already known to be a non-Han letter (Unicode category L*).
 Script script_of_letter(char32_t cp);
-
-// True for Han ideographs (a fast range test, no table).
-inline bool is_han(char32_t cp) {
-  return (cp >= 0x4E00 && cp <= 0x9FFF) || (cp >= 0x3400 && cp <= 0x4DBF) ||
-         (cp >= 0x20000 && cp <= 0x323AF) || (cp >= 0xF900 && cp <= 0xFAFF) ||
-         (cp >= 0x2F800 && cp <= 0x2FA1F);
-}
 
 // Counts of letters per script, and of Latin words (maximal runs of Latin letters) with how many
 // of them are English function words. language_decide turns them into a guess.

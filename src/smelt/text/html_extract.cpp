@@ -38,6 +38,7 @@
 #include <cstring>
 #include <vector>
 
+#include "smelt/common/cjk.hpp"
 #include "smelt/common/utf8.hpp"
 
 namespace smelt {
@@ -817,16 +818,14 @@ void Extractor::finish_block() {
     if (c < 0x80) {
       blk.commas += c == ',';
       blk.stops += c == '.' || c == '!' || c == '?';
-    } else if (c >= 0xE3 && c <= 0xE9 && k + 2 < blk.end) {
-      ++blk.cjk;  // U+3000..U+9FFF: CJK punctuation, kana, ideographs
-      if (c == 0xE3 && t[k + 1] == 0x80) {
-        blk.commas += t[k + 2] == 0x81;  // 、
-        blk.stops += t[k + 2] == 0x82;   // 。
+    } else if ((c & 0xF0) == 0xE0 && k + 2 < blk.end) {  // a 3-byte sequence (text is valid UTF-8)
+      const char32_t cp =
+          static_cast<char32_t>(((c & 0x0F) << 12) | ((t[k + 1] & 0x3F) << 6) | (t[k + 2] & 0x3F));
+      if (is_cjk_wide(cp)) {
+        ++blk.cjk;
+        blk.commas += cp == 0x3001 || cp == 0xFF0C;                // 、 ，
+        blk.stops += cp == 0x3002 || cp == 0xFF01 || cp == 0xFF1F;  // 。 ！ ？
       }
-    } else if (c == 0xEF && k + 2 < blk.end && t[k + 1] == 0xBC) {
-      blk.commas += t[k + 2] == 0x8C;                     // ，
-      blk.stops += t[k + 2] == 0x81 || t[k + 2] == 0x9F;  // ！ ？
-      ++blk.cjk;
     }
   }
   blk.link_cp = std::min(block_link_, blk.cp);
