@@ -143,7 +143,7 @@ void restore_replaced(const std::string& root) {
     fs::path back = e.path().parent_path() / n.substr(0, n.size() - 8);
     if (!fs::exists(back, ec) && std::rename(e.path().c_str(), back.c_str()) == 0) {
       spdlog::warn("[ckpt] restored {} that an interrupted save had moved aside", back.string());
-      files_fsync_dir(root);
+      if (Status s = files_fsync_dir(root); !s) spdlog::warn("[ckpt] {}: the rename may not be durable", s.message());
     }
   }
 }
@@ -464,7 +464,9 @@ Status ckpt_save(const std::string& run_dir, const CkptSaveRequest& r, CkptSaveS
   std::error_code ec;
   bool created = fs::create_directories(root, ec);
   if (ec) return Status::error(fmt::format("{}: cannot create: {}", root, ec.message()));
-  if (created) files_fsync_dir(fs::path(root).parent_path().string());  // the new checkpoints/ entry
+  if (created) {  // the new checkpoints/ entry
+    if (Status s = files_fsync_dir(fs::path(root).parent_path().string()); !s) return s;
+  }
   ActiveTmp active(tmp);
   if (r.ranks == 1) {
     remove_leftovers(root, "");

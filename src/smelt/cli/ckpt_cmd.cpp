@@ -37,7 +37,10 @@ int verify_cmd(const std::string& dir) {
     return kExitFailure;
   }
   CkptManifest m;
-  ckpt_read_manifest(dir, m);
+  if (Status r = ckpt_read_manifest(dir, m); !r) {  // verified a moment ago: only a concurrent change gets here
+    std::fprintf(stderr, "%s: %s\n", dir.c_str(), r.message().c_str());
+    return kExitFailure;
+  }
   int64_t bytes = 0;
   for (const auto& f : m.files) bytes += f.size;
   std::printf("%s: valid (step %lld, %d rank%s, %zu files, %zu tensors, %.1f MB, every CRC32C matches)\n",

@@ -109,7 +109,7 @@ Status train_config_read(const toml::table& root, TrainConfig& c) {
   config_insert(resolved, "ckpt", k.resolved());
   if (c.ckpt.on_error != "stop" && c.ckpt.on_error != "continue")
     errors.push_back(fmt::format("[ckpt] on_error = \"{}\": allowed are \"stop\" and \"continue\"", c.ckpt.on_error));
-  health_config_read(root, c.health, resolved, errors);
+  if (Status s = health_config_read(root, c.health, resolved, errors); !s) errors.push_back(s.message());
   ConfigSection d(root, "dist");
   d.get("allreduce", c.dist.allreduce);
   d.get("ranks_per_node", c.dist.ranks_per_node);
