@@ -391,7 +391,7 @@ std::string disk_full_scenario(const std::string& run, const std::string& expect
 }  // namespace
 
 // The half that runs inside the namespace (or the rlimited child); skipped in a normal run.
-TEST(CkptDiskFullHelper, InsideSmallFilesystem) {
+TEST(CkptDiskFullChildOnly, InsideSmallFilesystem) {
   const char* dir = std::getenv("SMELT_CKPT_DISKFULL_DIR");
   if (!dir) GTEST_SKIP() << "runs only inside CheckpointTest.DiskFullFailsCleanly";
   std::string err = disk_full_scenario(std::string(dir) + "/run", "No space left on device");
@@ -405,7 +405,7 @@ TEST_F(CheckpointTest, DiskFullFailsCleanly) {
                      test::small_fs_available();
   if (can_unshare) {
     std::string out;
-    int st = test::run_in_small_fs(mnt.string(), "SMELT_CKPT_DISKFULL_DIR", "CkptDiskFullHelper.InsideSmallFilesystem",
+    int st = test::run_in_small_fs(mnt.string(), "SMELT_CKPT_DISKFULL_DIR", "CkptDiskFullChildOnly.InsideSmallFilesystem",
                                    (dir_ / "helper.txt").string(), out);
     ASSERT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << out;
     EXPECT_TRUE(contains(out, "[  PASSED  ] 1 test")) << out;

@@ -27,6 +27,7 @@
 #include "smelt/ckpt/export_gguf.hpp"
 #include "smelt/model/inference.hpp"
 #include "smelt/tokenizer/tokenizer.hpp"
+#include "test_references.hpp"
 
 namespace fs = std::filesystem;
 using namespace smelt;
@@ -89,11 +90,12 @@ constexpr double kQ8Agreement = 0.75;
 class GgufLlama : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (!fs::exists(kRef + "/node_modules/node-llama-cpp/package.json") ||
-        !fs::exists(kRef + "/node_modules/@node-llama-cpp/linux-x64"))
-      GTEST_SKIP() << "tests/reference/node_modules has no node-llama-cpp (with @node-llama-cpp/linux-x64): run "
-                      "scripts/install-deps (npm ci in tests/reference) to check GGUF files with llama.cpp";
-    if (std::system("node --version > /dev/null 2>&1") != 0) GTEST_SKIP() << "no node on PATH";
+    SMELT_REQUIRE_REFERENCE(fs::exists(kRef + "/node_modules/node-llama-cpp/package.json") &&
+                                fs::exists(kRef + "/node_modules/@node-llama-cpp/linux-x64"),
+                            "tests/reference/node_modules has no node-llama-cpp (with @node-llama-cpp/linux-x64): "
+                            "run scripts/install-deps (npm ci in tests/reference) to check GGUF files with llama.cpp");
+    SMELT_REQUIRE_REFERENCE(std::system("node --version > /dev/null 2>&1") == 0,
+                            "no node on PATH (scripts/install-deps)");
     dir_ = fs::temp_directory_path() / ("smelt_gguf_llama_" + std::to_string(getpid()));
     fs::remove_all(dir_);
     fs::create_directories(dir_);

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "../test_files.hpp"
+#include "test_references.hpp"
 
 namespace fs = std::filesystem;
 
@@ -34,7 +35,7 @@ class TokenizerTrainCmd : public ::testing::Test {
     dir_ = fs::temp_directory_path() / ("smelt_tokenizer_train_" + std::to_string(getpid()));
     fs::create_directories(dir_);
     CmdResult probe = run_train("--help > /dev/null", dir_);
-    if (probe.rc != 0) GTEST_SKIP() << "`smelt tokenizer train` is not dispatched yet: " << probe.err;
+    ASSERT_EQ(probe.rc, 0) << "`smelt tokenizer train --help` failed: " << probe.err;
   }
   void TearDown() override { fs::remove_all(dir_); }
   std::string inputs() const {
@@ -79,7 +80,7 @@ TEST_F(TokenizerTrainCmd, WritesTokenizerAndProvenanceIdenticallyForAnyThreadCou
 }
 
 TEST_F(TokenizerTrainCmd, JsonlZstShardGivesTheSameTokenizerAsTheTextFiles) {
-  if (std::system("zstd --version > /dev/null 2>&1") != 0) GTEST_SKIP() << "zstd missing";
+  SMELT_REQUIRE_REFERENCE(std::system("zstd --version > /dev/null 2>&1") == 0, "zstd (scripts/install-deps)");
   std::string jsonl;
   for (const char* f : {"en_coding_style.rst", "zh_coding_style.rst", "zh_fortunes_head.u8"})
     jsonl += nlohmann::json({{"id", f}, {"text", smelt::test::read_file(kData + f)}}).dump() + "\n";

@@ -27,6 +27,7 @@
 #include "smelt/dataset/tokenize.hpp"
 #include "smelt/tokenizer/tokenizer.hpp"
 #include "test_files.hpp"
+#include "test_references.hpp"
 
 namespace fs = std::filesystem;
 using json = nlohmann::json;
@@ -577,7 +578,7 @@ json numpy_tokens(const std::string& prefix) {
 
 TEST_F(TokenizeTest, CliGpt2EveryIdMatchesTokenizerAndNumpy) {
   std::string tok_path = tokenizer_file("gpt2.json");
-  if (tok_path.empty()) GTEST_SKIP() << "no GPT-2 tokenizer file: node and tests/reference/node_modules are needed";
+  SMELT_REQUIRE_REFERENCE(!tok_path.empty(), "the GPT-2 tokenizer file: node and tests/reference/node_modules");
   auto docs = write_real_inputs(dir_ / "in", 2, true);
   std::string prefix = (dir_ / "out" / "gpt2").string();
   ASSERT_EQ(run_cli("--tokenizer '" + tok_path + "' --input '" + (dir_ / "in").string() + "' --output '" + prefix +
@@ -623,7 +624,7 @@ TEST_F(TokenizeTest, CliGpt2EveryIdMatchesTokenizerAndNumpy) {
 
 TEST_F(TokenizeTest, CliCl100kIsInt32) {
   std::string tok_path = tokenizer_file("cl100k_base.tiktoken");
-  if (tok_path.empty()) GTEST_SKIP() << "no cl100k tokenizer file: node and tests/reference/node_modules are needed";
+  SMELT_REQUIRE_REFERENCE(!tok_path.empty(), "the cl100k tokenizer file: node and tests/reference/node_modules");
   auto docs = write_real_inputs(dir_ / "in", 1, false);
   std::string prefix = (dir_ / "cl").string();
   ASSERT_EQ(run_cli("--tokenizer '" + tok_path + "' --input '" + (dir_ / "in").string() + "' --output '" + prefix + "'",
@@ -644,7 +645,7 @@ TEST_F(TokenizeTest, CliCl100kIsInt32) {
 
 TEST_F(TokenizeTest, CliKillAndResumeIsIdentical) {
   std::string tok_path = tokenizer_file("gpt2.json");
-  if (tok_path.empty()) GTEST_SKIP() << "no GPT-2 tokenizer file: node and tests/reference/node_modules are needed";
+  SMELT_REQUIRE_REFERENCE(!tok_path.empty(), "the GPT-2 tokenizer file: node and tests/reference/node_modules");
   auto docs = write_real_inputs(dir_ / "in", 60, true);
   const std::string in = (dir_ / "in").string();
   const std::string straight = (dir_ / "straight").string(), killed = (dir_ / "killed").string();
@@ -688,7 +689,7 @@ TEST_F(TokenizeTest, CliKillAndResumeIsIdentical) {
 
 TEST_F(TokenizeTest, CliExitCodes) {
   std::string tok_path = tokenizer_file("gpt2.json");
-  if (tok_path.empty()) GTEST_SKIP() << "no GPT-2 tokenizer file: node and tests/reference/node_modules are needed";
+  SMELT_REQUIRE_REFERENCE(!tok_path.empty(), "the GPT-2 tokenizer file: node and tests/reference/node_modules");
   write_inputs(1, 3);
   const std::string in = (dir_ / "in").string(), out = (dir_ / "o").string();
   EXPECT_EQ(run_cli("--tokenizer '" + tok_path + "' --input /nonexistent --output '" + out + "'", dir_ / "l"), 2);

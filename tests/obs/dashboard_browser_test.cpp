@@ -21,6 +21,7 @@
 #include "serve/serve_process.hpp"
 #include "test_files.hpp"
 #include "train_test_util.hpp"
+#include "test_references.hpp"
 
 namespace fs = std::filesystem;
 using json = nlohmann::json;
@@ -44,13 +45,13 @@ int sh(const std::string& cmd) {
 class DashboardBrowser : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (!fs::exists(kRef + "/node_modules/playwright-core/package.json"))
-      GTEST_SKIP() << "tests/reference/node_modules has no playwright-core: run scripts/install-deps (npm ci in "
-                      "tests/reference) to test the dashboard in a browser";
-    if (sh("node --version > /dev/null 2>&1") != 0) GTEST_SKIP() << "no node on PATH";
-    if (!fs::exists(chromium_path()) || sh(chromium_path() + " --version > /dev/null 2>&1") != 0)
-      GTEST_SKIP() << chromium_path() << " is missing or does not start: apt-get install chromium (scripts/install-deps "
-                      "installs it), or point SMELT_CHROMIUM at a Chromium";
+    SMELT_REQUIRE_REFERENCE(fs::exists(kRef + "/node_modules/playwright-core/package.json"),
+                            "tests/reference/node_modules has no playwright-core: run scripts/install-deps (npm ci "
+                            "in tests/reference) to test the dashboard in a browser");
+    SMELT_REQUIRE_REFERENCE(sh("node --version > /dev/null 2>&1") == 0, "no node on PATH (scripts/install-deps)");
+    SMELT_REQUIRE_REFERENCE(fs::exists(chromium_path()) && sh(chromium_path() + " --version > /dev/null 2>&1") == 0,
+                            chromium_path() << " is missing or does not start: apt-get install chromium "
+                                               "(scripts/install-deps installs it), or point SMELT_CHROMIUM at one");
     dir_ = test::fresh_test_dir("smelt_dashboard_browser");
     const std::string data = SMELT_TEST_DATA;
     test::write_byte_shard((dir_ / "en").string(), {data + "/tokenizer/english.txt"});

@@ -21,6 +21,7 @@
 #include "smelt/train/run_memory.hpp"
 #include "test_files.hpp"
 #include "train_test_util.hpp"
+#include "test_references.hpp"
 
 namespace smelt {
 namespace {
@@ -280,7 +281,8 @@ TEST(PlanExamples, ClusterFilesLoadAndThe7BNeedsAModelSplitOnAccelerators) {
 // A few rows of the validation, with generous bounds: calibrate this machine, then run a 1-rank
 // and a 2-rank (TP 2) layout and compare.
 TEST(PlanValidation, CalibratedPredictionsTrackMeasuredRuns) {
-  if (std::system("command -v mpirun > /dev/null 2>&1") != 0) GTEST_SKIP() << "no mpirun";
+  SMELT_REQUIRE_REFERENCE(std::system("command -v mpirun > /dev/null 2>&1") == 0,
+                          "mpirun (scripts/install-deps installs openmpi-bin)");
   const fs::path dir = test::fresh_test_dir("plan");
   const std::string model_toml =
       "[model]\nvocab_size = 2048\nd_model = 128\nn_layers = 2\nn_heads = 4\nn_kv_heads = 4\nffn_hidden = 352\n"

@@ -33,6 +33,7 @@
 #include "serve/raw_http.hpp"
 #include "serve/serve_process.hpp"
 #include "smelt/tokenizer/tokenizer.hpp"
+#include "test_references.hpp"
 
 namespace fs = std::filesystem;
 using json = nlohmann::json;
@@ -108,8 +109,8 @@ const std::string kPrompt = "The kernel coding style is";
 
 TEST_F(Serve, OfficialOpenAiClient) {
   const fs::path ref = fs::path(SMELT_SOURCE_DIR) / "tests/reference";
-  if (!fs::exists(ref / "node_modules/openai/package.json"))
-    GTEST_SKIP() << "tests/reference/node_modules has no `openai` (run scripts/install-deps)";
+  SMELT_REQUIRE_REFERENCE(fs::exists(ref / "node_modules/openai/package.json"),
+                          "tests/reference/node_modules has no `openai` (run scripts/install-deps)");
   const std::string cmd = "node " + (ref / "openai_check.mjs").string() + " http://127.0.0.1:" + std::to_string(port()) +
                           " " + kKey + " tinyrun '" + kPrompt + "' 2>&1";
   std::string out;

@@ -17,6 +17,7 @@
 #include "smelt/tokenizer/byte_level.hpp"
 #include "smelt/tokenizer/pretokenizer.hpp"
 #include "smelt/tokenizer/tokenizer.hpp"
+#include "test_references.hpp"
 
 using namespace smelt;
 namespace fs = std::filesystem;
@@ -310,8 +311,9 @@ std::vector<std::pair<std::string, std::string>> hf_merges_of(const nlohmann::js
 // whitespace splitting on both sides, HF's default trainer (vocab 30000, alphabet = bytes seen).
 TEST(BpeMerge, EqualsHuggingFaceTrainer) {
   std::string ref_dir = std::string(SMELT_SOURCE_DIR) + "/tests/reference";
-  if (!fs::exists(ref_dir + "/node_modules/tokenizers") || std::system("node --version >/dev/null 2>&1") != 0)
-    GTEST_SKIP() << "node or tests/reference/node_modules/tokenizers missing (scripts/install-deps installs them)";
+  SMELT_REQUIRE_REFERENCE(
+      fs::exists(ref_dir + "/node_modules/tokenizers") && std::system("node --version >/dev/null 2>&1") == 0,
+      "node or tests/reference/node_modules/tokenizers missing (scripts/install-deps installs them)");
   std::vector<std::string> files = {kData + "en_coding_style.rst", kData + "en_submitting_patches.rst"};
   std::string out = (fs::temp_directory_path() / ("bpe_hf_" + std::to_string(getpid()) + ".json")).string();
   std::string cmd = "node " + ref_dir + "/hf_train_check.js whitespace " + out;
@@ -353,7 +355,8 @@ TEST(BpeMerge, EqualsHuggingFaceTrainer) {
 // and Chinese text. HF's train(files) reads line by line (line ends kept), so our documents are
 // the same lines; its alphabet is the bytes seen, so our vocab size is shifted by the bytes unseen.
 TEST(BpeTrainEndToEnd, Gpt2MergesEqualHuggingFaceByteLevelTrainer) {
-  if (!have_node_reference()) GTEST_SKIP() << "node or tests/reference/node_modules/tokenizers missing";
+  SMELT_REQUIRE_REFERENCE(have_node_reference(),
+                          "node or tests/reference/node_modules/tokenizers missing (scripts/install-deps)");
   std::vector<std::string> files = {kData + "en_coding_style.rst", kData + "zh_kernel_howto.rst"};
   std::string out = tmp_path("hf_bytelevel.json");
   std::string cmd = "node " + ref_dir() + "/hf_train_check.js bytelevel " + out;

@@ -7,6 +7,7 @@
 
 #include "smelt/tokenizer/tokenizer.hpp"
 #include "tok_test_util.hpp"
+#include "test_references.hpp"
 
 namespace smelt {
 namespace {
@@ -37,7 +38,7 @@ std::vector<uint32_t> read_bin(const std::string& p) {
 class Cli : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (!refs_installed()) GTEST_SKIP() << "npm references missing (fixtures are built from them)";
+    SMELT_REQUIRE_REFERENCE(refs_installed(), "npm references (fixtures are built from them): scripts/install-deps");
     tok_ = fixtures() + "/cl100k_base.tiktoken";
     ASSERT_TRUE(Tokenizer::load(tok_, lib_));
   }

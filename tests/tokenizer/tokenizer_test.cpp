@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include "tok_test_util.hpp"
+#include "test_references.hpp"
 
 namespace smelt {
 namespace {
@@ -38,7 +39,7 @@ std::vector<Case> cases() {
 class RefTest : public ::testing::TestWithParam<Case> {
  protected:
   void SetUp() override {
-    if (!refs_installed()) GTEST_SKIP() << "npm references missing: run scripts/install-deps (npm ci in tests/reference)";
+    SMELT_REQUIRE_REFERENCE(refs_installed(), "npm references: run scripts/install-deps (npm ci in tests/reference)");
   }
 };
 
@@ -139,7 +140,7 @@ INSTANTIATE_TEST_SUITE_P(Vocabularies, RefTest, ::testing::ValuesIn(cases()),
                          [](const auto& info) { return info.param.name; });
 
 TEST(Tokenizer, SaveHfRoundTripAndHfLoadsIt) {
-  if (!refs_installed()) GTEST_SKIP() << "npm references missing";
+  SMELT_REQUIRE_REFERENCE(refs_installed(), "npm references: run scripts/install-deps");
   for (std::string f : {"cl100k_base.tiktoken", "gpt2.json", "qwen2.json"}) {
     const Tokenizer& a = loaded(f);
     std::string out = fixtures() + "/saved-" + std::to_string(getpid()) + "-" + f + ".json";
@@ -164,7 +165,7 @@ TEST(Tokenizer, SaveHfRoundTripAndHfLoadsIt) {
 }
 
 TEST(Tokenizer, SpecialTokens) {
-  if (!refs_installed()) GTEST_SKIP() << "npm references missing";
+  SMELT_REQUIRE_REFERENCE(refs_installed(), "npm references: run scripts/install-deps");
   const Tokenizer& t = loaded("cl100k_base.tiktoken");
   ASSERT_TRUE(t.eod_id());
   EXPECT_EQ(*t.eod_id(), 100257u);
@@ -185,7 +186,7 @@ TEST(Tokenizer, SpecialTokens) {
 }
 
 TEST(Tokenizer, InvalidUtf8NeverCrashesAndRoundTrips) {
-  if (!refs_installed()) GTEST_SKIP() << "npm references missing";
+  SMELT_REQUIRE_REFERENCE(refs_installed(), "npm references: run scripts/install-deps");
   std::mt19937 rng(3);
   for (std::string f : {"gpt2.json", "cl100k_base.tiktoken", "o200k_base.tiktoken", "qwen2.json"}) {
     const Tokenizer& t = loaded(f);
