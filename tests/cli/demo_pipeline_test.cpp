@@ -5,7 +5,8 @@
 // stage succeeds; the summary has bits per byte beside the three compressors on the same text,
 // the planned steps, the loss chart and greedy and sampled continuations of the config's English
 // and Chinese prompts, the serve command it ends with answers a completion, and the script writes
-// the run's report.html and prints the dashboard command.
+// the run's report.html and prints the dashboard command; the commands are typed as the person would
+// (build/smelt).
 #include <sys/wait.h>
 
 #include <filesystem>
@@ -70,12 +71,14 @@ TEST(DemoPipeline, TheDemoConfigRunsEndToEndOnASlice) {
   EXPECT_NE(err.find("loss (nats per token)"), std::string::npos) << err;
   EXPECT_NE(err.find("sample (greedy) \"内核\""), std::string::npos) << err;
   EXPECT_NE(err.find("[demo] crawl"), std::string::npos) << "the script times its phases: " << err;
-  // The summary ends with the one command that serves the model: it does.
-  EXPECT_NE(err.find("serve it       smelt serve --checkpoint"), std::string::npos) << err;
+  // The summary ends with the one command that serves the model, typed as from where the demo ran
+  // (the source folder: build/smelt, not a `smelt` that is not on PATH): it does.
+  const std::string smelt = fs::path(SMELT_BINARY).lexically_relative(SMELT_SOURCE_DIR).string();
+  EXPECT_NE(err.find("serve it       " + smelt + " serve --checkpoint"), std::string::npos) << err;
   const std::string serve = j["serve_command"].get<std::string>();
-  ASSERT_EQ(serve.rfind("smelt serve ", 0), 0u) << serve;
+  ASSERT_EQ(serve.rfind(smelt + " serve ", 0), 0u) << serve;
   {
-    smelt::test::ServeProcess server(serve.substr(12), dir.string() + ".serve.err");
+    smelt::test::ServeProcess server(serve.substr(smelt.size() + 7), dir.string() + ".serve.err");
     ASSERT_GT(server.port(), 0) << server.log();
     smelt::test::Reply r = smelt::test::http(server.port(), "POST", "/v1/completions",
                                              R"({"prompt": "The kernel", "max_tokens": 8, "temperature": 0})");
@@ -86,8 +89,8 @@ TEST(DemoPipeline, TheDemoConfigRunsEndToEndOnASlice) {
   fs::remove(dir.string() + ".serve.err");
   // Then the run's dashboard: the command in the summary, and the script's report beside the run.
   const std::string run = j["artifacts"]["run"].get<std::string>();
-  EXPECT_NE(err.find("watch it       smelt dashboard " + run), std::string::npos) << err;
-  EXPECT_EQ(j["dashboard_command"], "smelt dashboard " + run);
+  EXPECT_NE(err.find("watch it       " + smelt + " dashboard " + run), std::string::npos) << err;
+  EXPECT_EQ(j["dashboard_command"], smelt + " dashboard " + run);
   EXPECT_NE(err.find("[demo] dashboard: " + std::string(SMELT_BINARY) + " dashboard " + run), std::string::npos) << err;
   const std::string report = smelt::test::read_file(run + "/report.html");
   EXPECT_EQ(report.rfind("<!doctype html>", 0), 0u) << "the demo writes RUN/report.html";

@@ -77,3 +77,15 @@ TEST(StepReport, AStepRateAboveEveryMeasurementIsCappedAndSaid) {
 }
 
 }  // namespace
+
+// The status line's eta: the pace so far, but never past the time budget. A first status line
+// after a slow start-up once read "step 1/407? ... eta 37m38s" inside a 7.5-minute budget.
+TEST(StepReport, EtaNeverPassesTheTimeBudget) {
+  EXPECT_DOUBLE_EQ(eta_seconds(10, 2, 8, 0), 40);        // no budget: the pace
+  EXPECT_DOUBLE_EQ(eta_seconds(5.5, 1, 406, 450), 444.5);  // the slow first step: the budget left
+  EXPECT_DOUBLE_EQ(eta_seconds(100, 100, 50, 450), 50);   // a pace inside the budget stands
+  EXPECT_DOUBLE_EQ(eta_seconds(3, 0, 400, 450), 447);     // no step yet: the budget left
+  EXPECT_DOUBLE_EQ(eta_seconds(3, 0, 400, 0), -1);        // nothing tells
+  EXPECT_DOUBLE_EQ(eta_seconds(500, 10, 5, 450), 0);      // past the budget: the run is ending
+  EXPECT_EQ(duration_str(eta_seconds(5.5, 1, 406, 450)), "7m24s");
+}

@@ -1,7 +1,8 @@
 // What every subcommand shares: CLI11's parse with Smelt's exit codes, the --log-level flag with
-// the logging set-up, and the running binary's path (for subcommands that start smelt again). Not
-// the subcommands' own flags.
+// the logging set-up, and the running binary's path (for subcommands that start smelt again) and
+// how a person types it. Not the subcommands' own flags.
 #pragma once
+#include <cstdlib>
 #include <filesystem>
 #include <string>
 
@@ -37,6 +38,29 @@ inline std::string cli_self_exe() {
   std::error_code ec;
   const std::filesystem::path p = std::filesystem::read_symlink("/proc/self/exe", ec);
   return ec ? std::string("smelt") : p.string();
+}
+
+// How a person in the working directory types the `smelt` beside this binary (for commands a
+// summary suggests): "smelt" when the one on PATH is that file; else its path, relative
+// ("build/smelt", "./smelt") when it lies below the working directory, absolute otherwise.
+inline std::string cli_smelt_command() {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::path self = fs::read_symlink("/proc/self/exe", ec);
+  if (ec) return "smelt";
+  fs::path light = self.parent_path() / "smelt";
+  if (!fs::exists(light, ec)) light = self;
+  if (const char* path = std::getenv("PATH")) {
+    std::string dirs = path;
+    for (size_t b = 0, e; b <= dirs.size(); b = e + 1) {
+      e = dirs.find(':', b);
+      if (e == std::string::npos) e = dirs.size();
+      if (e > b && fs::equivalent(fs::path(dirs.substr(b, e - b)) / "smelt", light, ec)) return "smelt";
+    }
+  }
+  const fs::path rel = light.lexically_relative(fs::current_path(ec));
+  if (ec || rel.empty() || *rel.begin() == "..") return light.string();
+  return rel.has_parent_path() ? rel.string() : "./" + rel.string();
 }
 
 }  // namespace smelt

@@ -21,4 +21,8 @@ int cli_dashboard(int argc, char** argv); // dashboard_cmd.cpp
 int cli_report(int argc, char** argv);    // dashboard_cmd.cpp
 int cli_trace(int argc, char** argv);     // trace_cmd.cpp: merge | summary
 
+// `smelt --version`: the project's version and the source commit (build/generated/version.cpp).
+const char* cli_version();
+const char* cli_source_commit();
+
 }  // namespace smelt

@@ -347,6 +347,7 @@ int cli_pipeline(int argc, char** argv) {
   in.refined = refined, in.tokenizer = tokenizer, in.tokens = sources, in.shards = shards;
   in.valid = c.holdout > 0 ? valid : "";
   in.run = run, in.eval = fs::exists(eval_json) ? eval_json : "", in.sample = sample;
+  in.smelt = cli_smelt_command();
   in.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_all).count();
   in.stages = stages;
   in.samples = samples;

@@ -255,18 +255,20 @@ void pipeline_summary(const PipelineSummaryInput& in, std::string& text, json& j
   j["samples"] = samples;
   if (!in.run.empty()) {
     // Serving comes first: it is the one command that puts the model in the tools people use.
-    text += fmt::format("\n  serve it       smelt serve --checkpoint {}   (OpenAI-compatible, http://127.0.0.1:8000/v1)\n",
-                        in.run);
-    j["serve_command"] = fmt::format("smelt serve --checkpoint {}", in.run);
-    text += fmt::format("  watch it       smelt dashboard {}   (curves, vital signs, events: http://127.0.0.1:8080)\n", in.run);
-    text += fmt::format("                 smelt report {} -o report.html   (the same page as one file)\n", in.run);
-    j["dashboard_command"] = fmt::format("smelt dashboard {}", in.run);
-    text += fmt::format("  next           smelt generate --checkpoint {} --prompt \"...\"\n", in.run);
-    text += fmt::format("                 smelt eval --checkpoint {} --data {} --compressors\n", in.run,
+    const std::string& sm = in.smelt;
+    j["serve_command"] = fmt::format("{} serve --checkpoint {}", sm, in.run);
+    j["dashboard_command"] = fmt::format("{} dashboard {}", sm, in.run);
+    text += fmt::format("\n  serve it       {}   (OpenAI-compatible, http://127.0.0.1:8000/v1)\n",
+                        j["serve_command"].get<std::string>());
+    text += fmt::format("  watch it       {}   (curves, vital signs, events: http://127.0.0.1:8080)\n",
+                        j["dashboard_command"].get<std::string>());
+    text += fmt::format("                 {} report {} -o report.html   (the same page as one file)\n", sm, in.run);
+    text += fmt::format("  next           {} generate --checkpoint {} --prompt \"...\"\n", sm, in.run);
+    text += fmt::format("                 {} eval --checkpoint {} --data {} --compressors\n", sm, in.run,
                         in.valid.empty() ? std::string("HELDOUT") : in.valid);
-    text += fmt::format("                 smelt export --checkpoint {} --format gguf --dtype q8_0 --output model.gguf\n",
-                        in.run);
-    text += fmt::format("                 smelt export --checkpoint {} --format hf --output MODEL_DIR\n", in.run);
+    text += fmt::format("                 {} export --checkpoint {} --format gguf --dtype q8_0 --output model.gguf\n",
+                        sm, in.run);
+    text += fmt::format("                 {} export --checkpoint {} --format hf --output MODEL_DIR\n", sm, in.run);
   }
 }
 

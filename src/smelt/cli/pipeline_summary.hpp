@@ -30,6 +30,7 @@ struct PipelineSummaryInput {
   nlohmann::ordered_json stages = nlohmann::ordered_json::object();  // name -> {exit_code, seconds}, in run order
   std::vector<PipelineSample> samples;
   std::string sampling;  // how the samples were drawn, in words
+  std::string smelt = "smelt";  // how the person types the command (cli_smelt_command: "build/smelt")
 };
 
 // The JSON object in path; null when the file is missing or does not parse.

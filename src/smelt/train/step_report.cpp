@@ -244,4 +244,11 @@ std::string duration_str(double s) {
   return fmt::format("{}s", t);
 }
 
+double eta_seconds(double elapsed_s, double steps_done, double steps_left, double budget_s) {
+  const double by_pace = steps_done > 0 && steps_left >= 0 ? elapsed_s / steps_done * steps_left : -1;
+  if (budget_s <= 0) return by_pace;
+  const double by_budget = std::max(0.0, budget_s - elapsed_s);
+  return by_pace < 0 ? by_budget : std::min(by_pace, by_budget);
+}
+
 }  // namespace smelt

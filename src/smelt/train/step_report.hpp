@@ -112,5 +112,9 @@ int64_t peak_rss_bytes();
 std::string human_count(double x);
 // 1h02m, 3m04s, 5s; "?" for a negative or unknown time.
 std::string duration_str(double seconds);
+// Seconds left for a status line: the pace so far times the steps left, and never past a time
+// budget (budget_s > 0, counted from the same start as elapsed_s), which ends the run whatever
+// the first steps' pace (start-up included) said; -1 when neither tells.
+double eta_seconds(double elapsed_s, double steps_done, double steps_left, double budget_s);
 
 }  // namespace smelt

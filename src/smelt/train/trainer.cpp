@@ -852,7 +852,7 @@ void Trainer::status_line(int64_t step, double loss, double tok_s, double mfu, d
                                                       human_count((double)c_.train.max_tokens));
   std::string line = fmt::format("{} | loss {:.4f} | {} tok/s | mfu {:.1f}% | data wait {:.1f} ms | eta {}", where,
                                  loss, human_count(tok_s), 100 * mfu, wait_ms,
-                                 done > 0 && left >= 0 ? duration_str(elapsed / done * left) : "?");
+                                 duration_str(eta_seconds(elapsed, done, left, budget_s_)));
   if (tty_) {
     std::fprintf(stderr, "\r\033[K%s%s", line.c_str(), final ? "\n" : "");
     std::fflush(stderr);
