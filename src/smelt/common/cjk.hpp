@@ -6,7 +6,8 @@
 namespace smelt {
 
 // Han ideographs: CJK Unified Ideographs (U+4E00..9FFF), extension A (U+3400..4DBF), extensions
-// B..H (U+20000..323AF), and the compatibility ideographs (U+F900..FAFF, U+2F800..2FA1F).
+// B..H (U+20000..323AF, taken whole with the few unassigned points between the extensions), and
+// the compatibility ideographs (U+F900..FAFF, U+2F800..2FA1F).
 inline bool is_han(char32_t cp) {
   return (cp >= 0x4E00 && cp <= 0x9FFF) || (cp >= 0x3400 && cp <= 0x4DBF) ||
          (cp >= 0x20000 && cp <= 0x323AF) || (cp >= 0xF900 && cp <= 0xFAFF) ||
