@@ -1,16 +1,9 @@
 // `smelt dashboard RUN...`: a page that follows the runs' metrics.jsonl live, with Prometheus text at
 // /metrics; `smelt report RUN... -o FILE`: the same page as one self-contained HTML file
-// (docs/dashboard.md). Both light: no MPI, BLAS or OpenMP. SIGTERM/SIGINT stop the server: taken
-// by StopSignals' watcher, which writes a byte to a pipe that a thread of ours reads.
+// (docs/dashboard.md). Both light: no MPI, BLAS or OpenMP. SIGTERM/SIGINT stop the server, on
+// HttpSignalWatch's thread (common/http_listener.hpp).
 // Not the routes (obs/dashboard_server.hpp) nor the data (obs/dashboard.hpp).
-#include <poll.h>
-#include <signal.h>
-#include <unistd.h>
-
-#include <cerrno>
 #include <cstdio>
-#include <cstring>
-#include <thread>
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
@@ -19,24 +12,11 @@
 #include "smelt/cli/commands.hpp"
 #include "smelt/common/files.hpp"
 #include "smelt/common/log.hpp"
-#include "smelt/common/stop_signals.hpp"
+#include "smelt/common/http_listener.hpp"
 #include "smelt/obs/dashboard.hpp"
 #include "smelt/obs/dashboard_server.hpp"
 
 namespace smelt {
-
-namespace {
-
-int g_stop_pipe[2] = {-1, -1};
-
-void on_stop() {  // async-signal-safe (it may run in a handler): one byte into the pipe
-  const int saved = errno;
-  const char b = 's';
-  [[maybe_unused]] ssize_t n = write(g_stop_pipe[1], &b, 1);
-  errno = saved;
-}
-
-}  // namespace
 
 int cli_dashboard(int argc, char** argv) {
   CLI::App app{"smelt dashboard: a live page of training runs' metrics, vital signs and events, with Prometheus "
@@ -64,13 +44,12 @@ int cli_dashboard(int argc, char** argv) {
   dc.refresh_ms = refresh_ms;
   dc.title = title;
   dc.vitals = dashboard_vitals;
-  if (pipe(g_stop_pipe) != 0) {
-    spdlog::error("pipe: {}", std::strerror(errno));
+  // SIGINT/SIGTERM blocked in every thread started from here and taken by StopSignals' watcher.
+  HttpSignalWatch signals;
+  if (Status s = signals.open(); !s) {
+    spdlog::error("{}", s.message());
     return kExitFailure;
   }
-  signal(SIGPIPE, SIG_IGN);  // a browser gone mid-answer is an error return, not the end of the server
-  // SIGINT/SIGTERM blocked in every thread started from here and taken by StopSignals' watcher.
-  StopSignals stop_signals(on_stop);
   DashboardServer server(runs, dc);
   if (Status s = server.bind(); !s) {
     spdlog::error("{}", s.message());
@@ -78,25 +57,14 @@ int cli_dashboard(int argc, char** argv) {
   }
   server.start();
   for (const auto& r : runs) spdlog::info("run '{}': {}", r.name, r.dir);
-  std::thread watcher([&] {
-    char b = 0;
-    while (true) {
-      pollfd p{g_stop_pipe[0], POLLIN, 0};
-      if (poll(&p, 1, -1) < 0 && errno == EINTR) continue;
-      if (read(g_stop_pipe[0], &b, 1) != 1) continue;
-      if (b == 's') {
-        spdlog::info("signal: stopping");
-        server.stop();
-      }
-      return;
-    }
+  signals.watch([&] {
+    spdlog::info("signal: stopping");
+    server.stop();
   });
   std::fprintf(stdout, "listening on http://%s:%d\n", host.c_str(), server.port());
   std::fflush(stdout);
   const bool by_stop = server.join();
-  const char q = 'q';
-  [[maybe_unused]] ssize_t n = write(g_stop_pipe[1], &q, 1);
-  watcher.join();
+  signals.end();
   if (!by_stop) {
     spdlog::error("the HTTP listener stopped with an error");
     return kExitFailure;

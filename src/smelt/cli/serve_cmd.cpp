@@ -1,19 +1,12 @@
 // `smelt serve`: a checkpoint (step or run directory) or a GGUF file behind an OpenAI-compatible
 // HTTP server (docs/serve.md). The socket is bound first so /health answers 503 while the model
 // loads; "listening on http://HOST:PORT" goes to stdout once requests are served. SIGTERM/SIGINT
-// stop it gracefully: blocked in every worker thread and taken by StopSignals' watcher, which writes
-// a byte to a pipe; a watcher thread of ours does the work.
+// stop it gracefully, on HttpSignalWatch's thread (common/http_listener.hpp).
 // Not the routes (serve/http_server.hpp) nor the scheduler (serve/engine.hpp).
-#include <poll.h>
-#include <signal.h>
-#include <unistd.h>
-
-#include <cerrno>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
-#include <thread>
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
@@ -24,7 +17,6 @@
 #include "smelt/cli/command_table.hpp"
 #include "smelt/cli/resolve_checkpoint.hpp"
 #include "smelt/common/log.hpp"
-#include "smelt/common/stop_signals.hpp"
 #include "smelt/model/config.hpp"
 #include "smelt/serve/engine.hpp"
 #include "smelt/serve/http_server.hpp"
@@ -35,22 +27,6 @@ namespace fs = std::filesystem;
 namespace smelt {
 
 namespace {
-
-int g_signal_pipe[2] = {-1, -1};
-
-// Async-signal-safe: one write(2), errno kept.
-void on_stop() {  // async-signal-safe (it may run in a handler): one byte into the pipe
-  const int saved = errno;
-  const char b = 's';
-  [[maybe_unused]] ssize_t n = write(g_signal_pipe[1], &b, 1);
-  errno = saved;
-}
-
-Status make_signal_pipe() {
-  if (pipe(g_signal_pipe) != 0) return Status::error(fmt::format("pipe: {}", std::strerror(errno)));
-  signal(SIGPIPE, SIG_IGN);  // a client gone mid-write is an error return, not the end of the server
-  return Status::ok();
-}
 
 // The key: the file's first line, surrounding whitespace dropped.
 Status read_api_key(const std::string& path, std::string& key) {
@@ -104,112 +80,114 @@ Status load_gguf(const std::string& path, Loaded& out) {
   return Status::ok();
 }
 
+struct ServeFlags {
+  std::string ckpt, gguf, tok_path, host = "127.0.0.1", api_key_file, dtype = "f32", model_name;
+  int port = 8000, threads = 1, http_threads = 0;
+  EngineConfig ec;
+  size_t max_body = 1 << 20;
+  double grace = 10;
+};
+
+void add_serve_flags(CLI::App& app, ServeFlags& f) {
+  auto* src = app.add_option_group("model", "what to serve (one of)");
+  src->add_option("--checkpoint", f.ckpt, "step directory (RUN/checkpoints/step_N) or run directory (its newest valid "
+                  "checkpoint)");
+  src->add_option("--gguf", f.gguf, "a GGUF file of the llama architecture (F32, F16 or Q8_0 tensors)");
+  src->require_option(1);
+  app.add_option("--tokenizer", f.tok_path, "tokenizer.json (default: the checkpoint's copy; a GGUF file carries its own)");
+  app.add_option("--host", f.host, "address to bind (default 127.0.0.1: this machine only; 0.0.0.0 for every interface)");
+  app.add_option("--port", f.port, "TCP port (default 8000; 0: any free port, printed)")->check(CLI::Range(0, 65535));
+  app.add_option("--threads", f.threads, "model threads (default 1)")->check(CLI::PositiveNumber);
+  app.add_option("--slots", f.ec.slots, "sequences decoded together at most (default 4)")->check(CLI::PositiveNumber);
+  app.add_option("--max-queue", f.ec.max_queue, "requests waiting for a slot at most; beyond, 429 (default 16)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--ctx", f.ec.ctx, "tokens per sequence, prompt + completion (default: the model's max_seq_len)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--prefill-chunk", f.ec.prefill_chunk, "prompt tokens per step over all prefilling sequences "
+                 "(default 32: a long prompt does not stall the others' streams)")->check(CLI::PositiveNumber);
+  app.add_option("--dtype", f.dtype, "linear layers in f32 (default, exact), bf16, f16 (half weights, inputs rounded to half) or q8_0 (int8 blocks)");
+  app.add_option("--model-name", f.model_name, "the name clients use in 'model' (default: the run directory's name, or "
+                 "the GGUF file's general.name)");
+  app.add_option("--api-key-file", f.api_key_file, "file whose first line is the key every route but /health then wants "
+                 "as 'Authorization: Bearer KEY'");
+  app.add_option("--max-body-bytes", f.max_body, "larger request bodies get 413 (default 1 MiB)")->check(CLI::PositiveNumber);
+  app.add_option("--http-threads", f.http_threads, "connection threads (default slots + max-queue + 4: one per "
+                 "connection, streams hold theirs)")->check(CLI::NonNegativeNumber);
+  app.add_option("--shutdown-grace", f.grace, "seconds SIGTERM lets requests in flight finish before ending them "
+                 "(default 10)")->check(CLI::NonNegativeNumber);
+}
+
+// The engine's settings (f.ec) completed and the HTTP server's made from the flags. An exit code
+// on a usage error, else -1.
+int serve_settings(ServeFlags& f, HttpConfig& hc) {
+  f.ec.threads = f.threads;
+  if (Status s = weight_format_parse(f.dtype, f.ec.format); !s) {
+    spdlog::error("--dtype: {}", s.message());
+    return kExitUsage;
+  }
+  if (!f.gguf.empty() && !f.tok_path.empty()) {
+    spdlog::error("--tokenizer goes with --checkpoint; a GGUF file carries its own tokenizer");
+    return kExitUsage;
+  }
+  hc.host = f.host;
+  hc.port = f.port;
+  hc.max_body_bytes = f.max_body;
+  hc.threads = f.http_threads > 0 ? f.http_threads : f.ec.slots + f.ec.max_queue + 4;
+  if (!f.api_key_file.empty()) {
+    if (Status s = read_api_key(f.api_key_file, hc.api_key); !s) {
+      spdlog::error("{}", s.message());
+      return kExitUsage;
+    }
+  }
+  return -1;
+}
+
 }  // namespace
 
 int cli_serve(int argc, char** argv) {
   CLI::App app{"smelt serve: an OpenAI-compatible HTTP server over a checkpoint or a GGUF file, with continuous "
                "batching (docs/serve.md)"};
   app.name("smelt serve");
-  std::string ckpt, gguf, tok_path, host = "127.0.0.1", api_key_file, dtype = "f32", model_name;
-  int port = 8000, threads = 1, http_threads = 0;
-  EngineConfig ec;
-  size_t max_body = 1 << 20;
-  double grace = 10;
-  auto* src = app.add_option_group("model", "what to serve (one of)");
-  src->add_option("--checkpoint", ckpt, "step directory (RUN/checkpoints/step_N) or run directory (its newest valid "
-                  "checkpoint)");
-  src->add_option("--gguf", gguf, "a GGUF file of the llama architecture (F32, F16 or Q8_0 tensors)");
-  src->require_option(1);
-  app.add_option("--tokenizer", tok_path, "tokenizer.json (default: the checkpoint's copy; a GGUF file carries its own)");
-  app.add_option("--host", host, "address to bind (default 127.0.0.1: this machine only; 0.0.0.0 for every interface)");
-  app.add_option("--port", port, "TCP port (default 8000; 0: any free port, printed)")->check(CLI::Range(0, 65535));
-  app.add_option("--threads", threads, "model threads (default 1)")->check(CLI::PositiveNumber);
-  app.add_option("--slots", ec.slots, "sequences decoded together at most (default 4)")->check(CLI::PositiveNumber);
-  app.add_option("--max-queue", ec.max_queue, "requests waiting for a slot at most; beyond, 429 (default 16)")
-      ->check(CLI::NonNegativeNumber);
-  app.add_option("--ctx", ec.ctx, "tokens per sequence, prompt + completion (default: the model's max_seq_len)")
-      ->check(CLI::NonNegativeNumber);
-  app.add_option("--prefill-chunk", ec.prefill_chunk, "prompt tokens per step over all prefilling sequences "
-                 "(default 32: a long prompt does not stall the others' streams)")->check(CLI::PositiveNumber);
-  app.add_option("--dtype", dtype, "linear layers in f32 (default, exact), bf16, f16 (half weights, inputs rounded to half) or q8_0 (int8 blocks)");
-  app.add_option("--model-name", model_name, "the name clients use in 'model' (default: the run directory's name, or "
-                 "the GGUF file's general.name)");
-  app.add_option("--api-key-file", api_key_file, "file whose first line is the key every route but /health then wants "
-                 "as 'Authorization: Bearer KEY'");
-  app.add_option("--max-body-bytes", max_body, "larger request bodies get 413 (default 1 MiB)")->check(CLI::PositiveNumber);
-  app.add_option("--http-threads", http_threads, "connection threads (default slots + max-queue + 4: one per "
-                 "connection, streams hold theirs)")->check(CLI::NonNegativeNumber);
-  app.add_option("--shutdown-grace", grace, "seconds SIGTERM lets requests in flight finish before ending them "
-                 "(default 10)")->check(CLI::NonNegativeNumber);
+  ServeFlags f;
+  add_serve_flags(app, f);
   if (int rc = cli_parse(app, argc, argv, "serve"); rc >= 0) return rc;
-  ec.threads = threads;
-  if (Status s = weight_format_parse(dtype, ec.format); !s) {
-    spdlog::error("--dtype: {}", s.message());
-    return kExitUsage;
-  }
-  if (!gguf.empty() && !tok_path.empty()) {
-    spdlog::error("--tokenizer goes with --checkpoint; a GGUF file carries its own tokenizer");
-    return kExitUsage;
-  }
-
   HttpConfig hc;
-  hc.host = host;
-  hc.port = port;
-  hc.max_body_bytes = max_body;
-  hc.threads = http_threads > 0 ? http_threads : ec.slots + ec.max_queue + 4;
-  if (!api_key_file.empty()) {
-    if (Status s = read_api_key(api_key_file, hc.api_key); !s) {
-      spdlog::error("{}", s.message());
-      return kExitUsage;
-    }
-  }
-  if (Status s = make_signal_pipe(); !s) {
+  if (int rc = serve_settings(f, hc); rc >= 0) return rc;
+  // SIGINT/SIGTERM blocked in every thread started from here (HTTP, engine, OpenMP) and taken by
+  // StopSignals' own watcher, so no compute thread ever runs a handler (common/stop_signals.hpp).
+  HttpSignalWatch signals;
+  if (Status s = signals.open(); !s) {
     spdlog::error("{}", s.message());
     return kExitFailure;
   }
-  // SIGINT/SIGTERM blocked in every thread started from here (HTTP, engine, OpenMP) and taken by
-  // StopSignals' own watcher, so no compute thread ever runs a handler (common/stop_signals.hpp).
-  StopSignals stop_signals(on_stop);
   HttpServer server(hc);
   if (Status s = server.bind(); !s) {
     spdlog::error("{}", s.message());
     return kExitFailure;
   }
   server.start();
-  spdlog::info("bound {}:{}; /health answers 503 until the model is loaded", host, server.port());
-  // the watcher: a signal ('s') stops the server gracefully; main's 'q' ends the watcher
-  std::thread watcher([&] {
-    char b = 0;
-    while (true) {
-      pollfd p{g_signal_pipe[0], POLLIN, 0};
-      if (poll(&p, 1, -1) < 0 && errno == EINTR) continue;
-      if (read(g_signal_pipe[0], &b, 1) != 1) continue;
-      if (b == 's') {
-        spdlog::info("signal: stopping (new requests get 503; requests in flight have {} s)", grace);
-        server.shutdown(grace);
-      }
-      return;
-    }
+  spdlog::info("bound {}:{}; /health answers 503 until the model is loaded", f.host, server.port());
+  signals.watch([&] {
+    spdlog::info("signal: stopping (new requests get 503; requests in flight have {} s)", f.grace);
+    server.shutdown(f.grace);
   });
   auto quit = [&](int rc) {
     server.shutdown(0);
     server.join();
-    const char b = 'q';
-    [[maybe_unused]] ssize_t n = write(g_signal_pipe[1], &b, 1);
-    watcher.join();
+    signals.end();
     return rc;
   };
 
   Loaded m;
-  Status s = gguf.empty() ? load_checkpoint(ckpt, tok_path, m) : load_gguf(gguf, m);
+  Status s = f.gguf.empty() ? load_checkpoint(f.ckpt, f.tok_path, m) : load_gguf(f.gguf, m);
   if (!s) {
     spdlog::error("{}", s.message());
     return quit(kExitFailure);
   }
-  if (!model_name.empty()) m.name = model_name;
+  if (!f.model_name.empty()) m.name = f.model_name;
   if (server.stopping()) return quit(kExitOk);  // a signal came while loading
   Engine engine;
-  if (Status e = engine.start(m.cfg, std::move(m.params), m.tok, ec); !e) {
+  if (Status e = engine.start(m.cfg, std::move(m.params), m.tok, f.ec); !e) {
     spdlog::error("{}", e.message());
     return quit(kExitFailure);
   }
@@ -218,14 +196,12 @@ int cli_serve(int argc, char** argv) {
     return quit(kExitOk);
   }
   spdlog::info("model '{}': {}", m.name, engine.describe());
-  std::fprintf(stdout, "listening on http://%s:%d\n", host.c_str(), server.port());
+  std::fprintf(stdout, "listening on http://%s:%d\n", f.host.c_str(), server.port());
   std::fflush(stdout);
 
   const bool by_shutdown = server.join();
   engine.shutdown(0);  // already done by a graceful stop; here for a listener that failed
-  const char b = 'q';
-  [[maybe_unused]] ssize_t n = write(g_signal_pipe[1], &b, 1);
-  watcher.join();
+  signals.end();
   if (!by_shutdown) {
     spdlog::error("the HTTP listener stopped with an error");
     return kExitFailure;

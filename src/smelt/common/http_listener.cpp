@@ -1,7 +1,11 @@
-// The shared HTTP listener (http_listener.hpp) over Debian's cpp-httplib.
+// The shared HTTP listener (http_listener.hpp) over Debian's cpp-httplib, and the self-pipe that
+// turns SIGINT/SIGTERM into a call on a thread of ours. Not the routes.
 #include "smelt/common/http_listener.hpp"
 
+#include <poll.h>
+#include <signal.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <chrono>
@@ -9,6 +13,8 @@
 
 #include <fmt/format.h>
 #include <httplib.h>
+
+#include "smelt/common/stop_signals.hpp"
 
 namespace smelt {
 
@@ -92,6 +98,56 @@ std::string http_exception_text(std::exception_ptr ep) {
 bool HttpListener::join() {
   if (listener_.joinable()) listener_.join();
   return listen_ok_;
+}
+
+namespace {
+std::atomic<int> g_stop_pipe_write{-1};  // the open HttpSignalWatch's pipe (-1: none)
+
+void on_stop_signal() {  // async-signal-safe (it may run in a handler): one byte into the pipe
+  const int saved = errno;
+  const char b = 's';
+  [[maybe_unused]] ssize_t n = write(g_stop_pipe_write.load(), &b, 1);
+  errno = saved;
+}
+}  // namespace
+
+HttpSignalWatch::HttpSignalWatch() = default;
+
+Status HttpSignalWatch::open() {
+  if (pipe(pipe_) != 0) return Status::error(fmt::format("pipe: {}", std::strerror(errno)));
+  g_stop_pipe_write = pipe_[1];
+  signal(SIGPIPE, SIG_IGN);
+  signals_ = std::make_unique<StopSignals>(on_stop_signal);
+  return Status::ok();
+}
+
+void HttpSignalWatch::watch(std::function<void()> on_signal) {
+  reader_ = std::thread([this, on_signal = std::move(on_signal)] {
+    char b = 0;
+    while (true) {
+      pollfd p{pipe_[0], POLLIN, 0};
+      if (poll(&p, 1, -1) < 0 && errno == EINTR) continue;
+      if (read(pipe_[0], &b, 1) != 1) continue;
+      if (b == 's') on_signal();
+      return;  // 's' handled, or end()'s 'q'
+    }
+  });
+}
+
+void HttpSignalWatch::end() {
+  if (!reader_.joinable()) return;
+  const char q = 'q';
+  [[maybe_unused]] ssize_t n = write(pipe_[1], &q, 1);
+  reader_.join();
+}
+
+HttpSignalWatch::~HttpSignalWatch() {
+  end();
+  signals_.reset();
+  if (pipe_[0] < 0) return;
+  g_stop_pipe_write = -1;  // the handler stays installed; from now on its write fails harmlessly
+  close(pipe_[0]);
+  close(pipe_[1]);
 }
 
 }  // namespace smelt

@@ -1,7 +1,8 @@
 // One cpp-httplib server's socket and listener thread, as Smelt's servers (`smelt serve`,
 // `smelt dashboard`) share them: SO_REUSEADDR without SO_REUSEPORT, a deep accept queue, binding
-// errors that name --host and --port, a listener thread, and a stop that is not lost when it comes
-// right after start(). Not the routes: each server adds its own to server().
+// errors that name --host and --port, a listener thread, a stop that is not lost when it comes
+// right after start(), and SIGINT/SIGTERM turned into a call on a thread of ours (HttpSignalWatch).
+// Not the routes: each server adds its own to server().
 #pragma once
 #include <atomic>
 #include <cstddef>
@@ -21,6 +22,9 @@ struct Response;
 
 namespace smelt {
 
+class StopSignals;
+
+// The settings every server has; a server's own config derives from it (and sets its defaults).
 struct HttpListenerConfig {
   std::string host = "127.0.0.1";  // loopback unless told otherwise
   int port = 0;                    // 0: any free port (port() says which)
@@ -68,6 +72,33 @@ class HttpListener {
   std::atomic<bool> listener_done_{false};  // the listener thread has returned
   int listen_fd_ = -1;                        // the listening socket (its backlog is raised in bind())
   static constexpr int kListenBacklog = 512;
+};
+
+// SIGINT/SIGTERM for a server's command, handled on a thread of ours that may do anything (log,
+// a graceful stop): StopSignals (stop_signals.hpp) blocks them in every thread started after
+// open(), and its handler writes one byte to a self-pipe that watch()'s thread reads. One per
+// process at a time; declare it before the server, so that it outlives it.
+class HttpSignalWatch {
+ public:
+  HttpSignalWatch();
+  ~HttpSignalWatch();  // end(), then the signals' mask restored and the pipe closed
+  HttpSignalWatch(const HttpSignalWatch&) = delete;
+  HttpSignalWatch& operator=(const HttpSignalWatch&) = delete;
+
+  // Makes the pipe, ignores SIGPIPE (a client gone mid-write is an error return, not the end of
+  // the server) and starts taking the signals: call it before the server starts any thread.
+  Status open();
+  // Reads the pipe on a thread of its own: a signal (also one that came before) calls on_signal
+  // there, once, and ends the thread.
+  void watch(std::function<void()> on_signal);
+  // Ends the reading thread (on_signal is not called unless a signal came first) and joins it.
+  // Idempotent.
+  void end();
+
+ private:
+  int pipe_[2] = {-1, -1};
+  std::unique_ptr<StopSignals> signals_;
+  std::thread reader_;
 };
 
 }  // namespace smelt

@@ -60,17 +60,8 @@ bool parse_offset(const std::string& s, int64_t& v) {
 
 }  // namespace
 
-namespace {
-HttpListenerConfig listener_config(const DashboardServerConfig& c) {
-  HttpListenerConfig l;
-  l.host = c.host, l.port = c.port, l.threads = c.threads;
-  l.max_body_bytes = 64 << 10;  // no route takes a body
-  return l;
-}
-}  // namespace
-
 DashboardServer::DashboardServer(std::vector<DashboardRun> runs, DashboardServerConfig c)
-    : runs_(std::move(runs)), cfg_(std::move(c)), http_(listener_config(cfg_)) {
+    : runs_(std::move(runs)), cfg_(std::move(c)), http_(cfg_) {
   for (size_t i = 0; i < runs_.size(); i++) state_.push_back(std::make_unique<RunState>());
   if (cfg_.title.empty()) cfg_.title = dashboard_title(runs_);
   routes();

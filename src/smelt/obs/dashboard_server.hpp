@@ -18,18 +18,16 @@
 #include "smelt/common/status.hpp"
 #include "smelt/obs/dashboard.hpp"
 
-namespace httplib {
-class Server;
-struct Request;
-struct Response;
-}  // namespace httplib
-
 namespace smelt {
 
-struct DashboardServerConfig {
-  std::string host = "127.0.0.1";   // loopback unless told otherwise
-  int port = 8080;                  // 0: any free port (port() says which)
-  int threads = 16;                 // connection threads (a browser keeps up to 6 connections open)
+// The listener's settings (16 connection threads: a browser keeps up to 6 connections open; a
+// 64 KiB body limit: no route takes a body) and the dashboard's own.
+struct DashboardServerConfig : HttpListenerConfig {
+  DashboardServerConfig() {
+    port = 8080;
+    threads = 16;
+    max_body_bytes = 64 << 10;
+  }
   int refresh_ms = 1500;            // how often the page polls
   size_t chunk_bytes = 4u << 20;    // metrics.jsonl bytes per answer at most (the page asks again)
   std::string title;

@@ -113,15 +113,7 @@ LanguageGuess language_detect(std::string_view s) {
     const Script sc = script_of(cp);
     if (sc == Script::kLatin) { ++c.latin; ++len; ascii = false; continue; }
     end_word();
-    switch (sc) {
-      case Script::kHan: ++c.han; break;
-      case Script::kKana: ++c.kana; break;
-      case Script::kHangul: ++c.hangul; break;
-      case Script::kCyrillic: ++c.cyrillic; break;
-      case Script::kArabic: ++c.arabic; break;
-      case Script::kOther: ++c.other; break;
-      default: break;
-    }
+    language_count_letter(c, sc);
   }
   end_word();
   return language_decide(c);

@@ -58,4 +58,18 @@ inline constexpr double kEnglishStopDensity = 0.12; // English: >= this share of
 
 LanguageGuess language_decide(const LanguageCounts& c);
 
+// One letter of script s counted (kNone: nothing), as language_detect and quality_compute count.
+inline void language_count_letter(LanguageCounts& c, Script s) {
+  switch (s) {
+    case Script::kLatin: ++c.latin; break;
+    case Script::kHan: ++c.han; break;
+    case Script::kKana: ++c.kana; break;
+    case Script::kHangul: ++c.hangul; break;
+    case Script::kCyrillic: ++c.cyrillic; break;
+    case Script::kArabic: ++c.arabic; break;
+    case Script::kOther: ++c.other; break;
+    case Script::kNone: break;
+  }
+}
+
 }  // namespace smelt

@@ -352,34 +352,31 @@ void append_bool(std::string& out, const char* key, bool v) {
 
 inline double ratio(double a, double b) { return b > 0 ? a / b : 0.0; }
 
-}  // namespace
+constexpr size_t kNone = ~size_t{0};
 
-void quality_compute(std::string_view text, const HtmlSignals* html, QualitySignals& q) {
-  thread_local Scratch sc;
-  q = QualitySignals{};
-  if (html) q.html = *html;
+// The one pass over the text: character classes, words (hashed into sc's word arrays), Latin
+// letter runs (language counts, stop words), Han characters, lines and paragraphs (sc.lines,
+// sc.paras). The later passes read its counters and sc.
+struct TextPass {
+  TextPass(std::string_view t, Scratch& s)
+      : text(t), sc(s), p(reinterpret_cast<const unsigned char*>(t.data())), n(t.size()),
+        word_cap(s.word_hash.size()) {
+    sc.lines.clear();
+    sc.paras.clear();
+    if (sc.bmp_count.empty()) sc.bmp_count.assign(0x10000, 0);
+    sc.bmp_seen.clear();
+    sc.astral.clear();
+    line.first_byte = kNone;
+    para.first_byte = kNone;
+  }
+
+  std::string_view text;
+  Scratch& sc;
+  const unsigned char* p;
+  size_t n;
   // word arrays written by index in the hot loop (cheaper than push_back), grown by doubling
-  size_t nw = 0, word_cap = sc.word_hash.size();  // words so far, room
-  auto emit_word = [&](uint64_t h, uint32_t len) {
-    if (nw == word_cap) {
-      word_cap = std::max<size_t>(1024, 2 * word_cap);
-      sc.word_hash.resize(word_cap);
-      sc.word_len.resize(word_cap);
-    }
-    sc.word_hash[nw] = h;
-    sc.word_len[nw++] = len;
-  };
-  sc.lines.clear();
-  sc.paras.clear();
-  if (sc.bmp_count.empty()) sc.bmp_count.assign(0x10000, 0);
-  sc.bmp_seen.clear();
-  sc.astral.clear();
-
-  const auto* p = reinterpret_cast<const unsigned char*>(text.data());
-  const size_t n = text.size();
-  constexpr size_t kNone = ~size_t{0};
-
-  uint64_t chars = 0, alpha_words = 0, repl = 0, hashes = 0, ellipses = 0, dots = 0;
+  size_t nw = 0, word_cap;  // words so far, room
+  uint64_t chars = 0, alpha_words = 0, han_words = 0, repl = 0, hashes = 0, ellipses = 0, dots = 0;
   uint64_t len_sum = 0, len_words = 0;
   bool curly = false;
   // the current non-Han word ("run")
@@ -395,18 +392,26 @@ void quality_compute(std::string_view text, const HtmlSignals* html, QualitySign
   uint64_t zh_mask = 0;
   char32_t prev_han = 0;  // the previous code point when it was Han, else 0
   Span line, para;
-  line.first_byte = kNone;
-  para.first_byte = kNone;
+  uint32_t ascii_count[128] = {};  // entropy counts of ASCII code points (others: sc.bmp_count)
 
-  auto end_word = [&](size_t end_byte, bool next_is_han) {
+  void emit_word(uint64_t h, uint32_t len) {
+    if (nw == word_cap) {
+      word_cap = std::max<size_t>(1024, 2 * word_cap);
+      sc.word_hash.resize(word_cap);
+      sc.word_len.resize(word_cap);
+    }
+    sc.word_hash[nw] = h;
+    sc.word_len[nw++] = len;
+  }
+  void end_word(size_t end_byte, bool next_is_han) {
     if (!in_run) return;
     in_run = false;
     if (!run_nonpunct && (run_after_han || next_is_han)) return;  // punctuation attached to Han
     if (run_alpha) ++alpha_words;
     if (run_nonpunct) { len_sum += run_cps - run_lead - run_trail; ++len_words; }
     emit_word(word_hash(text.data() + run_start, n - run_start, end_byte - run_start), run_cps);
-  };
-  auto end_latin = [&] {
+  }
+  void end_latin() {
     if (lat_len == 0) return;
     ++lc.latin_words;
     if (lat_ascii && lat_len <= 8) {
@@ -417,52 +422,125 @@ void quality_compute(std::string_view text, const HtmlSignals* html, QualitySign
       }
     }
     lat_key = 0; lat_len = 0; lat_ascii = true;
-  };
-  auto flush_dots = [&] { ellipses += dots / 3; dots = 0; };
-  auto end_para = [&] {
+  }
+  void flush_dots() { ellipses += dots / 3; dots = 0; }
+  void end_para() {
     if (para.first_byte == kNone) return;
     sc.paras.push_back(para);
     para.first_byte = kNone;
-  };
-  auto end_line = [&] {
+  }
+  void end_line() {
     if (line.first_byte == kNone) { end_para(); return; }  // a blank line ends the paragraph
     sc.lines.push_back(line);
     if (para.first_byte == kNone) { para.first_byte = line.first_byte; para.first_char = line.first_char; }
     para.end_byte = line.end_byte;
     para.end_char = line.end_char;
     line.first_byte = kNone;
-  };
+  }
+  void start_run(size_t b0, bool after_han) {
+    in_run = true;
+    run_start = b0;
+    run_after_han = after_han;
+    run_cps = run_lead = run_trail = 0;
+  }
 
-  uint32_t ascii_count[128] = {};  // entropy counts of ASCII code points (others: sc.bmp_count)
+  void scan();
+  size_t ascii_letters(size_t i);
+  void han(char32_t cp, size_t b0, size_t i);
+  void word_char(char32_t cp, uint8_t cls, size_t b0);
+  void finish() {
+    end_word(n, false);
+    end_latin();
+    flush_dots();
+    end_line();
+    end_para();
+  }
+};
+
+// Fast path, most of the bytes of Latin text: the run of ASCII letters from i, with what the
+// general path would do for each of them done once for the run. Returns where the run ends.
+size_t TextPass::ascii_letters(size_t i) {
+  const size_t b0 = i;
+  if (line.first_byte == kNone) { line.first_byte = b0; line.first_char = chars; }
+  flush_dots();
+  if (!in_run) start_run(b0, prev_han != 0);
+  prev_han = 0;
+  do {
+    const unsigned char c = p[i];
+    ++ascii_count[c];
+    if (lat_len < 8) lat_key |= static_cast<uint64_t>(c | 0x20) << (8 * lat_len);
+    ++lat_len;
+    ++i;
+  } while (i < n && p[i] < 0x80 && kAsciiClass[p[i]] == kLetter);
+  const uint32_t k = static_cast<uint32_t>(i - b0);
+  chars += k;
+  lc.latin += k;
+  run_cps += k;
+  run_nonpunct = run_alpha = true;
+  run_trail = 0;
+  line.end_byte = i;
+  line.end_char = chars;
+  return i;
+}
+
+// A Han character (bytes b0..i): a word of its own, and the Chinese stop words it completes.
+void TextPass::han(char32_t cp, size_t b0, size_t i) {
+  end_word(b0, true);
+  end_latin();
+  ++lc.han;
+  ++han_words;
+  ++alpha_words;
+  emit_word(word_hash(text.data() + b0, n - b0, i - b0), 1);
+  if (zh_stop_maybe(cp)) {
+    int id = zh_stop_id(cp, 0);
+    if (id >= 0) zh_mask |= uint64_t{1} << id;
+    if (prev_han && zh_stop_maybe(prev_han) && (id = zh_stop_id(prev_han, cp)) >= 0) zh_mask |= uint64_t{1} << id;
+  }
+  prev_han = cp;
+}
+
+// Any other non-space code point (starting at b0): part of the current run, and of a Latin
+// letter run or a script's count when it is a letter.
+void TextPass::word_char(char32_t cp, uint8_t cls, size_t b0) {
+  const bool after_han = prev_han != 0;  // a run starts after a space, a Han character or at 0
+  prev_han = 0;
+  if (!in_run) {
+    start_run(b0, after_han);
+    run_nonpunct = run_alpha = false;
+  }
+  ++run_cps;
+  if (cls == kPunct) {
+    if (run_nonpunct) ++run_trail; else ++run_lead;
+  } else {
+    run_nonpunct = true;
+    run_trail = 0;
+    if (cls == kLetter) run_alpha = true;
+  }
+  // Latin letter runs and script counts (the same definitions as language_detect)
+  if (cls != kLetter) {
+    end_latin();
+    return;
+  }
+  const Script s = cp < 0x80 ? Script::kLatin : script_of_letter(cp);
+  if (s != Script::kLatin) {
+    end_latin();
+    language_count_letter(lc, s);
+    return;
+  }
+  ++lc.latin;
+  if (cp < 0x80) {
+    if (lat_len < 8) lat_key |= static_cast<uint64_t>(cp | 0x20) << (8 * lat_len);
+  } else {
+    lat_ascii = false;
+  }
+  ++lat_len;
+}
+
+void TextPass::scan() {
   for (size_t i = 0; i < n;) {
     const size_t b0 = i;
     if (p[i] < 0x80 && kAsciiClass[p[i]] == kLetter) {
-      // Fast path, most of the bytes of Latin text: a run of ASCII letters, with what the general
-      // path below would do for each of them done once for the run.
-      if (line.first_byte == kNone) { line.first_byte = b0; line.first_char = chars; }
-      flush_dots();
-      if (!in_run) {
-        in_run = true;
-        run_start = b0;
-        run_after_han = prev_han != 0;
-        run_cps = run_lead = run_trail = 0;
-      }
-      prev_han = 0;
-      do {
-        const unsigned char c = p[i];
-        ++ascii_count[c];
-        if (lat_len < 8) lat_key |= static_cast<uint64_t>(c | 0x20) << (8 * lat_len);
-        ++lat_len;
-        ++i;
-      } while (i < n && p[i] < 0x80 && kAsciiClass[p[i]] == kLetter);
-      const uint32_t k = static_cast<uint32_t>(i - b0);
-      chars += k;
-      lc.latin += k;
-      run_cps += k;
-      run_nonpunct = run_alpha = true;
-      run_trail = 0;
-      line.end_byte = i;
-      line.end_char = chars;
+      i = ascii_letters(i);
       continue;
     }
     char32_t cp;
@@ -501,83 +579,33 @@ void quality_compute(std::string_view text, const HtmlSignals* html, QualitySign
     } else if (cp == kReplacementChar) {
       ++repl;
     } else if (is_han(cp)) {
-      end_word(b0, true);
-      end_latin();
-      ++lc.han;
-      ++q.han_words;
-      ++alpha_words;
-      emit_word(word_hash(text.data() + b0, n - b0, i - b0), 1);
-      if (zh_stop_maybe(cp)) {
-        int id = zh_stop_id(cp, 0);
-        if (id >= 0) zh_mask |= uint64_t{1} << id;
-        if (prev_han && zh_stop_maybe(prev_han) && (id = zh_stop_id(prev_han, cp)) >= 0) zh_mask |= uint64_t{1} << id;
-      }
-      prev_han = cp;
+      han(cp, b0, i);
       continue;
     }
-    const bool after_han = prev_han != 0;  // a run starts after a space, a Han character or at 0
-    prev_han = 0;
-    if (!in_run) {
-      in_run = true;
-      run_start = b0;
-      run_after_han = after_han;
-      run_nonpunct = run_alpha = false;
-      run_cps = run_lead = run_trail = 0;
-    }
-    ++run_cps;
-    if (cls == kPunct) {
-      if (run_nonpunct) ++run_trail; else ++run_lead;
-    } else {
-      run_nonpunct = true;
-      run_trail = 0;
-      if (cls == kLetter) run_alpha = true;
-    }
-    // Latin letter runs and script counts (the same definitions as language_detect)
-    if (cls == kLetter) {
-      const Script s = cp < 0x80 ? Script::kLatin : script_of_letter(cp);
-      if (s == Script::kLatin) {
-        ++lc.latin;
-        if (cp < 0x80) {
-          if (lat_len < 8) lat_key |= static_cast<uint64_t>(cp | 0x20) << (8 * lat_len);
-        } else {
-          lat_ascii = false;
-        }
-        ++lat_len;
-        continue;
-      }
-      end_latin();
-      switch (s) {
-        case Script::kKana: ++lc.kana; break;
-        case Script::kHangul: ++lc.hangul; break;
-        case Script::kCyrillic: ++lc.cyrillic; break;
-        case Script::kArabic: ++lc.arabic; break;
-        default: ++lc.other; break;
-      }
-    } else {
-      end_latin();
-    }
+    word_char(cp, cls, b0);
   }
-  end_word(n, false);
-  end_latin();
-  flush_dots();
-  end_line();
-  end_para();
+  finish();
+}
 
-  // ---- size, language, Gopher quality ----
-  const uint64_t words = nw;
-  q.chars = chars;
+// ---- size, language, Gopher quality ----
+void size_and_gopher_quality(const TextPass& t, QualitySignals& q) {
+  const uint64_t words = t.nw;
+  q.chars = t.chars;
   q.words = words;
-  q.lines = sc.lines.size();
-  q.paragraphs = sc.paras.size();
-  q.language = language_decide(lc);
-  q.mean_word_length = ratio(static_cast<double>(len_sum), static_cast<double>(len_words));
-  q.symbol_word_ratio = ratio(static_cast<double>(hashes + ellipses), static_cast<double>(words));
-  q.alpha_word_fraction = ratio(static_cast<double>(alpha_words), static_cast<double>(words));
-  q.stop_words = q.language.lang == "zh" ? std::popcount(zh_mask) : std::popcount(gopher_mask);
-  q.has_curly_brace = curly;
-  q.replacement_char_fraction = ratio(static_cast<double>(repl), static_cast<double>(chars));
+  q.han_words = t.han_words;
+  q.lines = t.sc.lines.size();
+  q.paragraphs = t.sc.paras.size();
+  q.language = language_decide(t.lc);
+  q.mean_word_length = ratio(static_cast<double>(t.len_sum), static_cast<double>(t.len_words));
+  q.symbol_word_ratio = ratio(static_cast<double>(t.hashes + t.ellipses), static_cast<double>(words));
+  q.alpha_word_fraction = ratio(static_cast<double>(t.alpha_words), static_cast<double>(words));
+  q.stop_words = q.language.lang == "zh" ? std::popcount(t.zh_mask) : std::popcount(t.gopher_mask);
+  q.has_curly_brace = t.curly;
+  q.replacement_char_fraction = ratio(static_cast<double>(t.repl), static_cast<double>(t.chars));
+}
 
-  // ---- per line: bullets, ellipses, terminal punctuation, duplicates ----
+// ---- per line: bullets, ellipses, terminal punctuation, duplicates ----
+void line_signals(std::string_view text, Scratch& sc, uint64_t chars, QualitySignals& q) {
   uint64_t bullets = 0, ellipsis_lines = 0, terminal = 0, dup_lines = 0, dup_line_chars = 0;
   sc.table.reset(sc.lines.size());
   for (const Span& s : sc.lines) {
@@ -595,6 +623,10 @@ void quality_compute(std::string_view text, const HtmlSignals* html, QualitySign
   // all characters of the text (len(text) in datatrove).
   q.dup_line_fraction = ratio(static_cast<double>(dup_lines), nl);
   q.dup_line_char_fraction = ratio(static_cast<double>(dup_line_chars), static_cast<double>(chars));
+}
+
+// ---- per paragraph: duplicates, terminal punctuation of the last line ----
+void paragraph_signals(std::string_view text, Scratch& sc, uint64_t chars, QualitySignals& q) {
   uint64_t dup_paras = 0, dup_para_chars = 0, terminal_paras = 0;
   sc.table.reset(sc.paras.size());
   size_t last = 0;  // the last line of the paragraph: the one that ends where it ends
@@ -610,67 +642,102 @@ void quality_compute(std::string_view text, const HtmlSignals* html, QualitySign
   q.terminal_punct_para_fraction = ratio(static_cast<double>(terminal_paras), static_cast<double>(sc.paras.size()));
   q.dup_para_fraction = ratio(static_cast<double>(dup_paras), static_cast<double>(sc.paras.size()));
   q.dup_para_char_fraction = ratio(static_cast<double>(dup_para_chars), static_cast<double>(chars));
+}
 
-  // ---- C4 phrases: search the ASCII-lower-cased text, map each hit to its line ----
-  if (!sc.lines.empty()) {
-    sc.lower.resize(n);
-    size_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-      uint64_t w;
-      std::memcpy(&w, p + i, 8);
-      w = lower8(w);
-      std::memcpy(sc.lower.data() + i, &w, 8);
-    }
-    for (; i < n; ++i) {
-      const unsigned char c = p[i];
-      sc.lower[i] = static_cast<char>(c + ((static_cast<unsigned char>(c - 'A') < 26) << 5));
-    }
-    sc.line_flag.assign(sc.lines.size(), 0);
-    mark_lines(sc, "javascript", 1);
-    for (const char* pat : {"terms of use", "privacy policy", "隐私政策", "使用条款", "服务条款"})
-      mark_lines(sc, pat, 2);
-    mark_cookie_lines(sc, 2);
-    for (uint8_t f : sc.line_flag) {
-      q.javascript_lines += f & 1;
-      q.policy_lines += (f >> 1) & 1;
-    }
-    q.has_lorem_ipsum = std::string_view(sc.lower).find("lorem ipsum") != std::string_view::npos;
+// ---- C4 phrases: search the ASCII-lower-cased text, map each hit to its line ----
+void c4_phrase_signals(std::string_view text, Scratch& sc, QualitySignals& q) {
+  if (sc.lines.empty()) return;
+  const auto* p = reinterpret_cast<const unsigned char*>(text.data());
+  const size_t n = text.size();
+  sc.lower.resize(n);
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    uint64_t w;
+    std::memcpy(&w, p + i, 8);
+    w = lower8(w);
+    std::memcpy(sc.lower.data() + i, &w, 8);
   }
-
-  // ---- character entropy: H = log2 N - (1/N) sum c log2 c ----
-  if (chars > 0) {
-    double s = 0;
-    for (uint32_t c : ascii_count)
-      if (c) s += c * std::log2(static_cast<double>(c));
-    for (uint16_t cp : sc.bmp_seen) {
-      const double c = sc.bmp_count[cp];
-      s += c * std::log2(c);
-      sc.bmp_count[cp] = 0;
-    }
-    std::sort(sc.astral.begin(), sc.astral.end());
-    for (size_t i = 0; i < sc.astral.size();) {
-      size_t j = i;
-      while (j < sc.astral.size() && sc.astral[j] == sc.astral[i]) ++j;
-      const double c = static_cast<double>(j - i);
-      s += c * std::log2(c);
-      i = j;
-    }
-    const double N = static_cast<double>(chars);
-    q.char_entropy = std::max(0.0, std::log2(N) - s / N);
+  for (; i < n; ++i) {
+    const unsigned char c = p[i];
+    sc.lower[i] = static_cast<char>(c + ((static_cast<unsigned char>(c - 'A') < 26) << 5));
   }
+  sc.line_flag.assign(sc.lines.size(), 0);
+  mark_lines(sc, "javascript", 1);
+  for (const char* pat : {"terms of use", "privacy policy", "隐私政策", "使用条款", "服务条款"})
+    mark_lines(sc, pat, 2);
+  mark_cookie_lines(sc, 2);
+  for (uint8_t f : sc.line_flag) {
+    q.javascript_lines += f & 1;
+    q.policy_lines += (f >> 1) & 1;
+  }
+  q.has_lorem_ipsum = std::string_view(sc.lower).find("lorem ipsum") != std::string_view::npos;
+}
 
-  // ---- Gopher repetition over words (Han characters are words, so Chinese gets character
-  // n-grams). An n-gram's characters are the code points of its words, separators not counted,
-  // over the code points of all words. datatrove divides by len(text) instead (whitespace
-  // included, about 15% lower on English); counting words only keeps Chinese and English alike.
-  //   top n-gram (n = 2..4): count of the most frequent n-gram (ties: the earliest) times its
-  //     characters; 0 when no n-gram occurs twice; capped at 1 (overlapping copies of "a a a").
-  //   duplicate n-grams (n = 5..10): datatrove's find_all_duplicate, a greedy left-to-right
-  //     scan: an n-gram already seen adds its characters and the scan jumps n words (so
-  //     overlapping copies are not counted twice); else it is remembered and the scan moves one.
-  //     Positions whose 5-gram occurs once in the document cannot start a repeat of any n >= 5,
-  //     so the scan skips them (same result, and free on ordinary prose).
-  const size_t W = words;
+// ---- character entropy: H = log2 N - (1/N) sum c log2 c ----
+// Clears sc.bmp_count for the next document as it reads it.
+double char_entropy(const uint32_t (&ascii_count)[128], Scratch& sc, uint64_t chars) {
+  double s = 0;
+  for (uint32_t c : ascii_count)
+    if (c) s += c * std::log2(static_cast<double>(c));
+  for (uint16_t cp : sc.bmp_seen) {
+    const double c = sc.bmp_count[cp];
+    s += c * std::log2(c);
+    sc.bmp_count[cp] = 0;
+  }
+  std::sort(sc.astral.begin(), sc.astral.end());
+  for (size_t i = 0; i < sc.astral.size();) {
+    size_t j = i;
+    while (j < sc.astral.size() && sc.astral[j] == sc.astral[i]) ++j;
+    const double c = static_cast<double>(j - i);
+    s += c * std::log2(c);
+    i = j;
+  }
+  const double N = static_cast<double>(chars);
+  return std::max(0.0, std::log2(N) - s / N);
+}
+
+// Counts the n-grams at sc.pos (sc.gram), sets sc.rep[i] when the one at i occurs more than
+// once, and returns whether any does (the most frequent one is then sc.table's top).
+bool count_ngrams(Scratch& sc) {
+  sc.table.reset(sc.pos.size());
+  for (uint32_t i : sc.pos) {
+    sc.rep[i] = 0;
+    uint32_t first;
+    const uint32_t c = sc.table.add(sc.gram[i], i, first);
+    if (c >= 2) sc.rep[i] = 1;
+    if (c == 2) sc.rep[first] = 1;
+  }
+  return sc.table.top_count() >= 2;
+}
+
+// datatrove's find_all_duplicate over the candidates sc.pos: the characters of the n-grams
+// (n = ng) already seen, the scan jumping n words after each.
+uint64_t dup_ngram_chars(Scratch& sc, size_t ng) {
+  sc.table.reset(sc.pos.size());
+  uint64_t rep = 0;
+  size_t next = 0;  // the scan's position: candidates before it were jumped over
+  for (uint32_t i : sc.pos) {
+    if (i < next) continue;
+    if (!sc.table.insert(sc.gram[i])) {
+      rep += sc.prefix[i + ng] - sc.prefix[i];
+      next = i + ng;
+    }
+  }
+  return rep;
+}
+
+// ---- Gopher repetition over words (Han characters are words, so Chinese gets character
+// n-grams). An n-gram's characters are the code points of its words, separators not counted,
+// over the code points of all words. datatrove divides by len(text) instead (whitespace
+// included, about 15% lower on English); counting words only keeps Chinese and English alike.
+//   top n-gram (n = 2..4): count of the most frequent n-gram (ties: the earliest) times its
+//     characters; 0 when no n-gram occurs twice; capped at 1 (overlapping copies of "a a a").
+//   duplicate n-grams (n = 5..10): datatrove's find_all_duplicate, a greedy left-to-right
+//     scan: an n-gram already seen adds its characters and the scan jumps n words (so
+//     overlapping copies are not counted twice); else it is remembered and the scan moves one.
+//     Positions whose 5-gram occurs once in the document cannot start a repeat of any n >= 5,
+//     so the scan skips them (same result, and free on ordinary prose).
+void repetition_signals(Scratch& sc, size_t W, QualitySignals& q) {
   sc.prefix.resize(W + 1);
   sc.prefix[0] = 0;
   for (size_t i = 0; i < W; ++i) sc.prefix[i + 1] = sc.prefix[i] + sc.word_len[i];
@@ -693,16 +760,7 @@ void quality_compute(std::string_view text, const HtmlSignals* html, QualitySign
     sc.pos.resize(live);
     if (live < 2) break;
     if (ng <= 5) {
-      // count; rep[i] = 1 when the n-gram at i occurs more than once
-      sc.table.reset(live);
-      for (uint32_t i : sc.pos) {
-        sc.rep[i] = 0;
-        uint32_t first;
-        const uint32_t c = sc.table.add(sc.gram[i], i, first);
-        if (c >= 2) sc.rep[i] = 1;
-        if (c == 2) sc.rep[first] = 1;
-      }
-      if (sc.table.top_count() < 2) break;  // nothing repeats: no longer n-gram does either
+      if (!count_ngrams(sc)) break;  // nothing repeats: no longer n-gram does either
       if (ng <= 4) {
         const uint32_t cnt = sc.table.top_count(), first = sc.table.top_first();
         const double c = static_cast<double>(cnt) * static_cast<double>(sc.prefix[first + ng] - sc.prefix[first]);
@@ -717,20 +775,26 @@ void quality_compute(std::string_view text, const HtmlSignals* html, QualitySign
       sc.pos.resize(k);
       std::fill(sc.rep.begin(), sc.rep.end(), 1);
     }
-    sc.table.reset(sc.pos.size());
-    uint64_t rep = 0;
-    size_t next = 0;  // the scan's position: candidates before it were jumped over
-    for (uint32_t i : sc.pos) {
-      if (i < next) continue;
-      if (!sc.table.insert(sc.gram[i])) {
-        rep += sc.prefix[i + ng] - sc.prefix[i];
-        next = i + ng;
-      }
-    }
-    q.dup_ngram_char_fraction[ng - 5] = std::min(1.0, static_cast<double>(rep) / total);
+    q.dup_ngram_char_fraction[ng - 5] = std::min(1.0, static_cast<double>(dup_ngram_chars(sc, ng)) / total);
   }
+}
+
+}  // namespace
+
+void quality_compute(std::string_view text, const HtmlSignals* html, QualitySignals& q) {
+  thread_local Scratch sc;
+  q = QualitySignals{};
+  if (html) q.html = *html;
+  TextPass pass(text, sc);
+  pass.scan();
+  size_and_gopher_quality(pass, q);
+  line_signals(text, sc, pass.chars, q);
+  paragraph_signals(text, sc, pass.chars, q);
+  c4_phrase_signals(text, sc, q);
+  if (pass.chars > 0) q.char_entropy = char_entropy(pass.ascii_count, sc, pass.chars);
+  repetition_signals(sc, pass.nw, q);
   // A rare huge document (millions of words) must not pin its scratch to the thread for good.
-  if (W > (size_t{1} << 20) || n > (size_t{64} << 20)) sc.release();
+  if (pass.nw > (size_t{1} << 20) || text.size() > (size_t{64} << 20)) sc.release();
 }
 
 void QualitySignals::append_json(std::string& out) const {

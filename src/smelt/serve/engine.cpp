@@ -1,44 +1,16 @@
 // Continuous batching over Decoder: admission, the step's rows (every decoding sequence's last
-// token, then prompt chunks within the prefill budget), per-sequence sampling, stop strings held
-// back until they can no longer match, and the stats /metrics shows. Not HTTP.
+// token, then prompt chunks within the prefill budget), each sequence's tokens through its
+// Completion (sampling, stop strings: completion.hpp), and the stats /metrics shows. Not HTTP.
 #include "smelt/serve/engine.hpp"
 
 #include <algorithm>
 #include <chrono>
-#include <cmath>
-#include <limits>
 
 #include <fmt/format.h>
 
 #include "smelt/common/clock.hpp"
-#include "smelt/serve/text_stream.hpp"
 
 namespace smelt {
-
-namespace {
-// Bytes at the end of `held` that could still start a stop string (the longest suffix that is a
-// proper prefix of one of them).
-size_t stop_prefix_tail(const std::string& held, const std::vector<std::string>& stops) {
-  size_t keep = 0;
-  for (const std::string& s : stops)
-    for (size_t k = std::min(held.size(), s.size() - 1); k > keep; k--)
-      if (held.compare(held.size() - k, k, s, 0, k) == 0) {
-        keep = k;
-        break;
-      }
-  return keep;
-}
-}  // namespace
-
-const char* finish_reason_name(FinishReason r) {
-  switch (r) {
-    case FinishReason::kStop: return "stop";
-    case FinishReason::kLength: return "length";
-    case FinishReason::kCancelled: return "cancelled";
-    case FinishReason::kAborted: return "aborted";
-  }
-  return "?";
-}
 
 void Histogram::observe(double v) {
   size_t b = std::lower_bound(bounds.begin(), bounds.end(), v) - bounds.begin();
@@ -52,10 +24,7 @@ struct Engine::Seq {
   int slot = 0;
   size_t fed = 0;          // prompt tokens in the cache
   int32_t next = -1;       // the sampled token the next step feeds (-1: still in the prompt)
-  int budget = 0;          // completion tokens at most: min(max_tokens, ctx - prompt)
-  Sampler sampler;
-  std::unique_ptr<TextStream> stream;
-  std::string held;        // decoded text not handed out yet (it may start a stop string)
+  Completion completion;   // sampling and text; its budget: min(max_tokens, ctx - prompt)
   double t_submit = 0, t_admit = 0, t_last = 0;
   GenResult result;
 };
@@ -167,11 +136,10 @@ bool Engine::admit_locked() {
     queue_.pop_front();
     seq->slot = slot;
     seq->t_admit = now_s();
-    seq->budget = std::min(seq->req->max_tokens, cfg_.ctx - (int)seq->req->prompt.size());
-    seq->stream = std::make_unique<TextStream>(*tok_);
+    const int budget = std::min(seq->req->max_tokens, cfg_.ctx - (int)seq->req->prompt.size());
     seq->result.prompt_tokens = (int)seq->req->prompt.size();
     seq->result.queue_seconds = seq->t_admit - seq->t_submit;
-    if (Status s = seq->sampler.init(seq->req->sampling, decoder_.config().vocab_size); !s) continue;  // validated
+    if (Status s = seq->completion.init(*seq->req, *tok_, decoder_.config().vocab_size, budget); !s) continue;  // validated
     decoder_.clear(slot);
     seqs_[slot] = std::move(seq);
     any = true;
@@ -263,35 +231,19 @@ void Engine::plan_rows() {
   }
 }
 
-// The next token from a row of logits z (V): padded ids masked, the request's sampler, the
-// token's log probability and the `logprobs` most likely entries.
+// The next token from a row of logits z (V): the request's Completion samples it and gives its
+// log probability and the `logprobs` most likely entries.
 TokenEvent Engine::sample(Seq& s, float* z) {
-  const int V = decoder_.config().vocab_size;
-  // Ids the tokenizer cannot decode (a vocabulary padded beyond the tokenizer's) are never chosen.
-  for (int i = (int)tok_->vocab_size(); i < V; i++) z[i] = -std::numeric_limits<float>::infinity();
   TokenEvent ev;
-  ev.id = s.sampler.sample(z);
-  float mx = z[0];
-  for (int i = 1; i < V; i++) mx = std::max(mx, z[i]);
-  double sum = 0;
-  for (int i = 0; i < V; i++) sum += std::exp((double)z[i] - mx);
-  const float lse = mx + (float)std::log(sum);
-  ev.logprob = z[ev.id] - lse;
-  if (const int k = std::min(s.req->logprobs, V); k > 0) {
-    std::vector<int32_t> idx(V);
-    for (int i = 0; i < V; i++) idx[i] = i;
-    std::partial_sort(idx.begin(), idx.begin() + k, idx.end(),
-                      [&](int32_t a, int32_t b) { return z[a] > z[b] || (z[a] == z[b] && a < b); });
-    for (int i = 0; i < k; i++) ev.top.push_back(TopLogprob{idx[i], z[idx[i]] - lse});
-  }
+  ev.id = s.completion.sample(z);
+  s.completion.score(z, ev);
   return ev;
 }
 
 // Hands one sampled token to its request: stats, the text that became final (held back while it
 // may start a stop string), the callbacks, and the end of the request when it came.
 void Engine::deliver(Seq& s, TokenEvent ev, double t) {
-  const auto eod = tok_->eod_id();
-  const bool is_eod = eod && (uint32_t)ev.id == *eod && !s.req->ignore_eos;
+  const bool is_eod = s.completion.is_end_of_document(ev.id);
   {
     // Counted before any callback: a request's on_done sees stats that include it.
     std::lock_guard<std::mutex> lock(mu_);
@@ -305,38 +257,13 @@ void Engine::deliver(Seq& s, TokenEvent ev, double t) {
     stats_.generated_tokens += !is_eod;
   }
   s.t_last = t;
+  FinishReason end = FinishReason::kLength;
+  const bool done = s.completion.accept(ev, s.result, end);
+  if (s.req->logprobs > 0) s.result.tokens.push_back(ev);
   if (is_eod) {
-    ev.text = s.held + s.stream->finish();
-    s.result.text += ev.text;
-    if (s.req->logprobs > 0) s.result.tokens.push_back(ev);
     if (!ev.text.empty() && s.req->on_token) s.req->on_token(ev);  // the held tail; the eod itself is not output
     return finish(s, FinishReason::kStop);
   }
-  s.result.ids.push_back(ev.id);
-  const bool at_length = (int)s.result.ids.size() >= s.budget;
-  s.held += s.stream->push((uint32_t)ev.id);
-  if (at_length) s.held += s.stream->finish();
-  // The earliest stop string in the held text ends the request there.
-  size_t cut = std::string::npos;
-  for (const std::string& st : s.req->stop)
-    if (!st.empty()) cut = std::min(cut, s.held.find(st));
-  FinishReason end = FinishReason::kLength;
-  bool done = at_length;
-  if (cut != std::string::npos) {
-    ev.text = s.held.substr(0, cut);
-    s.held.clear();
-    end = FinishReason::kStop;
-    done = true;
-  } else if (at_length) {
-    ev.text = std::move(s.held);
-    s.held.clear();
-  } else {
-    const size_t keep = stop_prefix_tail(s.held, s.req->stop);
-    ev.text = s.held.substr(0, s.held.size() - keep);
-    s.held.erase(0, s.held.size() - keep);
-  }
-  s.result.text += ev.text;
-  if (s.req->logprobs > 0) s.result.tokens.push_back(ev);
   if (s.req->on_token && !s.req->on_token(ev)) return finish(s, FinishReason::kCancelled);
   if (done) return finish(s, end);
   s.next = ev.id;

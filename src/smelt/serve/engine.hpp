@@ -3,7 +3,7 @@
 // Each step takes one row from every decoding sequence plus up to prefill_chunk prompt tokens of
 // sequences still reading their prompts, runs them through the model together, samples each
 // sequence's next token with its own seeded sampler, and hands the tokens to the requests'
-// callbacks as whole UTF-8 text. Requests that arrive while others decode join at the next step;
+// callbacks as whole UTF-8 text (a Completion per sequence, completion.hpp). Requests that arrive while others decode join at the next step;
 // a finished or cancelled one frees its slot at once. Not HTTP (http_server.hpp), not the
 // OpenAI JSON (openai_api.hpp).
 #pragma once
@@ -20,7 +20,7 @@
 
 #include "smelt/common/status.hpp"
 #include "smelt/model/decoder.hpp"
-#include "smelt/serve/sampling.hpp"
+#include "smelt/serve/completion.hpp"
 #include "smelt/tokenizer/tokenizer.hpp"
 
 namespace smelt {
@@ -32,51 +32,6 @@ struct EngineConfig {
   int threads = 1;
   int prefill_chunk = 32;  // prompt tokens per step over all prefilling sequences (>= 1)
   WeightFormat format = WeightFormat::kF32;
-};
-
-struct TopLogprob {
-  int32_t id = 0;
-  float logprob = 0;
-};
-
-// One generated token as the request sees it. When an end-of-document token ends the request
-// while text is still held back (a possible stop string's start, an unfinished character), one
-// last event carries that token's id and the text; the token is not part of the completion
-// (GenResult::ids and completion_tokens leave it out).
-struct TokenEvent {
-  int32_t id = 0;
-  float logprob = 0;             // log p(id) under the model (log-softmax of the raw logits)
-  std::vector<TopLogprob> top;   // the `logprobs` most likely tokens, most likely first
-  std::string text;              // text that became final with this token (may be ""): whole UTF-8,
-                                 // never part of a stop string
-};
-
-enum class FinishReason { kStop, kLength, kCancelled, kAborted };
-// "stop" (end of document or a stop string), "length" (max_tokens or the context), "cancelled"
-// (the client went away), "aborted" (shutdown before it ended).
-const char* finish_reason_name(FinishReason r);
-
-struct GenResult {
-  std::vector<int32_t> ids;  // generated ids (an end-of-document token that stopped it excluded)
-  std::string text;          // their text, cut before a stop string that matched
-  FinishReason finish = FinishReason::kLength;
-  int prompt_tokens = 0, completion_tokens = 0;
-  double queue_seconds = 0, ttft_seconds = 0, total_seconds = 0;  // from submit
-  std::vector<TokenEvent> tokens;  // every token's event (filled when logprobs > 0)
-};
-
-struct GenRequest {
-  std::vector<int32_t> prompt;    // at least one token
-  int max_tokens = 16;            // >= 1
-  SamplingConfig sampling;        // temperature 0: greedy
-  std::vector<std::string> stop;  // stop strings (not included in the text)
-  int logprobs = 0;               // top entries per token, 0..20
-  bool ignore_eos = false;
-  // Called on the scheduler thread for every token, in order; must not block. Returning false
-  // cancels the request (the client is gone): its slot is freed at this step.
-  std::function<bool(const TokenEvent&)> on_token;
-  // Called once on the scheduler thread when the request ends (any reason), after the last on_token.
-  std::function<void(const GenResult&)> on_done;
 };
 
 // A fixed-bucket histogram (Prometheus semantics: cumulative counts by upper bound, plus +Inf).

@@ -85,17 +85,7 @@ const char* allowed_methods(const std::string& path) {
 
 }  // namespace
 
-namespace {
-HttpListenerConfig listener_config(const HttpConfig& c) {
-  HttpListenerConfig l;
-  l.host = c.host, l.port = c.port, l.threads = c.threads, l.max_body_bytes = c.max_body_bytes;
-  l.read_timeout_s = c.read_timeout_s, l.write_timeout_s = c.write_timeout_s, l.keep_alive_s = c.keep_alive_s;
-  l.tcp_nodelay = true;  // one SSE chunk per token: do not wait to fill a segment
-  return l;
-}
-}  // namespace
-
-HttpServer::HttpServer(HttpConfig c) : cfg_(std::move(c)), http_(listener_config(cfg_)) {
+HttpServer::HttpServer(HttpConfig c) : cfg_(std::move(c)), http_(cfg_) {
   created_ = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
   routes();
 }

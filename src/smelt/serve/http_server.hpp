@@ -21,23 +21,16 @@
 #include "smelt/serve/metrics.hpp"
 #include "smelt/serve/openai_api.hpp"
 
-namespace httplib {
-class Server;
-struct Request;
-struct Response;
-}  // namespace httplib
-
 namespace smelt {
 
-struct HttpConfig {
-  std::string host = "127.0.0.1";  // loopback unless told otherwise
-  int port = 8000;                 // 0: any free port (port() says which)
+// The listener's settings (serve_cmd: threads = slots + max_queue + 4; TCP_NODELAY on, so that one
+// SSE chunk per token goes out at once) and the server's own.
+struct HttpConfig : HttpListenerConfig {
+  HttpConfig() {
+    port = 8000;
+    tcp_nodelay = true;
+  }
   std::string api_key;             // "": no key; else every route but /health wants "Bearer KEY"
-  size_t max_body_bytes = 1 << 20; // larger request bodies: 413
-  int threads = 8;                 // connection threads (serve_cmd: slots + max_queue + 4)
-  int read_timeout_s = 30;         // a request's headers and body must arrive within this
-  int write_timeout_s = 30;        // a client that reads nothing for this long is dropped
-  int keep_alive_s = 5;            // an idle kept-alive connection holds its thread this long
   int retry_after_s = 1;           // Retry-After of a 429
 };
 

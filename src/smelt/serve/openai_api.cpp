@@ -6,7 +6,9 @@
 #include <chrono>
 #include <cmath>
 #include <limits>
+#include <optional>
 #include <random>
+#include <type_traits>
 
 #include <fmt/format.h>
 
@@ -41,43 +43,38 @@ ApiError wrong_type(const std::string& param, const char* want, const json& v) {
   return bad(param, fmt::format("'{}' must be {}, got {}", param, want, type_name(v)), "invalid_type");
 }
 
-// An integer field: JSON integers, or numbers with no fraction (16.0), within int64.
-bool get_int(const json& v, const std::string& param, int64_t& out, ApiError& err) {
-  if (v.is_number_integer()) {
-    if (v.is_number_unsigned() && v.get<uint64_t>() > (uint64_t)std::numeric_limits<int64_t>::max()) {
-      err = bad(param, fmt::format("'{}' is too large", param));
-      return false;
-    }
-    out = v.get<int64_t>();
-    return true;
-  }
-  if (v.is_number_float()) {
-    double d = v.get<double>();
-    if (std::isfinite(d) && d == std::floor(d) && std::fabs(d) < 9e18) {
-      out = (int64_t)d;
+// One JSON value as T: int64_t (JSON integers, or numbers with no fraction such as 16.0, within
+// int64), double (any number) or bool. A wrong type sets err ("'param' must be ..., got ...").
+template <class T>
+bool get_as(const json& v, const std::string& param, T& out, ApiError& err) {
+  if constexpr (std::is_same_v<T, int64_t>) {
+    if (v.is_number_integer()) {
+      if (v.is_number_unsigned() && v.get<uint64_t>() > (uint64_t)std::numeric_limits<int64_t>::max()) {
+        err = bad(param, fmt::format("'{}' is too large", param));
+        return false;
+      }
+      out = v.get<int64_t>();
       return true;
     }
-  }
-  err = wrong_type(param, "an integer", v);
-  return false;
-}
-
-bool get_number(const json& v, const std::string& param, double& out, ApiError& err) {
-  if (!v.is_number()) {
-    err = wrong_type(param, "a number", v);
+    if (v.is_number_float()) {
+      double d = v.get<double>();
+      if (std::isfinite(d) && d == std::floor(d) && std::fabs(d) < 9e18) {
+        out = (int64_t)d;
+        return true;
+      }
+    }
+    err = wrong_type(param, "an integer", v);
     return false;
+  } else {
+    constexpr bool kNumber = std::is_same_v<T, double>;
+    static_assert(kNumber || std::is_same_v<T, bool>);
+    if (kNumber ? !v.is_number() : !v.is_boolean()) {
+      err = wrong_type(param, kNumber ? "a number" : "a boolean", v);
+      return false;
+    }
+    out = v.get<T>();
+    return true;
   }
-  out = v.get<double>();
-  return true;
-}
-
-bool get_bool(const json& v, const std::string& param, bool& out, ApiError& err) {
-  if (!v.is_boolean()) {
-    err = wrong_type(param, "a boolean", v);
-    return false;
-  }
-  out = v.get<bool>();
-  return true;
 }
 
 // The field, or nullptr when absent or null (OpenAI treats null as "not given").
@@ -85,6 +82,42 @@ const json* field(const json& body, const char* name) {
   auto it = body.find(name);
   if (it == body.end() || it->is_null()) return nullptr;
   return &*it;
+}
+
+// The field `name`, or nullptr with err "'name' is required (<what>)" when absent or null.
+const json* required(const json& body, const char* name, const char* what, ApiError& err) {
+  const json* v = field(body, name);
+  if (!v) err = bad(name, fmt::format("'{}' is required ({})", name, what), "missing_required_parameter");
+  return v;
+}
+
+// The values a numeric field accepts, [lo, hi] ((lo, hi] when lo_open), and the end of the error
+// message for any other value: "'name' is V: <want>".
+template <class T>
+struct Range {
+  T lo, hi;
+  std::string want;
+  bool lo_open = false;
+};
+
+// The optional field `name` read as T (get_as) into out, converted to out's type; absent or null
+// leaves out as it was. The one place a field's type and range are checked.
+template <class T, class Out>
+bool read_field(const json& body, const char* name, Out& out, ApiError& err, const Range<T>* range = nullptr) {
+  const json* v = field(body, name);
+  if (!v) return true;
+  T got;
+  if (!get_as(*v, name, got, err)) return false;
+  if (range && !((range->lo_open ? got > range->lo : got >= range->lo) && got <= range->hi)) {
+    err = bad(name, fmt::format("'{}' is {}: {}", name, got, range->want));
+    return false;
+  }
+  out = Out(got);
+  return true;
+}
+template <class T, class Out>
+bool read_field(const json& body, const char* name, const Range<T>& range, Out& out, ApiError& err) {
+  return read_field<T>(body, name, out, err, &range);
 }
 
 bool parse_body(std::string_view body, json& j, ApiError& err) {
@@ -114,7 +147,7 @@ bool parse_ids(const json& arr, const std::string& param, int vocab, std::vector
   for (size_t i = 0; i < arr.size(); i++) {
     const std::string p = fmt::format("{}[{}]", param, i);
     int64_t id = 0;
-    if (!get_int(arr[i], p, id, err)) return false;
+    if (!get_as(arr[i], p, id, err)) return false;
     if (id < 0 || id >= vocab) {
       err = bad(param, fmt::format("'{}' is {}: token ids lie in [0, {})", p, id, vocab));
       return false;
@@ -125,12 +158,8 @@ bool parse_ids(const json& arr, const std::string& param, int vocab, std::vector
 }
 
 bool parse_prompt(const json& body, const ApiContext& ctx, ApiRequest& r, ApiError& err) {
-  const json* p = field(body, "prompt");
-  if (!p) {
-    err = bad("prompt", "'prompt' is required (a string, an array of token ids, or an array of one of either)",
-              "missing_required_parameter");
-    return false;
-  }
+  const json* p = required(body, "prompt", "a string, an array of token ids, or an array of one of either", err);
+  if (!p) return false;
   if (p->is_string()) {
     r.prompt = p->get<std::string>();
     return true;
@@ -198,11 +227,8 @@ bool parse_content(const json& c, const std::string& param, std::string& out, Ap
 }
 
 bool parse_messages(const json& body, ApiRequest& r, ApiError& err) {
-  const json* m = field(body, "messages");
-  if (!m) {
-    err = bad("messages", "'messages' is required (an array of {\"role\", \"content\"})", "missing_required_parameter");
-    return false;
-  }
+  const json* m = required(body, "messages", "an array of {\"role\", \"content\"}", err);
+  if (!m) return false;
   if (!m->is_array()) {
     err = wrong_type("messages", "an array", *m);
     return false;
@@ -273,56 +299,27 @@ bool parse_stop(const json& body, ApiRequest& r, ApiError& err) {
 }
 
 bool parse_sampling(const json& body, const ApiContext& ctx, ApiRequest& r, ApiError& err) {
-  if (const json* v = field(body, "temperature")) {
-    double t;
-    if (!get_number(*v, "temperature", t, err)) return false;
-    if (!(t >= 0 && t <= 2)) {
-      err = bad("temperature", fmt::format("'temperature' is {}: want 0..2 (0 is greedy)", t));
-      return false;
-    }
-    r.sampling.temperature = (float)t;
-  }
-  if (const json* v = field(body, "top_p")) {
-    double p;
-    if (!get_number(*v, "top_p", p, err)) return false;
-    if (!(p > 0 && p <= 1)) {
-      err = bad("top_p", fmt::format("'top_p' is {}: want a value in (0, 1]", p));
-      return false;
-    }
-    r.sampling.top_p = (float)p;
-  }
-  if (const json* v = field(body, "top_k")) {
-    int64_t k;
-    if (!get_int(*v, "top_k", k, err)) return false;
-    if (k < 0 || k > ctx.vocab_size) {
-      err = bad("top_k", fmt::format("'top_k' is {}: want 0 (off) .. {} (the vocabulary)", k, ctx.vocab_size));
-      return false;
-    }
-    r.sampling.top_k = (int)k;
-  }
-  if (const json* v = field(body, "seed")) {
-    int64_t s;
-    if (!get_int(*v, "seed", s, err)) return false;
-    r.sampling.seed = (uint64_t)s;
-    r.seed_given = true;
+  SamplingConfig& sc = r.sampling;
+  if (!read_field(body, "temperature", Range<double>{0, 2, "want 0..2 (0 is greedy)"}, sc.temperature, err) ||
+      !read_field(body, "top_p", Range<double>{0, 1, "want a value in (0, 1]", true}, sc.top_p, err) ||
+      !read_field(body, "top_k", Range<int64_t>{0, ctx.vocab_size,
+                  fmt::format("want 0 (off) .. {} (the vocabulary)", ctx.vocab_size)}, sc.top_k, err))
+    return false;
+  std::optional<int64_t> seed;
+  if (!read_field<int64_t>(body, "seed", seed, err)) return false;
+  r.seed_given = seed.has_value();
+  if (seed) {
+    sc.seed = (uint64_t)*seed;
   } else {
     // OpenAI: no seed, a fresh draw each request
     std::random_device rd;
-    r.sampling.seed = ((uint64_t)rd() << 32) ^ rd();
+    sc.seed = ((uint64_t)rd() << 32) ^ rd();
   }
   // OpenAI's penalties on the completion's tokens so far (serve/sampling.hpp)
-  for (const auto& [name, to] : {std::pair{"presence_penalty", &r.sampling.presence_penalty},
-                                  std::pair{"frequency_penalty", &r.sampling.frequency_penalty}}) {
-    if (const json* v = field(body, name)) {
-      double d;
-      if (!get_number(*v, name, d, err)) return false;
-      if (!(d >= -2.0 && d <= 2.0)) {
-        err = bad(name, fmt::format("'{}' is {}: want a value in [-2, 2]", name, d));
-        return false;
-      }
-      *to = (float)d;
-    }
-  }
+  const Range<double> penalty{-2.0, 2.0, "want a value in [-2, 2]"};
+  if (!read_field(body, "presence_penalty", penalty, sc.presence_penalty, err) ||
+      !read_field(body, "frequency_penalty", penalty, sc.frequency_penalty, err))
+    return false;
   if (const json* v = field(body, "logit_bias")) {
     if (!v->is_object()) {
       err = wrong_type("logit_bias", "an object", *v);
@@ -336,78 +333,98 @@ bool parse_sampling(const json& body, const ApiContext& ctx, ApiRequest& r, ApiE
   return true;
 }
 
+bool parse_model(const json& body, const ApiContext& ctx, ApiRequest& r, ApiError& err) {
+  const json* m = field(body, "model");
+  if (!m) return true;
+  if (!m->is_string()) {
+    err = wrong_type("model", "a string", *m);
+    return false;
+  }
+  r.model = m->get<std::string>();
+  if (r.model != ctx.model_name) {
+    err = bad("model", fmt::format("The model '{}' does not exist; this server serves '{}'", r.model,
+                                   ctx.model_name), "model_not_found");
+    err.status = 404;
+    return false;
+  }
+  return true;
+}
+
+bool parse_stream(const json& body, ApiRequest& r, ApiError& err) {
+  if (!read_field<bool>(body, "stream", r.stream, err)) return false;
+  const json* v = field(body, "stream_options");
+  if (!v) return true;
+  if (!v->is_object()) {
+    err = wrong_type("stream_options", "an object", *v);
+    return false;
+  }
+  if (!r.stream) {
+    err = bad("stream_options", "'stream_options' is only allowed when 'stream' is true");
+    return false;
+  }
+  if (const json* u = field(*v, "include_usage"); u && !get_as(*u, "stream_options.include_usage", r.include_usage, err)) {
+    err.param = "stream_options";
+    return false;
+  }
+  return true;
+}
+
 bool parse_common(const json& body, const ApiContext& ctx, ApiRequest& r, ApiError& err) {
-  if (const json* m = field(body, "model")) {
-    if (!m->is_string()) {
-      err = wrong_type("model", "a string", *m);
-      return false;
-    }
-    r.model = m->get<std::string>();
-    if (r.model != ctx.model_name) {
-      err = bad("model", fmt::format("The model '{}' does not exist; this server serves '{}'", r.model,
-                                     ctx.model_name), "model_not_found");
-      err.status = 404;
-      return false;
-    }
-  }
-  if (const json* v = field(body, "n")) {
-    int64_t n;
-    if (!get_int(*v, "n", n, err)) return false;
-    if (n != 1) {
-      err = bad("n", fmt::format("'n' is {}: only 1 completion per request is supported", n));
-      return false;
-    }
-  }
-  if (const json* v = field(body, "best_of")) {
-    int64_t n;
-    if (!get_int(*v, "best_of", n, err)) return false;
-    if (n != 1) {
-      err = bad("best_of", fmt::format("'best_of' is {}: only 1 is supported", n));
-      return false;
-    }
-  }
+  if (!parse_model(body, ctx, r, err)) return false;
+  int64_t one;
+  if (!read_field(body, "n", Range<int64_t>{1, 1, "only 1 completion per request is supported"}, one, err) ||
+      !read_field(body, "best_of", Range<int64_t>{1, 1, "only 1 is supported"}, one, err))
+    return false;
   for (const char* name : {"tools", "functions"}) {
     if (const json* v = field(body, name); v && !(v->is_array() && v->empty())) {
       err = bad(name, fmt::format("'{}' is not supported (no tool calling)", name), "unsupported_parameter");
       return false;
     }
   }
-  if (const json* v = field(body, "stream") ; v && !get_bool(*v, "stream", r.stream, err)) return false;
-  if (const json* v = field(body, "stream_options")) {
-    if (!v->is_object()) {
-      err = wrong_type("stream_options", "an object", *v);
-      return false;
-    }
-    if (!r.stream) {
-      err = bad("stream_options", "'stream_options' is only allowed when 'stream' is true");
-      return false;
-    }
-    if (const json* u = field(*v, "include_usage"); u && !get_bool(*u, "stream_options.include_usage", r.include_usage, err)) {
-      err.param = "stream_options";
-      return false;
-    }
-  }
-  if (!parse_sampling(body, ctx, r, err) || !parse_stop(body, r, err)) return false;
-  if (const json* v = field(body, "ignore_eos"); v && !get_bool(*v, "ignore_eos", r.ignore_eos, err)) return false;
-  if (const json* v = field(body, "return_token_ids"); v && !get_bool(*v, "return_token_ids", r.return_token_ids, err))
+  if (!parse_stream(body, r, err) || !parse_sampling(body, ctx, r, err) || !parse_stop(body, r, err) ||
+      !read_field<bool>(body, "ignore_eos", r.ignore_eos, err) ||
+      !read_field<bool>(body, "return_token_ids", r.return_token_ids, err))
     return false;
-  // max_tokens (chat: max_completion_tokens first, as OpenAI)
-  const char* names[2] = {"max_tokens", nullptr};
-  if (r.route == ApiRoute::kChat) names[0] = "max_completion_tokens", names[1] = "max_tokens";
-  for (const char* name : names) {
-    if (!name) continue;
-    const json* v = field(body, name);
-    if (!v) continue;
-    int64_t n;
-    if (!get_int(*v, name, n, err)) return false;
-    if (n < 1 || n > ctx.ctx) {
-      err = bad(name, fmt::format("'{}' is {}: want 1..{} (the context, prompt included)", name, n, ctx.ctx));
-      return false;
-    }
-    r.max_tokens = (int)n;
-    r.max_tokens_param = name;
-    break;
+  // max_tokens (chat: max_completion_tokens first, as OpenAI; when given, max_tokens is not read)
+  const Range<int64_t> tokens{1, ctx.ctx, fmt::format("want 1..{} (the context, prompt included)", ctx.ctx)};
+  if (r.route == ApiRoute::kChat && !read_field(body, "max_completion_tokens", tokens, r.max_tokens, err)) return false;
+  if (r.max_tokens > 0) {
+    r.max_tokens_param = "max_completion_tokens";
+    return true;
   }
+  return read_field(body, "max_tokens", tokens, r.max_tokens, err);
+}
+
+// completions: echo, and logprobs as the number of top entries (0..20)
+bool parse_completion_fields(const json& body, ApiRequest& r, ApiError& err) {
+  std::optional<int64_t> n;
+  if (!read_field<bool>(body, "echo", r.echo, err) ||
+      !read_field(body, "logprobs", Range<int64_t>{0, kApiMaxLogprobs, fmt::format("want 0..{}", kApiMaxLogprobs)}, n, err))
+    return false;
+  if (n) {
+    r.logprobs = true;
+    r.top_logprobs = (int)*n;
+  }
+  if (r.echo && r.logprobs) {
+    err = bad("echo", "'echo' with 'logprobs' is not supported (the prompt's log probabilities are not computed)",
+              "unsupported_parameter");
+    return false;
+  }
+  return true;
+}
+
+// chat: logprobs as a boolean, top_logprobs beside it
+bool parse_chat_fields(const json& body, ApiRequest& r, ApiError& err) {
+  std::optional<int64_t> n;
+  if (!read_field<bool>(body, "logprobs", r.logprobs, err) ||
+      !read_field(body, "top_logprobs", Range<int64_t>{0, kApiMaxLogprobs, fmt::format("want 0..{}", kApiMaxLogprobs)}, n, err))
+    return false;
+  if (!n) return true;
+  if (!r.logprobs) {
+    err = bad("top_logprobs", "'top_logprobs' needs 'logprobs': true");
+    return false;
+  }
+  r.top_logprobs = (int)*n;
   return true;
 }
 
@@ -425,44 +442,9 @@ bool api_parse_request(ApiRoute route, std::string_view body, const ApiContext& 
   r = ApiRequest{};
   r.route = route;
   json j;
-  if (!parse_body(body, j, err)) return false;
-  if (!parse_common(j, ctx, r, err)) return false;
-  if (route == ApiRoute::kCompletions) {
-    if (!parse_prompt(j, ctx, r, err)) return false;
-    if (const json* v = field(j, "echo"); v && !get_bool(*v, "echo", r.echo, err)) return false;
-    if (const json* v = field(j, "logprobs")) {
-      int64_t n;
-      if (!get_int(*v, "logprobs", n, err)) return false;
-      if (n < 0 || n > kApiMaxLogprobs) {
-        err = bad("logprobs", fmt::format("'logprobs' is {}: want 0..{}", n, kApiMaxLogprobs));
-        return false;
-      }
-      r.logprobs = true;
-      r.top_logprobs = (int)n;
-    }
-    if (r.echo && r.logprobs) {
-      err = bad("echo", "'echo' with 'logprobs' is not supported (the prompt's log probabilities are not computed)",
-                "unsupported_parameter");
-      return false;
-    }
-  } else {
-    if (!parse_messages(j, r, err)) return false;
-    if (const json* v = field(j, "logprobs"); v && !get_bool(*v, "logprobs", r.logprobs, err)) return false;
-    if (const json* v = field(j, "top_logprobs")) {
-      int64_t n;
-      if (!get_int(*v, "top_logprobs", n, err)) return false;
-      if (n < 0 || n > kApiMaxLogprobs) {
-        err = bad("top_logprobs", fmt::format("'top_logprobs' is {}: want 0..{}", n, kApiMaxLogprobs));
-        return false;
-      }
-      if (!r.logprobs) {
-        err = bad("top_logprobs", "'top_logprobs' needs 'logprobs': true");
-        return false;
-      }
-      r.top_logprobs = (int)n;
-    }
-  }
-  return true;
+  if (!parse_body(body, j, err) || !parse_common(j, ctx, r, err)) return false;
+  if (route == ApiRoute::kCompletions) return parse_prompt(j, ctx, r, err) && parse_completion_fields(j, r, err);
+  return parse_messages(j, r, err) && parse_chat_fields(j, r, err);
 }
 
 bool api_build_generation(const ApiRequest& r, const Tokenizer& tok, const ChatTemplate& tmpl, const ApiContext& ctx,
@@ -512,29 +494,22 @@ bool api_build_generation(const ApiRequest& r, const Tokenizer& tok, const ChatT
 bool api_parse_tokenize(std::string_view body, std::string& content, bool& with_pieces, ApiError& err) {
   json j;
   if (!parse_body(body, j, err)) return false;
-  const json* c = field(j, "content");
-  if (!c) {
-    err = bad("content", "'content' is required (a string)", "missing_required_parameter");
-    return false;
-  }
+  const json* c = required(j, "content", "a string", err);
+  if (!c) return false;
   if (!c->is_string()) {
     err = wrong_type("content", "a string", *c);
     return false;
   }
   content = c->get<std::string>();
   with_pieces = false;
-  if (const json* v = field(j, "with_pieces"); v && !get_bool(*v, "with_pieces", with_pieces, err)) return false;
-  return true;
+  return read_field<bool>(j, "with_pieces", with_pieces, err);
 }
 
 bool api_parse_detokenize(std::string_view body, int vocab_size, std::vector<int32_t>& ids, ApiError& err) {
   json j;
   if (!parse_body(body, j, err)) return false;
-  const json* t = field(j, "tokens");
-  if (!t) {
-    err = bad("tokens", "'tokens' is required (an array of token ids)", "missing_required_parameter");
-    return false;
-  }
+  const json* t = required(j, "tokens", "an array of token ids", err);
+  if (!t) return false;
   if (!t->is_array()) {
     err = wrong_type("tokens", "an array of token ids", *t);
     return false;
