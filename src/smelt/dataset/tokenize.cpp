@@ -453,8 +453,6 @@ Status TokenizeRun::run(TokenizeSummary& out) {
 std::string tokenize_stats_path(const std::string& prefix) { return prefix + ".stats.json"; }
 std::string tokenize_state_path(const std::string& prefix) { return prefix + ".tokenize-state.json"; }
 
-void tokenize_request_stop() { stage_request_stop(); }
-
 Status tokenize_run(const TokenizeConfig& c, const TokenEncoder& enc, TokenizeSummary& out) {
   TokenizeRun run(c, enc);
   return run.run(out);

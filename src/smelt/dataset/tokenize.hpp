@@ -56,7 +56,6 @@ struct TokenizeSummary : StageSummary {
 // ends it at a clean point; rerunning the same command resumes from the last checkpoint, and the
 // final .bin/.idx/.docs are byte-identical to those of an uninterrupted run.
 Status tokenize_run(const TokenizeConfig& c, const TokenEncoder& enc, TokenizeSummary& out);
-void tokenize_request_stop();  // stage_request_stop()
 
 // PREFIX.stats.json and PREFIX.tokenize-state.json.
 std::string tokenize_stats_path(const std::string& prefix);

@@ -543,8 +543,6 @@ Status PrepRun::run(PrepSummary& out) {
 
 }  // namespace
 
-void prep_request_stop() { stage_request_stop(); }
-
 Status prep_run(const PrepConfig& c, PrepSummary& out) {
   PrepRun run(c);
   return run.run(out);

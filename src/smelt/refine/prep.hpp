@@ -64,6 +64,5 @@ struct PrepSummary : StageSummary {
 // ends it at a clean point with an error saying how to resume; rerunning the same command resumes
 // from the last finished part.
 Status prep_run(const PrepConfig& c, PrepSummary& out);
-void prep_request_stop();  // stage_request_stop()
 
 }  // namespace smelt
