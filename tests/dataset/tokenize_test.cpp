@@ -449,7 +449,7 @@ TEST_F(TokenizeTest, StopRequestThenResume) {
   c.checkpoint_bytes = 2000;
   std::thread stopper([] {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    tokenize_request_stop();
+    stage_request_stop();
   });
   TokenizeSummary sum;
   Status s = tokenize_run(c, byte_encoder(1000), sum);
@@ -472,7 +472,7 @@ TEST_F(TokenizeTest, DamagedResumePointIsRefusedThenOverwritten) {
   c.checkpoint_bytes = 2000;
   std::thread stopper([] {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    tokenize_request_stop();
+    stage_request_stop();
   });
   TokenizeSummary sum;
   Status s = tokenize_run(c, byte_encoder(1000), sum);

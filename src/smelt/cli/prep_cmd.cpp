@@ -1,6 +1,5 @@
 // `smelt prep`: flags and config file into PrepConfig, then the stage; prints the summary and
 // maps failures to exit codes (2 usage or missing input, 1 failure). Not the stage itself (refine/prep).
-#include <csignal>
 #include <cstdio>
 
 #include <CLI/CLI.hpp>
@@ -8,18 +7,13 @@
 
 #include "smelt/cli/cli_parse.hpp"
 #include "smelt/cli/commands.hpp"
+#include "smelt/cli/stage_run.hpp"
 #include "smelt/common/config.hpp"
 #include "smelt/common/files.hpp"
 #include "smelt/common/log.hpp"
 #include "smelt/refine/prep.hpp"
 
 namespace smelt {
-
-namespace {
-
-void on_signal(int) { prep_request_stop(); }
-
-}  // namespace
 
 int cli_prep(int argc, char** argv) {
   CLI::App app{"smelt prep: raw HTML / WARC / JSONL / text (plain, .gz, .zst) -> refined, deduplicated "
@@ -84,16 +78,7 @@ int cli_prep(int argc, char** argv) {
     return kExitUsage;
   }
 
-  std::signal(SIGINT, on_signal);
-  std::signal(SIGTERM, on_signal);
-  PrepSummary summary;
-  Status s = prep_run(c, summary);
-  if (!s) {
-    spdlog::error("{}", s.message());
-    return kExitFailure;
-  }
-  std::fputs(summary.text.c_str(), stderr);
-  return kExitOk;
+  return cli_run_stage<PrepSummary>([&](PrepSummary& summary) { return prep_run(c, summary); });
 }
 
 }  // namespace smelt

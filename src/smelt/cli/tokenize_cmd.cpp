@@ -1,7 +1,6 @@
 // `smelt tokenize`: flags into TokenizeConfig, the tokenizer file into a TokenEncoder, then the
 // stage; prints the summary and maps failures to exit codes (2 usage or missing input, 1 failure).
 // Not the stage itself (dataset/tokenize).
-#include <csignal>
 #include <cstdio>
 
 #include <CLI/CLI.hpp>
@@ -9,18 +8,13 @@
 
 #include "smelt/cli/cli_parse.hpp"
 #include "smelt/cli/commands.hpp"
+#include "smelt/cli/stage_run.hpp"
 #include "smelt/common/files.hpp"
 #include "smelt/common/log.hpp"
 #include "smelt/dataset/tokenize.hpp"
 #include "smelt/tokenizer/tokenizer.hpp"
 
 namespace smelt {
-
-namespace {
-
-void on_signal(int) { tokenize_request_stop(); }
-
-}  // namespace
 
 int cli_tokenize(int argc, char** argv) {
   CLI::App app{"smelt tokenize: refined JSONL(.zst) or text -> PREFIX.bin + PREFIX.idx (Megatron-LM MMIDIDX), "
@@ -79,16 +73,7 @@ int cli_tokenize(int argc, char** argv) {
   enc.content_hash = tok.content_hash();
   enc.path = tokenizer_path;
 
-  std::signal(SIGINT, on_signal);
-  std::signal(SIGTERM, on_signal);
-  TokenizeSummary summary;
-  Status s = tokenize_run(c, enc, summary);
-  if (!s) {
-    spdlog::error("{}", s.message());
-    return kExitFailure;
-  }
-  std::fputs(summary.text.c_str(), stderr);
-  return kExitOk;
+  return cli_run_stage<TokenizeSummary>([&](TokenizeSummary& summary) { return tokenize_run(c, enc, summary); });
 }
 
 }  // namespace smelt

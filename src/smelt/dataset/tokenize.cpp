@@ -1,4 +1,5 @@
-// The tokenize stage pipeline: reader thread -> encoder threads -> ordered writer (this thread).
+// The tokenize stage pipeline, on the restartable-stage skeleton (stage/restartable_stage.hpp):
+// reader thread -> encoder threads -> ordered writer (this thread).
 //
 // Order: the reader numbers every document by (file, record) and ships chunks in sequence; encoders
 // work on whole chunks; the writer takes chunks back in sequence order and appends one sequence per
@@ -31,7 +32,7 @@
 #include "smelt/common/progress.hpp"
 #include "smelt/dataset/indexed.hpp"
 #include "smelt/dataset/lineage.hpp"
-#include "smelt/text/doc_reader.hpp"
+#include "smelt/stage/restartable_stage.hpp"
 
 namespace fs = std::filesystem;
 using json = nlohmann::json;
@@ -40,11 +41,8 @@ namespace smelt {
 
 namespace {
 
-std::atomic<bool> g_stop{false};
-
 constexpr size_t kChunkDocs = 64;
 constexpr size_t kChunkBytes = 4u << 20;
-constexpr size_t kMaxLoggedIssues = 50;
 constexpr int kStateVersion = 1;
 constexpr uint64_t kHoldoutSeed = 0x686f6c646f7574ull;  // "holdout"
 
@@ -52,23 +50,15 @@ bool in_holdout_fraction(const std::string& id, double fraction) {
   return hash_unit(hash64(id, kHoldoutSeed)) < fraction;
 }
 
-struct Item {
-  uint32_t file = 0;
-  uint64_t rec = 0;
-  bool end_of_file = false;
+struct Item : StageItem {
   bool skip = false;                // counted in issues, written nowhere
   bool other_split = false;         // belongs to the other side of the holdout split: not written
   bool other_language = false;      // not one of [languages]: not written
-  std::vector<std::string> issues;  // reader issue reasons that came before this item
   std::string id, text, meta_json;
   // filled by an encoder
   std::string lang;
   uint64_t text_bytes = 0;
   std::vector<uint32_t> ids;
-};
-
-struct Position {
-  uint64_t file = 0, rec = 0;
 };
 
 struct LangCount {
@@ -115,85 +105,118 @@ std::string lang_of(simdjson::dom::parser& parser, const std::string& meta_json)
 
 double ratio(uint64_t a, uint64_t b) { return b ? static_cast<double>(a) / static_cast<double>(b) : 0.0; }
 
-class TokenizeRun {
+class TokenizeRun : public RestartableStage<Item, Counters> {
  public:
-  TokenizeRun(const TokenizeConfig& c, const TokenEncoder& enc) : c_(c), enc_(enc) {}
+  TokenizeRun(const TokenizeConfig& c, const TokenEncoder& enc) : RestartableStage(spec_of(c)), c_(c), enc_(enc) {}
   Status run(TokenizeSummary& out);
 
  private:
-  Status prepare_output(bool& complete);
-  Status load_state(const json& st);
-  Status checkpoint(bool complete);
-  void reader_main();
-  Status commit_item(Item& it);
+  static StageSpec spec_of(const TokenizeConfig& c);
+  Status check_encoder() const;
+  std::string fingerprint_text() const;
+  std::string lengths_path() const { return c_.output + ".tokenize-lengths"; }
+  Status spool_lengths();
+  void encode(simdjson::dom::parser& parser, Item& it) const;
   json stats_json(double seconds) const;
   std::string summary_text(double seconds) const;
-  std::string lengths_path() const { return c_.output + ".tokenize-lengths"; }
+  // the resume state and the output prefix (StageBase)
+  std::string state_path() const override { return tokenize_state_path(c_.output); }
+  std::string stats_path() const override { return tokenize_stats_path(c_.output); }
+  Status prepare_folder() override;
+  bool outputs_present() const override;
+  Status load_state(const json& st) override;
+  Status check_no_output() override;
+  std::string other_run_error() const override;
+  Status start_fresh() override;
+  Status before_persist(bool complete) override;
+  void add_state(json& st, bool complete) const override;
+  // the pipeline (RestartableStage)
+  ReaderOptions reader_options() const override;
+  std::string start_note(int threads) const override;
+  std::string done_note() const override { return fmt::format("{} documents", n_.documents); }
+  size_t take_doc(RawDoc& doc, Item& it) override;
+  std::function<void(Item&)> make_worker() override;
+  Status commit_doc(Item& it) override;
+  void tick(Progress& p) override;
+  // everything committed so far is a contiguous prefix of the input: keep it
+  Status save_on_stop() override { return persist_state(false); }
+  Status finish(double seconds, std::string& text) override;
 
   const TokenizeConfig& c_;
   const TokenEncoder& enc_;
   IndexedDType dtype_ = IndexedDType::kUInt16;
-  std::vector<std::string> files_;
-  std::vector<uint64_t> file_sizes_;
-  uint64_t total_bytes_ = 0;
-  int threads_ = 1;
-  std::string fingerprint_;
 
   // writer state (persisted at checkpoints)
-  Position pos_;
-  Counters n_;
   IndexedWriter bin_;
   LineageWriter docs_;
   uint64_t lengths_spooled_ = 0;   // sequence lengths already in the lengths file
   uint64_t checkpoint_at_ = 0;     // .bin bytes at the last checkpoint
-  bool resumed_ = false;
-
-  // pipeline
-  std::unique_ptr<OrderedPipeline<Item>> pipe_;
-  std::atomic<uint64_t> bytes_progress_{0};
-  std::atomic<size_t> logged_issues_{0};
 };
 
-Status TokenizeRun::prepare_output(bool& complete) {
-  complete = false;
-  const std::string& p = c_.output;
-  fs::path parent = fs::path(p).parent_path();
+StageSpec TokenizeRun::spec_of(const TokenizeConfig& c) {
+  return StageSpec{.name = "tokenize", .output = c.output, .complete_for = "these inputs and this tokenizer",
+                   .threads = c.threads, .log_interval_s = c.log_interval_s, .overwrite = c.overwrite,
+                   .chunk_docs = kChunkDocs, .chunk_bytes = kChunkBytes};
+}
+
+Status TokenizeRun::check_encoder() const {
+  if (!enc_.encode) return Status::error("tokenize: no encoder");
+  if (c_.append_eod && !enc_.eod_id)
+    return Status::error(fmt::format("{}: the tokenizer has no end-of-document token (<|endoftext|>, </s>, ...); "
+                                     "drop --append-eod or use a tokenizer that has one", enc_.path));
+  if (c_.output.empty()) return Status::error("tokenize: no output prefix");
+  return Status::ok();
+}
+
+// everything that changes the output: not threads, checkpoints or logging
+std::string TokenizeRun::fingerprint_text() const {
+  std::string fp = fmt::format("tokenize v{}\ntokenizer {:016x} vocab {}\neod {} {}\nfield {}\n", kStateVersion,
+                               enc_.content_hash, enc_.vocab_size, c_.append_eod, enc_.eod_id.value_or(0),
+                               c_.text_field);
+  if (c_.holdout > 0) fp += fmt::format("holdout {} {}\n", c_.holdout, c_.take_holdout);
+  if (!c_.languages.empty()) {
+    fp += "languages";
+    for (const auto& l : c_.languages) fp += " " + l;
+    fp += "\n";
+  }
+  for (size_t i = 0; i < files_.size(); ++i) fp += fmt::format("{}:{}\n", files_[i], file_sizes_[i]);
+  return fp;
+}
+
+Status TokenizeRun::prepare_folder() {
+  fs::path parent = fs::path(c_.output).parent_path();
   std::error_code ec;
   if (!parent.empty()) {
     fs::create_directories(parent, ec);
     if (ec) return Status::error(fmt::format("{}: cannot create the output folder: {}", parent.string(), ec.message()));
   }
-  const std::string state_path = tokenize_state_path(p);
-  if (fs::exists(state_path)) {
-    std::string text;
-    if (Status s = files_read_small(state_path, text); !s) return s;
-    json st = json::parse(text, nullptr, false);
-    if (!st.is_discarded() && st.value("fingerprint", "") == fingerprint_) {
-      if (st.value("complete", false) && fs::exists(indexed_idx_path(p)) && fs::exists(lineage_path(p))) {
-        complete = true;
-        return Status::ok();
-      }
-      if (!st.value("complete", false)) {
-        Status s = load_state(st);
-        if (s) return s;
-        if (!c_.overwrite) return s;
-        spdlog::warn("{}; starting over (--overwrite)", s.message());
-      }
-    } else if (!c_.overwrite) {
-      return Status::error(fmt::format(
-          "{}: holds a tokenize run with other inputs, tokenizer or settings; use another --output or --overwrite",
-          p));
-    }
-  } else if (!c_.overwrite && (fs::exists(indexed_idx_path(p)) || fs::exists(indexed_bin_path(p)))) {
+  return Status::ok();
+}
+
+bool TokenizeRun::outputs_present() const {
+  return fs::exists(indexed_idx_path(c_.output)) && fs::exists(lineage_path(c_.output));
+}
+
+Status TokenizeRun::check_no_output() {
+  const std::string& p = c_.output;
+  if (fs::exists(indexed_idx_path(p)) || fs::exists(indexed_bin_path(p)))
     return Status::error(fmt::format("{}: already exists but holds no resume state of this command; use another "
                                      "--output or --overwrite", indexed_idx_path(p)));
-  }
-  // a fresh start: nothing of an earlier run may mix with this one. An older complete output is
-  // replaced file by file at the end; its .idx goes now, so the old set never looks complete
-  // next to a new .docs.
+  return Status::ok();
+}
+
+std::string TokenizeRun::other_run_error() const {
+  return fmt::format(
+      "{}: holds a tokenize run with other inputs, tokenizer or settings; use another --output or --overwrite",
+      c_.output);
+}
+
+Status TokenizeRun::start_fresh() {
+  // An older complete output is replaced file by file at the end; its .idx goes now, so the old
+  // set never looks complete next to a new .docs.
+  const std::string& p = c_.output;
+  std::error_code ec;
   fs::remove(indexed_idx_path(p), ec);
-  resumed_ = false;
-  pos_ = Position{};
   n_ = Counters{};
   lengths_spooled_ = checkpoint_at_ = 0;
   for (const std::string& f : {tokenize_state_path(p), lengths_path(), bin_.partial_path(), docs_.partial_path()})
@@ -204,18 +227,8 @@ Status TokenizeRun::prepare_output(bool& complete) {
 }
 
 Status TokenizeRun::load_state(const json& st) {
-  const std::string state_path = tokenize_state_path(c_.output);
-  uint64_t bin_bytes = 0, docs_bytes = 0, sequences = 0;
-  try {
-    pos_.file = st.at("position").at("file");
-    pos_.rec = st.at("position").at("rec");
-    bin_bytes = st.at("bin_bytes");
-    docs_bytes = st.at("docs_bytes");
-    sequences = st.at("sequences");
-    n_.from_json(st.at("counters"));
-  } catch (const json::exception& e) {
-    return Status::error(fmt::format("{}: damaged resume state ({}); rerun with --overwrite", state_path, e.what()));
-  }
+  const uint64_t bin_bytes = st.at("bin_bytes"), docs_bytes = st.at("docs_bytes"), sequences = st.at("sequences");
+  n_.from_json(st.at("counters"));
   // the lengths of every sequence before the checkpoint
   std::vector<int32_t> lengths(sequences);
   std::FILE* f = std::fopen(lengths_path().c_str(), "rb");
@@ -234,96 +247,100 @@ Status TokenizeRun::load_state(const json& st) {
     return Status::error(s.message() + "; rerun with --overwrite");
   lengths_spooled_ = sequences;
   checkpoint_at_ = bin_bytes;
-  resumed_ = true;
   return Status::ok();
 }
 
-Status TokenizeRun::checkpoint(bool complete) {
+// the sequence lengths since the last checkpoint, appended to the lengths file and synced
+Status TokenizeRun::spool_lengths() {
+  const auto& lengths = bin_.lengths();
+  if (lengths.size() <= lengths_spooled_) return Status::ok();
+  std::FILE* f = std::fopen(lengths_path().c_str(), "ab");
+  if (!f) return Status::error(fmt::format("{}: cannot append", lengths_path()));
+  const size_t n = lengths.size() - lengths_spooled_;
+  bool ok = std::fwrite(lengths.data() + lengths_spooled_, 4, n, f) == n;
+  ok = std::fflush(f) == 0 && fsync(fileno(f)) == 0 && ok;
+  ok = std::fclose(f) == 0 && ok;
+  if (!ok) return Status::error(fmt::format("{}: write failed", lengths_path()));
+  lengths_spooled_ = lengths.size();
+  return Status::ok();
+}
+
+// a checkpoint: the partial files synced and the lengths spooled before the state names them
+Status TokenizeRun::before_persist(bool complete) {
+  if (complete) return Status::ok();  // the complete state is a bare marker
   if (Status s = bin_.sync(); !s) return s;
   if (Status s = docs_.sync(); !s) return s;
-  const auto& lengths = bin_.lengths();
-  if (lengths.size() > lengths_spooled_) {
-    std::FILE* f = std::fopen(lengths_path().c_str(), "ab");
-    if (!f) return Status::error(fmt::format("{}: cannot append", lengths_path()));
-    const size_t n = lengths.size() - lengths_spooled_;
-    bool ok = std::fwrite(lengths.data() + lengths_spooled_, 4, n, f) == n;
-    ok = std::fflush(f) == 0 && fsync(fileno(f)) == 0 && ok;
-    ok = std::fclose(f) == 0 && ok;
-    if (!ok) return Status::error(fmt::format("{}: write failed", lengths_path()));
-    lengths_spooled_ = lengths.size();
-  }
-  json st;
+  if (Status s = spool_lengths(); !s) return s;
+  checkpoint_at_ = bin_.bin_bytes();
+  return Status::ok();
+}
+
+void TokenizeRun::add_state(json& st, bool complete) const {
   st["version"] = kStateVersion;
-  st["fingerprint"] = fingerprint_;
-  st["complete"] = complete;
-  st["position"] = {{"file", pos_.file}, {"rec", pos_.rec}};
+  if (complete) return;
+  st["position"] = position_json();
   st["bin_bytes"] = bin_.bin_bytes();
   st["docs_bytes"] = docs_.bytes();
-  st["sequences"] = lengths.size();
+  st["sequences"] = bin_.lengths().size();
   st["counters"] = n_.to_json();
-  checkpoint_at_ = bin_.bin_bytes();
-  return files_write_atomic(tokenize_state_path(c_.output), st.dump());
 }
 
-void TokenizeRun::reader_main() {
+ReaderOptions TokenizeRun::reader_options() const {
   ReaderOptions ropt;
   ropt.text_field = c_.text_field;
-  ReadFromPosition r;
-  r.files = &files_;
-  r.sizes = &file_sizes_;
-  r.from_file = (uint32_t)pos_.file;
-  r.from_rec = pos_.rec;
-  r.options = ropt;
-  r.bytes_progress = &bytes_progress_;
-  r.logged = &logged_issues_;
-  r.max_logged = kMaxLoggedIssues;
-  r.stopped = [] { return (bool)g_stop; };
-  r.doc = [&](uint32_t f, uint64_t rec, RawDoc& doc, std::vector<std::string>& issues) {
-    Item it;
-    it.file = f;
-    it.rec = rec;
-    it.issues = std::move(issues);
-    size_t bytes = 0;
-    if (doc.is_html) {
-      // tokenize takes refined text; raw HTML belongs to `smelt prep` first
-      it.issues.push_back("html_input");
-      it.skip = true;
-      if (logged_issues_++ < kMaxLoggedIssues)
-        spdlog::warn("{}: HTML is not refined text (run smelt prep first); the document was skipped", doc.source);
-    } else {
-      bytes = doc.text.size();
-      // The split's key: the page (page_key) when the document has a URL, so a page is on the
-      // same side in every crawl of it and two records of one page never straddle the split.
-      const bool held_side = c_.holdout > 0 && in_holdout_fraction(page_key(doc.url, doc.id), c_.holdout);
-      it.id = std::move(doc.id);
-      if (c_.holdout > 0 && held_side != c_.take_holdout) {
-        it.other_split = true;
-      } else {
-        it.text = std::move(doc.text);
-        it.meta_json = std::move(doc.meta_json);
-      }
-    }
-    return pipe_->add(std::move(it), bytes);
-  };
-  r.file_end = [&](uint32_t f, uint64_t rec, std::vector<std::string>& issues) {
-    Item end;
-    end.file = f;
-    end.rec = rec;
-    end.end_of_file = true;
-    end.issues = std::move(issues);
-    return pipe_->add(std::move(end), 0);
-  };
-  read_from_position(r);
+  return ropt;
 }
 
-Status TokenizeRun::commit_item(Item& it) {
-  for (const auto& r : it.issues) n_.issues[r]++;
-  if (it.end_of_file) {
-    n_.files_done++;
-    pos_ = Position{it.file + 1ull, 0};
-    return Status::ok();
+std::string TokenizeRun::start_note(int threads) const {
+  return fmt::format("{} encoder thread(s), {} tokens (vocab {})", threads, indexed_dtype_name(dtype_),
+                     enc_.vocab_size);
+}
+
+size_t TokenizeRun::take_doc(RawDoc& doc, Item& it) {
+  if (doc.is_html) {
+    // tokenize takes refined text; raw HTML belongs to `smelt prep` first
+    it.issues.push_back("html_input");
+    it.skip = true;
+    if (logged_issues_++ < kStageMaxLoggedIssues)
+      spdlog::warn("{}: HTML is not refined text (run smelt prep first); the document was skipped", doc.source);
+    return 0;
   }
-  pos_ = Position{it.file, it.rec + 1};
+  const size_t bytes = doc.text.size();
+  // The split's key: the page (page_key) when the document has a URL, so a page is on the
+  // same side in every crawl of it and two records of one page never straddle the split.
+  const bool held_side = c_.holdout > 0 && in_holdout_fraction(page_key(doc.url, doc.id), c_.holdout);
+  it.id = std::move(doc.id);
+  if (c_.holdout > 0 && held_side != c_.take_holdout) {
+    it.other_split = true;
+  } else {
+    it.text = std::move(doc.text);
+    it.meta_json = std::move(doc.meta_json);
+  }
+  return bytes;
+}
+
+std::function<void(Item&)> TokenizeRun::make_worker() {
+  // each encoder thread keeps its own JSON parser (for the language in a document's meta)
+  auto parser = std::make_shared<simdjson::dom::parser>();
+  return [this, parser](Item& it) { encode(*parser, it); };
+}
+
+void TokenizeRun::encode(simdjson::dom::parser& parser, Item& it) const {
+  if (it.end_of_file || it.skip || it.other_split) return;  // (other_language is found here)
+  it.lang = lang_of(parser, it.meta_json);
+  it.meta_json.clear();
+  if (!c_.languages.empty() && std::find(c_.languages.begin(), c_.languages.end(), it.lang) == c_.languages.end()) {
+    it.other_language = true;
+    std::string().swap(it.text);
+    return;
+  }
+  it.text_bytes = it.text.size();
+  enc_.encode(it.text, it.ids);
+  if (c_.append_eod) it.ids.push_back(*enc_.eod_id);
+  std::string().swap(it.text);
+}
+
+Status TokenizeRun::commit_doc(Item& it) {
   if (it.skip) return Status::ok();
   if (it.other_split) { n_.other_split++; return Status::ok(); }
   if (it.other_language) { n_.other_language++; return Status::ok(); }
@@ -338,17 +355,19 @@ Status TokenizeRun::commit_item(Item& it) {
   l.documents++;
   l.tokens += it.ids.size() - eod;
   l.text_bytes += it.text_bytes;
-  if (bin_.bin_bytes() - checkpoint_at_ >= c_.checkpoint_bytes) return checkpoint(false);
+  if (bin_.bin_bytes() - checkpoint_at_ >= c_.checkpoint_bytes) return persist_state(false);
   return Status::ok();
+}
+
+void TokenizeRun::tick(Progress& p) {
+  p.tick(n_.documents, bytes_progress_, fmt::format("{:.1f}M tokens", n_.tokens / 1e6));
 }
 
 json TokenizeRun::stats_json(double seconds) const {
   json j;
   j["stage"] = "tokenize";
   j["complete"] = true;
-  uint64_t disk = 0;
-  for (auto s : file_sizes_) disk += s;
-  j["inputs"] = {{"files", files_.size()}, {"bytes_on_disk", disk}, {"paths", c_.inputs}};
+  j["inputs"] = {{"files", files_.size()}, {"bytes_on_disk", bytes_on_disk()}, {"paths", c_.inputs}};
   j["outputs"] = {{"bin", indexed_bin_path(c_.output)}, {"idx", indexed_idx_path(c_.output)},
                   {"docs", lineage_path(c_.output)}};
   j["tokenizer"] = {{"path", enc_.path}, {"content_hash", fmt::format("{:016x}", enc_.content_hash)},
@@ -402,106 +421,30 @@ std::string TokenizeRun::summary_text(double seconds) const {
       s += fmt::format(" {}={:.2f} ({} docs)", k, ratio(v.text_bytes, v.tokens), v.documents);
     s += "\n";
   }
-  if (!n_.issues.empty()) {
-    s += "  input problems:";
-    for (const auto& [k, v] : n_.issues) s += fmt::format(" {}={}", k, v);
-    s += "\n";
-  }
-  return s;
+  return s + stage_issues_line(n_.issues);
+}
+
+Status TokenizeRun::finish(double seconds, std::string& text) {
+  // completeness last: .docs, stats, then .bin and finally .idx
+  if (Status s = docs_.finish(); !s) return s;
+  if (Status s = files_write_atomic(stats_path(), stats_json(seconds).dump(2) + "\n"); !s) return s;
+  if (Status s = bin_.finish(); !s) return s;
+  // a rerun of the same command now says "already complete"
+  if (Status s = persist_state(true); !s) return s;
+  std::error_code ec;
+  fs::remove(lengths_path(), ec);
+  text = summary_text(seconds) + fmt::format("  output: {}.bin/.idx/.docs, stats: {}\n", c_.output, stats_path());
+  return Status::ok();
 }
 
 Status TokenizeRun::run(TokenizeSummary& out) {
-  if (!enc_.encode) return Status::error("tokenize: no encoder");
-  if (c_.append_eod && !enc_.eod_id)
-    return Status::error(fmt::format("{}: the tokenizer has no end-of-document token (<|endoftext|>, </s>, ...); "
-                                     "drop --append-eod or use a tokenizer that has one", enc_.path));
-  if (c_.output.empty()) return Status::error("tokenize: no output prefix");
+  if (Status s = check_encoder(); !s) return s;
   dtype_ = indexed_dtype_for_vocab(enc_.vocab_size);
-  if (Status s = files_expand_inputs(c_.inputs, files_); !s) return s;
-  for (const auto& f : files_) {
-    std::error_code ec;
-    file_sizes_.push_back(fs::file_size(f, ec));
-    total_bytes_ += file_sizes_.back();
-  }
-  // everything that changes the output: not threads, checkpoints or logging
-  std::string fp = fmt::format("tokenize v{}\ntokenizer {:016x} vocab {}\neod {} {}\nfield {}\n", kStateVersion,
-                               enc_.content_hash, enc_.vocab_size, c_.append_eod, enc_.eod_id.value_or(0),
-                               c_.text_field);
-  if (c_.holdout > 0) fp += fmt::format("holdout {} {}\n", c_.holdout, c_.take_holdout);
-  if (!c_.languages.empty()) {
-    fp += "languages";
-    for (const auto& l : c_.languages) fp += " " + l;
-    fp += "\n";
-  }
-  for (size_t i = 0; i < files_.size(); ++i) fp += fmt::format("{}:{}\n", files_[i], file_sizes_[i]);
-  fingerprint_ = fmt::format("{:016x}", hash64(fp));
-
-  bool complete = false;
-  if (Status s = prepare_output(complete); !s) return s;
-  out.stats_path = tokenize_stats_path(c_.output);
-  if (complete) {
-    out.already_complete = true;
-    out.text = fmt::format("tokenize {}: already complete for these inputs and this tokenizer; see {}\n", c_.output,
-                           out.stats_path);
-    return Status::ok();
-  }
-  if (resumed_)
-    spdlog::info("resuming {}: {} documents done, continuing at input {} record {}", c_.output, n_.documents,
-                 pos_.file, pos_.rec);
-
-  int threads = c_.threads > 0 ? c_.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  threads_ = threads;
-  pipe_ = std::make_unique<OrderedPipeline<Item>>(threads, kChunkDocs, kChunkBytes, g_stop);
-  spdlog::info("{} input file(s), {:.1f} MB, {} encoder thread(s), {} tokens (vocab {})", files_.size(),
-               total_bytes_ / 1e6, threads, indexed_dtype_name(dtype_), enc_.vocab_size);
-
-  Progress progress("tokenize", total_bytes_, c_.log_interval_s);
-  Status status = pipe_->run(
-      [this] { reader_main(); },
-      [this] {
-        // each encoder thread keeps its own JSON parser (for the language in a document's meta)
-        return [this, parser = simdjson::dom::parser()](Item& it) mutable {
-          if (it.end_of_file || it.skip || it.other_split) return;  // (other_language is found here)
-          it.lang = lang_of(parser, it.meta_json);
-          it.meta_json.clear();
-          if (!c_.languages.empty() &&
-              std::find(c_.languages.begin(), c_.languages.end(), it.lang) == c_.languages.end()) {
-            it.other_language = true;
-            std::string().swap(it.text);
-            return;
-          }
-          it.text_bytes = it.text.size();
-          enc_.encode(it.text, it.ids);
-          if (c_.append_eod) it.ids.push_back(*enc_.eod_id);
-          std::string().swap(it.text);
-        };
-      },
-      [this](Item& it) { return commit_item(it); },
-      [&] { progress.tick(n_.documents, bytes_progress_, fmt::format("{:.1f}M tokens", n_.tokens / 1e6)); });
-  progress.finish();
-  double seconds = progress.elapsed_s();
-
-  if (!status) return status;
-  if (g_stop) {
-    // everything committed so far is a contiguous prefix of the input: keep it
-    if (Status s = checkpoint(false); !s) return s;
-    return Status::error(fmt::format("interrupted after {} documents; rerun the same command to resume from there",
-                                     n_.documents));
-  }
-
-  // completeness last: .docs, stats, then .bin and finally .idx
-  if (Status s = docs_.finish(); !s) return s;
-  if (Status s = files_write_atomic(out.stats_path, stats_json(seconds).dump(2) + "\n"); !s) return s;
-  if (Status s = bin_.finish(); !s) return s;
-  // a rerun of the same command now says "already complete"
-  json st = {{"version", kStateVersion}, {"fingerprint", fingerprint_}, {"complete", true}};
-  if (Status s = files_write_atomic(tokenize_state_path(c_.output), st.dump()); !s) return s;
-  std::error_code ec;
-  fs::remove(lengths_path(), ec);
+  if (Status s = select_inputs(c_.inputs, 0, 1); !s) return s;
+  set_fingerprint(fingerprint_text());
+  if (Status s = run_stage(out); !s || out.already_complete) return s;
   out.documents = n_.documents;
   out.tokens = n_.tokens;
-  out.resumed = resumed_;
-  out.text = summary_text(seconds) + fmt::format("  output: {}.bin/.idx/.docs, stats: {}\n", c_.output, out.stats_path);
   return Status::ok();
 }
 
@@ -510,10 +453,7 @@ Status TokenizeRun::run(TokenizeSummary& out) {
 std::string tokenize_stats_path(const std::string& prefix) { return prefix + ".stats.json"; }
 std::string tokenize_state_path(const std::string& prefix) { return prefix + ".tokenize-state.json"; }
 
-void tokenize_request_stop() { g_stop = true; }
-
 Status tokenize_run(const TokenizeConfig& c, const TokenEncoder& enc, TokenizeSummary& out) {
-  g_stop = false;
   TokenizeRun run(c, enc);
   return run.run(out);
 }

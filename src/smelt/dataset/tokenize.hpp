@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "smelt/common/status.hpp"
+#include "smelt/stage/stage.hpp"
 
 namespace smelt {
 
@@ -47,19 +48,14 @@ struct TokenEncoder {
   std::string path;                   // the tokenizer file, for the stats
 };
 
-struct TokenizeSummary {
+struct TokenizeSummary : StageSummary {
   uint64_t documents = 0, tokens = 0;
-  bool already_complete = false;
-  bool resumed = false;
-  std::string stats_path;
-  std::string text;  // the human-readable summary
 };
 
-// Runs the stage. A stop request (tokenize_request_stop, from a SIGINT/SIGTERM handler) ends it at
-// a clean point; rerunning the same command resumes from the last checkpoint, and the final
-// .bin/.idx/.docs are byte-identical to those of an uninterrupted run.
+// Runs the stage. A stop request (stage_request_stop, stage/stage.hpp: the CLI's SIGINT/SIGTERM)
+// ends it at a clean point; rerunning the same command resumes from the last checkpoint, and the
+// final .bin/.idx/.docs are byte-identical to those of an uninterrupted run.
 Status tokenize_run(const TokenizeConfig& c, const TokenEncoder& enc, TokenizeSummary& out);
-void tokenize_request_stop();
 
 // PREFIX.stats.json and PREFIX.tokenize-state.json.
 std::string tokenize_stats_path(const std::string& prefix);

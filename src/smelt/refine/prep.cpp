@@ -1,4 +1,5 @@
-// The prep stage pipeline: reader thread -> worker threads -> committer (this thread).
+// The prep stage pipeline, on the restartable-stage skeleton (stage/restartable_stage.hpp): reader
+// thread -> worker threads -> committer (this thread).
 //
 // Order and determinism: the reader numbers every document by (file, record) and ships them in
 // chunks; workers extract, measure, filter and sample each document independently (decisions depend
@@ -33,6 +34,7 @@
 #include "smelt/common/progress.hpp"
 #include "smelt/refine/quality_signals.hpp"
 #include "smelt/refine/shard_writer.hpp"
+#include "smelt/stage/restartable_stage.hpp"
 #include "smelt/text/charset.hpp"
 #include "smelt/text/terminal_codes.hpp"
 
@@ -43,20 +45,13 @@ namespace smelt {
 
 namespace {
 
-std::atomic<bool> g_stop{false};
-
 constexpr int kScoreBins = 20;
 constexpr size_t kChunkDocs = 64;
 constexpr size_t kChunkBytes = 8u << 20;
-constexpr size_t kMaxLoggedIssues = 50;
 constexpr size_t kRejectedTextCap = 20000;  // bytes of text kept per rejected example
 
 // One document (or the end-of-file marker) on its way through the pipeline.
-struct Item {
-  uint32_t file = 0;
-  uint64_t rec = 0;              // record index in the file; for end_of_file, the file's record count
-  bool end_of_file = false;
-  std::vector<std::string> issues;  // reader issue reasons that came before this item
+struct Item : StageItem {
   RawDoc doc;
   // filled by a worker
   uint64_t raw_bytes = 0, text_bytes = 0;
@@ -67,12 +62,6 @@ struct Item {
   std::string rules;             // failed quality rules (only kept for rejected examples)
   std::string line;              // the output JSON line without its closing '}'
   DedupSignature sig;
-};
-
-// Position of the next item to process: everything before (file, rec) is done.
-struct Position {
-  uint64_t file = 0, rec = 0;
-  bool before(uint32_t f, uint64_t r) const { return f < file || (f == file && r < rec); }
 };
 
 // Counters that make up stats.json; deterministic (no timing), restored on resume.
@@ -212,44 +201,48 @@ void process_item(const PrepConfig& c, Item& it) {
   }
 }
 
-class PrepRun {
+class PrepRun : public RestartableStage<Item, Counters> {
  public:
-  PrepRun(const PrepConfig& c) : c_(c) {}
+  explicit PrepRun(const PrepConfig& c) : RestartableStage(spec_of(c)), c_(c) {}
   Status run(PrepSummary& out);
 
  private:
-  Status prepare_output(bool& complete);
-  Status load_state(const std::string& state_text);
-  Status persist_state(bool complete);
-  void reader_main();
-  Status commit_item(Item& it);
-  std::string summary_text(double seconds) const;
-  json stats_json(double seconds, bool complete) const;
+  static StageSpec spec_of(const PrepConfig& c);
   std::string path(const std::string& name) const { return (fs::path(c_.output) / name).string(); }
+  std::string fingerprint_text() const;
+  Status reload_dedup_index();
+  Status write_rejected() const;
+  json stats_json(double seconds, bool complete) const;
+  std::string summary_text(double seconds) const;
+  // the resume state and the output folder (StageBase)
+  std::string state_path() const override { return path(".prep-state" + suffix_ + ".json"); }
+  std::string stats_path() const override { return path("stats" + suffix_ + ".json"); }
+  Status prepare_folder() override;
+  Status load_state(const json& st) override;
+  Status check_no_output() override;
+  std::string other_run_error() const override;
+  Status start_fresh() override;
+  Status before_persist(bool complete) override;
+  void add_state(json& st, bool complete) const override;
+  // the pipeline (RestartableStage)
+  ReaderOptions reader_options() const override { return c_.read; }
+  Status start_writing() override;
+  std::string start_note(int threads) const override;
+  std::string done_note() const override { return fmt::format("{} part(s)", parts_.size()); }
+  size_t take_doc(RawDoc& doc, Item& it) override;
+  std::function<void(Item&)> make_worker() override;
+  Status commit_doc(Item& it) override;
+  void tick(Progress& p) override { p.tick(n_.docs_read, bytes_progress_); }
+  Status finish(double seconds, std::string& text) override;
 
   const PrepConfig& c_;
-  std::vector<std::string> files_;       // this task's inputs, in order
-  std::vector<uint64_t> file_sizes_;
-  uint64_t total_bytes_ = 0;
-  std::string suffix_;                   // "" or "-TTTTT" when tasks > 1
-  std::string fingerprint_;
-
   // committer state (persisted)
-  Position pos_;
-  Counters n_;
   std::vector<ShardInfo> parts_;
   std::map<std::string, std::vector<std::string>> rejected_;
   uint64_t dedup_log_bytes_ = 0;
   std::string pending_sigs_;             // signatures of kept docs since the last finished part
   std::unique_ptr<DedupIndex> index_;
   std::unique_ptr<ShardWriter> writer_;
-  bool resumed_ = false;
-
-  // pipeline
-  std::unique_ptr<OrderedPipeline<Item>> pipe_;
-  std::atomic<uint64_t> bytes_progress_{0};
-  std::atomic<size_t> logged_issues_{0};
-  std::string reader_error_;
 };
 
 // True for a file this task's runs write: its parts, state, dedup log and stats.
@@ -261,8 +254,25 @@ bool is_task_file(const std::string& name, const std::string& suffix) {
          name == "stats" + suffix + ".json";
 }
 
-Status PrepRun::prepare_output(bool& complete) {
-  complete = false;
+StageSpec PrepRun::spec_of(const PrepConfig& c) {
+  return StageSpec{.name = "prep", .output = c.output, .complete_for = "these inputs and settings",
+                   .issues_counted_in = "stats.json",
+                   .threads = c.threads, .log_interval_s = c.log_interval_s, .overwrite = c.overwrite,
+                   .chunk_docs = kChunkDocs, .chunk_bytes = kChunkBytes};
+}
+
+// the fingerprint covers everything that changes the output (not threads or logging)
+std::string PrepRun::fingerprint_text() const {
+  PrepConfig fp = c_;
+  fp.threads = 0;
+  fp.log_interval_s = 0;
+  fp.overwrite = false;
+  std::string text = config_to_string(prep_config_to_toml(fp));
+  for (size_t i = 0; i < files_.size(); ++i) text += "\n" + files_[i] + fmt::format(":{}", file_sizes_[i]);
+  return text;
+}
+
+Status PrepRun::prepare_folder() {
   std::error_code ec;
   fs::create_directories(c_.output, ec);
   if (ec) return Status::error(fmt::format("{}: cannot create output folder: {}", c_.output, ec.message()));
@@ -271,53 +281,51 @@ Status PrepRun::prepare_output(bool& complete) {
     std::string name = e.path().filename().string();
     if (name.find(".tmp-") != std::string::npos) fs::remove(e.path(), ec);
   }
-  std::string state_path = path(".prep-state" + suffix_ + ".json");
-  if (fs::exists(state_path)) {
-    std::string text;
-    if (Status s = files_read_small(state_path, text); !s) return s;
-    json st = json::parse(text, nullptr, false);
-    bool same = !st.is_discarded() && st.value("fingerprint", "") == fingerprint_;
-    if (same) {
-      complete = st.value("complete", false);
-      if (complete) return Status::ok();
-      return load_state(text);
-    }
-    if (!c_.overwrite)
+  return Status::ok();
+}
+
+Status PrepRun::check_no_output() {
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(c_.output, ec)) {
+    std::string name = e.path().filename().string();
+    if (is_task_file(name, suffix_) && name.rfind("part", 0) == 0)
       return Status::error(fmt::format(
-          "{}: holds a prep run with other inputs or settings; use another --output folder or --overwrite",
-          c_.output));
-  } else if (!c_.overwrite) {
-    for (const auto& e : fs::directory_iterator(c_.output, ec)) {
-      std::string name = e.path().filename().string();
-      if (is_task_file(name, suffix_) && name.rfind("part", 0) == 0)
-        return Status::error(fmt::format(
-            "{}: already holds output parts ({}) but no resume state; use another --output folder or --overwrite",
-            c_.output, name));
-    }
+          "{}: already holds output parts ({}) but no resume state; use another --output folder or --overwrite",
+          c_.output, name));
   }
-  // a fresh start: remove what an earlier run of this task left
+  return Status::ok();
+}
+
+std::string PrepRun::other_run_error() const {
+  return fmt::format("{}: holds a prep run with other inputs or settings; use another --output folder or --overwrite",
+                     c_.output);
+}
+
+Status PrepRun::start_fresh() {
+  // remove what an earlier run of this task left
+  std::error_code ec;
   for (const auto& e : fs::directory_iterator(c_.output, ec)) {
     std::string name = e.path().filename().string();
     if (is_task_file(name, suffix_)) fs::remove(e.path(), ec);
   }
   fs::remove_all(path("rejected" + suffix_), ec);
-  return Status::ok();
+  n_ = Counters{};
+  parts_.clear();
+  rejected_.clear();
+  dedup_log_bytes_ = 0;
+  pending_sigs_.clear();
+  index_ = std::make_unique<DedupIndex>(c_.dedup);
+  // a state exists before the first part does, so a run killed right after renaming a part
+  // into place is still recognised as this run and resumed, not refused as a foreign folder
+  return persist_state(false);
 }
 
-Status PrepRun::load_state(const std::string& state_text) {
-  json st = json::parse(state_text, nullptr, false);
-  std::string state_path = path(".prep-state" + suffix_ + ".json");
-  try {
-    pos_.file = st.at("position").at("file");
-    pos_.rec = st.at("position").at("rec");
-    n_.from_json(st.at("counters"));
-    for (const auto& p : st.at("parts"))
-      parts_.push_back(ShardInfo{p.at("file"), p.at("docs"), p.at("bytes"), p.at("compressed")});
-    rejected_ = st.at("rejected").get<std::map<std::string, std::vector<std::string>>>();
-    dedup_log_bytes_ = st.at("dedup_log_bytes");
-  } catch (const json::exception& e) {
-    return Status::error(fmt::format("{}: damaged resume state ({}); rerun with --overwrite", state_path, e.what()));
-  }
+Status PrepRun::load_state(const json& st) {
+  n_.from_json(st.at("counters"));
+  for (const auto& p : st.at("parts"))
+    parts_.push_back(ShardInfo{p.at("file"), p.at("docs"), p.at("bytes"), p.at("compressed")});
+  rejected_ = st.at("rejected").get<std::map<std::string, std::vector<std::string>>>();
+  dedup_log_bytes_ = st.at("dedup_log_bytes");
   // every part the state names must be on disk, whole
   for (const auto& p : parts_) {
     std::error_code ec;
@@ -326,7 +334,12 @@ Status PrepRun::load_state(const std::string& state_text) {
       return Status::error(fmt::format("{}: part {} is missing or has the wrong size; rerun with --overwrite",
                                        c_.output, p.file));
   }
-  // reload the dedup index from the signature log, cut to what the state covers
+  return reload_dedup_index();
+}
+
+// the dedup index from the signature log, cut to what the state covers
+Status PrepRun::reload_dedup_index() {
+  index_ = std::make_unique<DedupIndex>(c_.dedup);
   std::string log_path = path(".prep-dedup" + suffix_ + ".bin");
   std::string log;
   if (dedup_log_bytes_ > 0) {
@@ -344,72 +357,56 @@ Status PrepRun::load_state(const std::string& state_text) {
   }
   if (truncate(log_path.c_str(), static_cast<off_t>(dedup_log_bytes_)) != 0 && dedup_log_bytes_ > 0)
     return Status::error(fmt::format("{}: cannot truncate to the resume point", log_path));
-  resumed_ = true;
   return Status::ok();
 }
 
-Status PrepRun::persist_state(bool complete) {
-  if (!pending_sigs_.empty()) {
-    std::string log_path = path(".prep-dedup" + suffix_ + ".bin");
-    std::FILE* f = std::fopen(log_path.c_str(), "ab");
-    if (!f) return Status::error(fmt::format("{}: cannot append", log_path));
-    bool ok = std::fwrite(pending_sigs_.data(), 1, pending_sigs_.size(), f) == pending_sigs_.size();
-    ok = std::fflush(f) == 0 && fsync(fileno(f)) == 0 && ok;
-    ok = std::fclose(f) == 0 && ok;
-    if (!ok) return Status::error(fmt::format("{}: write failed", log_path));
-    dedup_log_bytes_ += pending_sigs_.size();
-    pending_sigs_.clear();
-  }
-  json st;
-  st["fingerprint"] = fingerprint_;
-  st["complete"] = complete;
-  st["position"] = {{"file", pos_.file}, {"rec", pos_.rec}};
+// the signatures of the kept documents since the last state go to the dedup log first
+Status PrepRun::before_persist(bool) {
+  if (pending_sigs_.empty()) return Status::ok();
+  std::string log_path = path(".prep-dedup" + suffix_ + ".bin");
+  std::FILE* f = std::fopen(log_path.c_str(), "ab");
+  if (!f) return Status::error(fmt::format("{}: cannot append", log_path));
+  bool ok = std::fwrite(pending_sigs_.data(), 1, pending_sigs_.size(), f) == pending_sigs_.size();
+  ok = std::fflush(f) == 0 && fsync(fileno(f)) == 0 && ok;
+  ok = std::fclose(f) == 0 && ok;
+  if (!ok) return Status::error(fmt::format("{}: write failed", log_path));
+  dedup_log_bytes_ += pending_sigs_.size();
+  pending_sigs_.clear();
+  return Status::ok();
+}
+
+void PrepRun::add_state(json& st, bool) const {
+  st["position"] = position_json();
   st["counters"] = n_.to_json();
   st["parts"] = parts_json(parts_);
   st["rejected"] = rejected_;
   st["dedup_log_bytes"] = dedup_log_bytes_;
-  return files_write_atomic(path(".prep-state" + suffix_ + ".json"), st.dump());
 }
 
-void PrepRun::reader_main() {
-  ReadFromPosition r;
-  r.files = &files_;
-  r.sizes = &file_sizes_;
-  r.from_file = (uint32_t)pos_.file;
-  r.from_rec = pos_.rec;
-  r.options = c_.read;
-  r.bytes_progress = &bytes_progress_;
-  r.logged = &logged_issues_;
-  r.max_logged = kMaxLoggedIssues;
-  r.counted_in = "stats.json";
-  r.stopped = [] { return (bool)g_stop; };
-  r.doc = [&](uint32_t f, uint64_t rec, RawDoc& doc, std::vector<std::string>& issues) {
-    Item it;
-    it.file = f;
-    it.rec = rec;
-    it.issues = std::move(issues);
-    const size_t bytes = doc.text.size();
-    it.doc = std::move(doc);
-    return pipe_->add(std::move(it), bytes);
-  };
-  r.file_end = [&](uint32_t f, uint64_t rec, std::vector<std::string>& issues) {
-    Item end;
-    end.file = f;
-    end.rec = rec;
-    end.end_of_file = true;
-    end.issues = std::move(issues);
-    return pipe_->add(std::move(end), 0);
-  };
-  read_from_position(r);
+Status PrepRun::start_writing() {
+  writer_ = std::make_unique<ShardWriter>(c_.output, "part" + suffix_ + "-", c_.shard_mb << 20, c_.zstd_level,
+                                          parts_.size());
+  return Status::ok();
 }
 
-Status PrepRun::commit_item(Item& it) {
-  for (const auto& r : it.issues) n_.issues[r]++;
-  if (it.end_of_file) {
-    n_.files_done++;
-    pos_ = Position{it.file + 1ull, 0};
-    return Status::ok();
-  }
+std::string PrepRun::start_note(int threads) const {
+  return fmt::format("{} worker thread(s){}", threads,
+                     c_.tasks > 1 ? fmt::format(", task {} of {}", c_.task, c_.tasks) : "");
+}
+
+size_t PrepRun::take_doc(RawDoc& doc, Item& it) {
+  const size_t bytes = doc.text.size();
+  it.doc = std::move(doc);
+  return bytes;
+}
+
+std::function<void(Item&)> PrepRun::make_worker() {
+  return [this](Item& it) {
+    if (!it.end_of_file) process_item(c_, it);
+  };
+}
+
+Status PrepRun::commit_doc(Item& it) {
   n_.docs_read++;
   n_.bytes_in += it.raw_bytes;
   n_.text_bytes += it.text_bytes;
@@ -424,7 +421,6 @@ Status PrepRun::commit_item(Item& it) {
       case DedupIndex::Verdict::kUnique: dedup_signature_write(it.sig, pending_sigs_); break;
     }
   }
-  pos_ = Position{it.file, it.rec + 1};
   if (!it.drop.empty()) {
     n_.drops[it.drop]++;
     auto& ex = rejected_[it.drop];
@@ -461,9 +457,7 @@ json PrepRun::stats_json(double seconds, bool complete) const {
   j["complete"] = complete;
   j["task"] = c_.task;
   j["tasks"] = c_.tasks;
-  uint64_t disk_bytes = 0;
-  for (auto s : file_sizes_) disk_bytes += s;
-  j["inputs"] = {{"files", files_.size()}, {"bytes_on_disk", disk_bytes}};
+  j["inputs"] = {{"files", files_.size()}, {"bytes_on_disk", bytes_on_disk()}};
   uint64_t dropped = n_.docs_read - n_.docs_kept;
   j["documents"] = {{"read", n_.docs_read}, {"kept", n_.docs_kept}, {"dropped", dropped}};
   uint64_t compressed = 0;
@@ -499,11 +493,7 @@ std::string PrepRun::summary_text(double seconds) const {
     for (const auto& [k, v] : n_.drops) s += fmt::format(" {}={}", k, v);
     s += "\n";
   }
-  if (!n_.issues.empty()) {
-    s += "  input problems:";
-    for (const auto& [k, v] : n_.issues) s += fmt::format(" {}={}", k, v);
-    s += "\n";
-  }
+  s += stage_issues_line(n_.issues);
   if (n_.terminal_docs > 0)
     s += fmt::format("  terminal control codes stripped: {} in {} documents ({} bytes)\n", n_.terminal_codes,
                      n_.terminal_docs, n_.terminal_bytes);
@@ -515,101 +505,45 @@ std::string PrepRun::summary_text(double seconds) const {
   return s;
 }
 
-Status PrepRun::run(PrepSummary& out) {
-  std::vector<std::string> all;
-  if (Status s = files_expand_inputs(c_.inputs, all); !s) return s;
-  for (size_t i = 0; i < all.size(); ++i) {
-    if (static_cast<int>(i % c_.tasks) != c_.task) continue;
-    files_.push_back(all[i]);
-    std::error_code ec;
-    file_sizes_.push_back(fs::file_size(all[i], ec));
-    total_bytes_ += file_sizes_.back();
+// rejected examples, one file per reason
+Status PrepRun::write_rejected() const {
+  if (c_.keep_rejected == 0 || rejected_.empty()) return Status::ok();
+  std::string dir = path("rejected" + suffix_);
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  for (const auto& [reason, lines] : rejected_) {
+    std::string text;
+    for (const auto& l : lines) text += l + "\n";
+    if (Status s = files_write_atomic((fs::path(dir) / (reason + ".jsonl")).string(), text); !s) return s;
   }
-  if (c_.tasks > 1) suffix_ = fmt::format("-{:05d}", c_.task);
+  return Status::ok();
+}
 
-  // the fingerprint covers everything that changes the output (not threads or logging)
-  PrepConfig fp = c_;
-  fp.threads = 0;
-  fp.log_interval_s = 0;
-  fp.overwrite = false;
-  std::string fp_text = config_to_string(prep_config_to_toml(fp));
-  for (const auto& f : files_) fp_text += "\n" + f + fmt::format(":{}", file_sizes_[&f - files_.data()]);
-  fingerprint_ = fmt::format("{:016x}", hash64(fp_text));
-
-  index_ = std::make_unique<DedupIndex>(c_.dedup);
-  bool complete = false;
-  if (Status s = prepare_output(complete); !s) return s;
-  out.stats_path = path("stats" + suffix_ + ".json");
-  if (complete) {
-    out.already_complete = true;
-    out.text = fmt::format("prep {}: already complete for these inputs and settings; see {}\n", c_.output,
-                           out.stats_path);
-    return Status::ok();
-  }
-  if (resumed_) {
-    spdlog::info("resuming {}: {} part(s) done, continuing at input {} record {}", c_.output, parts_.size(),
-                 pos_.file, pos_.rec);
-  } else if (Status s = persist_state(false); !s) {
-    // a state exists before the first part does, so a run killed right after renaming a part
-    // into place is still recognised as this run and resumed, not refused as a foreign folder
-    return s;
-  }
-  writer_ = std::make_unique<ShardWriter>(c_.output, "part" + suffix_ + "-", c_.shard_mb << 20, c_.zstd_level,
-                                          parts_.size());
-
-  int threads = c_.threads > 0 ? c_.threads : std::max(1u, std::thread::hardware_concurrency());
-  pipe_ = std::make_unique<OrderedPipeline<Item>>(threads, kChunkDocs, kChunkBytes, g_stop);
-  spdlog::info("{} input file(s), {:.1f} MB, {} worker thread(s){}", files_.size(), total_bytes_ / 1e6, threads,
-               c_.tasks > 1 ? fmt::format(", task {} of {}", c_.task, c_.tasks) : "");
-
-  Progress progress("prep", total_bytes_, c_.log_interval_s);
-  Status status = pipe_->run(
-      [this] { reader_main(); },
-      [this] {
-        return [this](Item& it) {
-          if (!it.end_of_file) process_item(c_, it);
-        };
-      },
-      [this](Item& it) { return commit_item(it); }, [&] { progress.tick(n_.docs_read, bytes_progress_); });
-  progress.finish();
-  double seconds = progress.elapsed_s();
-
-  if (!status) return status;
-  if (g_stop)
-    return Status::error(fmt::format(
-        "interrupted after {} part(s); rerun the same command to resume from there", parts_.size()));
-
+Status PrepRun::finish(double seconds, std::string& text) {
   ShardInfo last;
   if (Status s = writer_->close(&last); !s) return s;
   if (last.docs > 0) parts_.push_back(last);
-  // rejected examples, one file per reason
-  if (c_.keep_rejected > 0 && !rejected_.empty()) {
-    std::string dir = path("rejected" + suffix_);
-    std::error_code ec;
-    fs::create_directories(dir, ec);
-    for (const auto& [reason, lines] : rejected_) {
-      std::string text;
-      for (const auto& l : lines) text += l + "\n";
-      if (Status s = files_write_atomic((fs::path(dir) / (reason + ".jsonl")).string(), text); !s) return s;
-    }
-  }
-  if (Status s = files_write_atomic(out.stats_path, stats_json(seconds, true).dump(2) + "\n"); !s) return s;
+  if (Status s = write_rejected(); !s) return s;
+  if (Status s = files_write_atomic(stats_path(), stats_json(seconds, true).dump(2) + "\n"); !s) return s;
   if (Status s = persist_state(true); !s) return s;
+  text = summary_text(seconds) +
+         fmt::format("  output: {}/part{}-*.jsonl.zst, stats: {}\n", c_.output, suffix_, stats_path());
+  return Status::ok();
+}
+
+Status PrepRun::run(PrepSummary& out) {
+  if (Status s = select_inputs(c_.inputs, c_.task, c_.tasks); !s) return s;
+  set_fingerprint(fingerprint_text());
+  if (Status s = run_stage(out); !s || out.already_complete) return s;
   out.docs_read = n_.docs_read;
   out.docs_kept = n_.docs_kept;
   out.parts = parts_.size();
-  out.resumed = resumed_;
-  out.text = summary_text(seconds) + fmt::format("  output: {}/part{}-*.jsonl.zst, stats: {}\n", c_.output,
-                                                 suffix_, out.stats_path);
   return Status::ok();
 }
 
 }  // namespace
 
-void prep_request_stop() { g_stop = true; }
-
 Status prep_run(const PrepConfig& c, PrepSummary& out) {
-  g_stop = false;
   PrepRun run(c);
   return run.run(out);
 }

@@ -13,6 +13,7 @@
 #include "smelt/common/status.hpp"
 #include "smelt/refine/dedup.hpp"
 #include "smelt/refine/quality_score.hpp"
+#include "smelt/stage/stage.hpp"
 #include "smelt/text/doc_reader.hpp"
 #include "smelt/text/html_extract.hpp"
 
@@ -55,17 +56,13 @@ Status prep_config_validate(const PrepConfig& c);
 // The resolved config as TOML (what a run records and what resume compares).
 toml::table prep_config_to_toml(const PrepConfig& c);
 
-struct PrepSummary {
+struct PrepSummary : StageSummary {
   uint64_t docs_read = 0, docs_kept = 0, parts = 0;
-  bool already_complete = false;
-  bool resumed = false;
-  std::string stats_path;
-  std::string text;  // the human-readable summary
 };
 
-// Runs the stage. A SIGINT/SIGTERM (prep_request_stop) ends it at a clean point with an error
-// saying how to resume; rerunning the same command resumes from the last finished part.
+// Runs the stage. A stop request (stage_request_stop, stage/stage.hpp: the CLI's SIGINT/SIGTERM)
+// ends it at a clean point with an error saying how to resume; rerunning the same command resumes
+// from the last finished part.
 Status prep_run(const PrepConfig& c, PrepSummary& out);
-void prep_request_stop();
 
 }  // namespace smelt
