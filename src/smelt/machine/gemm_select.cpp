@@ -15,7 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "smelt/common/files.hpp"
-#include "smelt/machine/cpu_info.hpp"
+#include "smelt/hw/cpu_info.hpp"
 
 namespace smelt {
 

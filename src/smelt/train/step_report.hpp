@@ -11,7 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "smelt/dataset/loader.hpp"
-#include "smelt/machine/cpu_info.hpp"
+#include "smelt/hw/cpu_info.hpp"
 #include "smelt/machine/gemm_select.hpp"
 #include "smelt/model/activations.hpp"
 #include "smelt/train/trainer.hpp"
