@@ -15,8 +15,8 @@
 
 #include <toml++/toml.h>
 
+#include "smelt/common/batch.hpp"
 #include "smelt/common/status.hpp"
-#include "smelt/dataset/batch.hpp"
 #include "smelt/dataset/blend.hpp"
 #include "smelt/dataset/indexed.hpp"
 

@@ -7,8 +7,8 @@
 #include <functional>
 #include <vector>
 
+#include "smelt/common/batch.hpp"
 #include "smelt/common/status.hpp"
-#include "smelt/dataset/batch.hpp"
 #include "smelt/model/activations.hpp"
 #include "smelt/model/config.hpp"
 #include "smelt/model/params.hpp"

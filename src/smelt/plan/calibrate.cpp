@@ -23,8 +23,8 @@
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
+#include "smelt/common/batch.hpp"
 #include "smelt/common/files.hpp"
-#include "smelt/dataset/batch.hpp"
 #include "smelt/dataset/indexed.hpp"
 #include "smelt/dist/communicator.hpp"
 #include "smelt/hw/cpu_info.hpp"
