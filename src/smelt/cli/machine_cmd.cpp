@@ -19,7 +19,6 @@
 #include "smelt/kernels/kernels.hpp"
 #include "smelt/machine/gemm_select.hpp"
 #include "smelt/model/config.hpp"
-#include "smelt/train/trainer.hpp"
 
 namespace smelt {
 

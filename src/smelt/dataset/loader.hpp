@@ -55,6 +55,9 @@ struct LoaderConfig {
 Status loader_config_read(const toml::table& root, LoaderConfig& c, toml::table* resolved = nullptr);
 Status loader_config_validate(const LoaderConfig& c);
 
+// The model's planned batch (rows B, length T) for the largest batch the loader hands one rank.
+void train_batch_shape(const LoaderConfig& d, int& B, int& T);
+
 // Fixed-capacity window of latencies (ms); percentiles over the last `capacity` samples.
 class LatencyWindow {
  public:
