@@ -19,9 +19,9 @@
 #include <immintrin.h>
 #include <time.h>
 
+#include "smelt/hw/cpu_info.hpp"
 #include "smelt/kernels/decode_linear.hpp"
 #include "smelt/kernels/kernels.hpp"
-#include "smelt/machine/cpu_info.hpp"
 
 using namespace smelt;
 

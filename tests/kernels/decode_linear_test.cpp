@@ -10,9 +10,9 @@
 #include <vector>
 
 #include "kernel_check.hpp"
+#include "smelt/hw/cpu_info.hpp"
 #include "smelt/kernels/decode_linear.hpp"
 #include "smelt/kernels/kernels.hpp"
-#include "smelt/machine/cpu_info.hpp"
 
 using namespace smelt;
 using namespace smelt::test;

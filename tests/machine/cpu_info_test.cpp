@@ -10,7 +10,7 @@
 #include <unistd.h>
 #include <nlohmann/json.hpp>
 
-#include "smelt/machine/cpu_info.hpp"
+#include "smelt/hw/cpu_info.hpp"
 #include "smelt/machine/gemm_select.hpp"
 #include "test_files.hpp"
 

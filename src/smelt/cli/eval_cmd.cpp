@@ -19,12 +19,12 @@
 #include "smelt/common/files.hpp"
 #include "smelt/common/log.hpp"
 #include "smelt/common/status.hpp"
+#include "smelt/dataset/loader.hpp"
 #include "smelt/model/model.hpp"
 #include "smelt/tokenizer/tokenizer.hpp"
 #include "smelt/train/compressors.hpp"
 #include "smelt/train/evaluate.hpp"
 #include "smelt/train/train_config.hpp"
-#include "smelt/train/trainer.hpp"
 
 namespace smelt {
 

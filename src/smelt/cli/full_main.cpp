@@ -8,7 +8,7 @@
 
 #include "smelt/cli/command_table.hpp"
 #include "smelt/cli/commands.hpp"
-#include "smelt/machine/cpu_info.hpp"
+#include "smelt/hw/cpu_info.hpp"
 
 namespace smelt {
 
@@ -32,7 +32,7 @@ constexpr Command kCommands[] = {SMELT_COMMANDS(SMELT_FULL_ROW)};
 int full_main(int argc, char** argv) {
   serve_wait_policy(argc, argv);
   // OpenBLAS chose its kernels while loading; a generic core on a newer CPU is fixed here by one
-  // re-exec with OPENBLAS_CORETYPE set (machine/cpu_info.hpp), before any GEMM runs.
+  // re-exec with OPENBLAS_CORETYPE set (hw/cpu_info.hpp), before any GEMM runs.
   blas_core_fix(argc, argv);
   // Blocks of 128 KiB and more are mapped, and unmapped when freed, at a fixed threshold. glibc's
   // default raises the threshold each time such a block is freed, so later blocks of up to 32 MiB

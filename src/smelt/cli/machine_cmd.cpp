@@ -14,12 +14,11 @@
 #include "smelt/cli/cli_parse.hpp"
 #include "smelt/cli/commands.hpp"
 #include "smelt/common/config.hpp"
-#include "smelt/kernels/kernels.hpp"
-#include "smelt/machine/cpu_info.hpp"
-#include "smelt/machine/gemm_select.hpp"
 #include "smelt/dataset/loader.hpp"
+#include "smelt/hw/cpu_info.hpp"
+#include "smelt/kernels/kernels.hpp"
+#include "smelt/machine/gemm_select.hpp"
 #include "smelt/model/config.hpp"
-#include "smelt/train/trainer.hpp"
 
 namespace smelt {
 

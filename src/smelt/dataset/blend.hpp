@@ -21,8 +21,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "smelt/common/batch.hpp"
 #include "smelt/common/status.hpp"
-#include "smelt/dataset/batch.hpp"
 #include "smelt/dataset/indexed.hpp"
 
 namespace smelt {

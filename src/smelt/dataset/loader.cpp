@@ -144,6 +144,17 @@ Status loader_config_read(const toml::table& root, LoaderConfig& c, toml::table*
   return loader_config_validate(c);
 }
 
+void train_batch_shape(const LoaderConfig& d, int& B, int& T) {
+  if (d.mode == "packed") {
+    B = std::max(1, d.batch_size / std::max(1, d.ranks));
+    T = d.seq_len;
+    return;
+  }
+  T = d.buckets.back();
+  const int64_t tokens = (int64_t)d.max_tokens_per_batch / std::max(1, d.ranks);
+  B = (int)std::max<int64_t>(1, (tokens + T - 1) / T);
+}
+
 // ---- latency window ----
 
 LatencyWindow::LatencyWindow(size_t capacity) : ring_(std::max<size_t>(capacity, 1)) { scratch_.reserve(ring_.size()); }

@@ -15,8 +15,8 @@
 
 #include <toml++/toml.h>
 
+#include "smelt/common/batch.hpp"
 #include "smelt/common/status.hpp"
-#include "smelt/dataset/batch.hpp"
 #include "smelt/dataset/blend.hpp"
 #include "smelt/dataset/indexed.hpp"
 
@@ -54,6 +54,9 @@ struct LoaderConfig {
 // key, the value and what is allowed; unknown keys are errors.
 Status loader_config_read(const toml::table& root, LoaderConfig& c, toml::table* resolved = nullptr);
 Status loader_config_validate(const LoaderConfig& c);
+
+// The model's planned batch (rows B, length T) for the largest batch the loader hands one rank.
+void train_batch_shape(const LoaderConfig& d, int& B, int& T);
 
 // Fixed-capacity window of latencies (ms); percentiles over the last `capacity` samples.
 class LatencyWindow {

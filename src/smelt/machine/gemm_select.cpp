@@ -16,7 +16,7 @@
 
 #include "smelt/common/clock.hpp"
 #include "smelt/common/files.hpp"
-#include "smelt/machine/cpu_info.hpp"
+#include "smelt/hw/cpu_info.hpp"
 
 namespace smelt {
 

@@ -8,6 +8,7 @@
 #include <toml++/toml.h>
 
 #include "smelt/common/status.hpp"
+#include "smelt/hw/precision.hpp"  // Precision, which the model's users name beside its config
 
 namespace smelt {
 
@@ -28,13 +29,6 @@ struct ModelConfig {
   int head_size() const { return d_model / n_heads; }  // HS
   int qkv_size() const { return (n_heads + 2 * n_kv_heads) * head_size(); }
 };
-
-// Numerics of the linear layers (a [train] choice, not part of the model: checkpoints hold fp32
-// master weights either way and resume under the other). bf16: weights and activations rounded
-// to bf16 at each GEMM's inputs, fp32 accumulation and outputs; norms, softmax, RoPE, attention,
-// cross-entropy, gradients and AdamW stay fp32.
-enum class Precision { kFp32, kBf16 };
-inline const char* precision_name(Precision p) { return p == Precision::kBf16 ? "bf16" : "fp32"; }
 
 // Reads [model] (missing keys keep their defaults) and validates. Errors name key, value, allowed.
 Status model_config_read(const toml::table& root, ModelConfig& c);

@@ -7,8 +7,8 @@
 #include <functional>
 #include <vector>
 
+#include "smelt/common/batch.hpp"
 #include "smelt/common/status.hpp"
-#include "smelt/dataset/batch.hpp"
 #include "smelt/model/activations.hpp"
 #include "smelt/model/config.hpp"
 #include "smelt/model/params.hpp"
@@ -79,7 +79,7 @@ class Model {
   // (Communicator::progress). Empty function: not called.
   void set_between_blocks(std::function<void()> f) { between_blocks_ = std::move(f); }
   void zero_grad();
-  // Numerics of the linear layers (call before init; Precision in model/config.hpp). bf16 keeps
+  // Numerics of the linear layers (call before init; Precision in hw/precision.hpp). bf16 keeps
   // the fp32 parameters as master weights and rounds them into a bf16 copy at each forward.
   void set_precision(Precision p) { precision_ = p; }
   Precision precision() const { return precision_; }

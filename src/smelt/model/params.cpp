@@ -79,6 +79,13 @@ ParamLayout param_layout(const ModelConfig& c, const ModelShard& s) {
 
 int64_t param_count(const ModelConfig& c) { return param_layout(c).total; }
 
+double train_flops_per_token(const ModelConfig& c, int T) {
+  const double C = c.d_model, H = c.ffn_hidden, QKV = c.qkv_size(), A = c.n_heads * c.head_size();
+  const double per_layer = C * QKV + A * C + C * 2 * H + H * C;
+  const double matmul_params = c.n_layers * per_layer + (double)c.vocab_size * C;
+  return 6.0 * matmul_params + 12.0 * c.n_layers * C * T;
+}
+
 std::vector<int64_t> zero_shard_bounds(int64_t total, int ranks) {
   const int64_t blocks = (total + kGradNormBlock - 1) / kGradNormBlock;
   std::vector<int64_t> b(ranks + 1);

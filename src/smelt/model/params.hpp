@@ -55,6 +55,8 @@ ParamLayout param_layout(const ModelConfig& c);
 ParamLayout param_layout(const ModelConfig& c, const ModelShard& s);
 // Parameters of the full model (its layout's total).
 int64_t param_count(const ModelConfig& c);
+// FLOPs per token of a training step: 6 x matmul parameters + 12 x layers x d_model x T.
+double train_flops_per_token(const ModelConfig& c, int T);
 
 // ZeRO-1 ownership of a flat buffer of `total` floats over `ranks` data-parallel ranks: rank r
 // keeps the optimizer state of [b[r], b[r+1]) (ranks + 1 boundaries, b[0] = 0, b[ranks] = total).

@@ -23,13 +23,13 @@
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
+#include "smelt/common/batch.hpp"
 #include "smelt/common/clock.hpp"
 #include "smelt/common/files.hpp"
-#include "smelt/dataset/batch.hpp"
 #include "smelt/dataset/indexed.hpp"
 #include "smelt/dist/communicator.hpp"
+#include "smelt/hw/cpu_info.hpp"
 #include "smelt/kernels/kernels.hpp"
-#include "smelt/machine/cpu_info.hpp"
 #include "smelt/machine/gemm_select.hpp"
 #include "smelt/model/activations.hpp"
 #include "smelt/model/model.hpp"

@@ -11,7 +11,6 @@
 #include "smelt/model/params.hpp"
 #include "smelt/model/shard.hpp"
 #include "smelt/train/pipeline.hpp"
-#include "smelt/train/trainer.hpp"
 
 namespace smelt {
 

@@ -11,7 +11,6 @@
 #include "smelt/dataset/blend.hpp"
 #include "smelt/dataset/indexed.hpp"
 #include "smelt/tokenizer/tokenizer.hpp"
-#include "smelt/train/trainer.hpp"
 
 namespace smelt {
 

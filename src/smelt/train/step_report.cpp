@@ -7,7 +7,7 @@
 
 #include <fmt/format.h>
 
-#include "smelt/machine/cpu_info.hpp"
+#include "smelt/hw/cpu_info.hpp"
 #include "smelt/train/pipeline.hpp"
 
 namespace smelt {

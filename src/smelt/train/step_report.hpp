@@ -11,10 +11,9 @@
 #include <nlohmann/json.hpp>
 
 #include "smelt/dataset/loader.hpp"
-#include "smelt/machine/cpu_info.hpp"
+#include "smelt/hw/cpu_info.hpp"
 #include "smelt/machine/gemm_select.hpp"
 #include "smelt/model/activations.hpp"
-#include "smelt/train/trainer.hpp"
 
 namespace smelt {
 
@@ -102,6 +101,25 @@ double mfu_peak_of(double per_rank_gflops, double gemm_gflops, double peak_gflop
 // The GEMM rate the steps reached, per rank: FLOPs per token x tokens this run over the steps'
 // time (0 before any step).
 double steps_gflops_per_rank(const RunFacts& f);
+
+// What a run reports (train_run fills it through run_summary).
+struct TrainSummary {
+  int64_t start_step = 0, steps = 0;  // steps: optimizer steps completed in total
+  uint64_t tokens = 0;                // target tokens trained on (whole run, resumes included)
+  double first_loss = 0, last_loss = 0;
+  double eval_first = -1, eval_last = -1;  // -1: no evaluation
+  double tokens_per_s = 0, seconds = 0;
+  double mfu = 0;           // against the model's GEMM rate (back end and precision of the run)
+  double mfu_peak = 0;      // against the CPU's peak from its instruction set and clock
+  double sgemm_gflops = 0;  // that GEMM rate (measured at the start, again at the end when the steps beat it;
+                            // at least the rate the steps reached)
+  double data_wait_fraction = 0;      // data wait / step time over this process's steps
+  std::string checkpoint;             // the last committed checkpoint ("" if none)
+  bool stopped_by_signal = false;
+  bool lead = true;                   // rank 0 (the one that prints and writes)
+  std::string text;                   // the human-readable summary
+  nlohmann::json json;                // the same as JSON (also RUN/summary.json)
+};
 
 // Fills out's numbers, text and json from the facts.
 void run_summary(const RunFacts& f, TrainSummary& out);

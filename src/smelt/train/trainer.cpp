@@ -33,8 +33,8 @@
 #include "smelt/dataset/indexed.hpp"
 #include "smelt/dist/communicator.hpp"
 #include "smelt/dist/grad_reducer.hpp"
+#include "smelt/hw/cpu_info.hpp"
 #include "smelt/kernels/kernels.hpp"
-#include "smelt/machine/cpu_info.hpp"
 #include "smelt/machine/gemm_select.hpp"
 #include "smelt/obs/vitals.hpp"
 #include "smelt/obs/trace.hpp"
@@ -82,21 +82,6 @@ struct Feed {
   const LatencyWindow& latency() const { return streaming ? stream.fetch_latency() : shards.fetch_latency(); }
 };
 
-}  // namespace
-
-void train_batch_shape(const LoaderConfig& d, int& B, int& T) {
-  if (d.mode == "packed") {
-    B = std::max(1, d.batch_size / std::max(1, d.ranks));
-    T = d.seq_len;
-    return;
-  }
-  T = d.buckets.back();
-  const int64_t tokens = (int64_t)d.max_tokens_per_batch / std::max(1, d.ranks);
-  B = (int)std::max<int64_t>(1, (tokens + T - 1) / T);
-}
-
-namespace {
-
 // Keeps the metrics lines of steps <= step (a resume continues the file where the checkpoint was).
 // Keeps the lines up to `step`; when the checkpoint's own line (`step_line`, its step's line as
 // written) never reached the file (a kill between the commit and the write), appends it.
@@ -124,13 +109,6 @@ Status truncate_metrics(const std::string& path, int64_t step, const std::string
 }  // namespace
 
 void train_request_stop() { g_stop = true; }
-
-double train_flops_per_token(const ModelConfig& c, int T) {
-  const double C = c.d_model, H = c.ffn_hidden, QKV = c.qkv_size(), A = c.n_heads * c.head_size();
-  const double per_layer = C * QKV + A * C + C * 2 * H + H * C;
-  const double matmul_params = c.n_layers * per_layer + (double)c.vocab_size * C;
-  return 6.0 * matmul_params + 12.0 * c.n_layers * C * T;
-}
 
 namespace {
 

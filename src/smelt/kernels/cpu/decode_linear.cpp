@@ -40,7 +40,7 @@
 #include <cmath>
 #include <cstring>
 
-#include "smelt/machine/cpu_info.hpp"
+#include "smelt/hw/cpu_info.hpp"
 
 namespace smelt {
 

@@ -1,11 +1,11 @@
 // What this machine's CPU can do: model name, the instruction-set features that decide GEMM
 // kernels (AVX2, AVX-512, AVX512-BF16, AMX), its clock and the peak FLOP/s that follow; and the
 // OpenBLAS core check (a generic or older core on a newer CPU is fixed before any GEMM runs).
-// Not a benchmark (gemm_select.hpp measures), not the kernels.
+// Not a benchmark (machine/gemm_select.hpp measures), not the kernels.
 #pragma once
 #include <string>
 
-#include "smelt/model/config.hpp"
+#include "smelt/hw/precision.hpp"
 
 namespace smelt {
 

@@ -1,6 +1,6 @@
 // CPU features, clock and peaks from cpuid and /proc/cpuinfo; the OpenBLAS core check and its
 // one re-exec. Linux x86-64 only, like the rest of Smelt.
-#include "smelt/machine/cpu_info.hpp"
+#include "smelt/hw/cpu_info.hpp"
 
 #include <cpuid.h>
 #include <unistd.h>

@@ -1,6 +1,6 @@
 // A training batch as the loader hands it to the model: token ids, next-token targets, document
 // segments and positions, and the data source of every token. Buffers are sized once for the
-// largest batch and reused (the training step allocates nothing). Not the loader (loader.hpp).
+// largest batch and reused. In common/ so the model never sees dataset/ (the loader: loader.hpp).
 #pragma once
 #include <cstdint>
 #include <vector>
