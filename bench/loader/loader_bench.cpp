@@ -142,7 +142,7 @@ int main(int argc, char** argv) {
   }
   {
     LoaderConfig c = base;
-    c.prefetch_threads = 0, c.mode = "bucketed";
+    c.prefetch_threads = 0, c.mode = BatchMode::kBucketed;
     double masked;
     Waste w = measure(c, epoch_tokens, masked);
     fmt::print("| bucketed {} (max {} tokens/batch) | per bucket | {:.2f}% | {:.2f}% |\n", buckets, max_tokens, pct(w),

@@ -139,22 +139,22 @@ TEST_F(LoaderTest, EverySourceReadsItsStreamWithoutGaps) {
 // Quarantined documents (the trainer's rollback) are never read again, in any epoch, in both modes;
 // the rest of the stream is the same order without them.
 TEST_F(LoaderTest, QuarantinedDocumentsAreNeverReadAgain) {
-  for (const char* mode : {"packed", "bucketed"}) {
+  for (BatchMode mode : {BatchMode::kPacked, BatchMode::kBucketed}) {
     LoaderConfig c = config(spec({{0, 1}}));
     c.mode = mode;
     c.buckets = {8, 16, 32, 64};
     c.max_tokens_per_batch = 128;
     c.exclude = {{"s0", 3}, {"s0", 17}, {"s0", 0}, {"other", 5}};
     Loader l;
-    ASSERT_TRUE(l.open(c).is_ok()) << mode;
+    ASSERT_TRUE(l.open(c).is_ok()) << enum_name(mode);
     std::set<int> seen;
     for (int i = 0; i < 80; ++i) {  // several epochs
       const Batch& b = l.next();
       for (int n = 0; n < b.B * b.T; ++n)
         if (b.inputs[n] > kEod) seen.insert((b.inputs[n] % 10000000) / 1000);
     }
-    EXPECT_EQ(seen.count(3) + seen.count(17) + seen.count(0), 0u) << mode;
-    EXPECT_EQ(seen.size(), lens_[0].size() - 3) << mode;  // every other document was read
+    EXPECT_EQ(seen.count(3) + seen.count(17) + seen.count(0), 0u) << enum_name(mode);
+    EXPECT_EQ(seen.size(), lens_[0].size() - 3) << enum_name(mode);  // every other document was read
   }
   // The packed stream equals the plain one with the three documents cut out.
   LoaderConfig c = config(spec({{0, 1}}));
@@ -189,14 +189,15 @@ TEST_F(LoaderTest, SameSeedSameBatchesOtherSeedOther) {
   auto d = run(c, 10);
   EXPECT_NE(a, d);
   c = config(spec({{0, 1}, {1, 1}}));
-  c.mode = "bucketed", c.buckets = {8, 16, 32, 64}, c.max_tokens_per_batch = 128;
+  c.mode = BatchMode::kBucketed, c.buckets = {8, 16, 32, 64}, c.max_tokens_per_batch = 128;
   EXPECT_EQ(run(c, 10), run(c, 10));
 }
 
 TEST_F(LoaderTest, ResumeGivesExactlyTheContinuation) {
   for (std::string mode : {"packed", "bucketed"}) {
     LoaderConfig c = config(spec({{0, 0.5}, {1, 0.3}, {2, 0.2}}));
-    c.mode = mode, c.buckets = {8, 16, 32}, c.max_tokens_per_batch = 96;
+    ASSERT_TRUE(enum_parse(mode, c.mode));
+    c.buckets = {8, 16, 32}, c.max_tokens_per_batch = 96;
     auto whole = run(c, 25);
     LoaderPosition mid;
     run(c, 11, nullptr, &mid);
@@ -245,7 +246,7 @@ TEST_F(LoaderTest, ResumeAcrossBlendChangesNeverRepeatsOrSkips) {
 TEST_F(LoaderTest, BucketedResumeAcrossBlendChangesKeepsEveryDocumentOnce) {
   auto cfg = [&](const std::vector<std::pair<int, double>>& parts) {
     LoaderConfig c = config(spec(parts));
-    c.mode = "bucketed", c.buckets = {8, 16, 32}, c.max_tokens_per_batch = 96;
+    c.mode = BatchMode::kBucketed, c.buckets = {8, 16, 32}, c.max_tokens_per_batch = 96;
     return c;
   };
   std::vector<LoaderConfig> phases = {cfg({{0, 0.5}, {1, 0.5}}), cfg({{0, 1.0}}), cfg({{1, 0.2}, {0, 0.3}, {2, 0.5}})};
@@ -319,7 +320,8 @@ TEST_F(LoaderTest, RankCountChangeKeepsTheSampleOrder) {
 TEST_F(LoaderTest, PrefetchThreadsGiveTheSameBatches) {
   for (std::string mode : {"packed", "bucketed"}) {
     LoaderConfig c = config(spec({{0, 0.5}, {1, 0.3}, {2, 0.2}}));
-    c.mode = mode, c.buckets = {8, 16, 32}, c.max_tokens_per_batch = 96, c.doc_mask = true;
+    ASSERT_TRUE(enum_parse(mode, c.mode));
+    c.buckets = {8, 16, 32}, c.max_tokens_per_batch = 96, c.doc_mask = true;
     auto sync = run(c, 30);
     for (int threads = 1; threads <= 3; ++threads) {
       c.prefetch_threads = threads, c.prefetch_depth = 3;
@@ -353,7 +355,8 @@ TEST_F(LoaderTest, NoAllocationPerStepOnceWarm) {
   for (std::string mode : {"packed", "bucketed"})
     for (int threads : {0, 2}) {
       LoaderConfig c = config(spec({{0, 0.5}, {1, 0.3}, {2, 0.2}}));
-      c.mode = mode, c.buckets = {8, 16, 32}, c.max_tokens_per_batch = 96, c.prefetch_threads = threads;
+      ASSERT_TRUE(enum_parse(mode, c.mode));
+      c.buckets = {8, 16, 32}, c.max_tokens_per_batch = 96, c.prefetch_threads = threads;
       Loader l;
       ASSERT_TRUE(l.open(c).is_ok());
       for (int i = 0; i < 200; ++i) l.next();  // warm: every buffer at its largest, permutations cached
@@ -380,7 +383,7 @@ prefetch_threads = 3
   Status s = loader_config_read(root, c, &resolved);
   ASSERT_TRUE(s.is_ok()) << s.message();
   EXPECT_EQ(c.sources, "a:0.7,b:0.3");
-  EXPECT_EQ(c.mode, "bucketed");
+  EXPECT_EQ(c.mode, BatchMode::kBucketed);
   EXPECT_EQ(c.buckets, (std::vector<int>{128, 256, 512}));
   EXPECT_EQ(c.max_tokens_per_batch, 4096u);
   EXPECT_EQ(c.prefetch_threads, 3);

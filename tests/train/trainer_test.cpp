@@ -217,7 +217,7 @@ TEST_F(TrainerTest, ResumesAcrossPrecisions) {
     fs::remove_all(cut + "/checkpoints/step_00000010");
     TrainConfig resumed = full;
     resumed.train.run_dir = cut;
-    resumed.train.precision = second;
+    ASSERT_TRUE(enum_parse(second, resumed.train.precision));
     resumed.resume = true;
     TrainSummary b;
     Status s = train_run(resumed, b);

@@ -1,6 +1,8 @@
 // TOML loading and --set overrides on top of toml++.
 #include "smelt/common/config.hpp"
 
+#include "smelt/common/config_schema.hpp"
+
 #include <cstdint>
 #include <sstream>
 
@@ -192,6 +194,24 @@ std::vector<std::string> ConfigSection::finish() const {
     }
   }
   return errs;
+}
+
+std::string Limits::text() const {
+  const bool has_lo = lo != -HUGE_VAL, has_hi = hi != HUGE_VAL;
+  if (!has_lo && !has_hi) return "a number";
+  if (!has_hi) return fmt::format("{} {}", lo_open ? ">" : ">=", lo);
+  if (!has_lo) return fmt::format("{} {}", hi_open ? "<" : "<=", hi);
+  return fmt::format("in {}{}, {}{}", lo_open ? "(" : "[", lo, hi, hi_open ? ")" : "]");
+}
+
+std::string config_value_text(const toml::node& n) {
+  if (auto s = n.value<std::string>()) return '"' + *s + '"';  // toml++ would write 'text'
+  toml::table t;
+  t.insert_or_assign("v", n);
+  std::string s = config_to_string(t);  // "v = 3\n"
+  s = s.substr(s.find('=') + 2);
+  while (!s.empty() && s.back() == '\n') s.pop_back();
+  return s;
 }
 
 std::string config_to_string(const toml::table& root) {

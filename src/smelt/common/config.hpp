@@ -1,6 +1,6 @@
 // TOML configuration: load a file, apply `--set section.key=value` overrides, and read a section
-// into a typed struct with type checks and unknown-key errors. Not a schema: each stage's config
-// struct (with its defaults) is the schema.
+// into a typed struct with type checks and unknown-key errors. The per-section field tables that
+// drive it are in config_schema.hpp.
 #pragma once
 #include <cstdint>
 #include <set>
@@ -38,6 +38,10 @@ class ConfigSection {
   void get(const char* key, std::vector<double>& v);  // numbers (integers taken as doubles)
   // Marks a key as known without reading it (a nested table read by another ConfigSection).
   void known(const char* key) { seen_.insert(key); }
+  // The key's node (nullptr when absent), marked as known: for readers of their own (config_schema).
+  const toml::node* node(const char* key) { return find(key); }
+  // An error of the caller's own (a value outside its enum, ...), reported by finish().
+  void error(std::string e) { errors_.push_back(std::move(e)); }
 
   // Errors so far, plus one per key that no get() asked for (typos must not pass silently).
   std::vector<std::string> finish() const;

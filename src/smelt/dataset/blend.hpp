@@ -22,6 +22,7 @@
 #include <nlohmann/json.hpp>
 
 #include "smelt/common/batch.hpp"
+#include "smelt/common/enum_names.hpp"
 #include "smelt/common/status.hpp"
 #include "smelt/dataset/indexed.hpp"
 
@@ -126,7 +127,10 @@ struct BatchPlan {
   std::vector<Piece> pieces;
 };
 
-enum class BatchMode { kPacked, kBucketed };
+enum class BatchMode { kPacked, kBucketed };  // [data] mode
+inline constexpr EnumName<BatchMode> kBatchModeNames[] = {{BatchMode::kPacked, "packed"},
+                                                          {BatchMode::kBucketed, "bucketed"}};
+inline std::span<const EnumName<BatchMode>> enum_names(BatchMode) { return kBatchModeNames; }
 
 struct PlannerOptions {
   BatchMode mode = BatchMode::kPacked;

@@ -10,21 +10,93 @@
 
 #include <fmt/format.h>
 
-#include "smelt/common/config.hpp"
+#include "smelt/common/config_schema.hpp"
 
 namespace smelt {
 
 // ---- config ----
 
+namespace {
+
+// sources: a string "A:0.7,B:0.3" or an array of such strings (joined with commas).
+std::string read_sources(const toml::node* n, LoaderConfig& c) {
+  const char* expected = "a string \"PREFIX[:WEIGHT],...\" or an array of them";
+  if (!n) return "";
+  if (auto str = n->value<std::string>()) return c.sources = *str, "";
+  const toml::array* a = n->as_array();
+  if (!a) return expected;
+  std::string joined;
+  for (const auto& x : *a) {
+    auto v = x.value<std::string>();
+    if (!v) return expected;
+    joined += (joined.empty() ? "" : ",") + *v;
+  }
+  c.sources = joined;
+  return "";
+}
+
+// buckets: an integer array, or "128,256" (what --set data.buckets=128,256 gives).
+std::string read_buckets(const toml::node* n, LoaderConfig& c) {
+  const char* expected = "an array of integers, e.g. [128, 256, 512, 1024, 2048]";
+  if (!n) return "";
+  std::vector<int> b;
+  if (const toml::array* a = n->as_array()) {
+    for (const auto& x : *a) {
+      if (!x.is_integer()) return expected;
+      b.push_back(static_cast<int>(*x.value<int64_t>()));
+    }
+  } else if (auto str = n->value<std::string>()) {
+    for (size_t at = 0; at < str->size();) {
+      size_t end = str->find(',', at);
+      if (end == std::string::npos) end = str->size();
+      try { b.push_back(std::stoi(str->substr(at, end - at))); } catch (...) { return expected; }
+      at = end + 1;
+    }
+  } else {
+    return expected;
+  }
+  c.buckets = std::move(b);
+  return "";
+}
+
+const Schema<LoaderConfig>& loader_schema() {
+  using L = LoaderConfig;
+  static const Schema<LoaderConfig> s{
+      "data",
+      {field_custom<L>("sources", "\"[NAME=]PREFIX[:WEIGHT],...\" or an array of them", "string", read_sources,
+                       [](const L& c, toml::table& t) { t.insert_or_assign("sources", c.sources); }),
+       field("mode", &L::mode, "packed rows of seq_len, or bucketed rows of whole documents"),
+       field("seq_len", &L::seq_len, "packed: T", in_range(1, 1 << 24)),
+       field("batch_size", &L::batch_size, "packed: global rows per step (split over ranks)", at_least(1)),
+       field("doc_mask", &L::doc_mask, "keep attention and positions inside a document"),
+       field_custom<L>("buckets", "bucketed: row lengths, ascending", "array", read_buckets,
+                       [](const L& c, toml::table& t) { schema_detail::put(t, "buckets", c.buckets); }),
+       field("max_tokens_per_batch", &L::max_tokens_per_batch, "bucketed: rows = this / bucket"),
+       field("seed", &L::seed, "the documents' order"),
+       field("shuffle", &L::shuffle, "false: documents in file order"),
+       field("span_tokens", &L::span_tokens, "packed: shuffle spans of this many tokens (0: whole documents)"),
+       field("append_eod", &L::append_eod, "insert EOD after every document"),
+       field("eod_id", &L::eod_id, "-1: the tokenizer's or none"),
+       field("prefetch_threads", &L::prefetch_threads, "0: build each batch on the caller's thread",
+             in_range(0, 64, "0 = on the caller's thread")),
+       field("prefetch_depth", &L::prefetch_depth, "batches in flight", in_range(2, 1024)),
+       field("latency_window", &L::latency_window, "fetch latencies kept for P50/P95/P99", at_least(1)),
+       field("inject_slow_ms", &L::inject_slow_ms, "fault injection (tests): each batch this much slower",
+             at_least(0)),
+       field("stream_tokenizer", &L::stream_tokenizer, "tokenizer file; non-empty = streaming mode"),
+       field("stream_threads", &L::stream_threads, "streaming: tokenizer threads", at_least(1))}};
+  return s;
+}
+
+}  // namespace
+
+SectionDoc loader_config_doc() { return section_doc(loader_schema()); }
+
 Status loader_config_validate(const LoaderConfig& c) {
   std::vector<std::string> e;
+  schema_check(loader_schema(), c, e);
   if (c.sources.empty()) e.push_back("[data] sources: empty; expected \"PREFIX[:WEIGHT],...\"");
-  if (c.mode != "packed" && c.mode != "bucketed")
-    e.push_back(fmt::format("[data] mode = \"{}\": expected \"packed\" or \"bucketed\"", c.mode));
-  if (c.seq_len < 1 || c.seq_len > (1 << 24))
-    e.push_back(fmt::format("[data] seq_len = {}: expected 1 .. 16777216", c.seq_len));
-  if (c.batch_size < 1) e.push_back(fmt::format("[data] batch_size = {}: expected >= 1 (global rows)", c.batch_size));
-  if (c.mode == "packed" && c.batch_size < c.ranks)
+  if (c.mode == BatchMode::kPacked && c.batch_size < c.ranks)
     e.push_back(fmt::format("[data] batch_size = {}: the global batch must have at least one row per rank ({} ranks)",
                             c.batch_size, c.ranks));
   if (c.buckets.empty()) e.push_back("[data] buckets: empty; expected ascending lengths, e.g. [128, 256, 512]");
@@ -34,7 +106,7 @@ Status loader_config_validate(const LoaderConfig& c) {
                               c.buckets[i], i));
       break;
     }
-  if (c.mode == "bucketed" && !c.buckets.empty() && c.buckets.back() > 0 &&
+  if (c.mode == BatchMode::kBucketed && !c.buckets.empty() && c.buckets.back() > 0 &&
       c.max_tokens_per_batch / static_cast<uint64_t>(c.buckets.back()) < static_cast<uint64_t>(c.ranks))
     e.push_back(fmt::format("[data] max_tokens_per_batch = {}: the largest bucket ({}) must fit at least one row per "
                             "rank ({} ranks), so at least {}",
@@ -43,109 +115,31 @@ Status loader_config_validate(const LoaderConfig& c) {
   if (c.append_eod && c.eod_id < 0 && c.stream_tokenizer.empty())
     e.push_back("[data] append_eod = true needs eod_id >= 0 (or a tokenizer that has one); set append_eod = false "
                 "when the shards were written with `smelt tokenize --append-eod`");
-  if (c.prefetch_threads < 0 || c.prefetch_threads > 64)
-    e.push_back(fmt::format("[data] prefetch_threads = {}: expected 0 .. 64 (0 = on the caller's thread)",
-                            c.prefetch_threads));
-  if (c.prefetch_depth < 2 || c.prefetch_depth > 1024)
-    e.push_back(fmt::format("[data] prefetch_depth = {}: expected 2 .. 1024", c.prefetch_depth));
-  if (c.latency_window < 1) e.push_back(fmt::format("[data] latency_window = {}: expected >= 1", c.latency_window));
-  if (!(c.inject_slow_ms >= 0)) e.push_back(fmt::format("[data] inject_slow_ms = {}: expected >= 0", c.inject_slow_ms));
-  if (c.span_tokens > 0 && c.mode == "bucketed")
+  if (c.span_tokens > 0 && c.mode == BatchMode::kBucketed)
     e.push_back(fmt::format("[data] span_tokens = {}: spans are for packed rows; bucketed rows hold whole documents "
                             "(set span_tokens = 0)", c.span_tokens));
   if (c.span_tokens > 0 && !c.stream_tokenizer.empty())
     e.push_back(fmt::format("[data] span_tokens = {}: a stream is read in order, not shuffled (set span_tokens = 0)",
                             c.span_tokens));
-  if (c.stream_threads < 1) e.push_back(fmt::format("[data] stream_threads = {}: expected >= 1", c.stream_threads));
   if (c.ranks < 1 || c.rank < 0 || c.rank >= c.ranks)
     e.push_back(fmt::format("data: rank {} of {} ranks is out of range", c.rank, c.ranks));
   if (c.stream_tokenizer.empty() && !c.sources.empty()) {
     std::vector<DataSource> s;
     if (Status st = blend_parse_sources(c.sources, s); !st) e.push_back("[data] sources: " + st.message());
   }
-  if (e.empty()) return Status::ok();
-  std::string m = e[0];
-  for (size_t i = 1; i < e.size(); ++i) m += "\n" + e[i];
-  return Status::error(m);
+  return config_errors_status(e);
 }
 
 Status loader_config_read(const toml::table& root, LoaderConfig& c, toml::table* resolved) {
-  ConfigSection s(root, "data");
   std::vector<std::string> errors;
-  // sources: a string "A:0.7,B:0.3" or an array of such strings
-  if (const toml::node* n = root.at_path("data.sources").node()) {
-    s.known("sources");
-    if (auto str = n->value<std::string>()) c.sources = *str;
-    else if (const toml::array* a = n->as_array()) {
-      std::string joined;
-      for (const auto& x : *a) {
-        auto v = x.value<std::string>();
-        if (!v) { errors.push_back("[data] sources: expected a string \"PREFIX[:WEIGHT],...\" or an array of them"); break; }
-        joined += (joined.empty() ? "" : ",") + *v;
-      }
-      c.sources = joined;
-    } else {
-      errors.push_back("[data] sources: expected a string \"PREFIX[:WEIGHT],...\" or an array of them");
-    }
-  }
-  s.get("mode", c.mode);
-  s.get("seq_len", c.seq_len);
-  s.get("batch_size", c.batch_size);
-  s.get("doc_mask", c.doc_mask);
-  if (const toml::node* n = root.at_path("data.buckets").node()) {
-    s.known("buckets");
-    std::vector<int> b;
-    bool ok = true;
-    if (const toml::array* a = n->as_array()) {
-      for (const auto& x : *a) {
-        if (!x.is_integer()) { ok = false; break; }
-        b.push_back(static_cast<int>(*x.value<int64_t>()));
-      }
-    } else if (auto str = n->value<std::string>()) {  // --set data.buckets=128,256 arrives as a string
-      size_t at = 0;
-      while (ok && at < str->size()) {
-        size_t end = str->find(',', at);
-        if (end == std::string::npos) end = str->size();
-        try { b.push_back(std::stoi(str->substr(at, end - at))); } catch (...) { ok = false; }
-        at = end + 1;
-      }
-    } else {
-      ok = false;
-    }
-    if (ok) c.buckets = b;
-    else errors.push_back("[data] buckets: expected an array of integers, e.g. [128, 256, 512, 1024, 2048]");
-  }
-  s.get("max_tokens_per_batch", c.max_tokens_per_batch);
-  s.get("seed", c.seed);
-  s.get("shuffle", c.shuffle);
-  s.get("span_tokens", c.span_tokens);
-  s.get("append_eod", c.append_eod);
-  s.get("eod_id", c.eod_id);
-  s.get("prefetch_threads", c.prefetch_threads);
-  s.get("prefetch_depth", c.prefetch_depth);
-  s.get("latency_window", c.latency_window);
-  s.get("inject_slow_ms", c.inject_slow_ms);
-  s.get("stream_tokenizer", c.stream_tokenizer);
-  s.get("stream_threads", c.stream_threads);
-  for (auto& e : s.finish()) errors.push_back(e);
-  if (resolved) {
-    toml::table t = s.resolved();
-    t.insert_or_assign("sources", c.sources);
-    toml::array b;
-    for (int x : c.buckets) b.push_back(x);
-    t.insert_or_assign("buckets", std::move(b));
-    *resolved = std::move(t);
-  }
-  if (!errors.empty()) {
-    std::string m = errors[0];
-    for (size_t i = 1; i < errors.size(); ++i) m += "\n" + errors[i];
-    return Status::error(m);
-  }
+  schema_read_keys(loader_schema(), root, c, errors);
+  if (resolved) *resolved = schema_to_toml(loader_schema(), c);
+  if (!errors.empty()) return config_errors_status(errors);
   return loader_config_validate(c);
 }
 
 void train_batch_shape(const LoaderConfig& d, int& B, int& T) {
-  if (d.mode == "packed") {
+  if (d.mode == BatchMode::kPacked) {
     B = std::max(1, d.batch_size / std::max(1, d.ranks));
     T = d.seq_len;
     return;
@@ -206,7 +200,7 @@ Status Loader::open(const LoaderConfig& c, const LoaderPosition* resume) {
     data_.push_back(&shards_[i]);
   }
   PlannerOptions o;
-  o.mode = c_.mode == "bucketed" ? BatchMode::kBucketed : BatchMode::kPacked;
+  o.mode = c_.mode;
   o.seq_len = c_.seq_len, o.batch_size = c_.batch_size, o.buckets = c_.buckets;
   o.max_tokens_per_batch = c_.max_tokens_per_batch, o.seed = c_.seed, o.shuffle = c_.shuffle;
   o.span_tokens = c_.span_tokens;  // (bucketed with spans was refused by loader_config_validate above)

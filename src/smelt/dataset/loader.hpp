@@ -27,7 +27,7 @@ class Tokenizer;
 // The [data] section. Every key, with its default; docs/loader.md explains each.
 struct LoaderConfig {
   std::string sources;              // "[NAME=]PREFIX[:WEIGHT],..." (the trainer's --data)
-  std::string mode = "packed";      // "packed" | "bucketed"
+  BatchMode mode = BatchMode::kPacked;
   int seq_len = 512;                // packed: T
   int batch_size = 4;               // packed: GLOBAL rows per step (split over ranks)
   bool doc_mask = false;            // keep attention and positions inside a document
@@ -53,7 +53,10 @@ struct LoaderConfig {
 // Reads [data] from root into c (keys absent keep their defaults) and validates. Errors name the
 // key, the value and what is allowed; unknown keys are errors.
 Status loader_config_read(const toml::table& root, LoaderConfig& c, toml::table* resolved = nullptr);
+// Each key's limits (the field table in loader.cpp) and the rules between keys; all errors, one a line.
 Status loader_config_validate(const LoaderConfig& c);
+struct SectionDoc;
+SectionDoc loader_config_doc();  // [data]'s field table (docs check)
 
 // The model's planned batch (rows B, length T) for the largest batch the loader hands one rank.
 void train_batch_shape(const LoaderConfig& d, int& B, int& T);

@@ -159,7 +159,8 @@ Status StreamLoader::open(const LoaderConfig& c, const LoaderPosition* resume) {
   close();
   c_ = c;
   if (c_.stream_tokenizer.empty()) return Status::error("[data] stream_tokenizer: empty; streaming mode needs a tokenizer file");
-  if (c_.mode != "packed") return Status::error(fmt::format("[data] mode = \"{}\": streaming mode packs (\"packed\") only", c_.mode));
+  if (c_.mode != BatchMode::kPacked)
+    return Status::error(fmt::format("[data] mode = \"{}\": streaming mode packs (\"packed\") only", enum_name(c_.mode)));
   if (Status s = loader_config_validate(c_); !s) return s;
   tok_ = std::make_unique<Tokenizer>();
   if (Status s = Tokenizer::load(c_.stream_tokenizer, *tok_); !s) return s;

@@ -118,7 +118,7 @@ class MpiComm final : public Communicator {
     auto g = std::make_unique<MpiComm>();
     g->threaded_ = threaded_;
     DistConfig flat = config_;
-    flat.allreduce = "flat";
+    flat.allreduce = AllReduceAlgo::kFlat;
     if (Status s = g->attach(sub, flat); !s) return s;
     out = std::move(g);
     return Status::ok();
@@ -149,7 +149,7 @@ class MpiComm final : public Communicator {
     // match the arrival messages on world_.
     if (Status s = mpi_status(MPI_Comm_dup(world_, &p2p_), "comm dup"); !s) return s;
     MPI_Comm_set_errhandler(p2p_, MPI_ERRORS_RETURN);
-    if (c.allreduce != "hierarchical") return Status::ok();
+    if (c.allreduce != AllReduceAlgo::kHierarchical) return Status::ok();
     // Nodes: consecutive blocks of ranks_per_node, or the ranks sharing memory.
     if (c.ranks_per_node > 0) {
       if (size_ % c.ranks_per_node != 0)
@@ -651,30 +651,18 @@ bool dist_launched_by_mpi() {
 }
 
 Status dist_config_validate(const DistConfig& c) {
-  if (c.allreduce != "flat" && c.allreduce != "hierarchical")
-    return Status::error(fmt::format("[dist] allreduce = \"{}\": allowed are \"flat\" and \"hierarchical\"", c.allreduce));
-  if (!(c.timeout_s >= 0))
-    return Status::error(fmt::format("[dist] timeout_s = {}: must be >= 0 (0: wait forever)", c.timeout_s));
-  if (c.compression != "none" && c.compression != "topk")
-    return Status::error(fmt::format("[dist.compression] type = \"{}\": allowed are \"none\" and \"topk\"", c.compression));
-  if (!(c.topk_ratio > 0 && c.topk_ratio <= 1))
-    return Status::error(fmt::format("[dist.compression] ratio = {}: must be in (0, 1]", c.topk_ratio));
-  if (c.ranks_per_node < 0)
-    return Status::error(fmt::format("[dist] ranks_per_node = {}: must be >= 0 (0: ranks sharing memory)", c.ranks_per_node));
-  if (c.zero != 0 && c.zero != 1)
-    return Status::error(fmt::format("[dist] zero = {}: allowed are 0 (off) and 1 (optimizer state sharded)", c.zero));
-  if (!c.deterministic && c.allreduce != "flat")
+  if (!c.deterministic && c.allreduce != AllReduceAlgo::kFlat)
     return Status::error("[dist] deterministic = false uses the MPI library's flat all-reduce: set allreduce = \"flat\"");
-  if (c.zero == 1 && c.allreduce != "flat")
+  if (c.zero == 1 && c.allreduce != AllReduceAlgo::kFlat)
     return Status::error("[dist] zero = 1 shards over all ranks with a flat reduce-scatter: set allreduce = \"flat\"");
-  if (c.zero == 1 && c.compression != "none")
+  if (c.zero == 1 && c.compression != GradCompression::kNone)
     return Status::error("[dist] zero = 1 and [dist.compression] type = \"topk\" do not combine (top-k sends whole-"
                          "gradient entries to every rank); use one of them");
-  if (!(c.bucket_mb > 0))
-    return Status::error(fmt::format("[dist] bucket_mb = {}: must be > 0", c.bucket_mb));
-  if (!(c.topk_momentum >= 0 && c.topk_momentum < 1))
-    return Status::error(fmt::format("[dist.compression] momentum = {}: must be in [0, 1)", c.topk_momentum));
   return Status::ok();
+}
+
+int64_t dist_bucket_elements(double bucket_mb) {
+  return std::max<int64_t>(1, (int64_t)(bucket_mb * 1048576 / sizeof(float)));
 }
 
 Status dist_create(const DistConfig& c, std::unique_ptr<Communicator>& out) {

@@ -8,12 +8,23 @@
 #include <string>
 #include <vector>
 
+#include "smelt/common/enum_names.hpp"
 #include "smelt/common/status.hpp"
 
 namespace smelt {
 
+enum class AllReduceAlgo { kFlat, kHierarchical };  // [dist] allreduce
+inline constexpr EnumName<AllReduceAlgo> kAllReduceAlgoNames[] = {{AllReduceAlgo::kFlat, "flat"},
+                                                                  {AllReduceAlgo::kHierarchical, "hierarchical"}};
+inline std::span<const EnumName<AllReduceAlgo>> enum_names(AllReduceAlgo) { return kAllReduceAlgoNames; }
+
+enum class GradCompression { kNone, kTopk };  // [dist.compression] type
+inline constexpr EnumName<GradCompression> kGradCompressionNames[] = {{GradCompression::kNone, "none"},
+                                                                      {GradCompression::kTopk, "topk"}};
+inline std::span<const EnumName<GradCompression>> enum_names(GradCompression) { return kGradCompressionNames; }
+
 struct DistConfig {                // [dist]
-  std::string allreduce = "flat";  // "flat" | "hierarchical"
+  AllReduceAlgo allreduce = AllReduceAlgo::kFlat;
   int ranks_per_node = 0;          // hierarchical: 0 = ranks sharing memory form a node; N > 0 groups
                                    // ranks [k*N, (k+1)*N) (emulates nodes on one machine)
   double timeout_s = 600;          // a collective waiting longer ends the job (a hung rank)
@@ -21,8 +32,8 @@ struct DistConfig {                // [dist]
                                    // library's all-reduce (its own order and algorithm, flat only)
   int zero = 0;                    // 1: ZeRO-1, the AdamW moments sharded over the ranks
   bool overlap = true;             // gradient buckets reduced while backward still runs
-  double bucket_mb = 4;            // bucket size for the overlapped reduction
-  std::string compression = "none";  // [dist.compression] type: "none" | "topk"
+  double bucket_mb = 4;            // bucket size for the overlapped reduction, in MiB (2^20 bytes)
+  GradCompression compression = GradCompression::kNone;  // [dist.compression] type
   double topk_ratio = 0.01;          // [dist.compression] ratio: fraction of gradient entries sent
   // The defaults are the settings bench/RESULTS.md found to keep top-k within 0.1% of dense
   // ("top-k momentum correction"); 0 and 0 give plain top-k with error feedback.
@@ -128,7 +139,11 @@ class Communicator {
 // One process (rank 0 of 1), or MPI when started by mpirun/srun (MPI_Init here, MPI_Finalize when
 // the communicator is destroyed).
 Status dist_create(const DistConfig& c, std::unique_ptr<Communicator>& out);
+// The rules between [dist] keys (each key's own range is checked where it is read: train_config.cpp).
 Status dist_config_validate(const DistConfig& c);
+// The gradient elements in one overlapped-reduction bucket of bucket_mb MiB (at least 1): the
+// reducer's bucket and the memory plan's.
+int64_t dist_bucket_elements(double bucket_mb);
 // True when this process was started by mpirun or srun.
 bool dist_launched_by_mpi();
 

@@ -117,9 +117,9 @@ Status TopkReducer::finish(float* g, double* busy_ms) {
 std::unique_ptr<GradReducer> grad_reducer_create(const DistConfig& c, Communicator& comm, int64_t n,
                                                  std::vector<int64_t> zero_bounds, int threads) {
   if (comm.size() == 1) return nullptr;
-  if (c.compression == "topk")
+  if (c.compression == GradCompression::kTopk)
     return std::make_unique<TopkReducer>(comm, n, threads, c.topk_ratio, c.topk_warmup_steps, c.topk_momentum);
-  const int64_t bucket = std::max<int64_t>(1, (int64_t)(c.bucket_mb * 1e6 / sizeof(float)));
+  const int64_t bucket = dist_bucket_elements(c.bucket_mb);
   if (!zero_bounds.empty())
     return std::make_unique<ZeroReducer>(comm, n, threads, c.overlap, bucket, std::move(zero_bounds));
   return std::make_unique<DenseReducer>(comm, n, threads, c.overlap, bucket);

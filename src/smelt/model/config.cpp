@@ -3,44 +3,45 @@
 
 #include <fmt/format.h>
 
-#include "smelt/common/config.hpp"
+#include "smelt/common/config_schema.hpp"
 
 namespace smelt {
 
+namespace {
+
+const Schema<ModelConfig>& model_schema() {
+  using M = ModelConfig;
+  static const Schema<ModelConfig> s{
+      "model",
+      {field("vocab_size", &M::vocab_size, "V: token ids are in [0, V)", at_least(1)),
+       field("d_model", &M::d_model, "C: the residual stream's width", at_least(1)),
+       field("n_layers", &M::n_layers, "L: transformer blocks", at_least(1)),
+       field("n_heads", &M::n_heads, "NH: attention heads (divides d_model)", at_least(1)),
+       field("n_kv_heads", &M::n_kv_heads, "NKV: key/value heads (divides n_heads; < NH is GQA)", at_least(1)),
+       field("ffn_hidden", &M::ffn_hidden, "H: SwiGLU hidden size", at_least(1)),
+       field("max_seq_len", &M::max_seq_len, "longest T (sizes the RoPE table)", at_least(1)),
+       field("rope_theta", &M::rope_theta, "RoPE base", above(0)),
+       field("norm_eps", &M::norm_eps, "RMSNorm epsilon", Limits{0, 1, true, true, ""}),
+       field("tie_embeddings", &M::tie_embeddings, "lm_head shares the token embedding"),
+       field("recompute", &M::recompute, "recompute each layer's activations in backward"),
+       field("init_std", &M::init_std, "normal init of every matrix", above(0))}};
+  return s;
+}
+
+}  // namespace
+
 Status model_config_read(const toml::table& root, ModelConfig& c) {
-  ConfigSection s(root, "model");
-  s.get("vocab_size", c.vocab_size);
-  s.get("d_model", c.d_model);
-  s.get("n_layers", c.n_layers);
-  s.get("n_heads", c.n_heads);
-  s.get("n_kv_heads", c.n_kv_heads);
-  s.get("ffn_hidden", c.ffn_hidden);
-  s.get("max_seq_len", c.max_seq_len);
-  s.get("rope_theta", c.rope_theta);
-  s.get("norm_eps", c.norm_eps);
-  s.get("tie_embeddings", c.tie_embeddings);
-  s.get("recompute", c.recompute);
-  s.get("init_std", c.init_std);
-  auto errs = s.finish();
-  if (!errs.empty()) {
-    std::string msg;
-    for (const auto& e : errs) msg += (msg.empty() ? "" : "\n") + e;
-    return Status::error(msg);
-  }
+  std::vector<std::string> errors;
+  schema_read_keys(model_schema(), root, c, errors);
+  if (!errors.empty()) return config_errors_status(errors);
   return model_config_validate(c);
 }
 
+// Each key's limits (the table), then the rules between keys.
 Status model_config_validate(const ModelConfig& c) {
-  auto positive = [](const char* key, int v) -> std::string {
-    return v > 0 ? "" : fmt::format("[model] {} = {}: must be a positive integer", key, v);
-  };
-  for (auto [k, v] : {std::pair{"vocab_size", c.vocab_size}, {"d_model", c.d_model},
-                      {"n_layers", c.n_layers}, {"n_heads", c.n_heads},
-                      {"n_kv_heads", c.n_kv_heads}, {"ffn_hidden", c.ffn_hidden},
-                      {"max_seq_len", c.max_seq_len}}) {
-    auto e = positive(k, v);
-    if (!e.empty()) return Status::error(e);
-  }
+  std::vector<std::string> errors;
+  schema_check(model_schema(), c, errors);
+  if (!errors.empty()) return Status::error(errors[0]);
   if (c.d_model % c.n_heads != 0)
     return Status::error(fmt::format("[model] n_heads = {}: must divide d_model = {}", c.n_heads,
                                      c.d_model));
@@ -53,22 +54,11 @@ Status model_config_validate(const ModelConfig& c) {
     return Status::error(fmt::format(
         "[model] d_model / n_heads = {}: the head size must be even (RoPE pairs) and at most 512",
         hs));
-  if (!(c.rope_theta > 0))
-    return Status::error(fmt::format("[model] rope_theta = {}: must be > 0", c.rope_theta));
-  if (!(c.norm_eps > 0 && c.norm_eps < 1))
-    return Status::error(fmt::format("[model] norm_eps = {}: must be in (0, 1)", c.norm_eps));
-  if (!(c.init_std > 0))
-    return Status::error(fmt::format("[model] init_std = {}: must be > 0", c.init_std));
   return Status::ok();
 }
 
-toml::table model_config_to_toml(const ModelConfig& c) {
-  return toml::table{{"vocab_size", c.vocab_size},   {"d_model", c.d_model},
-                     {"n_layers", c.n_layers},       {"n_heads", c.n_heads},
-                     {"n_kv_heads", c.n_kv_heads},   {"ffn_hidden", c.ffn_hidden},
-                     {"max_seq_len", c.max_seq_len}, {"rope_theta", c.rope_theta},
-                     {"norm_eps", c.norm_eps},       {"tie_embeddings", c.tie_embeddings},
-                     {"recompute", c.recompute},     {"init_std", c.init_std}};
-}
+toml::table model_config_to_toml(const ModelConfig& c) { return schema_to_toml(model_schema(), c); }
+
+SectionDoc model_config_doc() { return section_doc(model_schema()); }
 
 }  // namespace smelt

@@ -35,5 +35,8 @@ Status model_config_read(const toml::table& root, ModelConfig& c);
 Status model_config_validate(const ModelConfig& c);
 // The [model] section with every key (for resolved configs).
 toml::table model_config_to_toml(const ModelConfig& c);
+// The [model] field table's rows (names, defaults, limits, docs) for the docs check.
+struct SectionDoc;
+SectionDoc model_config_doc();
 
 }  // namespace smelt

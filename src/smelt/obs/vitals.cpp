@@ -11,49 +11,58 @@
 
 #include <fmt/format.h>
 
-#include "smelt/common/config.hpp"
+#include "smelt/common/config_schema.hpp"
 
 namespace smelt {
 
 namespace fs = std::filesystem;
 using json = nlohmann::json;
 
+namespace {
+
+const Schema<VitalsConfig>& vitals_schema() {
+  using V = VitalsConfig;
+  static const Schema<VitalsConfig> s{
+      "health.vitals",
+      {field("enabled", &V::enabled, "judge the vital signs"),
+       field("persist", &V::persist, "a per-step sign counts after this many consecutive steps outside", at_least(1)),
+       field("warmup", &V::warmup, "steps before per-step signs are judged", at_least(0)),
+       field("min_ms", &V::min_ms, "a time under this is never a problem", at_least(0)),
+       field("fetch_p95_warn", &V::fetch_p95_warn, "loader fetch P95 / median compute time: warn"),
+       field("fetch_p95_bad", &V::fetch_p95_bad, "loader fetch P95 / median compute time: bad"),
+       field("data_wait_warn", &V::data_wait_warn, "the step's data wait / step time: warn"),
+       field("data_wait_bad", &V::data_wait_bad, "the step's data wait / step time: bad"),
+       field("allreduce_wait_warn", &V::allreduce_wait_warn, "mean all-reduce wait / step time: warn"),
+       field("allreduce_wait_bad", &V::allreduce_wait_bad, "mean all-reduce wait / step time: bad"),
+       field("rank_spread_warn", &V::rank_spread_warn, "ranks' compute time std / mean: warn"),
+       field("rank_spread_bad", &V::rank_spread_bad, "ranks' compute time std / mean: bad"),
+       field("ckpt_rate_warn", &V::ckpt_rate_warn, "checkpoint MB/s / the disk's measured rate: warn"),
+       field("ckpt_rate_bad", &V::ckpt_rate_bad, "checkpoint MB/s / the disk's measured rate: bad"),
+       field("ckpt_min_mb", &V::ckpt_min_mb, "smaller checkpoints are not judged", at_least(0)),
+       field("disk_probe_mb", &V::disk_probe_mb, "the start-up disk measurement's size", at_least(0, "0: no measurement")),
+       field("grad_ratio_warn", &V::grad_ratio_warn, "gradient norm / median of the window: warn"),
+       field("grad_ratio_bad", &V::grad_ratio_bad, "gradient norm / median of the window: bad"),
+       field("grad_window", &V::grad_window, "steps in the gradient norm's median", at_least(1)),
+       field("entropy_warn_lo", &V::entropy_warn_lo, "token entropy / loss: ok from"),
+       field("entropy_warn_hi", &V::entropy_warn_hi, "token entropy / loss: ok up to"),
+       field("entropy_bad_lo", &V::entropy_bad_lo, "token entropy / loss: warn from"),
+       field("entropy_bad_hi", &V::entropy_bad_hi, "token entropy / loss: warn up to"),
+       field("sparsity_warn_hi", &V::sparsity_warn_hi, "attention sparsity: ok up to"),
+       field("sparsity_bad_hi", &V::sparsity_bad_hi, "attention sparsity: warn up to")}};
+  return s;
+}
+
+}  // namespace
+
+SectionDoc vitals_config_doc() { return section_doc(vitals_schema()); }
+
 Status vitals_config_read(const toml::table& root, VitalsConfig& c, toml::table& resolved,
                           std::vector<std::string>& errors) {
-  ConfigSection v(root, "health.vitals");
-  v.get("enabled", c.enabled);
-  v.get("persist", c.persist);
-  v.get("warmup", c.warmup);
-  v.get("min_ms", c.min_ms);
-  v.get("fetch_p95_warn", c.fetch_p95_warn);
-  v.get("fetch_p95_bad", c.fetch_p95_bad);
-  v.get("data_wait_warn", c.data_wait_warn);
-  v.get("data_wait_bad", c.data_wait_bad);
-  v.get("allreduce_wait_warn", c.allreduce_wait_warn);
-  v.get("allreduce_wait_bad", c.allreduce_wait_bad);
-  v.get("rank_spread_warn", c.rank_spread_warn);
-  v.get("rank_spread_bad", c.rank_spread_bad);
-  v.get("ckpt_rate_warn", c.ckpt_rate_warn);
-  v.get("ckpt_rate_bad", c.ckpt_rate_bad);
-  v.get("ckpt_min_mb", c.ckpt_min_mb);
-  v.get("disk_probe_mb", c.disk_probe_mb);
-  v.get("grad_ratio_warn", c.grad_ratio_warn);
-  v.get("grad_ratio_bad", c.grad_ratio_bad);
-  v.get("grad_window", c.grad_window);
-  v.get("entropy_warn_lo", c.entropy_warn_lo);
-  v.get("entropy_warn_hi", c.entropy_warn_hi);
-  v.get("entropy_bad_lo", c.entropy_bad_lo);
-  v.get("entropy_bad_hi", c.entropy_bad_hi);
-  v.get("sparsity_warn_hi", c.sparsity_warn_hi);
-  v.get("sparsity_bad_hi", c.sparsity_bad_hi);
-  for (auto& e : v.finish()) errors.push_back(e);
-  config_insert(resolved, "health.vitals", v.resolved());
+  schema_read(vitals_schema(), root, c, errors);
+  config_insert(resolved, "health.vitals", schema_to_toml(vitals_schema(), c));
   auto need = [&](bool ok, const char* what) {
     if (!ok) errors.push_back(fmt::format("[health.vitals] {}", what));
   };
-  need(c.persist >= 1, "persist: must be >= 1");
-  need(c.warmup >= 0, "warmup: must be >= 0");
-  need(c.min_ms >= 0, "min_ms: must be >= 0");
   need(c.fetch_p95_warn > 0 && c.fetch_p95_warn <= c.fetch_p95_bad, "fetch_p95_warn, fetch_p95_bad: need 0 < warn <= bad");
   need(c.data_wait_warn > 0 && c.data_wait_warn <= c.data_wait_bad, "data_wait_warn, data_wait_bad: need 0 < warn <= bad");
   need(c.allreduce_wait_warn > 0 && c.allreduce_wait_warn <= c.allreduce_wait_bad,
@@ -62,10 +71,7 @@ Status vitals_config_read(const toml::table& root, VitalsConfig& c, toml::table&
        "rank_spread_warn, rank_spread_bad: need 0 < warn <= bad");
   need(c.ckpt_rate_bad >= 0 && c.ckpt_rate_bad <= c.ckpt_rate_warn && c.ckpt_rate_warn <= 1,
        "ckpt_rate_warn, ckpt_rate_bad: need 0 <= bad <= warn <= 1 (fractions of the disk's rate)");
-  need(c.ckpt_min_mb >= 0, "ckpt_min_mb: must be >= 0");
-  need(c.disk_probe_mb >= 0, "disk_probe_mb: must be >= 0 (0: no measurement)");
   need(c.grad_ratio_warn > 1 && c.grad_ratio_warn <= c.grad_ratio_bad, "grad_ratio_warn, grad_ratio_bad: need 1 < warn <= bad");
-  need(c.grad_window >= 1, "grad_window: must be >= 1");
   need(c.entropy_bad_lo >= 0 && c.entropy_bad_lo <= c.entropy_warn_lo && c.entropy_warn_lo < c.entropy_warn_hi &&
            c.entropy_warn_hi <= c.entropy_bad_hi,
        "entropy_*: need 0 <= bad_lo <= warn_lo < warn_hi <= bad_hi (fractions of the loss)");

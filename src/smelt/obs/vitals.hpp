@@ -55,6 +55,8 @@ struct VitalsConfig {
 
 Status vitals_config_read(const toml::table& root, VitalsConfig& c, toml::table& resolved,
                           std::vector<std::string>& errors);
+struct SectionDoc;
+SectionDoc vitals_config_doc();  // [health.vitals]'s field table (docs check)
 
 // One sign's verdict over the lines seen.
 struct VitalSign {

@@ -251,7 +251,7 @@ Prediction plan_predict(const PlanRequest& r, const ClusterSpec& c, const Layout
   // the same on every TP rank but for an uneven vocabulary split, where rank 0 has the most).
   RunMemoryInput in;
   in.B = l.micro, in.T = r.seq, in.dp = l.dp, in.grad_accum = l.accum, in.zero = l.zero;
-  in.overlap = r.overlap, in.bucket_mb = r.bucket_mb, in.checkpoints = r.save_every > 0;
+  in.dist = r.dist, in.checkpoints = r.save_every > 0;
   in.precision = r.precision, in.threads = c.threads_per_rank;
   const double mp_mb = c.mp_process_mb > 0 ? c.mp_process_mb : c.mpi_process_mb;
   p.memory.process_bytes = (int64_t)((world == 1 ? c.process_mb : l.tp * l.pp > 1 ? mp_mb : c.mpi_process_mb) * 1e6);
@@ -314,7 +314,7 @@ Prediction plan_predict(const PlanRequest& r, const ClusterSpec& c, const Layout
     const double n = (double)b.params;
     const double full = allreduce_s(c, 4 * n, l.dp, cross, k);
     t.dp_ms = full * kMs;
-    const bool overlapped = r.overlap && l.tp == 1 && l.pp == 1;
+    const bool overlapped = r.dist.overlap && l.tp == 1 && l.pp == 1;
     double exposed = full;
     if (overlapped) {
       const double sum = l.zero ? full / 2 : full, gather = l.zero ? full / 2 : 0;

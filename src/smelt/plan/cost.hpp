@@ -25,8 +25,7 @@ struct PlanRequest {
   Precision precision = Precision::kFp32;
   int ranks = 0;               // 0: every device of the cluster
   int64_t save_every = 0;      // periodic checkpoints (0: none): staging memory and the stall
-  bool overlap = true;         // [dist] overlap, bucket_mb
-  double bucket_mb = 4;
+  DistConfig dist;             // [dist] overlap, bucket_mb (the run's section, its defaults)
   std::vector<int> micro_batches;  // rows per micro-batch per rank to try (empty: every divisor)
 };
 

@@ -1,14 +1,79 @@
 // [prep] configuration: TOML sections into PrepConfig, validation, and the resolved table.
 #include <fmt/format.h>
 
-#include "smelt/common/config.hpp"
+#include "smelt/common/config_schema.hpp"
 #include "smelt/refine/prep.hpp"
 
 namespace smelt {
 
 namespace {
 
-// Reads all sections and, when resolved is given, records their final values there.
+using P = PrepConfig;
+
+const Schema<PrepConfig>& prep_schema() {
+  static const Schema<PrepConfig> s{
+      "prep",
+      {field("threads", &P::threads, "worker threads; 0 = all cores"),
+       field("task", &P::task, "this task's share of the inputs: files i with i % tasks == task"),
+       field("tasks", &P::tasks, "tasks the inputs are split over"),
+       field("seed", &P::seed, "sampling draws hash (document id, seed)"),
+       field("only_extract", &P::only_extract, "extraction alone: no quality, filtering, sampling or dedup"),
+       field("keep_rejected", &P::keep_rejected, "keep this many examples per drop reason in DIR/rejected/"),
+       field("shard_mb", &P::shard_mb, "output part size cap, uncompressed MB"),
+       field("zstd_level", &P::zstd_level, "zstd level of the output parts"),
+       field("log_interval_s", &P::log_interval_s, "plain progress lines when stderr is not a terminal")},
+      {"read", "extract", "quality", "sample", "dedup"}};
+  return s;
+}
+
+// max_record_mb: MiB in the file, bytes in ReaderOptions.
+std::string read_max_record_mb(const toml::node* n, PrepConfig& c) {
+  if (!n) return "";
+  if (!n->is_integer() || *n->value<int64_t>() < 0) return "a non-negative integer";
+  c.read.max_record_bytes = static_cast<uint64_t>(*n->value<int64_t>()) << 20;
+  return "";
+}
+
+const Schema<PrepConfig>& read_schema() {
+  static const Schema<PrepConfig> s{
+      "prep.read",
+      {field_at<P>("text_field", [](auto& c) -> auto& { return c.read.text_field; }, "JSONL field holding the text"),
+       field_at<P>("id_field", [](auto& c) -> auto& { return c.read.id_field; }, "JSONL field holding the id"),
+       field_at<P>("url_field", [](auto& c) -> auto& { return c.read.url_field; }, "JSONL field holding the URL"),
+       field_custom<P>("max_record_mb", "longer records are skipped and counted", "integer", read_max_record_mb,
+                       [](const P& c, toml::table& t) {
+                         t.insert_or_assign("max_record_mb", static_cast<int64_t>(c.read.max_record_bytes >> 20));
+                       }),
+       field_at<P>("text_unit", [](auto& c) -> auto& { return c.read.text_unit; },
+                   "plain text: file (one document per file), paragraph or line")}};
+  return s;
+}
+
+const Schema<PrepConfig>& extract_schema() {
+  static const Schema<PrepConfig> s{
+      "prep.extract",
+      {field("enabled", &P::extract_enabled, "HTML to text"),
+       field_at<P>("remove_boilerplate", [](auto& c) -> auto& { return c.extract.remove_boilerplate; },
+                   "false: all visible text"),
+       field_at<P>("keep_headings", [](auto& c) -> auto& { return c.extract.keep_headings; },
+                   "headings become their own paragraphs"),
+       field_at<P>("keep_title", [](auto& c) -> auto& { return c.extract.keep_title; },
+                   "prepend <title> as the first paragraph"),
+       field("strip_terminal_codes", &P::strip_terminal_codes, "every document, HTML or not")}};
+  return s;
+}
+
+const Schema<PrepConfig>& sample_schema() {
+  static const Schema<PrepConfig> s{
+      "prep.sample",
+      {field("enabled", &P::sample_enabled, "quality-based sampling"),
+       field("threshold", &P::sample_threshold, "score >= threshold: kept; below: kept with probability score^2")}};
+  return s;
+}
+
+// Reads all sections and, when resolved is given, records their final values there. [prep],
+// [prep.read], [prep.extract] and [prep.sample] through their field tables; [prep.quality] and
+// [prep.dedup] key by key (quality_config_read, dedup_config_read).
 std::vector<std::string> read_all(const toml::table& root, PrepConfig& c, toml::table* resolved) {
   std::vector<std::string> errs;
   auto done = [&](ConfigSection& s) {
@@ -16,46 +81,18 @@ std::vector<std::string> read_all(const toml::table& root, PrepConfig& c, toml::
     errs.insert(errs.end(), e.begin(), e.end());
     if (resolved) config_insert(*resolved, s.name(), s.resolved());
   };
-  ConfigSection p(root, "prep");
-  p.get("threads", c.threads);
-  p.get("task", c.task);
-  p.get("tasks", c.tasks);
-  p.get("seed", c.seed);
-  p.get("only_extract", c.only_extract);
-  p.get("keep_rejected", c.keep_rejected);
-  p.get("shard_mb", c.shard_mb);
-  p.get("zstd_level", c.zstd_level);
-  p.get("log_interval_s", c.log_interval_s);
-  for (const char* sub : {"read", "extract", "quality", "sample", "dedup"}) p.known(sub);
-  done(p);
-
-  ConfigSection r(root, "prep.read");
-  r.get("text_field", c.read.text_field);
-  r.get("id_field", c.read.id_field);
-  r.get("url_field", c.read.url_field);
-  uint64_t max_mb = c.read.max_record_bytes >> 20;
-  r.get("max_record_mb", max_mb);
-  c.read.max_record_bytes = max_mb << 20;
-  r.get("text_unit", c.read.text_unit);
-  done(r);
-
-  ConfigSection e(root, "prep.extract");
-  e.get("enabled", c.extract_enabled);
-  e.get("remove_boilerplate", c.extract.remove_boilerplate);
-  e.get("keep_headings", c.extract.keep_headings);
-  e.get("keep_title", c.extract.keep_title);
-  e.get("strip_terminal_codes", c.strip_terminal_codes);
-  done(e);
+  for (const Schema<PrepConfig>* sc : {&prep_schema(), &read_schema(), &extract_schema()}) {
+    schema_read_keys(*sc, root, c, errs);
+    if (resolved) config_insert(*resolved, sc->section, schema_to_toml(*sc, c));
+  }
 
   ConfigSection q(root, "prep.quality");
   q.get("enabled", c.quality_enabled);
   quality_config_read(q, c.quality);
   done(q);
 
-  ConfigSection s(root, "prep.sample");
-  s.get("enabled", c.sample_enabled);
-  s.get("threshold", c.sample_threshold);
-  done(s);
+  schema_read_keys(sample_schema(), root, c, errs);
+  if (resolved) config_insert(*resolved, "prep.sample", schema_to_toml(sample_schema(), c));
 
   ConfigSection d(root, "prep.dedup");
   d.get("enabled", c.dedup_enabled);

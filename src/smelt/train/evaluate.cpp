@@ -55,7 +55,7 @@ Status eval_loader_open(const LoaderConfig& base, const std::string& sources, in
                         uint64_t& available) {
   LoaderConfig e = base;
   e.sources = sources;
-  e.mode = "packed";
+  e.mode = BatchMode::kPacked;
   e.shuffle = false;
   e.span_tokens = 0;  // (the held-out text in file order, whole documents, whatever the training reads)
   e.prefetch_threads = 0;

@@ -5,84 +5,84 @@
 
 #include <fmt/format.h>
 
-#include "smelt/common/config.hpp"
+#include "smelt/common/config_schema.hpp"
 #include "smelt/dataset/indexed.hpp"
 #include "smelt/dataset/lineage.hpp"
 
 namespace smelt {
 
 namespace {
-// "steps" as a TOML integer array, or a comma-separated string (what --set gives).
-bool read_steps(const toml::table& root, const char* path, std::vector<int64_t>& out) {
-  const toml::node* n = root.at_path(path).node();
-  if (!n) return true;
-  out.clear();
+
+// "steps" as a TOML integer array, one integer, or a comma-separated string (what --set gives);
+// "" or what was expected.
+std::string read_steps(const toml::node* n, std::vector<int64_t>& out) {
+  const char* expected = "an array of step numbers";
+  if (!n) return "";
+  std::vector<int64_t> steps;
   if (const toml::array* a = n->as_array()) {
     for (const auto& x : *a) {
-      if (!x.is_integer()) return false;
-      out.push_back(*x.value<int64_t>());
+      if (!x.is_integer()) return expected;
+      steps.push_back(*x.value<int64_t>());
     }
-    return true;
-  }
-  if (auto i = n->value<int64_t>()) {
-    out.push_back(*i);
-    return true;
-  }
-  if (auto s = n->value<std::string>()) {
-    size_t at = 0;
-    while (at < s->size()) {
+  } else if (auto i = n->value<int64_t>()) {
+    steps.push_back(*i);
+  } else if (auto s = n->value<std::string>()) {
+    for (size_t at = 0; at < s->size();) {
       size_t end = s->find(',', at);
       if (end == std::string::npos) end = s->size();
       try {
-        out.push_back(std::stoll(s->substr(at, end - at)));
+        steps.push_back(std::stoll(s->substr(at, end - at)));
       } catch (...) {
-        return false;
+        return expected;
       }
       at = end + 1;
     }
-    return true;
+  } else {
+    return expected;
   }
-  return false;
+  out = std::move(steps);
+  return "";
 }
+
+Field<HealthConfig> steps_field(const char* name, std::vector<int64_t> HealthConfig::*m, const char* doc) {
+  return field_custom<HealthConfig>(
+      name, doc, "array", [m](const toml::node* n, HealthConfig& c) { return read_steps(n, c.*m); },
+      [name, m](const HealthConfig& c, toml::table& t) { schema_detail::put(t, name, c.*m); });
+}
+
+const Schema<HealthConfig>& health_schema() {
+  using H = HealthConfig;
+  static const Schema<HealthConfig> s{
+      "health",
+      {field("skip_nonfinite", &H::skip_nonfinite, "a NaN/Inf loss or gradient skips the update; counted"),
+       field("spike_sigma", &H::spike_sigma, "a loss above its EMA + sigma x EMA deviation is a spike",
+             at_least(0, "0: off")),
+       field("spike_repeats", &H::spike_repeats, "this many spikes in a row roll back", at_least(1)),
+       field("spike_warmup", &H::spike_warmup, "steps before spikes are judged", at_least(1)),
+       field("ema_beta", &H::ema_beta, "of the loss EMA mean and variance", Limits{0, 1, true, true, ""}),
+       field("entropy_floor", &H::entropy_floor, "evaluation token entropy below this counts as collapse",
+             at_least(0, "0: off")),
+       field("entropy_evals", &H::entropy_evals, "this many low evaluations in a row restart the LR schedule",
+             at_least(1)),
+       field("lr_restart_scale", &H::lr_restart_scale, "the restarted schedule's peak / lr",
+             Limits{0, 1, true, false, ""}),
+       steps_field("inject_nan_steps", &H::inject_nan_steps, "fault injection (tests): a NaN gradient at these steps"),
+       steps_field("inject_bad_data_steps", &H::inject_bad_data_steps,
+                   "fault injection (tests): scrambled targets at these steps")},
+      {"vitals"}};
+  return s;
+}
+
 }  // namespace
 
-Status health_config_read(const toml::table& root, HealthConfig& c, toml::table& resolved,
-                          std::vector<std::string>& errors) {
-  ConfigSection h(root, "health");
-  h.get("skip_nonfinite", c.skip_nonfinite);
-  h.get("spike_sigma", c.spike_sigma);
-  h.get("spike_repeats", c.spike_repeats);
-  h.get("spike_warmup", c.spike_warmup);
-  h.get("ema_beta", c.ema_beta);
-  h.get("entropy_floor", c.entropy_floor);
-  h.get("entropy_evals", c.entropy_evals);
-  h.get("lr_restart_scale", c.lr_restart_scale);
-  h.known("inject_nan_steps");
-  h.known("inject_bad_data_steps");
-  h.known("vitals");
-  if (!read_steps(root, "health.inject_nan_steps", c.inject_nan_steps))
-    errors.push_back("[health] inject_nan_steps: expected an array of step numbers");
-  if (!read_steps(root, "health.inject_bad_data_steps", c.inject_bad_data_steps))
-    errors.push_back("[health] inject_bad_data_steps: expected an array of step numbers");
-  for (auto& e : h.finish()) errors.push_back(e);
-  toml::table t = h.resolved();
-  toml::array a, b;
-  for (auto x : c.inject_nan_steps) a.push_back(x);
-  for (auto x : c.inject_bad_data_steps) b.push_back(x);
-  t.insert_or_assign("inject_nan_steps", std::move(a));
-  t.insert_or_assign("inject_bad_data_steps", std::move(b));
-  config_insert(resolved, "health", t);
-  if (Status s = vitals_config_read(root, c.vitals, resolved, errors); !s) return s;
-  if (!(c.spike_sigma >= 0)) errors.push_back(fmt::format("[health] spike_sigma = {}: must be >= 0 (0: off)", c.spike_sigma));
-  if (c.spike_repeats < 1) errors.push_back(fmt::format("[health] spike_repeats = {}: must be >= 1", c.spike_repeats));
-  if (c.spike_warmup < 1) errors.push_back(fmt::format("[health] spike_warmup = {}: must be >= 1", c.spike_warmup));
-  if (!(c.ema_beta > 0 && c.ema_beta < 1)) errors.push_back(fmt::format("[health] ema_beta = {}: must be in (0, 1)", c.ema_beta));
-  if (!(c.entropy_floor >= 0)) errors.push_back(fmt::format("[health] entropy_floor = {}: must be >= 0 (0: off)", c.entropy_floor));
-  if (c.entropy_evals < 1) errors.push_back(fmt::format("[health] entropy_evals = {}: must be >= 1", c.entropy_evals));
-  if (!(c.lr_restart_scale > 0 && c.lr_restart_scale <= 1))
-    errors.push_back(fmt::format("[health] lr_restart_scale = {}: must be in (0, 1]", c.lr_restart_scale));
-  return Status::ok();
+void health_config_read(const toml::table& root, HealthConfig& c, toml::table& resolved,
+                        std::vector<std::string>& errors) {
+  schema_read(health_schema(), root, c, errors);
+  config_insert(resolved, "health", schema_to_toml(health_schema(), c));
+  (void)vitals_config_read(root, c.vitals, resolved, errors);  // its errors are in `errors`
 }
+
+SectionDoc health_config_doc() { return section_doc(health_schema()); }
 
 double SpikeDetector::deviation() const { return std::sqrt(std::max(0.0, var_)); }
 

@@ -30,8 +30,12 @@ struct HealthConfig {
   VitalsConfig vitals;  // [health.vitals]: the bands the run's vital signs are judged against
 };
 
-Status health_config_read(const toml::table& root, HealthConfig& c, toml::table& resolved,
-                          std::vector<std::string>& errors);
+// Reads [health] and [health.vitals] into c and resolved; every error (type, unknown key, range)
+// into errors.
+void health_config_read(const toml::table& root, HealthConfig& c, toml::table& resolved,
+                        std::vector<std::string>& errors);
+struct SectionDoc;
+SectionDoc health_config_doc();  // [health]'s field table (docs check)
 
 // Loss-spike detector: an exponential moving mean and variance of accepted losses.
 class SpikeDetector {

@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 
+#include "smelt/dist/communicator.hpp"
 #include "smelt/machine/gemm_select.hpp"
 #include "smelt/model/params.hpp"
 #include "smelt/train/pipeline.hpp"
@@ -50,8 +51,8 @@ RunMemory run_memory_plan(const ModelConfig& c, const ModelShard& shard, const R
   // receives it from every member (dp x the part it owns, at most n / dp).
   int64_t dp_message = 0;
   if (in.dp > 1) {
-    const bool overlapped = in.overlap && shard.whole();
-    const int64_t bucket = overlapped ? largest_bucket(layout, (int64_t)(in.bucket_mb * 1048576 / 4)) : n;
+    const bool overlapped = in.dist.overlap && shard.whole();
+    const int64_t bucket = overlapped ? largest_bucket(layout, dist_bucket_elements(in.dist.bucket_mb)) : n;
     dp_message = in.zero ? in.dp * std::min(bucket, (n + in.dp - 1) / in.dp) : bucket;
   }
   const int64_t tp_message = shard.tp > 1 ? NC : 0;  // the layers' all-reduces of (rows, d_model)

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <string>
 
+#include "smelt/dist/communicator.hpp"
 #include "smelt/model/activations.hpp"
 #include "smelt/model/config.hpp"
 #include "smelt/model/shard.hpp"
@@ -21,8 +22,7 @@ struct RunMemoryInput {
   int B = 1, T = 1;           // rows per micro-batch on this rank, their length
   int dp = 1, grad_accum = 1;  // data-parallel replicas; micro-batches per step
   bool zero = false;          // ZeRO-1 over the DP group
-  bool overlap = true;        // [dist] overlap (only without TP and PP)
-  double bucket_mb = 4;       // [dist] bucket_mb
+  DistConfig dist;            // [dist]: overlap (only without TP and PP) and bucket_mb
   bool checkpoints = false;   // periodic saves: the writer's two staging buffers fill
   Precision precision = Precision::kFp32;
   int threads = 1;

@@ -21,53 +21,119 @@ void collect(const ConfigSection& s, std::vector<std::string>& errors) {
   for (auto& e : s.finish()) errors.push_back(e);
 }
 
-}  // namespace
+const Schema<TrainOptions>& train_schema() {
+  using T = TrainOptions;
+  static const Schema<TrainOptions> s{
+      "train",
+      {field("run_dir", &T::run_dir, "the run folder"),
+       field("steps", &T::steps, "optimizer steps; 0 = stop by max_tokens only", at_least(0)),
+       field("max_tokens", &T::max_tokens, "stop once this many target tokens were trained on (0 = no limit)",
+             at_least(0)),
+       field("time_budget_minutes", &T::time_budget_minutes, "stop when this much wall time is spent (0 = none)",
+             at_least(0)),
+       field("grad_accum", &T::grad_accum, "micro-batches per optimizer step", in_range(1, 4096)),
+       field("threads", &T::threads, "0 = every core", in_range(0, 1024, "0: every core")),
+       field("seed", &T::seed, "weight init"),
+       field("tokenizer", &T::tokenizer, "its EOD id feeds the loader; copied into every checkpoint"),
+       field("memory_mb", &T::memory_mb, "budget for the memory plan (0 = physical memory)", at_least(0)),
+       field("log_every", &T::log_every, "a metrics line every N steps", at_least(1)),
+       field("sparsity_every", &T::sparsity_every, "attention sparsity sampled every K steps (0 = never)",
+             at_least(0)),
+       field("entropy_rows", &T::entropy_rows, "rows sampled per micro-batch for the prediction entropy",
+             at_least(0)),
+       field("peak_gflops", &T::peak_gflops, "the first MFU denominator; 0 = measured at start", at_least(0)),
+       field("precision", &T::precision, "the linear layers' numerics (auto: bf16 where the CPU has bf16 units)"),
+       field("gemm", &T::gemm, "fp32 GEMM back end (auto: measured at the model's shapes, cached)"),
+       field("status_interval_s", &T::status_interval_s, "console status lines when stderr is not a terminal")}};
+  return s;
+}
 
-Status train_config_read(const toml::table& root, TrainConfig& c) {
-  std::vector<std::string> errors;
-  for (const auto& [k, v] : root) {
-    std::string key(k.str());
-    static const std::set<std::string> mine = {"model", "data", "train", "optim", "eval", "ckpt", "health", "dist",
-                                               "trace", "parallel"};
-    if (!mine.count(key) && !kOtherStages.count(key))
-      errors.push_back(fmt::format("[{}]: unknown section; `smelt train` reads [model], [data], [train], [optim], "
-                                   "[eval], [ckpt], [health], [dist], [trace] and [parallel]", key));
-  }
-  toml::table resolved;
-  if (Status s = model_config_read(root, c.model); !s) errors.push_back(s.message());
-  resolved.insert_or_assign("model", model_config_to_toml(c.model));
+const Schema<EvalOptions>& eval_schema() {
+  using E = EvalOptions;
+  static const Schema<EvalOptions> s{
+      "eval",
+      {field("data", &E::data, "held-out shards ([NAME=]PREFIX,...); \"\" = no evaluation"),
+       field("every", &E::every, "every N steps (0 = only at the start and the end)", at_least(0)),
+       field("points", &E::points, "instead of every: this many evaluations spread over the run", at_least(0)),
+       field("tokens", &E::tokens, "target tokens per evaluation", at_least(1))}};
+  return s;
+}
 
-  toml::table data;
-  if (Status s = loader_config_read(root, c.data, &data); !s) {
-    // The EOD id may come from [train] tokenizer (the trainer fills it in): only that error waits.
-    const bool eod_later = c.data.append_eod && c.data.eod_id < 0 &&
-                           root.at_path("train.tokenizer").value_or(std::string()) != "";
-    LoaderConfig probe = c.data;
-    probe.eod_id = 0;
-    if (!eod_later || !loader_config_validate(probe)) errors.push_back(s.message());
-  }
-  resolved.insert_or_assign("data", std::move(data));
+const Schema<CkptOptions>& ckpt_schema() {
+  using K = CkptOptions;
+  static const Schema<CkptOptions> s{
+      "ckpt",
+      {field("save_every", &K::save_every, "save every N steps (0 = only at the end and on a signal)", at_least(0)),
+       field("keep_last", &K::keep_last, "retention: the newest K", at_least(1)),
+       field("keep_every", &K::keep_every, "retention: and every M-th step (0 = none)", at_least(0)),
+       field("save_at_end", &K::save_at_end, "save after the last step"),
+       field("async", &K::async, "a background thread writes the staged state"),
+       field("on_error", &K::on_error, "a failed save: stop the run (exit 1) or continue"),
+       field("inject_write_mb_s", &K::inject_write_mb_s, "fault injection (tests): saves no faster than this")}};
+  return s;
+}
 
-  ConfigSection t(root, "train");
-  t.get("run_dir", c.train.run_dir);
-  t.get("steps", c.train.steps);
-  t.get("max_tokens", c.train.max_tokens);
-  t.get("time_budget_minutes", c.train.time_budget_minutes);
-  t.get("grad_accum", c.train.grad_accum);
-  t.get("threads", c.train.threads);
-  t.get("seed", c.train.seed);
-  t.get("tokenizer", c.train.tokenizer);
-  t.get("memory_mb", c.train.memory_mb);
-  t.get("log_every", c.train.log_every);
-  t.get("sparsity_every", c.train.sparsity_every);
-  t.get("entropy_rows", c.train.entropy_rows);
-  t.get("peak_gflops", c.train.peak_gflops);
-  t.get("precision", c.train.precision);
-  t.get("gemm", c.train.gemm);
-  t.get("status_interval_s", c.train.status_interval_s);
-  collect(t, errors);
-  config_insert(resolved, "train", t.resolved());
+const Schema<DistConfig>& dist_schema() {
+  using D = DistConfig;
+  static const Schema<DistConfig> s{
+      "dist",
+      {field("allreduce", &D::allreduce, "the reduction's algorithm"),
+       field("ranks_per_node", &D::ranks_per_node, "hierarchical: ranks per node (0 = ranks sharing memory)",
+             at_least(0, "0: ranks sharing memory")),
+       field("timeout_s", &D::timeout_s, "a collective waiting longer ends the job", at_least(0, "0: wait forever")),
+       field("deterministic", &D::deterministic, "rank-ordered sums (false: the MPI library's all-reduce)"),
+       field("zero", &D::zero, "1: ZeRO-1, the AdamW moments sharded over the ranks",
+             in_range(0, 1, "0: off, 1: optimizer state sharded")),
+       field("overlap", &D::overlap, "gradient buckets reduced while backward still runs"),
+       field("bucket_mb", &D::bucket_mb, "bucket size of the overlapped reduction, in MiB", above(0)),
+       field("inject_hang_rank", &D::inject_hang_rank, "fault injection (tests): this rank stops responding"),
+       field("inject_hang_step", &D::inject_hang_step, "fault injection (tests): at this step"),
+       field("inject_delay_rank", &D::inject_delay_rank, "fault injection (tests): this rank reaches each reduction"),
+       field("inject_delay_ms", &D::inject_delay_ms, "fault injection (tests): this much later"),
+       field("inject_delay_step", &D::inject_delay_step, "fault injection (tests): from this step on")},
+      {"compression"}};
+  return s;
+}
 
+const Schema<DistConfig>& dist_compression_schema() {
+  using D = DistConfig;
+  static const Schema<DistConfig> s{
+      "dist.compression",
+      {field("type", &D::compression, "gradient compression"),
+       field("ratio", &D::topk_ratio, "fraction of gradient entries sent", Limits{0, 1, true, false, ""}),
+       field("warmup_steps", &D::topk_warmup_steps, "the ratio falls geometrically from 1 over these steps"),
+       field("momentum", &D::topk_momentum, "> 0: momentum correction", Limits{0, 1, false, true, ""})}};
+  return s;
+}
+
+const Schema<TraceOptions>& trace_schema() {
+  static const Schema<TraceOptions> s{
+      "trace",
+      {field("steps", &TraceOptions::steps, "\"A-B\" or \"N\": a timeline trace of these steps (\"\" = none)"),
+       field("dir", &TraceOptions::dir, "the rank files' folder (\"\" = RUN/trace)")}};
+  return s;
+}
+
+const Schema<ParallelOptions>& parallel_schema() {
+  using P = ParallelOptions;
+  static const Schema<ParallelOptions> s{
+      "parallel",
+      {field("tp", &P::tp, "tensor-parallel ranks", in_range(1, 4096)),
+       field("pp", &P::pp, "pipeline stages", in_range(1, 4096)),
+       field("stage_layers", &P::stage_layers, "layers per stage (empty: even)")}};
+  return s;
+}
+
+// Reads one section through its schema into `resolved` under its name.
+template <class S>
+void read_section(const Schema<S>& sc, const toml::table& root, S& s, toml::table& resolved,
+                  std::vector<std::string>& errors) {
+  schema_read(sc, root, s, errors);
+  config_insert(resolved, sc.section, schema_to_toml(sc, s));
+}
+
+// [optim]: AdamW's floats and the schedule's doubles, read as doubles (the resolved text keeps them).
+void read_optim(const toml::table& root, TrainConfig& c, toml::table& resolved, std::vector<std::string>& errors) {
   ConfigSection o(root, "optim");
   double lr = c.schedule.lr, min_lr = c.schedule.min_lr, decay_fraction = c.schedule.decay_fraction;
   double beta1 = c.optim.beta1, beta2 = c.optim.beta2, eps = c.optim.eps, wd = c.optim.weight_decay;
@@ -88,65 +154,51 @@ Status train_config_read(const toml::table& root, TrainConfig& c) {
   c.schedule.lr = lr, c.schedule.min_lr = min_lr, c.schedule.decay_fraction = decay_fraction;
   c.optim.lr = (float)lr, c.optim.beta1 = (float)beta1, c.optim.beta2 = (float)beta2, c.optim.eps = (float)eps;
   c.optim.weight_decay = (float)wd, c.optim.grad_clip = (float)clip;
+}
 
-  ConfigSection e(root, "eval");
-  e.get("data", c.eval.data);
-  e.get("every", c.eval.every);
-  e.get("points", c.eval.points);
-  e.get("tokens", c.eval.tokens);
-  collect(e, errors);
-  config_insert(resolved, "eval", e.resolved());
+void check_sections(const toml::table& root, std::vector<std::string>& errors) {
+  static const std::set<std::string> mine = {"model", "data", "train", "optim", "eval", "ckpt", "health", "dist",
+                                             "trace", "parallel"};
+  for (const auto& [k, v] : root) {
+    std::string key(k.str());
+    if (!mine.count(key) && !kOtherStages.count(key))
+      errors.push_back(fmt::format("[{}]: unknown section; `smelt train` reads [model], [data], [train], [optim], "
+                                   "[eval], [ckpt], [health], [dist], [trace] and [parallel]", key));
+  }
+}
 
-  ConfigSection k(root, "ckpt");
-  k.get("save_every", c.ckpt.save_every);
-  k.get("keep_last", c.ckpt.keep_last);
-  k.get("keep_every", c.ckpt.keep_every);
-  k.get("save_at_end", c.ckpt.save_at_end);
-  k.get("async", c.ckpt.async);
-  k.get("on_error", c.ckpt.on_error);
-  k.get("inject_write_mb_s", c.ckpt.inject_write_mb_s);
-  collect(k, errors);
-  config_insert(resolved, "ckpt", k.resolved());
-  if (c.ckpt.on_error != "stop" && c.ckpt.on_error != "continue")
-    errors.push_back(fmt::format("[ckpt] on_error = \"{}\": allowed are \"stop\" and \"continue\"", c.ckpt.on_error));
-  if (Status s = health_config_read(root, c.health, resolved, errors); !s) errors.push_back(s.message());
-  ConfigSection d(root, "dist");
-  d.get("allreduce", c.dist.allreduce);
-  d.get("ranks_per_node", c.dist.ranks_per_node);
-  d.get("timeout_s", c.dist.timeout_s);
-  d.get("deterministic", c.dist.deterministic);
-  d.get("zero", c.dist.zero);
-  d.get("overlap", c.dist.overlap);
-  d.get("bucket_mb", c.dist.bucket_mb);
-  d.get("inject_hang_rank", c.dist.inject_hang_rank);
-  d.get("inject_hang_step", c.dist.inject_hang_step);
-  d.get("inject_delay_rank", c.dist.inject_delay_rank);
-  d.get("inject_delay_ms", c.dist.inject_delay_ms);
-  d.get("inject_delay_step", c.dist.inject_delay_step);
-  d.known("compression");
-  ConfigSection dc(root, "dist.compression");
-  dc.get("type", c.dist.compression);
-  dc.get("ratio", c.dist.topk_ratio);
-  dc.get("warmup_steps", c.dist.topk_warmup_steps);
-  dc.get("momentum", c.dist.topk_momentum);
-  collect(dc, errors);
-  collect(d, errors);
-  config_insert(resolved, "dist", d.resolved());
-  config_insert(resolved, "dist.compression", dc.resolved());
+}  // namespace
+
+Status train_config_read(const toml::table& root, TrainConfig& c) {
+  std::vector<std::string> errors;
+  check_sections(root, errors);
+  toml::table resolved;
+  if (Status s = model_config_read(root, c.model); !s) errors.push_back(s.message());
+  resolved.insert_or_assign("model", model_config_to_toml(c.model));
+
+  toml::table data;
+  if (Status s = loader_config_read(root, c.data, &data); !s) {
+    // The EOD id may come from [train] tokenizer (the trainer fills it in): only that error waits.
+    const bool eod_later = c.data.append_eod && c.data.eod_id < 0 &&
+                           root.at_path("train.tokenizer").value_or(std::string()) != "";
+    LoaderConfig probe = c.data;
+    probe.eod_id = 0;
+    if (!eod_later || !loader_config_validate(probe)) errors.push_back(s.message());
+  }
+  resolved.insert_or_assign("data", std::move(data));
+
+  read_section(train_schema(), root, c.train, resolved, errors);
+  read_optim(root, c, resolved, errors);
+  read_section(eval_schema(), root, c.eval, resolved, errors);
+  read_section(ckpt_schema(), root, c.ckpt, resolved, errors);
+  health_config_read(root, c.health, resolved, errors);
+  read_section(dist_schema(), root, c.dist, resolved, errors);
+  read_section(dist_compression_schema(), root, c.dist, resolved, errors);
   if (Status s = dist_config_validate(c.dist); !s) errors.push_back(s.message());
-  ConfigSection tr(root, "trace");
-  tr.get("steps", c.trace.steps);
-  tr.get("dir", c.trace.dir);
-  collect(tr, errors);
-  config_insert(resolved, "trace", tr.resolved());
+  read_section(trace_schema(), root, c.trace, resolved, errors);
   if (Status s = trace_parse_steps(c.trace.steps, c.trace.first, c.trace.last); !s)
     errors.push_back("[trace] steps = " + s.message());
-  ConfigSection pa(root, "parallel");
-  pa.get("tp", c.parallel.tp);
-  pa.get("pp", c.parallel.pp);
-  pa.get("stage_layers", c.parallel.stage_layers);
-  collect(pa, errors);
-  config_insert(resolved, "parallel", pa.resolved());
+  read_section(parallel_schema(), root, c.parallel, resolved, errors);
 
   if (!errors.empty()) {
     std::string m = errors[0];
@@ -159,39 +211,13 @@ Status train_config_read(const toml::table& root, TrainConfig& c) {
 
 Status train_config_validate(const TrainConfig& c) {
   const TrainOptions& t = c.train;
-  if (Status s = model_config_validate(c.model); !s) return s;
-  {
-    LoaderConfig probe = c.data;
-    if (probe.append_eod && probe.eod_id < 0 && !t.tokenizer.empty()) probe.eod_id = 0;  // from the tokenizer
-    if (Status s = loader_config_validate(probe); !s) return s;
-  }
   if (c.data.sources.empty())
     return Status::error("[data] sources is empty: give the token shards with --data PREFIX[:WEIGHT],... "
                          "or data.sources in the config");
   if (t.run_dir.empty()) return Status::error("[train] run_dir is empty: give --run-dir DIR");
-  if (t.steps < 0) return Status::error(fmt::format("[train] steps = {}: must be >= 0", t.steps));
-  if (t.max_tokens < 0) return Status::error(fmt::format("[train] max_tokens = {}: must be >= 0", t.max_tokens));
-  if (!(t.time_budget_minutes >= 0))
-    return Status::error(fmt::format("[train] time_budget_minutes = {}: must be >= 0", t.time_budget_minutes));
   if (t.steps == 0 && t.max_tokens == 0 && t.time_budget_minutes == 0)
     return Status::error("[train] steps = 0, max_tokens = 0 and time_budget_minutes = 0: give at least one "
                          "stopping rule");
-  if (t.grad_accum < 1 || t.grad_accum > 4096)
-    return Status::error(fmt::format("[train] grad_accum = {}: must be in [1, 4096]", t.grad_accum));
-  if (t.threads < 0 || t.threads > 1024)
-    return Status::error(fmt::format("[train] threads = {}: must be in [0, 1024] (0: every core)", t.threads));
-  if (t.memory_mb < 0) return Status::error(fmt::format("[train] memory_mb = {}: must be >= 0", t.memory_mb));
-  if (t.log_every < 1) return Status::error(fmt::format("[train] log_every = {}: must be >= 1", t.log_every));
-  if (t.sparsity_every < 0)
-    return Status::error(fmt::format("[train] sparsity_every = {}: must be >= 0", t.sparsity_every));
-  if (t.entropy_rows < 0)
-    return Status::error(fmt::format("[train] entropy_rows = {}: must be >= 0", t.entropy_rows));
-  if (!(t.peak_gflops >= 0)) return Status::error(fmt::format("[train] peak_gflops = {}: must be >= 0", t.peak_gflops));
-  if (t.precision != "fp32" && t.precision != "bf16" && t.precision != "auto")
-    return Status::error(fmt::format("[train] precision = \"{}\": expected \"fp32\", \"bf16\" or \"auto\"",
-                                     t.precision));
-  if (t.gemm != "auto" && t.gemm != "openblas" && t.gemm != "onednn")
-    return Status::error(fmt::format("[train] gemm = \"{}\": expected \"auto\", \"openblas\" or \"onednn\"", t.gemm));
   if (Status s = lr_schedule_validate(c.schedule); !s) return s;
   const AdamWConfig& o = c.optim;
   if (!(o.beta1 >= 0 && o.beta1 < 1)) return Status::error(fmt::format("[optim] beta1 = {}: must be in [0, 1)", o.beta1));
@@ -201,28 +227,26 @@ Status train_config_validate(const TrainConfig& c) {
     return Status::error(fmt::format("[optim] weight_decay = {}: must be >= 0", o.weight_decay));
   if (!std::isfinite(o.grad_clip))
     return Status::error(fmt::format("[optim] grad_clip = {}: must be a number (<= 0 disables clipping)", o.grad_clip));
-  if (c.eval.every < 0) return Status::error(fmt::format("[eval] every = {}: must be >= 0", c.eval.every));
-  if (c.eval.points < 0) return Status::error(fmt::format("[eval] points = {}: must be >= 0", c.eval.points));
   if (c.eval.points > 0 && c.eval.every > 0)
     return Status::error(fmt::format("[eval] every = {} and points = {}: give one of them", c.eval.every,
                                      c.eval.points));
-  if (c.eval.tokens < 1) return Status::error(fmt::format("[eval] tokens = {}: must be >= 1", c.eval.tokens));
-  if (c.ckpt.save_every < 0) return Status::error(fmt::format("[ckpt] save_every = {}: must be >= 0", c.ckpt.save_every));
-  if (c.ckpt.keep_last < 1) return Status::error(fmt::format("[ckpt] keep_last = {}: must be >= 1", c.ckpt.keep_last));
-  if (c.ckpt.keep_every < 0) return Status::error(fmt::format("[ckpt] keep_every = {}: must be >= 0", c.ckpt.keep_every));
   const ParallelOptions& pl = c.parallel;
-  if (pl.tp < 1 || pl.tp > 4096) return Status::error(fmt::format("[parallel] tp = {}: must be in [1, 4096]", pl.tp));
-  if (pl.pp < 1 || pl.pp > 4096) return Status::error(fmt::format("[parallel] pp = {}: must be in [1, 4096]", pl.pp));
-  if (pl.tp * pl.pp > 1 && c.dist.compression == "topk")
+  if (pl.tp * pl.pp > 1 && c.dist.compression == GradCompression::kTopk)
     return Status::error(fmt::format("[dist.compression] type = \"topk\" with [parallel] tp = {}, pp = {}: top-k "
                                      "compression is for data parallel alone (its residual is per rank of one "
                                      "layout); use tp = pp = 1 or no compression", pl.tp, pl.pp));
-  const int T = c.data.mode == "packed" ? c.data.seq_len : c.data.buckets.back();
+  const int T = c.data.mode == BatchMode::kPacked ? c.data.seq_len : c.data.buckets.back();
   if (T > c.model.max_seq_len)
     return Status::error(fmt::format("[data] {} = {}: longer than [model] max_seq_len = {}",
-                                     c.data.mode == "packed" ? "seq_len" : "buckets (largest)", T,
+                                     c.data.mode == BatchMode::kPacked ? "seq_len" : "buckets (largest)", T,
                                      c.model.max_seq_len));
   return Status::ok();
+}
+
+std::vector<SectionDoc> train_config_docs() {
+  return {section_doc(train_schema()),    section_doc(eval_schema()),  section_doc(ckpt_schema()),
+          section_doc(dist_schema()),     section_doc(dist_compression_schema()),
+          section_doc(trace_schema()),    section_doc(parallel_schema())};
 }
 
 std::string train_config_to_string(const TrainConfig& c) { return config_to_string(c.resolved); }

@@ -8,6 +8,7 @@
 
 #include <toml++/toml.h>
 
+#include "smelt/common/config_schema.hpp"
 #include "smelt/common/status.hpp"
 #include "smelt/dataset/loader.hpp"
 #include "smelt/dist/communicator.hpp"
@@ -19,6 +20,26 @@
 
 namespace smelt {
 
+// [train] precision: the linear layers' numerics; auto = bf16 where the CPU has bf16 units.
+enum class PrecisionMode { kFp32, kBf16, kAuto };
+inline constexpr EnumName<PrecisionMode> kPrecisionModeNames[] = {
+    {PrecisionMode::kFp32, "fp32"}, {PrecisionMode::kBf16, "bf16"}, {PrecisionMode::kAuto, "auto"}};
+inline std::span<const EnumName<PrecisionMode>> enum_names(PrecisionMode) { return kPrecisionModeNames; }
+
+// [train] gemm: the fp32 GEMM back end (auto: measured, cached per machine).
+enum class GemmRequest { kAuto, kOpenblas, kOnednn };
+inline constexpr EnumName<GemmRequest> kGemmRequestNames[] = {
+    {GemmRequest::kAuto, "auto"}, {GemmRequest::kOpenblas, "openblas"}, {GemmRequest::kOnednn, "onednn"}};
+inline std::span<const EnumName<GemmRequest>> enum_names(GemmRequest) { return kGemmRequestNames; }
+
+// [ckpt] on_error: what a failed save does to the run.
+enum class CkptOnError { kStop, kContinue };
+inline constexpr EnumName<CkptOnError> kCkptOnErrorNames[] = {{CkptOnError::kStop, "stop"},
+                                                              {CkptOnError::kContinue, "continue"}};
+inline std::span<const EnumName<CkptOnError>> enum_names(CkptOnError) { return kCkptOnErrorNames; }
+
+// Each section's keys, defaults, limits and docs: the struct's initializers plus its field table
+// in train_config.cpp (docs/config.md).
 struct TrainOptions {            // [train]
   std::string run_dir = "runs/default";
   int64_t steps = 1000;          // stop after this many optimizer steps (0: only max_tokens stops)
@@ -35,8 +56,8 @@ struct TrainOptions {            // [train]
   int sparsity_every = 50;       // attention sparsity sampled every K steps (0: never)
   int entropy_rows = 128;        // rows sampled for the prediction entropy
   double peak_gflops = 0;        // MFU denominator; 0 = the GEMM rate measured at the model's shapes
-  std::string precision = "fp32";  // linear layers: "fp32" or "bf16" (bf16 inputs, fp32 sums and master weights)
-  std::string gemm = "auto";     // fp32 GEMM back end: "auto" (measured, cached per machine), "openblas", "onednn"
+  PrecisionMode precision = PrecisionMode::kFp32;  // linear layers (bf16: bf16 inputs, fp32 sums and master weights)
+  GemmRequest gemm = GemmRequest::kAuto;           // fp32 GEMM back end
   double status_interval_s = 10; // console status lines when stderr is not a terminal
 };
 
@@ -53,7 +74,7 @@ struct CkptOptions {             // [ckpt]
   int64_t keep_every = 0;        //            and every step divisible by M (0: none)
   bool save_at_end = true;
   bool async = true;             // the step pays for a copy into a staging buffer; a thread writes
-  std::string on_error = "stop"; // a failed save (disk full, ...): "stop" the run or "continue"
+  CkptOnError on_error = CkptOnError::kStop;  // a failed save (disk full, ...): stop the run or continue
   double inject_write_mb_s = 0;  // fault injection (tests): saves write no faster than this (0: off)
 };
 
@@ -85,10 +106,14 @@ struct TrainConfig {
   toml::table resolved;          // every key with its final value
 };
 
-// Reads every section of root (unknown keys and sections are errors) and validates.
+// Reads every section of root (unknown keys and sections are errors) and validates: each key
+// against its field table where it is read, then the rules between keys and sections.
 Status train_config_read(const toml::table& root, TrainConfig& c);
-// Cross-section checks (vocab vs data, batch vs accumulation, ...).
+// The rules between keys and sections (stopping rules, eval every/points, data vs model, ...);
+// each key's own range is checked by train_config_read.
 Status train_config_validate(const TrainConfig& c);
+// The field tables of the sections `smelt train` reads through a schema (for the docs check).
+std::vector<SectionDoc> train_config_docs();
 // The resolved config as TOML text.
 std::string train_config_to_string(const TrainConfig& c);
 

@@ -240,7 +240,7 @@ class Trainer {
   int64_t pending_commit_ = -1;     // a multi-rank checkpoint written but not yet committed
   int64_t pending_completed_ = 0;   // the writer's completed() count that means this rank is done
   bool rank_files() const {
-    return comm_->size() > 1 && (!bounds_.empty() || c_.dist.compression == "topk" || model_parallel());
+    return comm_->size() > 1 && (!bounds_.empty() || c_.dist.compression == GradCompression::kTopk || model_parallel());
   }
   // tensor and pipeline parallel (train/parallel.hpp): this rank's place in the grid, its shard,
   // the groups; contributes_: the rank whose loss and token counts enter the step's sums (the last
@@ -292,7 +292,7 @@ Status Trainer::setup_parallel() {
   }
   c_.data.rank = grid_.dp_rank;
   c_.data.ranks = grid_.dp;
-  if (c_.data.mode == "packed" && c_.data.batch_size % grid_.dp != 0)
+  if (c_.data.mode == BatchMode::kPacked && c_.data.batch_size % grid_.dp != 0)
     return Status::error(fmt::format("[data] batch_size = {}: must be a multiple of the {} data-parallel ranks (every "
                                      "rank takes the same number of rows)", c_.data.batch_size, grid_.dp));
   return Status::ok();
@@ -332,7 +332,8 @@ Status Trainer::setup() {
   const int dp = grid_.dp;
   if (c_.dist.zero == 1 && dp > 1) bounds_ = zero_shard_bounds(param_layout(c_.model, shard_).total, dp);
   // auto: bf16 where the CPU has bf16 units (its GEMMs then run 2-4x fp32's), fp32 elsewhere.
-  const bool bf16 = c_.train.precision == "bf16" || (c_.train.precision == "auto" && gemm_bf16_native());
+  const bool bf16 = c_.train.precision == PrecisionMode::kBf16 ||
+                    (c_.train.precision == PrecisionMode::kAuto && gemm_bf16_native());
   const Precision precision = bf16 ? Precision::kBf16 : Precision::kFp32;
   model_.set_precision(precision);
   const int slots = pipeline_slots(shard_.pp, shard_.stage, c_.train.grad_accum);
@@ -371,7 +372,7 @@ Status Trainer::setup() {
   }
   reducer_ = grad_reducer_create(reduce, dp_comm(), model_.layout().total, bounds_, threads_);
   model_.set_entropy_rows(c_.train.entropy_rows);
-  if (Status s = gemm_select(c_.train.gemm, c_.model, B_, T_, precision, threads_, gemm_); !s) return s;
+  if (Status s = gemm_select(enum_name(c_.train.gemm), c_.model, B_, T_, precision, threads_, gemm_); !s) return s;
   peak_ = cpu_peak(cpu_info_measured(), precision, threads_);
   gemm_gflops_ = c_.train.peak_gflops > 0 ? c_.train.peak_gflops : gemm_.gflops;
   // Steps: the configured count, or what max_tokens needs at full batches.
@@ -624,7 +625,7 @@ Status Trainer::commit_pending(const char* why) {
   }
   saves_failed_++;
   Status e = Status::error(fmt::format("checkpoint at step {}: {}", step, lead_ ? c.message() : "the commit failed on rank 0"));
-  if (c_.ckpt.on_error == "stop") return e;
+  if (c_.ckpt.on_error == CkptOnError::kStop) return e;
   spdlog::warn("{}; training continues ([ckpt] on_error = \"continue\"), the previous checkpoint is kept", e.message());
   event({{"step", step}, {"event", "checkpoint_failed"}, {"error", c.message()}});
   return Status::ok();
@@ -703,7 +704,7 @@ Status Trainer::save(int64_t step, const char* why, ojson* line) {
   if (!saved) {
     saves_failed_++;
     Status e = Status::error(fmt::format("checkpoint at step {}: {}", step, saved.message()));
-    if (c_.ckpt.on_error == "stop") return e;
+    if (c_.ckpt.on_error == CkptOnError::kStop) return e;
     spdlog::warn("{}; training continues ([ckpt] on_error = \"continue\"), the previous checkpoint is kept", e.message());
     event({{"step", step}, {"event", "checkpoint_failed"}, {"error", saved.message()}});
     return Status::ok();
@@ -1019,7 +1020,7 @@ Status Trainer::run(TrainSummary& out) {
   if (writer_) {
     // Every submitted checkpoint is durable before the summary names it.
     if (Status s = writer_->wait(); !s) {
-      if (c_.ckpt.on_error == "stop") return Status::error("checkpoint: " + s.message());
+      if (c_.ckpt.on_error == CkptOnError::kStop) return Status::error("checkpoint: " + s.message());
       spdlog::warn("checkpoint: {}", s.message());
       last_ckpt_.clear();
     }
@@ -1412,7 +1413,7 @@ Status Trainer::summarize(TrainSummary& out, double seconds) {
   f.memory_per_rank.assign(2 * (size_t)comm_->size(), 0.0);
   RunMemoryInput mi;
   mi.B = B_, mi.T = T_, mi.dp = grid_.dp, mi.grad_accum = c_.train.grad_accum, mi.zero = !bounds_.empty();
-  mi.overlap = c_.dist.overlap, mi.bucket_mb = c_.dist.bucket_mb, mi.checkpoints = c_.ckpt.save_every > 0;
+  mi.dist = c_.dist, mi.checkpoints = c_.ckpt.save_every > 0;
   mi.precision = model_.precision(), mi.threads = threads_;
   f.memory_per_rank[2 * comm_->rank()] = (double)run_memory_plan(c_.model, shard_, mi).total();
   f.memory_per_rank[2 * comm_->rank() + 1] = (double)peak_rss_bytes();
