@@ -219,7 +219,7 @@ int main(int argc, char** argv) {
       sync_ms.push_back(ms_since(t0));
       sync_cpu.push_back(cpu_ms() - c0);
       sync_s.add(st.bytes / 1e6 / (sync_ms.back() / 1e3), c);
-      ckpt_retain(run, 1, 0);
+      if (!check(ckpt_retain(run, 1, 0))) return 1;
 
       for (int image_src = 0; image_src < 2; ++image_src) {
         std::vector<SafetensorsTensor> specs;
@@ -252,7 +252,7 @@ int main(int argc, char** argv) {
       CkptSaveStats ast = w.last_stats();
       async_s.add(ast.write_mb_s, c);
       async_write_ms.push_back(ast.write_ms);
-      ckpt_retain(run, 1, 0);
+      if (!check(ckpt_retain(run, 1, 0))) return 1;
 
       // The commit protocol's fixed cost: a save of one 4 KB tensor (create the folder, write and
       // fsync the rank file, config and manifest, fsync the folder, rename, fsync, `latest`).
@@ -263,7 +263,7 @@ int main(int argc, char** argv) {
       t0 = Clock::now();
       if (!check(ckpt_save(run, tiny))) return 1;
       fixed_ms.push_back(ms_since(t0));
-      ckpt_retain(run, 1, 0);
+      if (!check(ckpt_retain(run, 1, 0))) return 1;
     }
   }
   auto row = [&](const char* name, const Series& s) {
@@ -322,7 +322,7 @@ int main(int argc, char** argv) {
         double staged_ms = w.last_staged_wait_ms();
         if (!check(w.wait())) return 1;
         if (mode == CkptCopy::kDeferred) def_blocked.push_back(w.last_stats().stall_ms + staged_ms);
-        ckpt_retain(run, 1, 0);
+        if (!check(ckpt_retain(run, 1, 0))) return 1;
       }
     }
     double over_now = std::max(0.0, median(with_now) - median(alone));

@@ -48,7 +48,11 @@ int main(int argc, char** argv) {
   auto t0 = clock::now();
   if (auto st = s.prefill(ids.data(), P, logits.data()); !st) { std::fprintf(stderr, "%s\n", st.message().c_str()); return 1; }
   auto t1 = clock::now();
-  for (int i = 0; i < N; i++) s.step(sampling_argmax(logits.data(), c.vocab_size), logits.data());
+  for (int i = 0; i < N; i++)
+    if (auto st = s.step(sampling_argmax(logits.data(), c.vocab_size), logits.data()); !st) {
+      std::fprintf(stderr, "%s\n", st.message().c_str());
+      return 1;
+    }
   auto t2 = clock::now();
   const double a = std::chrono::duration<double>(t1 - t0).count(), b = std::chrono::duration<double>(t2 - t1).count();
   const double weight_gb = layout.total * (precision == Precision::kBf16 ? 2.0 : 4.0) / 1e9;

@@ -106,10 +106,12 @@ TEST(ConfigDocs, TablesMatchTheSchemas) {
       if (it == rows.end()) ADD_FAILURE() << "[" << sec << "] " << name << " is not in the docs; add\n" << want;
       else EXPECT_EQ(it->second, normal(f->default_text)) << "[" << sec << "] " << name << ": the docs' default\n" << want;
     }
-  for (const auto& [key, def] : rows)
-    if (schema.count(key.first))
+  for (const auto& [key, def] : rows) {
+    if (schema.count(key.first)) {
       EXPECT_TRUE(schema[key.first].count(key.second)) << "the docs list [" << key.first << "] " << key.second
                                                        << ", which the schema does not have";
+    }
+  }
 }
 
 TEST(ConfigDocs, NormalFormsAgree) {

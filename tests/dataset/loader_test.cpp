@@ -237,7 +237,9 @@ TEST_F(LoaderTest, ResumeAcrossBlendChangesNeverRepeatsOrSkips) {
       for (int i = 0; i < 9; ++i) collect(l3.next(), got);
     }
     for (auto& [s, v] : got) EXPECT_EQ(v, stream(s, v.size())) << "case " << k << " source " << s;
-    if (k == 0) EXPECT_GT(got[2].size(), 0u);
+    if (k == 0) {
+      EXPECT_GT(got[2].size(), 0u);
+    }
   }
 }
 
