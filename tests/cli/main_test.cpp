@@ -114,22 +114,30 @@ TEST_F(SmeltBinaries, HeavyCommandsRunThroughTheFullBinary) {
   EXPECT_EQ(run(SMELT_BINARY, "tokenizer encode --help", dir_).rc, 0);
 }
 
-// `smelt --version` names the version CMakeLists.txt declares and the commit the source is at, the
-// same from both binaries.
+// `smelt --version` names the version CMakeLists.txt declares and a commit of this checkout (the
+// one the build saw: HEAD when the build came after the last commit), the same from both binaries.
 TEST_F(SmeltBinaries, VersionNamesTheProjectVersionAndTheSourceCommit) {
   const std::string cmake = smelt::test::read_file(std::string(SMELT_SOURCE_DIR) + "/CMakeLists.txt");
   const size_t at = cmake.find("project(smelt VERSION ");
   ASSERT_NE(at, std::string::npos);
   const size_t from = at + 22;
   const std::string version = cmake.substr(from, cmake.find(' ', from) - from);
-  int rc = 0;
-  std::string commit =
-      smelt::test::run_command(std::string("git -C ") + SMELT_SOURCE_DIR + " rev-parse --short=12 HEAD 2>/dev/null", rc);
-  while (!commit.empty() && commit.back() == '\n') commit.pop_back();
-  if (rc != 0 || commit.empty()) commit = "unknown";
   CmdRun v = run(SMELT_BINARY, "--version", dir_);
   EXPECT_EQ(v.rc, 0) << v.err;
-  EXPECT_EQ(v.out.rfind("smelt " + version + " (commit " + commit + ", built with GCC ", 0), 0u) << v.out;
+  const std::string head = "smelt " + version + " (commit ";
+  ASSERT_EQ(v.out.rfind(head, 0), 0u) << v.out;
+  const std::string commit = v.out.substr(head.size(), v.out.find(',') - head.size());
+  EXPECT_NE(v.out.find(", built with GCC "), std::string::npos) << v.out;
+  int rc = 0;
+  smelt::test::run_command(std::string("git -C ") + SMELT_SOURCE_DIR + " rev-parse --git-dir > /dev/null 2>&1", rc);
+  if (rc == 0) {  // a checkout: the commit is a real one of it, abbreviated to 12 digits
+    EXPECT_EQ(commit.size(), 12u) << v.out;
+    smelt::test::run_command(
+        std::string("git -C ") + SMELT_SOURCE_DIR + " cat-file -e " + commit + "^{commit} 2>/dev/null", rc);
+    EXPECT_EQ(rc, 0) << commit << " is not a commit of " << SMELT_SOURCE_DIR;
+  } else {
+    EXPECT_EQ(commit, "unknown") << v.out;
+  }
   EXPECT_EQ(v.out, run(SMELT_FULL_BINARY, "--version", dir_).out);
   EXPECT_NE(run(SMELT_BINARY, "--help", dir_).out.find("'smelt --version'"), std::string::npos);
 }
