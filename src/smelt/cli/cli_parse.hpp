@@ -45,9 +45,9 @@ inline std::string cli_self_exe() {
 // ("build/smelt", "./smelt") when it lies below the working directory, absolute otherwise.
 inline std::string cli_smelt_command() {
   namespace fs = std::filesystem;
+  const fs::path self = cli_self_exe();
+  if (!self.has_parent_path()) return "smelt";  // /proc did not say
   std::error_code ec;
-  const fs::path self = fs::read_symlink("/proc/self/exe", ec);
-  if (ec) return "smelt";
   fs::path light = self.parent_path() / "smelt";
   if (!fs::exists(light, ec)) light = self;
   if (const char* path = std::getenv("PATH")) {
