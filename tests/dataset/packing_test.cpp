@@ -69,7 +69,7 @@ TEST_F(PackingTest, PackedRowsAreTheStreamShiftedByOne) {
   std::vector<int> lens = {5, 3, 7, 1, 12, 4, 2, 9};
   const IndexedDataset& ds = make(0, lens);
   for (bool shuffle : {false, true}) {
-    PlannerOptions o;
+    LoaderConfig o;
     o.seq_len = 8, o.batch_size = 3, o.eod_id = kEod, o.shuffle = shuffle, o.seed = 5;
     Planner pl;
     ASSERT_TRUE(pl.init(o, {{"a", "a", 1.0}}, {&ds}, nullptr).is_ok());
@@ -108,7 +108,7 @@ TEST_F(PackingTest, PackedRowsAreTheStreamShiftedByOne) {
 TEST_F(PackingTest, DocMaskRestartsPositionsAndMasksTheCrossDocumentTarget) {
   std::vector<int> lens = {3, 2, 6};
   const IndexedDataset& ds = make(0, lens);
-  PlannerOptions o;
+  LoaderConfig o;
   o.seq_len = 6, o.batch_size = 1, o.eod_id = kEod, o.shuffle = false;
   Planner pl;
   ASSERT_TRUE(pl.init(o, {{"a", "a", 1.0}}, {&ds}, nullptr).is_ok());
@@ -137,7 +137,7 @@ TEST_F(PackingTest, DocMaskRestartsPositionsAndMasksTheCrossDocumentTarget) {
 TEST_F(PackingTest, WithoutEodDocumentsAreStillSegments) {
   std::vector<int> lens = {3, 4};
   const IndexedDataset& ds = make(0, lens);
-  PlannerOptions o;
+  LoaderConfig o;
   o.seq_len = 5, o.batch_size = 1, o.append_eod = false, o.shuffle = false;
   Planner pl;
   ASSERT_TRUE(pl.init(o, {{"a", "a", 1.0}}, {&ds}, nullptr).is_ok());
@@ -154,7 +154,7 @@ TEST_F(PackingTest, BucketedRowsPadToTheBucketWithMinusOneTargets) {
   // lengths chosen to land in each bucket, and one longer than the largest
   std::vector<int> lens = {3, 4, 7, 8, 9, 15, 16, 40, 2, 5, 6, 10, 12, 1, 11, 3};
   const IndexedDataset& ds = make(0, lens);
-  PlannerOptions o;
+  LoaderConfig o;
   o.mode = BatchMode::kBucketed, o.buckets = {4, 8, 16}, o.max_tokens_per_batch = 32;
   o.eod_id = kEod, o.shuffle = false;
   Planner pl;
@@ -203,14 +203,14 @@ TEST_F(PackingTest, RanksSplitTheGlobalBatch) {
   for (int d = 0; d < 50; ++d) lens.push_back(1 + (d * 7) % 23);
   const IndexedDataset& ds = make(0, lens);
   for (BatchMode mode : {BatchMode::kPacked, BatchMode::kBucketed}) {
-    PlannerOptions o;
+    LoaderConfig o;
     o.mode = mode, o.seq_len = 16, o.batch_size = 5, o.buckets = {8, 16, 32}, o.max_tokens_per_batch = 96;
     o.eod_id = kEod, o.seed = 3;
     Planner one;
     ASSERT_TRUE(one.init(o, {{"a", "a", 1.0}}, {&ds}, nullptr).is_ok());
     std::vector<Planner> parts(2);
     for (int r = 0; r < 2; ++r) {
-      PlannerOptions p = o;
+      LoaderConfig p = o;
       p.rank = r, p.ranks = 2;
       ASSERT_TRUE(parts[r].init(p, {{"a", "a", 1.0}}, {&ds}, nullptr).is_ok());
     }
@@ -244,7 +244,7 @@ TEST_F(PackingTest, MultiSequenceDocumentsReadAsOne) {
   IndexedDataset ds;
   ASSERT_TRUE(ds.open(prefix).is_ok());
   EXPECT_EQ(indexed_doc_tokens(ds, 0), 5u);
-  PlannerOptions o;
+  LoaderConfig o;
   o.seq_len = 7, o.batch_size = 1, o.eod_id = 1, o.shuffle = false;
   Planner pl;
   ASSERT_TRUE(pl.init(o, {{"m", "m", 1.0}}, {&ds}, nullptr).is_ok());
@@ -284,7 +284,7 @@ TEST_F(PackingTest, SpansShufflePartsOfLongDocumentsApart) {
     }
   }
   const size_t epoch_tokens = 98 + lens.size();
-  PlannerOptions o;
+  LoaderConfig o;
   o.seq_len = 8, o.batch_size = 2, o.eod_id = kEod, o.shuffle = true, o.seed = 9, o.span_tokens = S;
   Planner pl;
   ASSERT_TRUE(pl.init(o, {{"a", "a", 1.0}}, {&ds}, nullptr).is_ok());
@@ -328,13 +328,13 @@ TEST_F(PackingTest, SpansShufflePartsOfLongDocumentsApart) {
       for (int t = 0; t < b.T; ++t) ASSERT_EQ(b.inputs[r * b.T + t], got[(size_t)(step * 2 + r) * 8 + t]);
   }
   // Whole documents and spans count different things: a resume across them is refused.
-  PlannerOptions whole = o;
+  LoaderConfig whole = o;
   whole.span_tokens = 0;
   Planner w;
   Status st = w.init(whole, {{"a", "a", 1.0}}, {&ds}, &back);
   ASSERT_FALSE(st.is_ok());
   EXPECT_NE(st.message().find("spans of 5 tokens"), std::string::npos) << st.message();
-  PlannerOptions bucketed = o;
+  LoaderConfig bucketed = o;
   bucketed.mode = BatchMode::kBucketed, bucketed.buckets = {8}, bucketed.max_tokens_per_batch = 16;
   EXPECT_FALSE(Planner().init(bucketed, {{"a", "a", 1.0}}, {&ds}, nullptr).is_ok());
 }

@@ -94,20 +94,20 @@ TEST(Schedule, WarmupCosineWsdConstantRestart) {
   EXPECT_NEAR(lr_at(s, 110), 0.1, 1e-12);
   EXPECT_NEAR(lr_at(s, 500), 0.1, 1e-12);  // past the end stays at the floor
   for (int64_t t = 10; t < 110; t++) EXPECT_LE(lr_at(s, t + 1), lr_at(s, t) + 1e-15);
-  s.kind = "wsd";
+  s.kind = ScheduleKind::kWsd;
   s.decay_fraction = 0.2;  // the last 22 steps decay
   EXPECT_DOUBLE_EQ(lr_at(s, 50), 1.0);
   EXPECT_DOUBLE_EQ(lr_at(s, 88), 1.0);
   EXPECT_NEAR(lr_at(s, 99), 1.0 - 0.9 * 11.0 / 22.0, 1e-12);
   EXPECT_NEAR(lr_at(s, 110), 0.1, 1e-12);
-  s.kind = "constant";
+  s.kind = ScheduleKind::kConstant;
   EXPECT_DOUBLE_EQ(lr_at(s, 100), 1.0);
-  s.kind = "cosine";
+  s.kind = ScheduleKind::kCosine;
   s.restart_step = 60;  // entropy-collapse rule: a new schedule from 30% of the peak
   EXPECT_NEAR(lr_at(s, 59), 0.55 + 0.45 * std::cos(M_PI * 49 / 100.0) - 0.45 * std::cos(M_PI * 0.5), 0.02);
   EXPECT_LT(lr_at(s, 60), 0.3 * 0.2);  // warming up again
   EXPECT_NEAR(lr_at(s, 69), 0.3, 1e-12);
-  EXPECT_FALSE(lr_schedule_validate(LrSchedule{.kind = "linear"}).is_ok());
+  EXPECT_FALSE(lr_schedule_validate(LrSchedule{.lr = 1e-3, .min_lr = 2e-3}).is_ok());
 }
 
 TEST_F(TrainerTest, BadConfigNamesKeyValueAndAllowed) {
@@ -120,12 +120,38 @@ TEST_F(TrainerTest, BadConfigNamesKeyValueAndAllowed) {
     return s.message();
   };
   EXPECT_NE(err("train.stepz=3").find("stepz"), std::string::npos);
-  EXPECT_NE(err("optim.schedule=\"linear\"").find("\"cosine\", \"wsd\", \"constant\""), std::string::npos);
+  EXPECT_NE(err("optim.schedule=\"linear\"").find("[optim] schedule = \"linear\": expected \"cosine\", \"wsd\" or \"constant\""), std::string::npos);
   EXPECT_NE(err("train.grad_accum=0").find("grad_accum = 0"), std::string::npos);
   EXPECT_NE(err("model.n_kv_heads=3").find("n_kv_heads = 3"), std::string::npos);
   EXPECT_NE(err("data.seq_len=1024").find("max_seq_len"), std::string::npos);
   EXPECT_NE(err("optim.min_lr=1.0").find("min_lr = 1"), std::string::npos);
+  EXPECT_NE(err("optim.beta2=1.0").find("[optim] beta2 = 1: must be in [0, 1)"), std::string::npos);
+  EXPECT_NE(err("optim.grad_clip=inf").find("[optim] grad_clip = inf"), std::string::npos);
   EXPECT_NE(err("wrong.key=1").find("[wrong]: unknown section"), std::string::npos);
+}
+
+// [optim] fills the schedule (doubles) and AdamW (floats): the resolved text keeps the decimals
+// as written, not the float's binary expansion, and reading it again gives the same structs.
+TEST_F(TrainerTest, OptimFloatsResolveAsWritten) {
+  toml::table root = toml::parse(fmt::format("[data]\nsources = \"{}\"\nseq_len = 128\neod_id = 256\n"
+                                             "[optim]\nschedule = \"wsd\"\nlr = 2e-3\nbeta2 = 0.95\neps = 1e-7\n"
+                                             "weight_decay = 0.05\ngrad_clip = 0.7\n", (dir_ / "en").string()));
+  TrainConfig c;
+  ASSERT_TRUE(train_config_read(root, c).is_ok());
+  EXPECT_EQ(c.schedule.kind, ScheduleKind::kWsd);
+  EXPECT_EQ(c.optim.lr, 2e-3f);
+  EXPECT_EQ(c.optim.beta2, 0.95f);
+  EXPECT_EQ(c.optim.grad_clip, 0.7f);
+  const std::string text = train_config_to_string(c);
+  for (const char* line : {"beta2 = 0.95\n", "eps = 1e-07\n", "weight_decay = 0.05\n", "grad_clip = 0.7\n",
+                           "schedule = 'wsd'\n"})
+    EXPECT_NE(text.find(line), std::string::npos) << line << " not in\n" << text;
+  TrainConfig again;
+  ASSERT_TRUE(train_config_read(toml::parse(text), again).is_ok());
+  EXPECT_EQ(again.optim.beta2, c.optim.beta2);
+  EXPECT_EQ(again.optim.eps, c.optim.eps);
+  EXPECT_EQ(again.schedule.kind, c.schedule.kind);
+  EXPECT_EQ(train_config_to_string(again), text);
 }
 
 TEST_F(TrainerTest, LossFallsAndMetricsCarryEveryField) {

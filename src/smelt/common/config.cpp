@@ -3,6 +3,7 @@
 
 #include "smelt/common/config_schema.hpp"
 
+#include <cstdlib>
 #include <cstdint>
 #include <sstream>
 
@@ -110,6 +111,15 @@ void ConfigSection::get(const char* key, double& v) {
   }
   resolved_.insert_or_assign(key, v);
 }
+void ConfigSection::get(const char* key, float& v) {
+  double d = v;
+  if (auto* n = find(key)) {
+    if (n->is_floating_point() || n->is_integer()) d = *n->value<double>(); else fail(key, "a number");
+  }
+  v = static_cast<float>(d);
+  resolved_.insert_or_assign(key, config_float_value(v));
+}
+double config_float_value(float v) { return std::strtod(fmt::format("{}", v).c_str(), nullptr); }
 void ConfigSection::get(const char* key, std::string& v) {
   if (auto* n = find(key)) { if (auto x = n->value<std::string>()) v = *x; else fail(key, "a string"); }
   resolved_.insert_or_assign(key, v);

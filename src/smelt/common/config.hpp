@@ -22,6 +22,10 @@ Status config_apply_set(toml::table& root, std::string_view assignment);
 // Every assignment in order; the first error (its message names the --set) stops.
 Status config_apply_sets(toml::table& root, const std::vector<std::string>& assignments);
 
+// A float as the resolved config writes it: the double of its shortest decimal text, so a key
+// written 0.95 reads back 0.95 and not 0.949999988079071.
+double config_float_value(float v);
+
 // Reads keys of one section into typed fields. Every error names the section and key.
 class ConfigSection {
  public:
@@ -32,6 +36,7 @@ class ConfigSection {
   void get(const char* key, int64_t& v);
   void get(const char* key, uint64_t& v);
   void get(const char* key, double& v);
+  void get(const char* key, float& v);  // a number, kept as float; resolved as config_float_value
   void get(const char* key, std::string& v);
   void get(const char* key, std::vector<std::string>& v);
   void get(const char* key, std::vector<int>& v);

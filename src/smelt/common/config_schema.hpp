@@ -66,6 +66,8 @@ void put(toml::table& t, const char* key, const T& v) {
       else a.push_back(x);
     }
     t.insert_or_assign(key, std::move(a));
+  } else if constexpr (std::is_same_v<T, float>) {
+    t.insert_or_assign(key, config_float_value(v));
   } else if constexpr (std::is_same_v<T, bool> || std::is_same_v<T, double> || std::is_same_v<T, std::string>) {
     t.insert_or_assign(key, v);
   } else {

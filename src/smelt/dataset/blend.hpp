@@ -25,6 +25,7 @@
 #include "smelt/common/enum_names.hpp"
 #include "smelt/common/status.hpp"
 #include "smelt/dataset/indexed.hpp"
+#include "smelt/dataset/loader_config.hpp"
 
 namespace smelt {
 
@@ -127,34 +128,10 @@ struct BatchPlan {
   std::vector<Piece> pieces;
 };
 
-enum class BatchMode { kPacked, kBucketed };  // [data] mode
-inline constexpr EnumName<BatchMode> kBatchModeNames[] = {{BatchMode::kPacked, "packed"},
-                                                          {BatchMode::kBucketed, "bucketed"}};
-inline std::span<const EnumName<BatchMode>> enum_names(BatchMode) { return kBatchModeNames; }
-
-struct PlannerOptions {
-  BatchMode mode = BatchMode::kPacked;
-  int seq_len = 512;                  // packed: T
-  int batch_size = 4;                 // packed: global rows
-  std::vector<int> buckets;           // bucketed: ascending lengths
-  uint64_t max_tokens_per_batch = 0;  // bucketed: rows = max_tokens_per_batch / bucket
-  uint64_t seed = 1234;
-  bool shuffle = true;
-  // Packed: the order is over spans of at most span_tokens tokens of a document (a document of L
-  // tokens has ceil(L / span_tokens) of them, the EOD after the last), so a long document's parts
-  // land far apart instead of filling consecutive batches; 0 = whole documents.
-  uint64_t span_tokens = 0;
-  bool append_eod = true;             // insert an EOD after every document (needs eod_id >= 0)
-  int64_t eod_id = -1;
-  int rank = 0, ranks = 1;
-  // Quarantined documents, never read again: (source name, physical document index).
-  std::vector<std::pair<std::string, uint64_t>> exclude;
-};
-
 // Walks the cursors and emits plans. Sources are opened shards (owned by the caller), in blend order.
 class Planner {
  public:
-  Status init(const PlannerOptions& o, const std::vector<DataSource>& sources,
+  Status init(const LoaderConfig& o, const std::vector<DataSource>& sources,
               std::vector<const IndexedDataset*> data, const LoaderPosition* resume);
   // The plan of the next global batch (this rank's rows); advances the state.
   void next(BatchPlan& plan);
@@ -168,7 +145,7 @@ class Planner {
   const State& state() const { return st_; }
   // The resumable position for a state (sources outside the blend are carried over from the resume).
   LoaderPosition position(const State& s) const;
-  const PlannerOptions& options() const { return o_; }
+  const LoaderConfig& options() const { return o_; }
   int max_rows() const;  // this rank's largest B
   int max_cols() const;  // largest T
 
@@ -179,7 +156,7 @@ class Planner {
   struct Unit { uint64_t doc = 0, begin = 0, len = 0; bool last = true; };
   Unit unit_at(size_t src, uint64_t epoch, uint64_t i);
   void rank_rows(int global_B, int& r0, int& r1) const;
-  PlannerOptions o_;
+  LoaderConfig o_;
   std::vector<DataSource> sources_;
   std::vector<const IndexedDataset*> data_;
   std::vector<std::unique_ptr<DocSampler>> samplers_;

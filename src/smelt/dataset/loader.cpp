@@ -199,14 +199,8 @@ Status Loader::open(const LoaderConfig& c, const LoaderPosition* resume) {
       return Status::error(fmt::format("data source \"{}\": {}", sources_[i].name, s.message()));
     data_.push_back(&shards_[i]);
   }
-  PlannerOptions o;
-  o.mode = c_.mode;
-  o.seq_len = c_.seq_len, o.batch_size = c_.batch_size, o.buckets = c_.buckets;
-  o.max_tokens_per_batch = c_.max_tokens_per_batch, o.seed = c_.seed, o.shuffle = c_.shuffle;
-  o.span_tokens = c_.span_tokens;  // (bucketed with spans was refused by loader_config_validate above)
-  o.append_eod = c_.append_eod, o.eod_id = c_.eod_id, o.rank = c_.rank, o.ranks = c_.ranks;
-  o.exclude = c_.exclude;
-  if (Status s = planner_.init(o, sources_, data_, resume); !s) return s;
+  // (bucketed with span_tokens was refused by loader_config_validate above)
+  if (Status s = planner_.init(c_, sources_, data_, resume); !s) return s;
   start_state_ = planner_.state();
   fetch_ = LatencyWindow(static_cast<size_t>(c_.latency_window));
 

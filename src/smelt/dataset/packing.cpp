@@ -21,7 +21,7 @@ uint64_t indexed_doc_tokens(const IndexedDataset& ds, uint64_t d) {
   return n;
 }
 
-Status Planner::init(const PlannerOptions& o, const std::vector<DataSource>& sources,
+Status Planner::init(const LoaderConfig& o, const std::vector<DataSource>& sources,
                      std::vector<const IndexedDataset*> data, const LoaderPosition* resume) {
   o_ = o;
   sources_ = sources;

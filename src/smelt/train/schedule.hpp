@@ -3,14 +3,20 @@
 // (train/optimizer.hpp applies AdamW with the rate given).
 #pragma once
 #include <cstdint>
-#include <string>
+#include <span>
 
+#include "smelt/common/enum_names.hpp"
 #include "smelt/common/status.hpp"
 
 namespace smelt {
 
+enum class ScheduleKind { kCosine, kWsd, kConstant };
+inline constexpr EnumName<ScheduleKind> kScheduleKindNames[] = {
+    {ScheduleKind::kCosine, "cosine"}, {ScheduleKind::kWsd, "wsd"}, {ScheduleKind::kConstant, "constant"}};
+inline std::span<const EnumName<ScheduleKind>> enum_names(ScheduleKind) { return kScheduleKindNames; }
+
 struct LrSchedule {
-  std::string kind = "cosine";  // "cosine" | "wsd" | "constant"
+  ScheduleKind kind = ScheduleKind::kCosine;
   double lr = 3e-4;             // peak rate, reached at the end of warmup
   double min_lr = 3e-5;         // cosine and WSD end here
   int64_t warmup_steps = 100;   // linear from lr/warmup_steps at step 0 up to lr

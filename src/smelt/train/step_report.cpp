@@ -45,7 +45,7 @@ ojson step_metrics_line(const StepStats& st, const StepLineFacts& f) {
     line["tp_ms"] = st.tp_ms;
     if (f.pp > 1) {
       line["pp_wait_ms"] = st.stage_wait_ms;
-      line["pp_bubble"] = pipeline_bubble(f.pp, f.micro_batches);
+      line["pp_bubble"] = pipeline_bubble(f.pp, f.grad_accum);
       double wait = 0;
       for (double w : st.stage_wait_ms) wait += w;
       line["pp_idle_fraction"] = st.step_ms > 0 ? wait / f.pp / st.step_ms : 0.0;

@@ -49,11 +49,11 @@ struct StepLineFacts {
   int64_t step = 0;
   uint64_t tokens = 0;          // trained on so far
   double prev_grad_norm = 0;    // the last finite step's (0: none)
-  int grad_accum = 1;
+  int grad_accum = 1;  // [train] grad_accum: the micro-batches of the step (through the pipeline too)
   int ranks = 1;
   uint64_t allreduce_bytes = 0;  // this rank's data-parallel bytes sent in the step
   bool model_parallel = false;
-  int pp = 1, micro_batches = 1;
+  int pp = 1;
   const std::vector<std::string>* sources = nullptr;  // [source index] names
   double mfu_peak = 0;
   LatencyWindow::Stats fetch;

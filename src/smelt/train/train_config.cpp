@@ -17,10 +17,6 @@ namespace {
 // Sections of a pipeline config that belong to other stages: `smelt train` reads the same file.
 const std::set<std::string> kOtherStages = {"prep", "tokenizer", "tokenize", "pipeline", "generate", "bench"};
 
-void collect(const ConfigSection& s, std::vector<std::string>& errors) {
-  for (auto& e : s.finish()) errors.push_back(e);
-}
-
 const Schema<TrainOptions>& train_schema() {
   using T = TrainOptions;
   static const Schema<TrainOptions> s{
@@ -132,28 +128,31 @@ void read_section(const Schema<S>& sc, const toml::table& root, S& s, toml::tabl
   config_insert(resolved, sc.section, schema_to_toml(sc, s));
 }
 
-// [optim]: AdamW's floats and the schedule's doubles, read as doubles (the resolved text keeps them).
-void read_optim(const toml::table& root, TrainConfig& c, toml::table& resolved, std::vector<std::string>& errors) {
-  ConfigSection o(root, "optim");
-  double lr = c.schedule.lr, min_lr = c.schedule.min_lr, decay_fraction = c.schedule.decay_fraction;
-  double beta1 = c.optim.beta1, beta2 = c.optim.beta2, eps = c.optim.eps, wd = c.optim.weight_decay;
-  double clip = c.optim.grad_clip;
-  o.get("schedule", c.schedule.kind);
-  o.get("lr", lr);
-  o.get("min_lr", min_lr);
-  o.get("warmup_steps", c.schedule.warmup_steps);
-  o.get("decay_fraction", decay_fraction);
-  o.get("beta1", beta1);
-  o.get("beta2", beta2);
-  o.get("eps", eps);
-  o.get("weight_decay", wd);
-  o.get("grad_clip", clip);
-  o.get("decay_all", c.optim.decay_all);
-  collect(o, errors);
-  config_insert(resolved, "optim", o.resolved());
-  c.schedule.lr = lr, c.schedule.min_lr = min_lr, c.schedule.decay_fraction = decay_fraction;
-  c.optim.lr = (float)lr, c.optim.beta1 = (float)beta1, c.optim.beta2 = (float)beta2, c.optim.eps = (float)eps;
-  c.optim.weight_decay = (float)wd, c.optim.grad_clip = (float)clip;
+// [optim] fills two structs: the schedule (doubles) and AdamW (floats, written back as the
+// decimal the float holds, config_float_value). AdamW's lr is the schedule's peak.
+const Schema<TrainConfig>& optim_schema() {
+  using C = TrainConfig;
+  static const Schema<TrainConfig> s{
+      "optim",
+      {field_at<C>("schedule", [](auto& c) -> auto& { return c.schedule.kind; },
+                   "cosine, wsd (warmup-stable-decay) or constant"),
+       field_at<C>("lr", [](auto& c) -> auto& { return c.schedule.lr; }, "peak learning rate", above(0)),
+       field_at<C>("min_lr", [](auto& c) -> auto& { return c.schedule.min_lr; }, "floor of cosine and WSD",
+                   at_least(0)),
+       field_at<C>("warmup_steps", [](auto& c) -> auto& { return c.schedule.warmup_steps; },
+                   "linear warmup from lr/warmup to lr", at_least(0)),
+       field_at<C>("decay_fraction", [](auto& c) -> auto& { return c.schedule.decay_fraction; },
+                   "WSD: the last fraction of the steps decays linearly to min_lr", Limits{0, 1, true, false, ""}),
+       field_at<C>("beta1", [](auto& c) -> auto& { return c.optim.beta1; }, "AdamW", Limits{0, 1, false, true, ""}),
+       field_at<C>("beta2", [](auto& c) -> auto& { return c.optim.beta2; }, "AdamW", Limits{0, 1, false, true, ""}),
+       field_at<C>("eps", [](auto& c) -> auto& { return c.optim.eps; }, "AdamW", above(0)),
+       field_at<C>("weight_decay", [](auto& c) -> auto& { return c.optim.weight_decay; },
+                   "decoupled, on matrices only unless decay_all", at_least(0)),
+       field_at<C>("grad_clip", [](auto& c) -> auto& { return c.optim.grad_clip; },
+                   "global L2 norm; <= 0 disables", finite()),
+       field_at<C>("decay_all", [](auto& c) -> auto& { return c.optim.decay_all; },
+                   "also decay norms and embeddings")}};
+  return s;
 }
 
 void check_sections(const toml::table& root, std::vector<std::string>& errors) {
@@ -188,7 +187,8 @@ Status train_config_read(const toml::table& root, TrainConfig& c) {
   resolved.insert_or_assign("data", std::move(data));
 
   read_section(train_schema(), root, c.train, resolved, errors);
-  read_optim(root, c, resolved, errors);
+  read_section(optim_schema(), root, c, resolved, errors);
+  c.optim.lr = static_cast<float>(c.schedule.lr);
   read_section(eval_schema(), root, c.eval, resolved, errors);
   read_section(ckpt_schema(), root, c.ckpt, resolved, errors);
   health_config_read(root, c.health, resolved, errors);
@@ -219,14 +219,6 @@ Status train_config_validate(const TrainConfig& c) {
     return Status::error("[train] steps = 0, max_tokens = 0 and time_budget_minutes = 0: give at least one "
                          "stopping rule");
   if (Status s = lr_schedule_validate(c.schedule); !s) return s;
-  const AdamWConfig& o = c.optim;
-  if (!(o.beta1 >= 0 && o.beta1 < 1)) return Status::error(fmt::format("[optim] beta1 = {}: must be in [0, 1)", o.beta1));
-  if (!(o.beta2 >= 0 && o.beta2 < 1)) return Status::error(fmt::format("[optim] beta2 = {}: must be in [0, 1)", o.beta2));
-  if (!(o.eps > 0)) return Status::error(fmt::format("[optim] eps = {}: must be > 0", o.eps));
-  if (!(o.weight_decay >= 0))
-    return Status::error(fmt::format("[optim] weight_decay = {}: must be >= 0", o.weight_decay));
-  if (!std::isfinite(o.grad_clip))
-    return Status::error(fmt::format("[optim] grad_clip = {}: must be a number (<= 0 disables clipping)", o.grad_clip));
   if (c.eval.points > 0 && c.eval.every > 0)
     return Status::error(fmt::format("[eval] every = {} and points = {}: give one of them", c.eval.every,
                                      c.eval.points));
@@ -244,7 +236,8 @@ Status train_config_validate(const TrainConfig& c) {
 }
 
 std::vector<SectionDoc> train_config_docs() {
-  return {section_doc(train_schema()),    section_doc(eval_schema()),  section_doc(ckpt_schema()),
+  return {section_doc(train_schema()),    section_doc(optim_schema()), section_doc(eval_schema()),
+          section_doc(ckpt_schema()),
           section_doc(dist_schema()),     section_doc(dist_compression_schema()),
           section_doc(trace_schema()),    section_doc(parallel_schema())};
 }

@@ -411,7 +411,7 @@ json Trainer::state_json() const {
   s["optimizer_step"] = opt_.step_count();
   s["prev_grad_norm"] = prev_grad_norm_;
   s["loader"] = loader_pos_.to_json();
-  s["schedule"] = {{"kind", c_.schedule.kind},     {"lr", c_.schedule.lr},
+  s["schedule"] = {{"kind", enum_name(c_.schedule.kind)},     {"lr", c_.schedule.lr},
                    {"min_lr", c_.schedule.min_lr}, {"warmup_steps", c_.schedule.warmup_steps},
                    {"total_steps", total_steps_},  {"restart_step", sched_.restart_step}};
   s["first_loss"] = std::isfinite(first_loss_) ? json(first_loss_) : json(nullptr);
@@ -1362,7 +1362,6 @@ ojson Trainer::step_line(const StepStats& st) {
   if (f.ranks > 1) f.allreduce_bytes = dp_comm().bytes_sent() - st.bytes_before;
   f.model_parallel = model_parallel();
   f.pp = shard_.pp;
-  f.micro_batches = c_.train.grad_accum;
   f.sources = &feed_.names;
   f.mfu_peak = mfu_peak(st.flops_per_s);
   f.fetch = feed_.latency().stats();
