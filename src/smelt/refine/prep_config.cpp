@@ -137,8 +137,6 @@ Status prep_config_validate(const PrepConfig& c) {
     errs.push_back("[prep.sample] threshold: expected a number in [0,1]");
   if (c.sample_enabled && !c.quality_enabled && !c.only_extract)
     errs.push_back("[prep.sample] enabled needs [prep.quality] enabled (sampling draws on the score)");
-  if (c.read.text_unit != "file" && c.read.text_unit != "paragraph" && c.read.text_unit != "line")
-    errs.push_back("[prep.read] text_unit: expected \"file\", \"paragraph\" or \"line\"");
   if (c.read.max_record_bytes == 0) errs.push_back("[prep.read] max_record_mb: expected at least 1");
   for (const auto& e : dedup_config_validate(c.dedup)) errs.push_back("[prep.dedup] " + e);
   for (const auto& e : quality_config_check(c.quality)) errs.push_back(e);
