@@ -31,7 +31,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   smelt::ReaderOptions opt;
   // Small limits reach the skip paths; the other bits of the selector pick the text unit.
   opt.max_record_bytes = (sel & 0x80) ? 64 : 4096;
-  opt.text_unit = (sel / 7) % 3 == 0 ? "file" : (sel / 7) % 3 == 1 ? "paragraph" : "line";
+  opt.text_unit = (sel / 7) % 3 == 0   ? smelt::TextUnit::kFile
+                 : (sel / 7) % 3 == 1 ? smelt::TextUnit::kParagraph
+                                      : smelt::TextUnit::kLine;
   smelt::Status err;
   auto reader = smelt::doc_reader_open(path, opt, err);
   if (reader) {

@@ -12,6 +12,7 @@
 #include "smelt/dataset/loader.hpp"
 #include "smelt/model/config.hpp"
 #include "smelt/obs/vitals.hpp"
+#include "smelt/refine/prep.hpp"
 #include "smelt/train/health.hpp"
 #include "smelt/train/train_config.hpp"
 
@@ -127,6 +128,14 @@ TEST(ConfigDocs, NormalFormsAgree) {
   EXPECT_EQ(normal("[ 128, 256 ]"), normal("`[128, 256]`"));
   EXPECT_EQ(normal("5 (a remark)"), "5");
   EXPECT_EQ(normal("—"), normal("\"\""));
+}
+
+TEST(ConfigDocs, PrepTablesMatchTheSchemas) {
+  DocRows rows;
+  read_table("prep.md", "## Configuration keys", "", rows);
+  read_table("quality.md", "## Configuration (`[prep.quality]`)", "prep.quality", rows);
+  read_table("dedup.md", "## Settings (`[prep.dedup]`)", "prep.dedup", rows);
+  check_tables(rows, prep_config_docs());
 }
 
 }  // namespace

@@ -426,10 +426,10 @@ TEST(DedupConfig, ReadValidateAndFingerprint) {
   toml::table root = toml::parse(
       "[prep.dedup]\nexact = false\nnear = true\nshingle = 3\ncjk_shingle = 4\nbands = 20\n"
       "rows = 5\nseed = 7\n");
-  ConfigSection s(root, "prep.dedup");
   DedupConfig c;
-  dedup_config_read(s, c);
-  EXPECT_TRUE(s.finish().empty());
+  std::vector<std::string> errs;
+  dedup_config_read(root, c, errs);
+  EXPECT_TRUE(errs.empty());
   EXPECT_FALSE(c.exact);
   EXPECT_EQ(c.shingle, 3);
   EXPECT_EQ(c.cjk_shingle, 4);
@@ -439,10 +439,9 @@ TEST(DedupConfig, ReadValidateAndFingerprint) {
   EXPECT_TRUE(dedup_config_validate(c).empty());
 
   toml::table typo = toml::parse("[prep.dedup]\nband = 20\nrows = \"eight\"\n");
-  ConfigSection t(typo, "prep.dedup");
   DedupConfig d;
-  dedup_config_read(t, d);
-  EXPECT_EQ(t.finish().size(), 2u);  // unknown key, wrong type
+  dedup_config_read(typo, d, errs);
+  EXPECT_EQ(errs.size(), 2u);  // unknown key, wrong type
   EXPECT_EQ(d.bands, 14);
 
   DedupConfig bad;
@@ -451,7 +450,7 @@ TEST(DedupConfig, ReadValidateAndFingerprint) {
   auto e = dedup_config_validate(bad);
   ASSERT_EQ(e.size(), 2u);
   EXPECT_NE(e[0].find("shingle"), std::string::npos);
-  EXPECT_NE(e[1].find("bands"), std::string::npos);
+  EXPECT_NE(e[1].find("[prep.dedup] bands = 0: must be > 0 (FineWeb uses 14)"), std::string::npos) << e[1];
   bad = DedupConfig{};
   bad.rows = -1;
   EXPECT_EQ(dedup_config_validate(bad).size(), 1u);

@@ -321,6 +321,10 @@ TEST_F(PrepTest, UsageErrorsExitTwo) {
   EXPECT_EQ(run_smelt("--output " + quote((tmp_ / "o").string()), tmp_ / "l"), 2);
   EXPECT_EQ(run_smelt("--input " + kDocs + " --output x --set prep.no_such_key=1", tmp_ / "l"), 2);
   EXPECT_NE(read_file(tmp_ / "l").find("no_such_key"), std::string::npos);
+  EXPECT_EQ(run_smelt("--input " + kDocs + " --output x --set prep.read.text_unit=sentence", tmp_ / "l"), 2);
+  EXPECT_NE(read_file(tmp_ / "l").find("[prep.read] text_unit = \"sentence\": expected \"file\", \"paragraph\" or \"line\""),
+            std::string::npos)
+      << read_file(tmp_ / "l");
   EXPECT_EQ(run_smelt("--input " + kDocs + " --output x --tasks 2 --task 5", tmp_ / "l"), 2);
   EXPECT_EQ(std::system((kSmelt + " frobnicate >/dev/null 2>&1").c_str()) >> 8, 2);
 }

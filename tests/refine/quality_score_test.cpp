@@ -251,6 +251,7 @@ TEST(QualityScore, DamagedEncodingIsDropped) {
 TEST(QualityScore, ConfigKeys) {
   toml::table root = toml::parse(R"(
 [prep.quality]
+enabled = false
 languages = ["zh", "en"]
 min_chars = 20
 min_language_confidence = 0.5
@@ -292,10 +293,11 @@ lorem_ipsum_factor = 0.2
 curly_brace_factor = 0.7
 max_html_link_text_ratio = 0.9
 )");
-  ConfigSection s(root, "prep.quality");
   QualityConfig c;
-  quality_config_read(s, c);
-  EXPECT_TRUE(s.finish().empty());
+  std::vector<std::string> read_errs;
+  quality_config_read(root, c, read_errs);
+  EXPECT_TRUE(read_errs.empty());
+  EXPECT_FALSE(c.enabled);
   EXPECT_EQ(c.languages, (std::vector<std::string>{"zh", "en"}));
   EXPECT_EQ(c.min_chars, 20u);
   EXPECT_EQ(c.min_language_confidence, 0.5);
@@ -340,16 +342,14 @@ max_html_link_text_ratio = 0.9
 
   // an absent section keeps the defaults; a typo and a wrong type are errors naming the key
   toml::table none;
-  ConfigSection s0(none, "prep.quality");
   QualityConfig d;
-  quality_config_read(s0, d);
-  EXPECT_TRUE(s0.finish().empty());
+  quality_config_read(none, d, read_errs);
+  EXPECT_TRUE(read_errs.empty());
   EXPECT_EQ(d.min_words, 50u);
   EXPECT_EQ(d.max_dup_10gram_char_fraction, 0.10);
   toml::table bad = toml::parse("[prep.quality]\nmin_wrods = 3\nmin_words = \"many\"\n");
-  ConfigSection s1(bad, "prep.quality");
-  quality_config_read(s1, d);
-  std::vector<std::string> errs = s1.finish();
+  std::vector<std::string> errs;
+  quality_config_read(bad, d, errs);
   ASSERT_EQ(errs.size(), 2u);
   std::string all = errs[0] + errs[1];
   EXPECT_NE(all.find("min_wrods"), std::string::npos);
@@ -367,7 +367,7 @@ TEST(QualityScore, ConfigCheck) {
   ASSERT_EQ(errs.size(), 3u);
   std::string all;
   for (auto& e : errs) all += e + "\n";
-  EXPECT_NE(all.find("max_dup_line_fraction"), std::string::npos);
+  EXPECT_NE(all.find("[prep.quality] max_dup_line_fraction = 1.5: must be in [0, 1]"), std::string::npos) << all;
   EXPECT_NE(all.find("min_words"), std::string::npos);
   EXPECT_NE(all.find("'fr'"), std::string::npos);
 }

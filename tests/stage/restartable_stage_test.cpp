@@ -87,7 +87,7 @@ class ToyRun : public RestartableStage<LineItem, LineCounters> {
   }
   ReaderOptions reader_options() const override {
     ReaderOptions o;
-    o.text_unit = "line";
+    o.text_unit = TextUnit::kLine;
     return o;
   }
   std::string start_note(int threads) const override { return std::to_string(threads) + " thread(s)"; }

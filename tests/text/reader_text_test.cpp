@@ -28,7 +28,7 @@ std::vector<std::string> split_lines(const std::string& s) {
 
 bool blank(const std::string& s) { return s.find_first_not_of(" \t\r\f\v") == std::string::npos; }
 
-ReaderOptions unit(const std::string& u) {
+ReaderOptions unit(TextUnit u) {
   ReaderOptions o;
   o.text_unit = u;
   return o;
@@ -54,7 +54,7 @@ TEST(ReaderText, LineUnitGivesEachNonBlankLineWithItsNumber) {
   TempDir dir;
   const std::string text = english();
   write_file(dir.file("bugs.txt"), text);
-  Drained d = drain(dir.file("bugs.txt"), unit("line"));
+  Drained d = drain(dir.file("bugs.txt"), unit(TextUnit::kLine));
   std::vector<std::string> want;
   std::vector<std::string> ids;
   const auto lines = split_lines(text);
@@ -90,7 +90,7 @@ TEST(ReaderText, ParagraphUnitSplitsOnBlankLines) {
     if (!first) first = i + 1; else cur += '\n';
     cur += lines[i];
   }
-  Drained d = drain(dir.file("p.md"), unit("paragraph"));
+  Drained d = drain(dir.file("p.md"), unit(TextUnit::kParagraph));
   EXPECT_GT(want.size(), 20u);
   EXPECT_EQ(d.texts(), want);
   ASSERT_EQ(d.docs.size(), ids.size());
@@ -101,7 +101,7 @@ TEST(ReaderText, InvalidUtf8IsRepairedReportedAndKept) {
   TempDir dir;
   const std::string good = "第一行：内核文档";
   write_file(dir.file("u.txt"), good + "\ncaf\xe9 au lait\n" + good + "\n");
-  Drained d = drain(dir.file("u.txt"), unit("line"));
+  Drained d = drain(dir.file("u.txt"), unit(TextUnit::kLine));
   ASSERT_EQ(d.docs.size(), 3u);
   EXPECT_EQ(d.docs[1].text, "caf\xEF\xBF\xBD au lait");
   EXPECT_TRUE(utf8_valid(d.docs[1].text));
@@ -121,7 +121,7 @@ TEST(ReaderText, BinaryJunkIsSkippedAndTheLinesAroundItSurvive) {
     junk.push_back(static_cast<char>(b == 0 || b == '\n' ? 1 : b));
   }
   write_file(dir.file("b.txt"), "first line\n" + junk + "\nmiddle line\n" + std::string("ab\0cd", 5) + "\nlast line\n");
-  Drained d = drain(dir.file("b.txt"), unit("line"));
+  Drained d = drain(dir.file("b.txt"), unit(TextUnit::kLine));
   EXPECT_EQ(d.texts(), (std::vector<std::string>{"first line", "middle line", "last line"}));
   EXPECT_EQ(d.issues_with("binary"), 2u);
   EXPECT_EQ(d.counts["binary"], 2u);
@@ -144,7 +144,7 @@ TEST(ReaderText, RecordsOverTheLimitAreSkippedAndReported) {
   ASSERT_EQ(d.issues_with("record_too_long"), 1u);
   EXPECT_NE(d.issues[0].message.find(std::to_string(text.size()) + " bytes"), std::string::npos);
 
-  opt.text_unit = "paragraph";
+  opt.text_unit = TextUnit::kParagraph;
   write_file(dir.file("p.txt"), "short one\n\n" + std::string(600, 'a') + "\n" + std::string(600, 'b') +
                                     "\n\nshort two\n");
   d = drain(dir.file("p.txt"), opt);
@@ -160,7 +160,7 @@ TEST(ReaderText, TruncatedGzipKeepsTheLinesBeforeTheCut) {
                            doc_file("python3.11-doc/html/_sources/license.rst.txt");
   const std::string gz = gzip_member(text);
   write_file(dir.file("cut.txt.gz"), gz.substr(0, gz.size() / 2));
-  Drained d = drain(dir.file("cut.txt.gz"), unit("line"));
+  Drained d = drain(dir.file("cut.txt.gz"), unit(TextUnit::kLine));
   std::vector<std::string> all;
   for (const auto& l : split_lines(text)) if (!blank(l)) all.push_back(l);
   ASSERT_GT(d.docs.size(), all.size() / 4);

@@ -63,6 +63,7 @@
 #include <utf8proc.h>
 
 #include "smelt/common/cjk.hpp"
+#include "smelt/common/config_schema.hpp"
 #include "smelt/common/hash.hpp"
 #include "smelt/common/utf8.hpp"
 
@@ -278,31 +279,41 @@ int minhash_compute(Scratch& s, const DedupConfig& c) {
 
 }  // namespace
 
-void dedup_config_read(ConfigSection& s, DedupConfig& c) {
-  s.get("exact", c.exact);
-  s.get("near", c.near);
-  s.get("shingle", c.shingle);
-  s.get("cjk_shingle", c.cjk_shingle);
-  s.get("bands", c.bands);
-  s.get("rows", c.rows);
-  s.get("seed", c.seed);
+namespace {
+
+using D = DedupConfig;
+
+const Schema<DedupConfig>& dedup_schema() {
+  static const Schema<DedupConfig> s{
+      "prep.dedup",
+      {field("enabled", &D::enabled, "false: no dedup"),
+       field("exact", &D::exact, "exact-duplicate check (hash of the normalised text)"),
+       field("near", &D::near, "MinHash LSH check (when false, signatures carry no bands)"),
+       field("shingle", &D::shingle, "words per shingle", above(0, "words per shingle; FineWeb uses 5")),
+       field("cjk_shingle", &D::cjk_shingle, "characters per shingle for documents detected as Chinese",
+             above(0, "characters per shingle")),
+       field("bands", &D::bands, "LSH bands", above(0, "FineWeb uses 14")),
+       field("rows", &D::rows, "min-hashes per band (bands x rows permutations)", above(0, "FineWeb uses 8")),
+       field("seed", &D::seed, "seeds the permutations")}};
+  return s;
 }
+
+}  // namespace
+
+void dedup_config_read(const toml::table& root, DedupConfig& c, std::vector<std::string>& errors) {
+  schema_read_keys(dedup_schema(), root, c, errors);
+}
+
+toml::table dedup_config_to_toml(const DedupConfig& c) { return schema_to_toml(dedup_schema(), c); }
+
+SectionDoc dedup_config_doc() { return section_doc(dedup_schema()); }
 
 std::vector<std::string> dedup_config_validate(const DedupConfig& c) {
   std::vector<std::string> e;
-  if (c.shingle <= 0)
-    e.push_back(fmt::format("shingle: {} must be > 0 (words per shingle; FineWeb "
-                            "uses 5)", c.shingle));
-  if (c.cjk_shingle <= 0)
-    e.push_back(fmt::format("cjk_shingle: {} must be > 0 (characters per shingle)",
-                            c.cjk_shingle));
-  if (c.bands <= 0)
-    e.push_back(fmt::format("bands: {} must be > 0 (FineWeb uses 14)", c.bands));
-  if (c.rows <= 0)
-    e.push_back(fmt::format("rows: {} must be > 0 (FineWeb uses 8)", c.rows));
+  schema_check(dedup_schema(), c, e);
   if (c.bands > 0 && c.rows > 0 &&
       static_cast<int64_t>(c.bands) * c.rows > kDedupMaxPermutations)
-    e.push_back(fmt::format("bands x rows = {} exceeds {} permutations",
+    e.push_back(fmt::format("[prep.dedup] bands x rows = {} exceeds {} permutations",
                             static_cast<int64_t>(c.bands) * c.rows, kDedupMaxPermutations));
   return e;
 }

@@ -14,6 +14,7 @@
 namespace smelt {
 
 struct DedupConfig {
+  bool enabled = true;  // prep's switch: false skips dedup (signatures, index)
   bool exact = true;
   bool near = true;
   int shingle = 5;      // words per shingle (characters per shingle for Chinese: see cjk_shingle)
@@ -26,12 +27,17 @@ struct DedupConfig {
 // Largest bands*rows accepted (a signature is computed in a fixed scratch of this many lanes).
 inline constexpr int kDedupMaxPermutations = 4096;
 
-// Reads [prep.dedup] keys into c (exact, near, shingle, cjk_shingle, bands, rows, seed).
-// Type errors and unknown keys are reported by s.finish(); value errors by dedup_config_validate.
-void dedup_config_read(ConfigSection& s, DedupConfig& c);
+// Reads [prep.dedup] of root into c through its field table: wrong types and unknown keys go to
+// errors; the values are judged by dedup_config_validate.
+void dedup_config_read(const toml::table& root, DedupConfig& c, std::vector<std::string>& errors);
+// The section with every key (the resolved config).
+toml::table dedup_config_to_toml(const DedupConfig& c);
+struct SectionDoc;
+SectionDoc dedup_config_doc();  // [prep.dedup]'s field table (docs check)
 
-// One message per bad value, naming the key ("bands: 0 must be > 0 ..."; the caller prefixes
-// the section); empty when c is usable.
+// Each key's limits from the table (shingle sizes, bands and rows > 0), then bands x rows against
+// kDedupMaxPermutations. One message per bad value, naming the section and key ("[prep.dedup]
+// bands = 0: must be > 0 ..."); empty when c is usable.
 std::vector<std::string> dedup_config_validate(const DedupConfig& c);
 
 // Fingerprint of everything that shapes a signature (normalisation version, shingle sizes, bands,

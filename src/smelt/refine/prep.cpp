@@ -150,7 +150,7 @@ void process_item(const PrepConfig& c, Item& it) {
   if (!has_visible_text(text)) {
     it.drop = "empty";
   } else if (!c.only_extract) {
-    if (c.quality_enabled) {
+    if (c.quality.enabled) {
       QualitySignals q;
       quality_compute(text, html.present ? &html : nullptr, q);
       it.lang = q.language.lang;
@@ -169,7 +169,7 @@ void process_item(const PrepConfig& c, Item& it) {
       }
       if (!it.drop.empty() && c.keep_rejected > 0) it.rules = quality_failed_rules(q, c.quality);
     }
-    if (it.drop.empty() && c.dedup_enabled) dedup_signature(text, it.lang == "zh", c.dedup, it.sig);
+    if (it.drop.empty() && c.dedup.enabled) dedup_signature(text, it.lang == "zh", c.dedup, it.sig);
   }
   if (!it.drop.empty() && c.keep_rejected == 0) return;
 
@@ -414,7 +414,7 @@ Status PrepRun::commit_doc(Item& it) {
     n_.terminal_docs++, n_.terminal_codes += it.stripped.sequences, n_.terminal_bytes += it.stripped.bytes;
   if (!it.lang.empty()) n_.langs[it.lang].first++;
   if (it.score >= 0) n_.hist_all[score_bin(it.score)]++;
-  if (it.drop.empty() && c_.dedup_enabled && !c_.only_extract) {
+  if (it.drop.empty() && c_.dedup.enabled && !c_.only_extract) {
     switch (index_->check_and_insert(it.sig)) {
       case DedupIndex::Verdict::kExact: it.drop = "exact_duplicate"; break;
       case DedupIndex::Verdict::kNear: it.drop = "near_duplicate"; break;

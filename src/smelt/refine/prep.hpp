@@ -39,13 +39,11 @@ struct PrepConfig {
   HtmlExtractOptions extract;
   bool strip_terminal_codes = true;  // every document, HTML or not (text/terminal_codes.hpp)
   // [prep.quality]
-  bool quality_enabled = true;
   QualityConfig quality;
   // [prep.sample]
   bool sample_enabled = true;
   double sample_threshold = 0.7;    // score >= threshold: kept; below: kept with probability score^2
   // [prep.dedup]
-  bool dedup_enabled = true;
   DedupConfig dedup;
 };
 
@@ -55,6 +53,10 @@ Status prep_config_read(const toml::table& root, PrepConfig& c);
 Status prep_config_validate(const PrepConfig& c);
 // The resolved config as TOML (what a run records and what resume compares).
 toml::table prep_config_to_toml(const PrepConfig& c);
+struct SectionDoc;
+// The field tables of [prep], [prep.read], [prep.extract], [prep.quality], [prep.sample] and
+// [prep.dedup] (docs check).
+std::vector<SectionDoc> prep_config_docs();
 
 struct PrepSummary : StageSummary {
   uint64_t docs_read = 0, docs_kept = 0, parts = 0;

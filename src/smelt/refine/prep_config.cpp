@@ -71,56 +71,38 @@ const Schema<PrepConfig>& sample_schema() {
   return s;
 }
 
-// Reads all sections and, when resolved is given, records their final values there. [prep],
-// [prep.read], [prep.extract] and [prep.sample] through their field tables; [prep.quality] and
-// [prep.dedup] key by key (quality_config_read, dedup_config_read).
-std::vector<std::string> read_all(const toml::table& root, PrepConfig& c, toml::table* resolved) {
-  std::vector<std::string> errs;
-  auto done = [&](ConfigSection& s) {
-    auto e = s.finish();
-    errs.insert(errs.end(), e.begin(), e.end());
-    if (resolved) config_insert(*resolved, s.name(), s.resolved());
-  };
-  for (const Schema<PrepConfig>* sc : {&prep_schema(), &read_schema(), &extract_schema()}) {
-    schema_read_keys(*sc, root, c, errs);
-    if (resolved) config_insert(*resolved, sc->section, schema_to_toml(*sc, c));
-  }
-
-  ConfigSection q(root, "prep.quality");
-  q.get("enabled", c.quality_enabled);
-  quality_config_read(q, c.quality);
-  done(q);
-
-  schema_read_keys(sample_schema(), root, c, errs);
-  if (resolved) config_insert(*resolved, "prep.sample", schema_to_toml(sample_schema(), c));
-
-  ConfigSection d(root, "prep.dedup");
-  d.get("enabled", c.dedup_enabled);
-  dedup_config_read(d, c.dedup);
-  done(d);
-  return errs;
-}
-
-std::string join_lines(const std::vector<std::string>& v) {
-  std::string out;
-  for (const auto& s : v) out += (out.empty() ? "" : "\n") + s;
-  return out;
+// The sections whose tables are here, in PrepConfig ([prep.quality] and [prep.dedup] have theirs
+// beside their structs: quality_score.cpp, dedup.cpp).
+const std::vector<const Schema<PrepConfig>*>& prep_schemas() {
+  static const std::vector<const Schema<PrepConfig>*> s{&prep_schema(), &read_schema(), &extract_schema(),
+                                                        &sample_schema()};
+  return s;
 }
 
 }  // namespace
 
 Status prep_config_read(const toml::table& root, PrepConfig& c) {
-  auto errs = read_all(root, c, nullptr);
-  if (!errs.empty()) return Status::error(join_lines(errs));
-  return Status::ok();
+  std::vector<std::string> errs;
+  for (const Schema<PrepConfig>* sc : prep_schemas()) schema_read_keys(*sc, root, c, errs);
+  quality_config_read(root, c.quality, errs);
+  dedup_config_read(root, c.dedup, errs);
+  return config_errors_status(errs);
 }
 
 toml::table prep_config_to_toml(const PrepConfig& c) {
-  // Reading an empty table leaves every field at c's value and records it: the resolved config.
   toml::table resolved;
-  PrepConfig probe = c;
-  read_all(toml::table{}, probe, &resolved);
+  for (const Schema<PrepConfig>* sc : prep_schemas()) config_insert(resolved, sc->section, schema_to_toml(*sc, c));
+  config_insert(resolved, "prep.quality", quality_config_to_toml(c.quality));
+  config_insert(resolved, "prep.dedup", dedup_config_to_toml(c.dedup));
   return resolved;
+}
+
+std::vector<SectionDoc> prep_config_docs() {
+  std::vector<SectionDoc> out;
+  for (const Schema<PrepConfig>* sc : prep_schemas()) out.push_back(section_doc(*sc));
+  out.push_back(quality_config_doc());
+  out.push_back(dedup_config_doc());
+  return out;
 }
 
 Status prep_config_validate(const PrepConfig& c) {
@@ -135,15 +117,12 @@ Status prep_config_validate(const PrepConfig& c) {
   if (c.zstd_level < 1 || c.zstd_level > 19) errs.push_back("[prep] zstd_level: expected 1..19");
   if (c.sample_threshold < 0 || c.sample_threshold > 1)
     errs.push_back("[prep.sample] threshold: expected a number in [0,1]");
-  if (c.sample_enabled && !c.quality_enabled && !c.only_extract)
+  if (c.sample_enabled && !c.quality.enabled && !c.only_extract)
     errs.push_back("[prep.sample] enabled needs [prep.quality] enabled (sampling draws on the score)");
-  if (c.read.text_unit != "file" && c.read.text_unit != "paragraph" && c.read.text_unit != "line")
-    errs.push_back("[prep.read] text_unit: expected \"file\", \"paragraph\" or \"line\"");
   if (c.read.max_record_bytes == 0) errs.push_back("[prep.read] max_record_mb: expected at least 1");
-  for (const auto& e : dedup_config_validate(c.dedup)) errs.push_back("[prep.dedup] " + e);
+  for (const auto& e : dedup_config_validate(c.dedup)) errs.push_back(e);
   for (const auto& e : quality_config_check(c.quality)) errs.push_back(e);
-  if (!errs.empty()) return Status::error(join_lines(errs));
-  return Status::ok();
+  return config_errors_status(errs);
 }
 
 }  // namespace smelt

@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <fmt/format.h>
 
+#include "smelt/common/config_schema.hpp"
+
 namespace smelt {
 namespace {
 
@@ -108,95 +110,86 @@ double evaluate(const QualitySignals& q, const QualityConfig& c, std::string* na
 
 }  // namespace
 
-void quality_config_read(ConfigSection& s, QualityConfig& c) {
-  s.get("languages", c.languages);
-  s.get("min_chars", c.min_chars);
-  s.get("min_language_confidence", c.min_language_confidence);
-  s.get("max_replacement_char_fraction", c.max_replacement_char_fraction);
-  s.get("gopher_quality", c.gopher_quality);
-  s.get("gopher_repetition", c.gopher_repetition);
-  s.get("c4", c.c4);
-  s.get("html", c.html);
-  s.get("penalty_severity", c.penalty_severity);
-  s.get("penalty_floor", c.penalty_floor);
-  s.get("min_words", c.min_words);
-  s.get("max_words", c.max_words);
-  s.get("zh_min_words", c.zh_min_words);
-  s.get("zh_max_words", c.zh_max_words);
-  s.get("min_mean_word_length", c.min_mean_word_length);
-  s.get("max_mean_word_length", c.max_mean_word_length);
-  s.get("max_symbol_word_ratio", c.max_symbol_word_ratio);
-  s.get("max_bullet_line_fraction", c.max_bullet_line_fraction);
-  s.get("max_ellipsis_line_fraction", c.max_ellipsis_line_fraction);
-  s.get("min_alpha_word_fraction", c.min_alpha_word_fraction);
-  s.get("min_stop_words", c.min_stop_words);
-  s.get("max_dup_line_fraction", c.max_dup_line_fraction);
-  s.get("max_dup_line_char_fraction", c.max_dup_line_char_fraction);
-  s.get("max_dup_para_fraction", c.max_dup_para_fraction);
-  s.get("max_dup_para_char_fraction", c.max_dup_para_char_fraction);
-  s.get("max_top_2gram_char_fraction", c.max_top_2gram_char_fraction);
-  s.get("max_top_3gram_char_fraction", c.max_top_3gram_char_fraction);
-  s.get("max_top_4gram_char_fraction", c.max_top_4gram_char_fraction);
-  s.get("max_dup_5gram_char_fraction", c.max_dup_5gram_char_fraction);
-  s.get("max_dup_6gram_char_fraction", c.max_dup_6gram_char_fraction);
-  s.get("max_dup_7gram_char_fraction", c.max_dup_7gram_char_fraction);
-  s.get("max_dup_8gram_char_fraction", c.max_dup_8gram_char_fraction);
-  s.get("max_dup_9gram_char_fraction", c.max_dup_9gram_char_fraction);
-  s.get("max_dup_10gram_char_fraction", c.max_dup_10gram_char_fraction);
-  s.get("min_terminal_punct_line_fraction", c.min_terminal_punct_line_fraction);
-  s.get("max_javascript_line_fraction", c.max_javascript_line_fraction);
-  s.get("max_policy_line_fraction", c.max_policy_line_fraction);
-  s.get("lorem_ipsum_factor", c.lorem_ipsum_factor);
-  s.get("curly_brace_factor", c.curly_brace_factor);
-  s.get("max_html_link_text_ratio", c.max_html_link_text_ratio);
+namespace {
+
+using Q = QualityConfig;
+
+// [prep.quality]: the hard filters, the rule groups, the penalty and every rule's threshold (the
+// rule names in quoted comments are quality_failed_rules' names, docs/quality.md has the table).
+const Schema<QualityConfig>& quality_schema() {
+  const Limits unit = in_range(0, 1), non_negative = at_least(0);
+  static const Schema<QualityConfig> s{
+      "prep.quality",
+      {field("enabled", &Q::enabled, "false: no signals, hard filters or score"),
+       field("languages", &Q::languages, "hard filter: keep these languages (en, zh, other, unknown); empty: any"),
+       field("min_chars", &Q::min_chars, "hard filter: fewer code points drop as too_short"),
+       field("min_language_confidence", &Q::min_language_confidence,
+             "with languages set: a less sure guess drops as wrong_language", unit),
+       field("max_replacement_char_fraction", &Q::max_replacement_char_fraction,
+             "hard filter: more U+FFFD than this share of chars drops as replacement_chars", unit),
+       field("gopher_quality", &Q::gopher_quality, "false: the Gopher quality rules never lower the score"),
+       field("gopher_repetition", &Q::gopher_repetition, "false: the Gopher repetition rules never lower the score"),
+       field("c4", &Q::c4, "false: the C4 rules never lower the score"),
+       field("html", &Q::html, "false: the HTML page rule never lowers the score"),
+       field("penalty_severity", &Q::penalty_severity, "how fast a failing rule's factor falls with its excess",
+             non_negative),
+       field("penalty_floor", &Q::penalty_floor, "the smallest factor one rule (or family) gives", unit),
+       field("min_words", &Q::min_words, "gopher_min_words"),
+       field("max_words", &Q::max_words, "gopher_max_words"),
+       field("zh_min_words", &Q::zh_min_words, "gopher_min_words for Chinese (words are mostly characters)"),
+       field("zh_max_words", &Q::zh_max_words, "gopher_max_words for Chinese"),
+       field("min_mean_word_length", &Q::min_mean_word_length, "gopher_mean_word_length, lower bound", non_negative),
+       field("max_mean_word_length", &Q::max_mean_word_length, "gopher_mean_word_length, upper bound", non_negative),
+       field("max_symbol_word_ratio", &Q::max_symbol_word_ratio, "gopher_symbol_ratio", non_negative),
+       field("max_bullet_line_fraction", &Q::max_bullet_line_fraction, "gopher_bullet_lines", unit),
+       field("max_ellipsis_line_fraction", &Q::max_ellipsis_line_fraction, "gopher_ellipsis_lines", unit),
+       field("min_alpha_word_fraction", &Q::min_alpha_word_fraction, "gopher_alpha_words", unit),
+       field("min_stop_words", &Q::min_stop_words, "gopher_stop_words (distinct; en and zh only)"),
+       field("max_dup_line_fraction", &Q::max_dup_line_fraction, "gopher_dup_lines", unit),
+       field("max_dup_line_char_fraction", &Q::max_dup_line_char_fraction, "gopher_dup_line_chars", unit),
+       field("max_dup_para_fraction", &Q::max_dup_para_fraction, "gopher_dup_paras", unit),
+       field("max_dup_para_char_fraction", &Q::max_dup_para_char_fraction, "gopher_dup_para_chars", unit),
+       field("max_top_2gram_char_fraction", &Q::max_top_2gram_char_fraction, "gopher_top_2gram", unit),
+       field("max_top_3gram_char_fraction", &Q::max_top_3gram_char_fraction, "gopher_top_3gram", unit),
+       field("max_top_4gram_char_fraction", &Q::max_top_4gram_char_fraction, "gopher_top_4gram", unit),
+       field("max_dup_5gram_char_fraction", &Q::max_dup_5gram_char_fraction, "gopher_dup_5gram", unit),
+       field("max_dup_6gram_char_fraction", &Q::max_dup_6gram_char_fraction, "gopher_dup_6gram", unit),
+       field("max_dup_7gram_char_fraction", &Q::max_dup_7gram_char_fraction, "gopher_dup_7gram", unit),
+       field("max_dup_8gram_char_fraction", &Q::max_dup_8gram_char_fraction, "gopher_dup_8gram", unit),
+       field("max_dup_9gram_char_fraction", &Q::max_dup_9gram_char_fraction, "gopher_dup_9gram", unit),
+       field("max_dup_10gram_char_fraction", &Q::max_dup_10gram_char_fraction, "gopher_dup_10gram", unit),
+       field("min_terminal_punct_line_fraction", &Q::min_terminal_punct_line_fraction,
+             "c4_terminal_punct (the larger of the line and the paragraph fraction)", unit),
+       field("max_javascript_line_fraction", &Q::max_javascript_line_fraction, "c4_javascript", unit),
+       field("max_policy_line_fraction", &Q::max_policy_line_fraction, "c4_policy", unit),
+       field("lorem_ipsum_factor", &Q::lorem_ipsum_factor, "c4_lorem_ipsum: the score's factor", unit),
+       field("curly_brace_factor", &Q::curly_brace_factor, "c4_curly_brace: the score's factor", unit),
+       field("max_html_link_text_ratio", &Q::max_html_link_text_ratio, "html_link_text (HTML inputs)", unit)}};
+  return s;
 }
+
+}  // namespace
+
+void quality_config_read(const toml::table& root, QualityConfig& c, std::vector<std::string>& errors) {
+  schema_read_keys(quality_schema(), root, c, errors);
+}
+
+toml::table quality_config_to_toml(const QualityConfig& c) { return schema_to_toml(quality_schema(), c); }
+
+SectionDoc quality_config_doc() { return section_doc(quality_schema()); }
 
 std::vector<std::string> quality_config_check(const QualityConfig& c) {
   std::vector<std::string> errs;
-  auto unit = [&](const char* key, double v) {
-    if (!(v >= 0 && v <= 1)) errs.push_back(fmt::format("[prep.quality] {} = {}: expected a value in [0, 1]", key, v));
-  };
-  auto positive = [&](const char* key, double v) {
-    if (!(v >= 0)) errs.push_back(fmt::format("[prep.quality] {} = {}: expected a value >= 0", key, v));
-  };
+  schema_check(quality_schema(), c, errs);
   for (const std::string& l : c.languages)
     if (l != "en" && l != "zh" && l != "other" && l != "unknown")
       errs.push_back(fmt::format("[prep.quality] languages: '{}' is not one of en, zh, other, unknown", l));
-  unit("min_language_confidence", c.min_language_confidence);
-  unit("max_replacement_char_fraction", c.max_replacement_char_fraction);
-  positive("penalty_severity", c.penalty_severity);
-  unit("penalty_floor", c.penalty_floor);
   if (c.min_words > c.max_words)
     errs.push_back(fmt::format("[prep.quality] min_words = {} is above max_words = {}", c.min_words, c.max_words));
   if (c.zh_min_words > c.zh_max_words)
     errs.push_back(fmt::format("[prep.quality] zh_min_words = {} is above zh_max_words = {}", c.zh_min_words, c.zh_max_words));
-  positive("min_mean_word_length", c.min_mean_word_length);
-  positive("max_mean_word_length", c.max_mean_word_length);
   if (c.min_mean_word_length > c.max_mean_word_length)
     errs.push_back("[prep.quality] min_mean_word_length is above max_mean_word_length");
-  positive("max_symbol_word_ratio", c.max_symbol_word_ratio);
-  unit("max_bullet_line_fraction", c.max_bullet_line_fraction);
-  unit("max_ellipsis_line_fraction", c.max_ellipsis_line_fraction);
-  unit("min_alpha_word_fraction", c.min_alpha_word_fraction);
-  unit("max_dup_line_fraction", c.max_dup_line_fraction);
-  unit("max_dup_line_char_fraction", c.max_dup_line_char_fraction);
-  unit("max_dup_para_fraction", c.max_dup_para_fraction);
-  unit("max_dup_para_char_fraction", c.max_dup_para_char_fraction);
-  unit("max_top_2gram_char_fraction", c.max_top_2gram_char_fraction);
-  unit("max_top_3gram_char_fraction", c.max_top_3gram_char_fraction);
-  unit("max_top_4gram_char_fraction", c.max_top_4gram_char_fraction);
-  unit("max_dup_5gram_char_fraction", c.max_dup_5gram_char_fraction);
-  unit("max_dup_6gram_char_fraction", c.max_dup_6gram_char_fraction);
-  unit("max_dup_7gram_char_fraction", c.max_dup_7gram_char_fraction);
-  unit("max_dup_8gram_char_fraction", c.max_dup_8gram_char_fraction);
-  unit("max_dup_9gram_char_fraction", c.max_dup_9gram_char_fraction);
-  unit("max_dup_10gram_char_fraction", c.max_dup_10gram_char_fraction);
-  unit("min_terminal_punct_line_fraction", c.min_terminal_punct_line_fraction);
-  unit("max_javascript_line_fraction", c.max_javascript_line_fraction);
-  unit("max_policy_line_fraction", c.max_policy_line_fraction);
-  unit("lorem_ipsum_factor", c.lorem_ipsum_factor);
-  unit("curly_brace_factor", c.curly_brace_factor);
-  unit("max_html_link_text_ratio", c.max_html_link_text_ratio);
   return errs;
 }
 

@@ -21,6 +21,8 @@
 namespace smelt {
 
 struct QualityConfig {
+  bool enabled = true;                 // prep's switch: false skips signals, filters and score
+
   // ---- hard filters: these drop, whatever the score ----
   std::vector<std::string> languages;  // empty: any language; else e.g. ["en", "zh"]
   uint64_t min_chars = 1;              // hard: fewer code points drop as "too_short" (0 chars: "empty")
@@ -79,11 +81,17 @@ struct QualityConfig {
   double max_html_link_text_ratio = 0.8;  // "html_link_text": link text / visible text of the page
 };
 
-// Reads [prep.quality] keys into c (unknown keys are errors via s.finish()).
-void quality_config_read(ConfigSection& s, QualityConfig& c);
+// Reads [prep.quality] of root into c through its field table: wrong types and unknown keys go to
+// errors; the values are judged by quality_config_check.
+void quality_config_read(const toml::table& root, QualityConfig& c, std::vector<std::string>& errors);
+// The section with every key (the resolved config).
+toml::table quality_config_to_toml(const QualityConfig& c);
+struct SectionDoc;
+SectionDoc quality_config_doc();  // [prep.quality]'s field table (docs check)
 
-// Rejects values no rule can work with (a fraction outside [0,1], min above max, ...); one
-// message per problem, naming the key. Empty when c is usable.
+// Rejects values no rule can work with: each key's limits from the table (a fraction outside
+// [0, 1], a negative length), then a minimum above its maximum and an unknown language. One
+// message per problem, "[prep.quality] key = value: ...". Empty when c is usable.
 std::vector<std::string> quality_config_check(const QualityConfig& c);
 
 // The reason a document is dropped outright ("empty", "too_short", "wrong_language", ...), or "" to keep it.

@@ -316,11 +316,6 @@ bool text_looks_binary(std::string_view s, bool utf8_expected) {
 
 std::unique_ptr<DocReader> doc_reader_open(const std::string& path, const ReaderOptions& opt,
                                            Status& err) {
-  if (opt.text_unit != "file" && opt.text_unit != "paragraph" && opt.text_unit != "line") {
-    err = Status::error(fmt::format("unknown text_unit '{}' (expected file, paragraph or line)",
-                                    opt.text_unit));
-    return nullptr;
-  }
   if (opt.max_record_bytes == 0) {
     err = Status::error("max_record_bytes must be greater than 0");
     return nullptr;

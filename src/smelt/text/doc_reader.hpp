@@ -12,6 +12,7 @@
 #include <string_view>
 #include <vector>
 
+#include "smelt/common/enum_names.hpp"
 #include "smelt/common/status.hpp"
 
 namespace smelt {
@@ -31,12 +32,19 @@ struct RawDoc {
   uint64_t record = 0;     // 0-based record index within the file (a resume position)
 };
 
+// What one document of a plain-text file is: the whole file, a blank-line separated paragraph, or
+// a line ([prep.read] text_unit).
+enum class TextUnit { kFile, kParagraph, kLine };
+inline constexpr EnumName<TextUnit> kTextUnitNames[] = {
+    {TextUnit::kFile, "file"}, {TextUnit::kParagraph, "paragraph"}, {TextUnit::kLine, "line"}};
+inline std::span<const EnumName<TextUnit>> enum_names(TextUnit) { return kTextUnitNames; }
+
 struct ReaderOptions {
   std::string text_field = "text";   // JSONL field holding the text
   std::string id_field = "id";       // JSONL field holding the id, when present
   std::string url_field = "url";     // JSONL field holding the URL, when present
   uint64_t max_record_bytes = 64ull << 20;  // longer lines / records are skipped and counted
-  std::string text_unit = "file";    // plain text: "file" (one doc per file), "paragraph", "line"
+  TextUnit text_unit = TextUnit::kFile;  // plain text: one doc per file, paragraph or line
 };
 
 // A record that was skipped: where, and why. `reason` is a short stable key used in stats

@@ -10,19 +10,14 @@ namespace {
 
 class TextReader final : public ReaderBase {
  public:
-  enum class Unit { kFile, kParagraph, kLine };
-
   TextReader(std::string path, std::unique_ptr<InputBuffer> in, const ReaderOptions& opt)
       : ReaderBase(std::move(path), std::move(in), opt, InputFormat::kText),
-        lines_(*in_, opt.max_record_bytes) {
-    unit_ = opt.text_unit == "line" ? Unit::kLine
-          : opt.text_unit == "paragraph" ? Unit::kParagraph : Unit::kFile;
-  }
+        lines_(*in_, opt.max_record_bytes), unit_(opt.text_unit) {}
 
   bool next(RawDoc& doc) override {
     switch (unit_) {
-      case Unit::kFile: return next_file(doc);
-      case Unit::kParagraph: return next_paragraph(doc);
+      case TextUnit::kFile: return next_file(doc);
+      case TextUnit::kParagraph: return next_paragraph(doc);
       default: return next_line(doc);
     }
   }
@@ -99,7 +94,7 @@ class TextReader final : public ReaderBase {
   }
 
   LineSplitter lines_;
-  Unit unit_;
+  TextUnit unit_;
   std::string para_;
   bool done_ = false;
 };
