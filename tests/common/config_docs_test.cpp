@@ -52,8 +52,14 @@ std::string normal(std::string v) {
 
 using DocRows = std::map<std::pair<std::string, std::string>, std::string>;  // (section, key) -> default
 
+// A table row's cells; \| is a | inside a cell (GitHub's escape, in code spans too).
 std::vector<std::string> cells(const std::string& line) {
-  auto c = split(line, "|");
+  std::vector<std::string> c(1);
+  for (size_t i = 0; i < line.size(); i++) {
+    if (line[i] == '\\' && i + 1 < line.size() && line[i + 1] == '|') c.back() += line[++i];
+    else if (line[i] == '|') c.emplace_back();
+    else c.back() += line[i];
+  }
   if (c.size() < 3) return {};
   return std::vector<std::string>(c.begin() + 1, c.end() - 1);
 }
