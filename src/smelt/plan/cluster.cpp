@@ -58,8 +58,8 @@ const Schema<C>& compute_schema() {
        field("bf16_gflops", &C::bf16_gflops, "bf16 GEMMs at large shapes, per device (0: none)"),
        field("attention_gflops", &C::attention_gflops, "attention, FLOPs as train_flops_per_token counts them",
              above(0)),
-       field("elementwise_gb_s", &C::elementwise_gb_s, "the non-GEMM kernels' rate over the bytes the cost model counts",
-             above(0)),
+       field("elementwise_gb_s", &C::elementwise_gb_s,
+             "the non-GEMM kernels' rate over the bytes the cost model counts", above(0)),
        field("memory_gb_s", &C::memory_gb_s, "triad bandwidth (reported)"),
        field("shared_slowdown", &C::shared_slowdown,
              "CPU nodes: compute time with every core running a rank, over one rank alone", at_least(1, "1: none"))}};
@@ -272,7 +272,8 @@ std::string table_text(const std::string& header, const Schema<S>& sc, const S& 
 
 std::string cluster_toml(const ClusterSpec& c) {
   std::string t;
-  for (const Schema<C>* sc : cluster_tables()) t += (t.empty() ? "" : "\n") + table_text("[" + sc->section + "]", *sc, c);
+  for (const Schema<C>* sc : cluster_tables())
+    t += (t.empty() ? "" : "\n") + table_text("[" + sc->section + "]", *sc, c);
   for (const GemmRate& g : c.gemm) t += "\n" + table_text("[[gemm]]", gemm_schema(), g);
   for (const CommCurve& a : c.allreduce) t += "\n" + table_text("[[allreduce]]", allreduce_schema(), a);
   for (const CommCurve& w : c.sync) t += "\n" + table_text("[[sync]]", sync_schema(), w);
