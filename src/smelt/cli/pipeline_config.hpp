@@ -32,7 +32,9 @@ struct PipelineConfig {
   std::vector<std::pair<std::string, double>> language_weights;
   // [eval] (the trainer's section; the eval stage reads its token count)
   int64_t eval_tokens = 65536;
-  // [generate]: each prompt continued greedily and sampled ("The" when none is given)
+  // [generate]: each prompt continued greedily and sampled; after reading, prompt (when given) is
+  // the first of prompts, and "The" the only one when neither key is given
+  std::string prompt;
   std::vector<std::string> prompts;
   int64_t max_new_tokens = 64;
   double temperature = 0.8;
@@ -41,8 +43,12 @@ struct PipelineConfig {
   uint64_t seed = 1;
 };
 
-// Reads and checks the pipeline's sections of root (the config with its --set overrides); every
-// error, one per line.
+// Reads and checks the pipeline's sections of root (the config with its --set overrides) through
+// their field tables; every error, one per line.
 Status pipeline_config_read(const toml::table& root, PipelineConfig& c);
+
+// The field tables' docs: [pipeline], [tokenizer], [tokenize], [generate] (config_docs_test).
+struct SectionDoc;
+std::vector<SectionDoc> pipeline_config_docs();
 
 }  // namespace smelt
