@@ -8,10 +8,12 @@
 
 #include <gtest/gtest.h>
 
+#include "smelt/cli/pipeline_config.hpp"
 #include "smelt/common/config_schema.hpp"
 #include "smelt/dataset/loader.hpp"
 #include "smelt/model/config.hpp"
 #include "smelt/obs/vitals.hpp"
+#include "smelt/plan/cluster.hpp"
 #include "smelt/train/health.hpp"
 #include "smelt/train/train_config.hpp"
 
@@ -123,6 +125,18 @@ TEST(ConfigDocs, TrainTablesMatchTheSchemas) {
   std::vector<SectionDoc> sections = train_config_docs();
   for (SectionDoc d : {model_config_doc(), loader_config_doc(), health_config_doc(), vitals_config_doc()})
     sections.push_back(d);
+  check_tables(rows, sections);
+}
+
+// The plan's cluster file (docs/plan.md) and smelt pipeline's own sections (docs/train.md).
+TEST(ConfigDocs, PlanAndPipelineTablesMatchTheSchemas) {
+  DocRows rows;
+  read_table("plan.md", "## Cluster files", "", rows);
+  read_table("train.md", "## `smelt pipeline`", "", rows);
+  const DocRows::key_type special{"tokenizer", "special_tokens"};  // its default is written <\|endoftext\|>
+  EXPECT_EQ(rows[special], "<|endoftext|>");
+  std::vector<SectionDoc> sections = cluster_config_docs();
+  for (SectionDoc d : pipeline_config_docs()) sections.push_back(d);
   check_tables(rows, sections);
 }
 
