@@ -188,7 +188,7 @@ Status cluster_parse(const std::string& text, const std::string& file, ClusterSp
       errs.push_back(fmt::format("[{}]: unknown table (expected cluster, compute, network, disk, runtime, gemm, "
                                  "allreduce, p2p, sync)", key));
   }
-  // Each entry of [[name]] through sc, then each(entry, i) checks it and keeps it.
+  // Each entry of the array of tables named sc.section, handed to each(entry, i) to read, check and keep.
   auto entries = [&](const auto& sc, auto&& each) {
     const char* name = sc.section.c_str();
     const toml::node* n = root.get(name);
