@@ -73,7 +73,7 @@ const Schema<P>& tokenizer_schema() {
       {field("vocab_size", &P::vocab_size, "smelt tokenizer train --vocab-size", at_least(257)),
        field("pretokenizer", &P::pretokenizer, "--pretokenizer: a name or a regex"),
        field("special_tokens", &P::special_tokens, "--special-tokens"),
-       field("memory_mb", &P::tokenizer_memory_mb, "--memory-mb (0: the trainer's default)")}};
+       field("memory_mb", &P::tokenizer_memory_mb, "--memory-mb, the pre-token table's budget (0: its default)")}};
   return s;
 }
 
@@ -110,7 +110,8 @@ const std::vector<const Schema<P>*>& pipeline_tables() {
   return t;
 }
 
-// The rules between keys (each key's own limits are checked where its table is read).
+// After every table is read: the stage names, and the inputs prep needs (each key's own limits are
+// checked where its table is read).
 void pipeline_config_validate(const PipelineConfig& c, std::vector<std::string>& errors) {
   for (const auto& s : c.stages)
     if (std::find(kPipelineStages.begin(), kPipelineStages.end(), s) == kPipelineStages.end())
