@@ -1,7 +1,8 @@
 // `smelt pipeline CONFIG`: every stage in order — prep, tokenizer train, tokenize (train and held-out
 // shards), train, eval (bits per byte beside gzip / zstd / xz), generate (greedy and sampled
 // continuations of each prompt) — each run as its own `smelt` process on one resolved config file,
-// then the summary (pipeline_summary.hpp). Not the stages themselves (their *_cmd.cpp files).
+// then the summary (pipeline_summary.hpp). Not the stages themselves (their *_cmd.cpp files) nor the
+// config's pipeline sections (pipeline_config.hpp).
 #include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -15,7 +16,6 @@
 #include <cstring>
 #include <cstdio>
 #include <filesystem>
-#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -27,6 +27,7 @@
 
 #include "smelt/cli/cli_parse.hpp"
 #include "smelt/cli/commands.hpp"
+#include "smelt/cli/pipeline_config.hpp"
 #include "smelt/cli/pipeline_summary.hpp"
 #include "smelt/common/config.hpp"
 #include "smelt/common/files.hpp"
@@ -41,115 +42,6 @@ namespace {
 
 namespace fs = std::filesystem;
 using json = nlohmann::json;
-
-const std::vector<std::string> kStages = {"prep", "tokenizer", "tokenize", "train", "eval", "generate"};
-
-struct PipelineConfig {
-  std::vector<std::string> inputs;  // [pipeline] raw input for prep
-  std::string workdir = "data/pipeline";
-  std::vector<std::string> stages = kStages;
-  // [tokenizer]
-  int64_t vocab_size = 16384;
-  std::string pretokenizer = "llama3";
-  std::string special_tokens = "<|endoftext|>";
-  int64_t tokenizer_memory_mb = 0;
-  // [tokenize]
-  double holdout = 0.01;
-  // language -> blend weight: one training shard per language, read in these proportions (rows);
-  // empty: one shard of every document, read as it comes
-  std::vector<std::pair<std::string, double>> language_weights;
-  // [eval] (the trainer's section; the eval stage reads its token count)
-  int64_t eval_tokens = 65536;
-  // [generate]: each prompt continued greedily and sampled ("The" when none is given)
-  std::vector<std::string> prompts;
-  int64_t max_new_tokens = 64;
-  double temperature = 0.8;
-  int64_t top_k = 40;
-  double repeat_penalty = 1.0, frequency_penalty = 0.0, presence_penalty = 0.0;
-  uint64_t seed = 1;
-};
-
-// [tokenize] language_weights = { en = 1, zh = 1 }: names that can be a shard's suffix and a blend
-// source's name, weights > 0.
-void read_language_weights(const toml::table& root, PipelineConfig& c, std::vector<std::string>& errors) {
-  const toml::node_view<const toml::node> node = root["tokenize"]["language_weights"];
-  if (!node) return;
-  const toml::table* t = node.as_table();
-  if (!t) {
-    errors.push_back("[tokenize] language_weights: expected a table of language = weight, e.g. { en = 1, zh = 1 }");
-    return;
-  }
-  for (const auto& [key, value] : *t) {
-    const std::string lang(key.str());
-    const std::optional<double> w = value.value<double>();
-    const bool name_ok = !lang.empty() && std::all_of(lang.begin(), lang.end(), [](char ch) {
-      return (ch >= 'a' && ch <= 'z') || (ch >= '0' && ch <= '9') || ch == '_' || ch == '-';
-    });
-    if (!name_ok)
-      errors.push_back(fmt::format("[tokenize] language_weights: \"{}\" is not a language code (a-z, 0-9, _ and -, "
-                                   "as prep's quality.lang writes them)", lang));
-    else if (!w || !(*w > 0))
-      errors.push_back(fmt::format("[tokenize] language_weights.{}: expected a number > 0", lang));
-    else
-      c.language_weights.emplace_back(lang, *w);
-  }
-  if (t->empty()) errors.push_back("[tokenize] language_weights is empty: name the languages, or leave it out");
-}
-
-Status read_config(const toml::table& root, PipelineConfig& c) {
-  std::vector<std::string> errors;
-  ConfigSection p(root, "pipeline");
-  p.get("inputs", c.inputs);
-  p.get("workdir", c.workdir);
-  p.get("stages", c.stages);
-  for (auto& e : p.finish()) errors.push_back(e);
-  ConfigSection t(root, "tokenizer");
-  t.get("vocab_size", c.vocab_size);
-  t.get("pretokenizer", c.pretokenizer);
-  t.get("special_tokens", c.special_tokens);
-  t.get("memory_mb", c.tokenizer_memory_mb);
-  for (auto& e : t.finish()) errors.push_back(e);
-  ConfigSection k(root, "tokenize");
-  k.get("holdout", c.holdout);
-  k.known("language_weights");
-  for (auto& e : k.finish()) errors.push_back(e);
-  read_language_weights(root, c, errors);
-  ConfigSection g(root, "generate");
-  std::string prompt;
-  g.get("prompt", prompt);
-  g.get("prompts", c.prompts);
-  if (!prompt.empty()) c.prompts.insert(c.prompts.begin(), prompt);
-  if (c.prompts.empty()) c.prompts = {"The"};
-  g.get("max_new_tokens", c.max_new_tokens);
-  g.get("temperature", c.temperature);
-  g.get("top_k", c.top_k);
-  g.get("seed", c.seed);
-  g.get("repeat_penalty", c.repeat_penalty);
-  g.get("frequency_penalty", c.frequency_penalty);
-  g.get("presence_penalty", c.presence_penalty);
-  for (auto& e : g.finish()) errors.push_back(e);
-  for (const auto& s : c.stages)
-    if (std::find(kStages.begin(), kStages.end(), s) == kStages.end())
-      errors.push_back(fmt::format("[pipeline] stages: \"{}\" is not a stage; allowed: prep, tokenizer, tokenize, "
-                                   "train, eval, generate", s));
-  if (c.inputs.empty() && std::find(c.stages.begin(), c.stages.end(), "prep") != c.stages.end())
-    errors.push_back("[pipeline] inputs is empty: list the raw input files or folders for prep");
-  if (!(c.holdout >= 0 && c.holdout < 1))
-    errors.push_back(fmt::format("[tokenize] holdout = {}: must be in [0, 1)", c.holdout));
-  if (auto t = root["eval"]["tokens"].value<int64_t>()) c.eval_tokens = *t;
-  if (!(c.repeat_penalty >= 1 && c.repeat_penalty <= 10))
-    errors.push_back(fmt::format("[generate] repeat_penalty = {}: must be in [1, 10] (1: off)", c.repeat_penalty));
-  for (const auto& [key, v] :
-       {std::pair{"frequency_penalty", c.frequency_penalty}, {"presence_penalty", c.presence_penalty}})
-    if (!(v >= -2 && v <= 2)) errors.push_back(fmt::format("[generate] {} = {}: must be in [-2, 2] (0: off)", key, v));
-  if (c.vocab_size < 257) errors.push_back(fmt::format("[tokenizer] vocab_size = {}: must be >= 257", c.vocab_size));
-  if (!errors.empty()) {
-    std::string m = errors[0];
-    for (size_t i = 1; i < errors.size(); ++i) m += "\n" + errors[i];
-    return Status::error(m);
-  }
-  return Status::ok();
-}
 
 // Runs `smelt ARGS...`; stdout goes to stdout_path when given. Returns the exit code.
 int run_stage(const std::vector<std::string>& args, const std::string& stdout_path = "") {
@@ -194,7 +86,7 @@ int cli_pipeline(int argc, char** argv) {
       ->check(CLI::ExistingFile);
   app.add_option("--set", sets, "override a config key: section.key=value (repeatable)");
   app.add_option("--from", from, "start at this stage (the earlier ones' outputs must exist)")
-      ->check(CLI::IsMember(kStages));
+      ->check(CLI::IsMember(kPipelineStages));
   app.add_option("--threads", threads, "threads for every stage (0: every core)")->check(CLI::NonNegativeNumber);
   if (int rc = cli_parse(app, argc, argv, "pipeline"); rc >= 0) return rc;
   toml::table root;
@@ -207,7 +99,7 @@ int cli_pipeline(int argc, char** argv) {
     return kExitUsage;
   }
   PipelineConfig c;
-  if (Status s = read_config(root, c); !s) {
+  if (Status s = pipeline_config_read(root, c); !s) {
     spdlog::error("{}", s.message());
     return kExitUsage;
   }
@@ -240,12 +132,12 @@ int cli_pipeline(int argc, char** argv) {
   auto wanted = [&](const std::string& s) {
     if (std::find(c.stages.begin(), c.stages.end(), s) == c.stages.end()) return false;
     if (from.empty()) return true;
-    return std::find(kStages.begin(), kStages.end(), s) >= std::find(kStages.begin(), kStages.end(), from);
+    return std::find(kPipelineStages.begin(), kPipelineStages.end(), s) >= std::find(kPipelineStages.begin(), kPipelineStages.end(), from);
   };
   nlohmann::ordered_json stages = nlohmann::ordered_json::object();
   const auto t_all = std::chrono::steady_clock::now();
   int n = 0, total = 0;
-  for (const auto& s : kStages) total += wanted(s);
+  for (const auto& s : kPipelineStages) total += wanted(s);
   if (wanted("tokenize")) total += (int)shards.size() - 1 + (c.holdout > 0);  // a run per shard, one held out
   if (wanted("eval") && c.holdout <= 0) total--;     // nothing held out: nothing to evaluate
   auto stage = [&](const std::string& name, const std::vector<std::string>& args, const std::string& out = "") {

@@ -216,6 +216,12 @@ std::string Limits::text() const {
 
 std::string config_value_text(const toml::node& n) {
   if (auto s = n.value<std::string>()) return '"' + *s + '"';  // toml++ would write 'text'
+  if (const toml::array* a = n.as_array()) {  // toml++'s "[ 1, 2 ]", its strings as above: [ "a", "b" ]
+    if (a->empty()) return "[]";
+    std::string out = "[ ";
+    for (size_t i = 0; i < a->size(); i++) out += (i ? ", " : "") + config_value_text(*a->get(i));
+    return out + " ]";
+  }
   toml::table t;
   t.insert_or_assign("v", n);
   std::string s = config_to_string(t);  // "v = 3\n"

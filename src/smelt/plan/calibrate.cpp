@@ -42,8 +42,6 @@ namespace smelt {
 
 namespace {
 
-const char* prec_name(Precision p) { return p == Precision::kBf16 ? "bf16" : "fp32"; }
-
 // GEMM rates at every model's shapes, for every TP split the model allows up to max_ranks.
 void measure_gemms(const CalibrateOptions& o, Precision p, ClusterSpec& out) {
   std::set<std::tuple<int64_t, int64_t, int64_t>> seen;
@@ -61,7 +59,7 @@ void measure_gemms(const CalibrateOptions& o, Precision p, ClusterSpec& out) {
   if (shapes.empty()) return;
   const std::vector<double> secs = gemm_measure_shapes(shapes, p, o.threads, o.seconds * shapes.size());
   for (size_t i = 0; i < shapes.size(); i++)
-    out.gemm.push_back({shapes[i].rows, shapes[i].in, shapes[i].out, prec_name(p),
+    out.gemm.push_back({shapes[i].rows, shapes[i].in, shapes[i].out, p,
                         6.0 * shapes[i].rows * shapes[i].in * shapes[i].out / secs[i] / 1e9});
 }
 

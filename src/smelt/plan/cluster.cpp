@@ -1,13 +1,16 @@
-// Cluster files (cluster.hpp): TOML in, TOML out, and the measured curves' interpolation.
+// Cluster files (cluster.hpp): TOML in and out through one field table per table of the file, the
+// rules between keys, and the measured curves' interpolation.
 #include "smelt/plan/cluster.hpp"
 
 #include <algorithm>
+#include <span>
 #include <sstream>
 
 #include <fmt/format.h>
 #include <toml++/toml.h>
 
 #include "smelt/common/config.hpp"
+#include "smelt/common/config_schema.hpp"
 #include "smelt/common/files.hpp"
 
 namespace smelt {
@@ -23,13 +26,121 @@ double CommCurve::at(double b) const {
   return std::max(t, seconds[0]);
 }
 
+// Precision's config names, spelled as hw/precision.hpp's precision_name spells them (the [[gemm]]
+// entries' precision key).
+inline constexpr EnumName<Precision> kPrecisionNames[] = {{Precision::kFp32, "fp32"}, {Precision::kBf16, "bf16"}};
+std::span<const EnumName<Precision>> enum_names(Precision) { return kPrecisionNames; }
+
 namespace {
 
-// One [[name]] entry read through ConfigSection (unknown keys and types checked like a section).
-ConfigSection entry_section(const toml::table& entry, const char* name, size_t i, toml::table& holder) {
-  holder = toml::table{};
-  holder.insert_or_assign(fmt::format("{}[{}]", name, i), entry);
-  return ConfigSection(holder, fmt::format("{}[{}]", name, i));
+using C = ClusterSpec;
+
+// The file's tables, in the order cluster_toml writes them.
+const Schema<C>& cluster_schema() {
+  static const Schema<C> s{
+      "cluster",
+      {field("name", &C::name, "printed with every plan"),
+       field("source", &C::source, "where the figures come from"),
+       field("nodes", &C::nodes, "nodes of the cluster", at_least(1)),
+       field("devices_per_node", &C::devices_per_node, "devices a node, one rank each", at_least(1)),
+       field("cores_per_node", &C::cores_per_node,
+             "CPU nodes: the cores the node's ranks share (0: every device is its own processor)"),
+       field("threads_per_rank", &C::threads_per_rank, "threads a rank runs", at_least(1)),
+       field("memory_gb", &C::memory_gb, "memory per device, GB: what a rank may use",
+             above(0, "the memory per device, GB"))}};
+  return s;
+}
+
+const Schema<C>& compute_schema() {
+  static const Schema<C> s{
+      "compute",
+      {field("fp32_gflops", &C::fp32_gflops, "fp32 GEMMs at large shapes, per device"),
+       field("bf16_gflops", &C::bf16_gflops, "bf16 GEMMs at large shapes, per device (0: none)"),
+       field("attention_gflops", &C::attention_gflops, "attention, FLOPs as train_flops_per_token counts them",
+             above(0)),
+       field("elementwise_gb_s", &C::elementwise_gb_s,
+             "the non-GEMM kernels' rate over the bytes the cost model counts", above(0)),
+       field("memory_gb_s", &C::memory_gb_s, "triad bandwidth (reported)"),
+       field("shared_slowdown", &C::shared_slowdown,
+             "CPU nodes: compute time with every core running a rank, over one rank alone", at_least(1, "1: none"))}};
+  return s;
+}
+
+const Schema<C>& network_schema() {
+  static const Schema<C> s{
+      "network",
+      {field("intra_gb_s", &C::intra_gb_s, "inside a node, per rank, one direction", above(0)),
+       field("intra_latency_us", &C::intra_latency_us, "inside a node"),
+       field("inter_gb_s", &C::inter_gb_s, "between nodes, per rank, one direction (> 0 with several nodes)"),
+       field("inter_latency_us", &C::inter_latency_us, "between nodes")}};
+  return s;
+}
+
+const Schema<C>& disk_schema() {
+  static const Schema<C> s{"disk", {field("write_mb_s", &C::disk_write_mb_s, "checkpoint writes")}};
+  return s;
+}
+
+const Schema<C>& runtime_schema() {
+  static const Schema<C> s{
+      "runtime",
+      {field("process_mb", &C::process_mb, "a training process's resident memory beyond its plan: one process"),
+       field("mpi_process_mb", &C::mpi_process_mb, "the same for a rank under mpirun"),
+       field("mp_process_mb", &C::mp_process_mb, "the same for a rank with TP or PP groups (0: as mpi_process_mb)")}};
+  return s;
+}
+
+const Schema<GemmRate>& gemm_schema() {
+  static const Schema<GemmRate> s{
+      "gemm",
+      {field("rows", &GemmRate::rows, "the GEMM's rows (micro-batch rows x seq)", above(0)),
+       field("in", &GemmRate::in, "its input features", above(0)),
+       field("out", &GemmRate::out, "its output features", above(0)),
+       field("precision", &GemmRate::precision, "the numbers it ran in"),
+       field("gflops", &GemmRate::gflops, "measured forward + backward rate", above(0))}};
+  return s;
+}
+
+const Schema<CommCurve>& allreduce_schema() {
+  static const Schema<CommCurve> s{
+      "allreduce",
+      {field("ranks", &CommCurve::ranks, "the group size", at_least(2)),
+       field("bytes", &CommCurve::bytes, "message sizes, increasing"),
+       field("seconds", &CommCurve::seconds, "the all-reduce's time at each")}};
+  return s;
+}
+
+const Schema<CommCurve>& p2p_schema() {
+  static const Schema<CommCurve> s{
+      "p2p",
+      {field("bytes", &CommCurve::bytes, "message sizes, increasing"),
+       field("seconds", &CommCurve::seconds, "one send and its receive at each")}};
+  return s;
+}
+
+const Schema<CommCurve>& sync_schema() {
+  static const Schema<CommCurve> s{
+      "sync",
+      {field("ranks", &CommCurve::ranks, "the group size", at_least(2)),
+       field("segment_s", &CommCurve::bytes, "compute seconds a rank runs between two collectives, increasing"),
+       field("wait_s", &CommCurve::seconds, "the mean wait for the slowest rank beyond the all-reduce's curve")}};
+  return s;
+}
+
+const std::vector<const Schema<C>*>& cluster_tables() {
+  static const std::vector<const Schema<C>*> t = {&cluster_schema(), &compute_schema(), &network_schema(),
+                                                  &disk_schema(), &runtime_schema()};
+  return t;
+}
+
+// One [[name]] entry through its table, read as the section "name[i]" so that messages name it.
+template <class S>
+void read_entry(const Schema<S>& sc, const toml::table& entry, size_t i, S& s, std::vector<std::string>& errs) {
+  Schema<S> at = sc;
+  at.section = fmt::format("{}[{}]", sc.section, i);
+  toml::table holder;
+  holder.insert_or_assign(at.section, entry);
+  schema_read(at, holder, s, errs);
 }
 
 // x, y: the keys' names for the messages ("bytes" and "seconds"; a sync curve's "segment_s" and
@@ -48,6 +159,14 @@ Status check_curve(const CommCurve& c, const std::string& where, const char* x =
   return Status::ok();
 }
 
+// The rules between keys (each key's own limits are checked where its table is read).
+void cluster_validate(const ClusterSpec& c, std::vector<std::string>& errs) {
+  if (c.fp32_gflops <= 0 && c.bf16_gflops <= 0)
+    errs.push_back("[compute] fp32_gflops or bf16_gflops: expected a GEMM rate per device (> 0)");
+  if (c.nodes > 1 && c.inter_gb_s <= 0)
+    errs.push_back("[network] inter_gb_s: expected a bandwidth between nodes (> 0) with several nodes");
+}
+
 }  // namespace
 
 Status cluster_parse(const std::string& text, const std::string& file, ClusterSpec& out) {
@@ -60,50 +179,7 @@ Status cluster_parse(const std::string& text, const std::string& file, ClusterSp
   }
   ClusterSpec c;
   std::vector<std::string> errs;
-  auto take = [&](ConfigSection& s) {
-    for (auto& e : s.finish()) errs.push_back(e);
-  };
-  {
-    ConfigSection s(root, "cluster");
-    s.get("name", c.name);
-    s.get("source", c.source);
-    s.get("nodes", c.nodes);
-    s.get("devices_per_node", c.devices_per_node);
-    s.get("cores_per_node", c.cores_per_node);
-    s.get("threads_per_rank", c.threads_per_rank);
-    s.get("memory_gb", c.memory_gb);
-    take(s);
-  }
-  {
-    ConfigSection s(root, "compute");
-    s.get("fp32_gflops", c.fp32_gflops);
-    s.get("bf16_gflops", c.bf16_gflops);
-    s.get("attention_gflops", c.attention_gflops);
-    s.get("elementwise_gb_s", c.elementwise_gb_s);
-    s.get("memory_gb_s", c.memory_gb_s);
-    s.get("shared_slowdown", c.shared_slowdown);
-    take(s);
-  }
-  {
-    ConfigSection s(root, "network");
-    s.get("intra_gb_s", c.intra_gb_s);
-    s.get("intra_latency_us", c.intra_latency_us);
-    s.get("inter_gb_s", c.inter_gb_s);
-    s.get("inter_latency_us", c.inter_latency_us);
-    take(s);
-  }
-  {
-    ConfigSection s(root, "disk");
-    s.get("write_mb_s", c.disk_write_mb_s);
-    take(s);
-  }
-  {
-    ConfigSection s(root, "runtime");
-    s.get("process_mb", c.process_mb);
-    s.get("mpi_process_mb", c.mpi_process_mb);
-    s.get("mp_process_mb", c.mp_process_mb);
-    take(s);
-  }
+  for (const Schema<C>* sc : cluster_tables()) schema_read(*sc, root, c, errs);
   for (const auto& [k, v] : root) {
     const std::string key(k.str());
     static const char* known[] = {"cluster", "compute", "network", "disk", "runtime", "gemm", "allreduce", "p2p",
@@ -112,7 +188,9 @@ Status cluster_parse(const std::string& text, const std::string& file, ClusterSp
       errs.push_back(fmt::format("[{}]: unknown table (expected cluster, compute, network, disk, runtime, gemm, "
                                  "allreduce, p2p, sync)", key));
   }
-  auto entries = [&](const char* name, auto&& each) {
+  // Each entry of the array of tables named sc.section, handed to each(entry, i) to read, check and keep.
+  auto entries = [&](const auto& sc, auto&& each) {
+    const char* name = sc.section.c_str();
     const toml::node* n = root.get(name);
     if (!n) return;
     const toml::array* a = n->as_array();
@@ -120,59 +198,32 @@ Status cluster_parse(const std::string& text, const std::string& file, ClusterSp
       errs.push_back(fmt::format("{}: expected an array of tables ([[{}]])", name, name));
       return;
     }
-    for (size_t i = 0; i < a->size(); i++) {
-      toml::table holder;
-      ConfigSection s = entry_section(*(*a)[i].as_table(), name, i, holder);
-      each(s, i);
-      take(s);
-    }
+    for (size_t i = 0; i < a->size(); i++) each(*(*a)[i].as_table(), i);
   };
-  entries("gemm", [&](ConfigSection& s, size_t i) {
+  entries(gemm_schema(), [&](const toml::table& e, size_t i) {
     GemmRate g;
-    s.get("rows", g.rows);
-    s.get("in", g.in);
-    s.get("out", g.out);
-    s.get("precision", g.precision);
-    s.get("gflops", g.gflops);
-    if (g.rows <= 0 || g.in <= 0 || g.out <= 0 || g.gflops <= 0 || (g.precision != "fp32" && g.precision != "bf16"))
-      errs.push_back(fmt::format("gemm[{}]: expected positive rows, in, out, gflops and precision fp32 or bf16", i));
+    read_entry(gemm_schema(), e, i, g, errs);
     c.gemm.push_back(g);
   });
-  entries("allreduce", [&](ConfigSection& s, size_t i) {
+  entries(allreduce_schema(), [&](const toml::table& e, size_t i) {
     CommCurve cv;
-    s.get("ranks", cv.ranks);
-    s.get("bytes", cv.bytes);
-    s.get("seconds", cv.seconds);
+    read_entry(allreduce_schema(), e, i, cv, errs);
     if (Status st = check_curve(cv, fmt::format("allreduce[{}]", i)); !st) errs.push_back(st.message());
-    if (cv.ranks < 2) errs.push_back(fmt::format("allreduce[{}]: ranks {}: expected 2 or more", i, cv.ranks));
     c.allreduce.push_back(cv);
   });
-  entries("p2p", [&](ConfigSection& s, size_t i) {
+  entries(p2p_schema(), [&](const toml::table& e, size_t i) {
     if (i > 0) errs.push_back("p2p: expected one [[p2p]] curve");
-    s.get("bytes", c.p2p.bytes);
-    s.get("seconds", c.p2p.seconds);
+    read_entry(p2p_schema(), e, i, c.p2p, errs);
     if (Status st = check_curve(c.p2p, "p2p"); !st) errs.push_back(st.message());
   });
-  entries("sync", [&](ConfigSection& s, size_t i) {
+  entries(sync_schema(), [&](const toml::table& e, size_t i) {
     CommCurve cv;
-    s.get("ranks", cv.ranks);
-    s.get("segment_s", cv.bytes);
-    s.get("wait_s", cv.seconds);
-    if (Status st = check_curve(cv, fmt::format("sync[{}]", i), "segment_s", "wait_s"); !st) errs.push_back(st.message());
-    if (cv.ranks < 2) errs.push_back(fmt::format("sync[{}]: ranks {}: expected 2 or more", i, cv.ranks));
+    read_entry(sync_schema(), e, i, cv, errs);
+    if (Status st = check_curve(cv, fmt::format("sync[{}]", i), "segment_s", "wait_s"); !st)
+      errs.push_back(st.message());
     c.sync.push_back(cv);
   });
-  if (c.nodes < 1 || c.devices_per_node < 1 || c.threads_per_rank < 1)
-    errs.push_back(fmt::format("[cluster] nodes {}, devices_per_node {}, threads_per_rank {}: expected 1 or more",
-                               c.nodes, c.devices_per_node, c.threads_per_rank));
-  if (c.memory_gb <= 0) errs.push_back("[cluster] memory_gb: expected the memory per device (GB, > 0)");
-  if (c.fp32_gflops <= 0 && c.bf16_gflops <= 0)
-    errs.push_back("[compute] fp32_gflops or bf16_gflops: expected a GEMM rate per device (> 0)");
-  if (c.attention_gflops <= 0) errs.push_back("[compute] attention_gflops: expected a rate (> 0)");
-  if (c.elementwise_gb_s <= 0) errs.push_back("[compute] elementwise_gb_s: expected a rate (> 0)");
-  if (c.shared_slowdown < 1) errs.push_back("[compute] shared_slowdown: expected 1 or more");
-  if (c.intra_gb_s <= 0 || (c.nodes > 1 && c.inter_gb_s <= 0))
-    errs.push_back("[network] intra_gb_s (and inter_gb_s with several nodes): expected a bandwidth (> 0)");
+  cluster_validate(c, errs);
   if (!errs.empty()) {
     std::string m = file + ":";
     for (const auto& e : errs) m += "\n  " + e;
@@ -189,41 +240,55 @@ Status cluster_load(const std::string& path, ClusterSpec& out) {
 }
 
 namespace {
-std::string numbers(const std::vector<double>& v) {
-  std::string s = "[";
-  for (size_t i = 0; i < v.size(); i++) s += fmt::format("{}{:.6g}", i ? ", " : "", v[i]);
-  return s + "]";
-}
+
 std::string quoted(const std::string& s) {
   std::stringstream ss;
   ss << toml::value<std::string>(s);
   return ss.str();
 }
+
+// A value as cluster files print it: numbers to 6 significant digits, strings quoted as TOML.
+std::string value_text(const toml::node& n) {
+  if (const auto* s = n.as_string()) return quoted(s->get());
+  if (n.is_floating_point()) return fmt::format("{:.6g}", *n.value<double>());
+  if (const toml::array* a = n.as_array()) {
+    std::string out = "[";
+    for (size_t i = 0; i < a->size(); i++) out += (i ? ", " : "") + value_text(*a->get(i));
+    return out + "]";
+  }
+  return config_value_text(n);
+}
+
+// A table's keys in its schema's order, with the values schema_to_toml gives them.
+template <class S>
+std::string table_text(const std::string& header, const Schema<S>& sc, const S& s) {
+  const toml::table t = schema_to_toml(sc, s);
+  std::string out = header + "\n";
+  for (const auto& f : sc.fields) out += fmt::format("{} = {}\n", f.name, value_text(*t.get(f.name)));
+  return out;
+}
+
 }  // namespace
 
 std::string cluster_toml(const ClusterSpec& c) {
-  std::string t = fmt::format(
-      "[cluster]\nname = {}\nsource = {}\nnodes = {}\ndevices_per_node = {}\ncores_per_node = {}\n"
-      "threads_per_rank = {}\nmemory_gb = {:.6g}\n\n"
-      "[compute]\nfp32_gflops = {:.6g}\nbf16_gflops = {:.6g}\nattention_gflops = {:.6g}\nelementwise_gb_s = {:.6g}\n"
-      "memory_gb_s = {:.6g}\nshared_slowdown = {:.6g}\n\n"
-      "[network]\nintra_gb_s = {:.6g}\nintra_latency_us = {:.6g}\ninter_gb_s = {:.6g}\ninter_latency_us = {:.6g}\n\n"
-      "[disk]\nwrite_mb_s = {:.6g}\n\n[runtime]\nprocess_mb = {:.6g}\nmpi_process_mb = {:.6g}\nmp_process_mb = {:.6g}\n",
-      quoted(c.name), quoted(c.source), c.nodes, c.devices_per_node, c.cores_per_node, c.threads_per_rank,
-      c.memory_gb, c.fp32_gflops, c.bf16_gflops, c.attention_gflops, c.elementwise_gb_s, c.memory_gb_s, c.shared_slowdown, c.intra_gb_s,
-      c.intra_latency_us, c.inter_gb_s, c.inter_latency_us, c.disk_write_mb_s, c.process_mb, c.mpi_process_mb, c.mp_process_mb);
-  for (const GemmRate& g : c.gemm)
-    t += fmt::format("\n[[gemm]]\nrows = {}\nin = {}\nout = {}\nprecision = {}\ngflops = {:.6g}\n", g.rows, g.in, g.out,
-                     quoted(g.precision), g.gflops);
-  for (const CommCurve& a : c.allreduce)
-    t += fmt::format("\n[[allreduce]]\nranks = {}\nbytes = {}\nseconds = {}\n", a.ranks, numbers(a.bytes),
-                     numbers(a.seconds));
-  for (const CommCurve& w : c.sync)
-    t += fmt::format("\n[[sync]]\nranks = {}\nsegment_s = {}\nwait_s = {}\n", w.ranks, numbers(w.bytes),
-                     numbers(w.seconds));
-  if (!c.p2p.bytes.empty())
-    t += fmt::format("\n[[p2p]]\nbytes = {}\nseconds = {}\n", numbers(c.p2p.bytes), numbers(c.p2p.seconds));
+  std::string t;
+  for (const Schema<C>* sc : cluster_tables())
+    t += (t.empty() ? "" : "\n") + table_text("[" + sc->section + "]", *sc, c);
+  for (const GemmRate& g : c.gemm) t += "\n" + table_text("[[gemm]]", gemm_schema(), g);
+  for (const CommCurve& a : c.allreduce) t += "\n" + table_text("[[allreduce]]", allreduce_schema(), a);
+  for (const CommCurve& w : c.sync) t += "\n" + table_text("[[sync]]", sync_schema(), w);
+  if (!c.p2p.bytes.empty()) t += "\n" + table_text("[[p2p]]", p2p_schema(), c.p2p);
   return t;
+}
+
+std::vector<SectionDoc> cluster_config_docs() {
+  std::vector<SectionDoc> d;
+  for (const Schema<C>* sc : cluster_tables()) d.push_back(section_doc(*sc));
+  d.push_back(section_doc(gemm_schema()));
+  d.push_back(section_doc(allreduce_schema()));
+  d.push_back(section_doc(p2p_schema()));
+  d.push_back(section_doc(sync_schema()));
+  return d;
 }
 
 }  // namespace smelt

@@ -2,7 +2,9 @@
 // device's memory and rates, the links inside and between nodes, the disk, a training process's
 // fixed memory; and, when `smelt plan --calibrate` measured them on this machine, GEMM rates at
 // given shapes and the all-reduce and point-to-point time curves (bytes -> seconds). Read from and
-// written to TOML (configs/clusters/*.toml). Not the cost model (cost.hpp).
+// written to TOML (configs/clusters/*.toml). Each table has a field table in cluster.cpp (the keys,
+// their defaults and limits; docs/plan.md lists them); the rules between keys are in cluster_parse.
+// Not the cost model (cost.hpp).
 //
 //   [cluster]  name, source, nodes, devices_per_node, cores_per_node (CPU nodes: the cores the
 //              node's ranks share; 0: every device is its own processor), threads_per_rank,
@@ -29,12 +31,13 @@
 #include <vector>
 
 #include "smelt/common/status.hpp"
+#include "smelt/hw/precision.hpp"
 
 namespace smelt {
 
 struct GemmRate {
   int64_t rows = 0, in = 0, out = 0;
-  std::string precision = "fp32";
+  Precision precision = Precision::kFp32;
   double gflops = 0;
 };
 
@@ -66,5 +69,10 @@ struct ClusterSpec {
 Status cluster_load(const std::string& path, ClusterSpec& out);
 Status cluster_parse(const std::string& toml_text, const std::string& name_for_errors, ClusterSpec& out);
 std::string cluster_toml(const ClusterSpec& c);  // cluster_parse(cluster_toml(c)) == c
+
+// The field tables' docs: [cluster], [compute], [network], [disk], [runtime], then one entry of
+// [[gemm]], [[allreduce]], [[p2p]] and [[sync]] (tests/common/config_docs_test.cpp).
+struct SectionDoc;
+std::vector<SectionDoc> cluster_config_docs();
 
 }  // namespace smelt

@@ -50,11 +50,10 @@ Status layout_parse(const std::string& s, Layout& out) {
 }
 
 double plan_gemm_rate(const ClusterSpec& c, int64_t rows, int64_t in, int64_t out, Precision p) {
-  const char* prec = p == Precision::kBf16 ? "bf16" : "fp32";
   const GemmRate* best = nullptr;
   double best_d = 0;
   for (const GemmRate& g : c.gemm) {
-    if (g.in != in || g.out != out || g.precision != prec) continue;
+    if (g.in != in || g.out != out || g.precision != p) continue;
     const double d = std::fabs(std::log((double)g.rows / (double)rows));
     if (!best || d < best_d) best = &g, best_d = d;
   }
