@@ -28,7 +28,7 @@ struct PrepConfig {
   uint64_t seed = 42;               // sampling draws hash (document id, seed)
   bool only_extract = false;        // extraction alone: no quality, filtering, sampling or dedup
   uint64_t keep_rejected = 0;       // keep this many examples per drop reason in DIR/rejected/
-  uint64_t shard_mb = 256;          // output part size cap, uncompressed MB
+  uint64_t shard_mb = 256;          // output part size cap, uncompressed MiB
   int zstd_level = 3;
   double log_interval_s = 10;       // plain progress lines when stderr is not a terminal
   bool overwrite = false;           // replace a different earlier run in the output folder

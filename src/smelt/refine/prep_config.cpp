@@ -19,7 +19,7 @@ const Schema<PrepConfig>& prep_schema() {
        field("seed", &P::seed, "sampling draws hash (document id, seed)"),
        field("only_extract", &P::only_extract, "extraction alone: no quality, filtering, sampling or dedup"),
        field("keep_rejected", &P::keep_rejected, "keep this many examples per drop reason in DIR/rejected/"),
-       field("shard_mb", &P::shard_mb, "output part size cap, uncompressed MB"),
+       field("shard_mb", &P::shard_mb, "output part size cap, uncompressed MiB"),
        field("zstd_level", &P::zstd_level, "zstd level of the output parts"),
        field("log_interval_s", &P::log_interval_s, "plain progress lines when stderr is not a terminal")},
       {"read", "extract", "quality", "sample", "dedup"}};
