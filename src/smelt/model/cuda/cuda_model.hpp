@@ -1,0 +1,108 @@
+// The Llama-style decoder trained on one NVIDIA GPU (docs/cuda.md): the CPU Model's parameter
+// layout (params.hpp), forward and backward, op for op on the CUDA kernels (kernels/cuda/), with
+// its parameters, gradients, AdamW moments and activations carved from one device allocation
+// planned at init; nothing is allocated on the device in a step. fp32 (the exact path: cuBLAS
+// without TF32) or bf16 mixed precision (bf16 GEMM inputs, fp32 sums, fp32 master weights and
+// AdamW state; bf16 has fp32's exponent range, so no loss scaling). Without a CUDA build, init
+// fails with a message. Not the trainer (train/), not tensor or pipeline parallel, no
+// recomputation.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "smelt/common/batch.hpp"
+#include "smelt/common/status.hpp"
+#include "smelt/kernels/cuda/cuda_kernels.hpp"
+#include "smelt/model/config.hpp"
+#include "smelt/model/params.hpp"
+
+namespace smelt {
+
+struct CudaAdamW {
+  float lr = 3e-4f, beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f, weight_decay = 0.1f;
+  float grad_clip = 1.0f;  // <= 0: no clipping
+};
+
+class CudaModel {
+ public:
+  CudaModel() = default;
+  CudaModel(const CudaModel&) = delete;
+  CudaModel& operator=(const CudaModel&) = delete;
+  ~CudaModel();
+
+  // Plans and allocates everything for batches of at most B*T rows, T <= Tmax, on `device`.
+  // Parameters start at zero: upload_params sets them (from a CPU Model's init or a checkpoint).
+  Status init(const ModelConfig& c, int B, int T, Precision precision, int device = 0);
+  void upload_params(const float* host);        // layout().total floats
+  void download_params(float* host);            // synchronises
+  void download_grads(float* host);             // synchronises
+  void download_moments(float* m, float* v);    // AdamW's first and second moments; synchronises
+  void upload_moments(const float* m, const float* v);
+
+  // Mean loss over targets != -1 (synchronises: the loss is read back). The batch must stay
+  // unchanged until backward (its tokens were uploaded; the host copy is read for the embedding's
+  // backward order).
+  Status forward(const Batch& b, float& loss);
+  // Parameter gradients ADD into the device gradients; dloss 0: 1 / (targets != -1).
+  void backward(float dloss = 0.0f);
+  void zero_grad();
+  // Clips by the global norm (returned) and takes one AdamW step t (from 1) on every tensor,
+  // weight decay where ParamTensor::decay is set.
+  double optimizer_step(const CudaAdamW& o, int64_t t);
+  // Per-token losses of the last forward (N floats; synchronises).
+  std::vector<float> token_losses();
+  // Waits for the device; the error of anything queued (empty when fine).
+  std::string sync();
+
+  const ModelConfig& config() const { return cfg_; }
+  const ParamLayout& layout() const { return layout_; }
+  Precision precision() const { return precision_; }
+  int64_t device_bytes() const { return bytes_; }
+  // The allocation's table: one line per slice, in MiB.
+  std::string memory_report() const;
+
+ private:
+  struct LayerBufs {
+    float *ln1, *rstd1, *qkv, *att, *lse, *xmid, *ln2, *rstd2, *gu, *sw;
+  };
+  void layer_forward(int l, int B, int T);
+  void layer_backward(int l, int B, int T);
+  void linear_forward(float* out, const float* inp, int64_t w, int N, int IC, int OC, float beta);
+  void linear_backward(float* dinp, int64_t w, const float* dout, const float* inp, int N, int IC, int OC);
+  // Carves `count` elements of `bytes_each` from the allocation (256-byte aligned); plan_ only
+  // records when base_ is null (the first of init's two passes).
+  void* carve(const char* name, int64_t count, int64_t bytes_each);
+  void plan_buffers();
+
+  ModelConfig cfg_;
+  ParamLayout layout_;
+  Precision precision_ = Precision::kFp32;
+  int Bmax_ = 0, Tmax_ = 0;
+  cuda::Stream stream_ = nullptr;
+  cuda::Blas* blas_ = nullptr;
+  char* base_ = nullptr;
+  int64_t bytes_ = 0, at_ = 0;
+  std::vector<std::pair<std::string, int64_t>> slices_;
+
+  float *params_ = nullptr, *grads_ = nullptr, *m_ = nullptr, *v_ = nullptr;
+  uint16_t *w16_ = nullptr, *x16_ = nullptr, *d16_ = nullptr;
+  std::vector<float*> resid_;
+  std::vector<LayerBufs> layers_;
+  float *lnf_ = nullptr, *rstdf_ = nullptr, *logits_ = nullptr, *losses_ = nullptr, *lse_ce_ = nullptr;
+  float *dres_ = nullptr, *dln_ = nullptr, *dqkv_ = nullptr, *datt_ = nullptr, *dgu_ = nullptr, *dsw_ = nullptr;
+  float *delta_ = nullptr, *norm_scratch_ = nullptr, *rope_ = nullptr;
+  double* norm_partials_ = nullptr;
+  int32_t *inputs_ = nullptr, *targets_ = nullptr, *segments_ = nullptr, *positions_ = nullptr;
+  int32_t *emb_order_ = nullptr, *emb_starts_ = nullptr, *emb_tokens_ = nullptr;
+
+  // The last forward's batch shape and what the backward needs from it.
+  int B_ = 0, T_ = 0, U_ = 0;
+  bool has_seg_ = false, has_pos_ = false;
+  int64_t valid_ = 0;
+  std::vector<int32_t> h_order_, h_starts_, h_tokens_, h_count_;  // embedding order, built on the host
+  std::vector<float> h_losses_;
+};
+
+}  // namespace smelt
