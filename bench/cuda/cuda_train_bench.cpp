@@ -5,6 +5,7 @@
 // split. Random tokens (throughput does not depend on them). Prints a table and one JSON line.
 //   cuda_train_bench CONFIG.toml [--batch B] [--seq T] [--precision bf16|fp32] [--steps N]
 //                    [--peak-tflops 989]
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <random>
@@ -61,7 +62,7 @@ double gemm_tflops(cuda::Stream s) {
 }
 
 // Seconds per call of the attention's forward and backward at the model's shape.
-std::pair<double, double> attention_seconds(const ModelConfig& c, int B, int T, cuda::Stream s) {
+std::pair<double, double> attention_seconds(const ModelConfig& c, int B, int T, bool bf16, cuda::Stream s) {
   const int64_t N = (int64_t)B * T, QKV = c.qkv_size(), A = (int64_t)c.n_heads * c.head_size();
   std::vector<float> host(N * QKV);
   std::mt19937 g(2);
@@ -73,22 +74,32 @@ std::pair<double, double> attention_seconds(const ModelConfig& c, int B, int T, 
   float* dout = static_cast<float*>(cuda::device_alloc(N * A * 4));
   float* lse = static_cast<float*>(cuda::device_alloc(N * c.n_heads * 4));
   float* delta = static_cast<float*>(cuda::device_alloc(N * c.n_heads * 4));
+  auto* qkv16 = static_cast<uint16_t*>(cuda::device_alloc(N * QKV * 2));
+  auto* dout16 = static_cast<uint16_t*>(cuda::device_alloc(N * A * 2));
+  const int NH = c.n_heads, NKV = c.n_kv_heads, HS = c.head_size();
+  auto fwd = [&] {
+    if (bf16) cuda::attention_forward_bf16(out, lse, qkv16, qkv, nullptr, B, T, NH, NKV, HS, s);
+    else cuda::attention_forward(out, lse, qkv, nullptr, B, T, NH, NKV, HS, s);
+  };
+  auto bwd = [&] {
+    if (bf16) cuda::attention_backward_bf16(dqkv, delta, qkv16, dout16, dout, qkv, out, lse, nullptr, B, T, NH, NKV, HS, s);
+    else cuda::attention_backward(dqkv, delta, dout, qkv, out, lse, nullptr, B, T, NH, NKV, HS, s);
+  };
   cuda::copy_to_device(qkv, host.data(), N * QKV * 4, s);
   cuda::copy_to_device(dout, host.data(), N * A * 4, s);
   cuda::Timer* t = cuda::timer_create();
   const int reps = 5;
-  cuda::attention_forward(out, lse, qkv, nullptr, B, T, c.n_heads, c.n_kv_heads, c.head_size(), s);
+  fwd();
+  bwd();
   cuda::timer_start(t, s);
-  for (int i = 0; i < reps; i++)
-    cuda::attention_forward(out, lse, qkv, nullptr, B, T, c.n_heads, c.n_kv_heads, c.head_size(), s);
+  for (int i = 0; i < reps; i++) fwd();
   const double f = cuda::timer_stop_seconds(t, s) / reps;
   cuda::timer_start(t, s);
-  for (int i = 0; i < reps; i++)
-    cuda::attention_backward(dqkv, delta, dout, qkv, out, lse, nullptr, B, T, c.n_heads, c.n_kv_heads, c.head_size(),
-                             s);
+  for (int i = 0; i < reps; i++) bwd();
   const double b = cuda::timer_stop_seconds(t, s) / reps;
   cuda::timer_destroy(t);
   for (float* p : {qkv, dqkv, out, dout, lse, delta}) cuda::device_free(p);
+  cuda::device_free(qkv16), cuda::device_free(dout16);
   return {f, b};
 }
 }  // namespace
@@ -175,7 +186,24 @@ int main(int argc, char** argv) {
     if (s == 1 || s % 10 == 0) std::printf("step %3d  loss %.4f  %.1f ms\n", s, loss, all * 1e3);
   }
   cuda::timer_destroy(t);
-  const auto [af, ab] = attention_seconds(c, a.B, a.T, nullptr);
+  // Where the step's time goes: 3 more steps with an event between op families.
+  m.set_profiling(true);
+  for (int s = 1; s <= 3; s++) {
+    if (!m.forward(b, loss)) return 1;
+    m.zero_grad();
+    m.backward();
+    (void)m.optimizer_step(o, warm + a.steps + s);
+    (void)m.sync();
+  }
+  auto prof = m.profile_ms();
+  double prof_total = 0;
+  for (const auto& [name, ms] : prof) prof_total += ms;
+  std::sort(prof.begin(), prof.end(), [](const auto& x, const auto& y) { return x.second > y.second; });
+  std::printf("profile (GPU time per step by op family, %.2f ms in all):\n", prof_total / 3);
+  for (const auto& [name, ms] : prof)
+    if (ms > 0) std::printf("  %-22s %8.2f ms  %5.1f%%\n", name.c_str(), ms / 3, 100 * ms / prof_total);
+  const bool attn16 = a.precision == Precision::kBf16 && cuda::attention_bf16_supported(c.head_size());
+  const auto [af, ab] = attention_seconds(c, a.B, a.T, attn16, nullptr);
   const double step = total / a.steps, tok_s = N / step;
   const double flops = train_flops_per_token(c, a.T) * tok_s;
   const char* prec = a.precision == Precision::kBf16 ? "bf16" : "fp32";
@@ -186,8 +214,8 @@ int main(int argc, char** argv) {
               tok_s, flops / 1e12);
   std::printf("MFU %.1f%% of the %.0f TFLOP/s datasheet peak; %.1f%% of the %.0f TFLOP/s bf16 GEMM rate measured here\n",
               100 * flops / (a.peak_tflops * 1e12), a.peak_tflops, 100 * flops / (gemm * 1e12), gemm);
-  std::printf("attention per step (all %d layers): forward %.2f ms, backward %.2f ms = %.1f%% of the step\n",
-              c.n_layers, af * c.n_layers * 1e3, ab * c.n_layers * 1e3, 100 * (af + ab) * c.n_layers / step);
+  std::printf("attention (%s) per step, all %d layers: forward %.2f ms, backward %.2f ms = %.1f%% of the step\n",
+              attn16 ? "bf16 tensor cores" : "fp32", c.n_layers, af * c.n_layers * 1e3, ab * c.n_layers * 1e3, 100 * (af + ab) * c.n_layers / step);
   std::printf("{\"gpu\":\"%s\",\"config\":\"%s\",\"precision\":\"%s\",\"B\":%d,\"T\":%d,\"step_ms\":%.3f,"
               "\"tokens_per_s\":%.0f,\"tflops\":%.2f,\"mfu_peak\":%.4f,\"gemm_tflops\":%.1f,\"attn_fwd_ms\":%.3f,"
               "\"attn_bwd_ms\":%.3f,\"loss\":%.4f}\n",

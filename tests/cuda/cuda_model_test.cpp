@@ -5,7 +5,13 @@
 #include <cmath>
 #include <random>
 
+#include <unistd.h>
+
 #include "cuda/cuda_test_util.hpp"
+#include <filesystem>
+#include <sstream>
+
+#include "smelt/ckpt/checkpoint.hpp"
 #include "smelt/kernels/kernels.hpp"
 #include "smelt/model/cuda/cuda_model.hpp"
 #include "smelt/model/model.hpp"
@@ -75,13 +81,15 @@ void check_loss_and_grads(Precision p, double loss_bound, double grad_bound) {
   const Batch b = make_batch(B, T, c.vocab_size, 7);
   float lc = 0, lg = 0;
   ASSERT_TRUE(m.cpu.forward(b, lc).is_ok());
+  ASSERT_TRUE(m.gpu.forward(b, lg).is_ok());
+  const char* name = p == Precision::kBf16 ? "bf16" : "fp32";
+  const double hc = m.cpu.prediction_entropy(128), hg = m.gpu.prediction_entropy(128);
+  report(std::string(name) + " prediction entropy", std::fabs(hg - hc) / hc, p == Precision::kBf16 ? 2e-3 : 1e-5);
   m.cpu.zero_grad();
   m.cpu.backward();
-  ASSERT_TRUE(m.gpu.forward(b, lg).is_ok());
   m.gpu.zero_grad();
   m.gpu.backward();
   ASSERT_EQ(m.gpu.sync(), "");
-  const char* name = p == Precision::kBf16 ? "bf16" : "fp32";
   report(std::string(name) + " loss", std::fabs(lg - lc) / lc, loss_bound);
   const auto tl = m.gpu.token_losses();
   report(std::string(name) + " token losses", norm_err(tl.data(), m.cpu.token_losses(), tl.size()), loss_bound);
@@ -197,6 +205,136 @@ TEST(CudaModel, Fp32TrainingFollowsTheCpuFor50Steps) {
 TEST(CudaModel, Bf16TrainingFollowsTheCpuFor50Steps) {
   SMELT_REQUIRE_CUDA_DEVICE();
   check_training(Precision::kBf16);
+}
+
+// Saves the GPU model's parameters and AdamW moments as the trainer names them (the tensor's
+// name; optim.m.NAME, optim.v.NAME) through the checkpoint writer.
+void save_gpu_checkpoint(CudaModel& g, const std::string& run, int64_t step, std::vector<float>& p,
+                         std::vector<float>& m, std::vector<float>& v) {
+  const ParamLayout& lay = g.layout();
+  p.resize(lay.total), m.resize(lay.total), v.resize(lay.total);
+  g.download_params(p.data());
+  g.download_moments(m.data(), v.data());
+  CkptSaveRequest r;
+  r.step = step;
+  toml::table root;
+  root.insert("model", model_config_to_toml(g.config()));
+  std::ostringstream cfg;
+  cfg << root;
+  r.config_toml = cfg.str();
+  for (const ParamTensor& t : lay.tensors) {
+    const std::vector<int64_t> shape = t.cols > 1 ? std::vector<int64_t>{t.rows, t.cols} : std::vector<int64_t>{t.rows};
+    r.tensors.push_back({t.name, shape, p.data() + t.offset});
+    r.tensors.push_back({"optim.m." + t.name, shape, m.data() + t.offset});
+    r.tensors.push_back({"optim.v." + t.name, shape, v.data() + t.offset});
+  }
+  ASSERT_TRUE(ckpt_save(run, r).is_ok());
+}
+
+// GPU -> checkpoint files -> CPU: the CPU model loaded from the files gives the GPU's loss; and
+// files -> a new GPU model: the resumed run's next steps have the bits of the run that went on.
+void check_checkpoint_round_trip(Precision p) {
+  const ModelConfig c = small_config();
+  const int B = 2, T = 96;
+  const std::string run = (std::filesystem::temp_directory_path() /
+                           ("smelt_cuda_ckpt_" + std::to_string(::getpid()) + (p == Precision::kBf16 ? "_bf16" : "")))
+                              .string();
+  std::filesystem::remove_all(run);
+  Model init;
+  ASSERT_TRUE(init.init(c, B, T, 2, 1234).is_ok());
+  CudaModel a;
+  ASSERT_TRUE(a.init(c, B, T, p).is_ok());
+  a.upload_params(init.params());
+  CudaAdamW o;
+  float loss = 0;
+  for (int s = 1; s <= 5; s++) {
+    ASSERT_TRUE(a.forward(training_batch(s, c.vocab_size), loss).is_ok());
+    a.zero_grad();
+    a.backward();
+    (void)a.optimizer_step(o, s);
+  }
+  std::vector<float> pa, ma, va;
+  save_gpu_checkpoint(a, run, 5, pa, ma, va);
+  const std::string dir = ckpt_step_dir(run, 5);
+  ASSERT_TRUE(ckpt_verify(dir).is_ok());
+
+  ModelConfig loaded_cfg;
+  std::vector<float> loaded;
+  CkptManifest man;
+  ASSERT_TRUE(ckpt_load_model(dir, loaded_cfg, loaded, &man).is_ok());
+  ASSERT_EQ(loaded, pa);
+  Model cpu;
+  cpu.set_precision(p);
+  ASSERT_TRUE(cpu.init(loaded_cfg, B, T, 2, 7).is_ok());
+  std::copy(loaded.begin(), loaded.end(), cpu.params());
+  const Batch probe = make_batch(B, T, c.vocab_size, 777);
+  float lc = 0, lg = 0;
+  ASSERT_TRUE(cpu.forward(probe, lc).is_ok());
+  ASSERT_TRUE(a.forward(probe, lg).is_ok());
+  report("checkpoint GPU -> files -> CPU, loss", std::fabs(lc - lg) / lg, p == Precision::kBf16 ? 2e-3 : 1e-5);
+
+  std::vector<float> m(loaded.size()), v(loaded.size());
+  for (const ParamTensor& t : a.layout().tensors) {
+    ASSERT_TRUE(ckpt_load_tensor(dir, man, "optim.m." + t.name, m.data() + t.offset, t.size()).is_ok());
+    ASSERT_TRUE(ckpt_load_tensor(dir, man, "optim.v." + t.name, v.data() + t.offset, t.size()).is_ok());
+  }
+  ASSERT_EQ(m, ma);
+  ASSERT_EQ(v, va);
+  CudaModel b;
+  ASSERT_TRUE(b.init(c, B, T, p).is_ok());
+  b.upload_params(loaded.data());
+  b.upload_moments(m.data(), v.data());
+  for (int s = 6; s <= 8; s++) {
+    float l1 = 0, l2 = 0;
+    const Batch bt = training_batch(s, c.vocab_size);
+    ASSERT_TRUE(a.forward(bt, l1).is_ok());
+    ASSERT_TRUE(b.forward(bt, l2).is_ok());
+    EXPECT_EQ(l1, l2) << "step " << s;
+    for (CudaModel* g : {&a, &b}) {
+      g->zero_grad();
+      g->backward();
+      (void)g->optimizer_step(o, s);
+    }
+  }
+  std::vector<float> p1(loaded.size()), p2(loaded.size());
+  a.download_params(p1.data());
+  b.download_params(p2.data());
+  EXPECT_EQ(p1, p2) << "the resumed run's parameters differ from the uninterrupted run's";
+  std::filesystem::remove_all(run);
+}
+
+TEST(CudaModel, Fp32CheckpointRoundTripGpuToCpuAndResume) {
+  SMELT_REQUIRE_CUDA_DEVICE();
+  check_checkpoint_round_trip(Precision::kFp32);
+}
+
+TEST(CudaModel, Bf16CheckpointRoundTripGpuToCpuAndResume) {
+  SMELT_REQUIRE_CUDA_DEVICE();
+  check_checkpoint_round_trip(Precision::kBf16);
+}
+
+// Same inputs, same bits: two GPU models taking the same steps end with identical parameters.
+TEST(CudaModel, TrainingIsDeterministic) {
+  SMELT_REQUIRE_CUDA_DEVICE();
+  const ModelConfig c = small_config();
+  Model init;
+  ASSERT_TRUE(init.init(c, 2, 96, 2, 1234).is_ok());
+  std::vector<float> out[2];
+  for (auto& params : out) {
+    CudaModel g;
+    ASSERT_TRUE(g.init(c, 2, 96, Precision::kBf16).is_ok());
+    g.upload_params(init.params());
+    for (int s = 1; s <= 5; s++) {
+      float loss = 0;
+      ASSERT_TRUE(g.forward(training_batch(s, c.vocab_size), loss).is_ok());
+      g.zero_grad();
+      g.backward();
+      (void)g.optimizer_step(CudaAdamW{}, s);
+    }
+    params.resize(g.layout().total);
+    g.download_params(params.data());
+  }
+  EXPECT_EQ(out[0], out[1]);
 }
 
 TEST(CudaModel, InitWithoutADeviceSaysWhy) {

@@ -100,6 +100,7 @@ class Model {
   const ModelConfig& config() const { return cfg_; }
   const ParamLayout& layout() const { return layout_; }
   float* params() { return params_.data(); }
+  const float* params() const { return params_.data(); }
   float* grads() { return grads_.data(); }
   const Activations& acts() const { return acts_; }
   const MemoryPlan& plan() const { return plan_; }

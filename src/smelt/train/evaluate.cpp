@@ -81,12 +81,22 @@ Status eval_loader_open(const LoaderConfig& base, const std::string& sources, in
 
 Status evaluate(Model& m, const LoaderConfig& base, const std::string& sources, int64_t max_tokens, EvalResult& r,
                 const EvalText* text, std::vector<int32_t>* targets, const EvalForward& forward) {
+  EvalModel em;
+  em.max_seq_len = m.config().max_seq_len;
+  em.forward = forward ? forward : [&m](const Batch& b, float& loss) { return m.forward_loss(b, loss); };
+  em.token_losses = [&m] { return m.token_losses(); };
+  em.entropy = [&m] { return m.prediction_entropy(128); };
+  return evaluate(em, base, sources, max_tokens, r, text, targets);
+}
+
+Status evaluate(const EvalModel& m, const LoaderConfig& base, const std::string& sources, int64_t max_tokens,
+                EvalResult& r, const EvalText* text, std::vector<int32_t>* targets) {
   r = EvalResult{};
   const auto t0 = std::chrono::steady_clock::now();
   if (targets) targets->clear();
   Loader loader;
   uint64_t available = 0;
-  if (Status s = eval_loader_open(base, sources, m.config().max_seq_len, loader, available); !s) return s;
+  if (Status s = eval_loader_open(base, sources, m.max_seq_len, loader, available); !s) return s;
   // Never read past one pass over the held-out tokens.
   const uint64_t limit = std::min<uint64_t>((uint64_t)max_tokens, available);
   double sum = 0.0;
@@ -94,8 +104,8 @@ Status evaluate(Model& m, const LoaderConfig& base, const std::string& sources, 
   while (r.tokens < limit) {
     const Batch& b = loader.next();
     float loss = 0;
-    if (Status s = forward ? forward(b, loss) : m.forward_loss(b, loss); !s) return s;
-    r.entropy += m.prediction_entropy(128);
+    if (Status s = m.forward(b, loss); !s) return s;
+    r.entropy += m.entropy();
     const float* losses = m.token_losses();
     const int N = b.B * b.T;
     for (int n = 0; n < N && r.tokens < limit; n++)

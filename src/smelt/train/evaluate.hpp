@@ -47,6 +47,17 @@ using EvalForward = std::function<Status(const Batch&, float&)>;
 Status evaluate(Model& m, const LoaderConfig& base, const std::string& sources, int64_t max_tokens, EvalResult& r,
                 const EvalText* text = nullptr, std::vector<int32_t>* targets = nullptr,
                 const EvalForward& forward = {});
+// What evaluate reads of a model: a batch's loss, then that forward's per-token losses and mean
+// prediction entropy (over up to 128 rows). The overload above fills it from a Model; the trainer
+// fills it from the GPU model ([train] device = "cuda").
+struct EvalModel {
+  int max_seq_len = 0;
+  EvalForward forward;
+  std::function<const float*()> token_losses;
+  std::function<double()> entropy;
+};
+Status evaluate(const EvalModel& m, const LoaderConfig& base, const std::string& sources, int64_t max_tokens,
+                EvalResult& r, const EvalText* text = nullptr, std::vector<int32_t>* targets = nullptr);
 
 // The text of evaluated targets: tokens decoded, each end-of-document token a newline, other
 // special tokens nothing. Its size is the EvalResult's bytes.

@@ -32,6 +32,11 @@ inline constexpr EnumName<GemmRequest> kGemmRequestNames[] = {
     {GemmRequest::kAuto, "auto"}, {GemmRequest::kOpenblas, "openblas"}, {GemmRequest::kOnednn, "onednn"}};
 inline std::span<const EnumName<GemmRequest>> enum_names(GemmRequest) { return kGemmRequestNames; }
 
+// [train] device: where the model's steps run (cuda: one NVIDIA GPU, docs/cuda.md).
+enum class DeviceKind { kCpu, kCuda };
+inline constexpr EnumName<DeviceKind> kDeviceKindNames[] = {{DeviceKind::kCpu, "cpu"}, {DeviceKind::kCuda, "cuda"}};
+inline std::span<const EnumName<DeviceKind>> enum_names(DeviceKind) { return kDeviceKindNames; }
+
 // [ckpt] on_error: what a failed save does to the run.
 enum class CkptOnError { kStop, kContinue };
 inline constexpr EnumName<CkptOnError> kCkptOnErrorNames[] = {{CkptOnError::kStop, "stop"},
@@ -58,6 +63,7 @@ struct TrainOptions {            // [train]
   double peak_gflops = 0;        // MFU denominator; 0 = the GEMM rate measured at the model's shapes
   PrecisionMode precision = PrecisionMode::kFp32;  // linear layers (bf16: bf16 inputs, fp32 sums and master weights)
   GemmRequest gemm = GemmRequest::kAuto;           // fp32 GEMM back end
+  DeviceKind device = DeviceKind::kCpu;            // where forward, backward and AdamW run
   double status_interval_s = 10; // console status lines when stderr is not a terminal
 };
 

@@ -39,6 +39,7 @@
 #include "smelt/obs/vitals.hpp"
 #include "smelt/obs/trace.hpp"
 #include "smelt/tokenizer/tokenizer.hpp"
+#include "smelt/train/device_run.hpp"
 #include "smelt/train/parallel.hpp"
 #include "smelt/train/pipeline.hpp"
 #include "smelt/train/run_memory.hpp"
@@ -189,6 +190,10 @@ class Trainer {
   LoaderConfig data_;  // the data as this run reads it: with the quarantined documents (exclude)
   Model model_;
   AdamW opt_;  // its moments: this rank's ZeRO-1 range (bounds_) or the whole buffer
+  // [train] device = "cuda": the steps run here; model_ and opt_ hold the state only at
+  // checkpoints (DeviceRun::to_host) and hand it over after a resume or rollback (from_host).
+  std::unique_ptr<DeviceRun> gpu_;
+  Status setup_device(Precision precision);
   Feed feed_;
   std::unique_ptr<Tokenizer> tok_;
   EvalText eval_text_;  // token byte lengths for bits per byte (empty without a tokenizer)
@@ -332,8 +337,9 @@ Status Trainer::setup() {
   const int dp = grid_.dp;
   if (c_.dist.zero == 1 && dp > 1) bounds_ = zero_shard_bounds(param_layout(c_.model, shard_).total, dp);
   // auto: bf16 where the CPU has bf16 units (its GEMMs then run 2-4x fp32's), fp32 elsewhere.
+  const bool cuda = c_.train.device == DeviceKind::kCuda;
   const bool bf16 = c_.train.precision == PrecisionMode::kBf16 ||
-                    (c_.train.precision == PrecisionMode::kAuto && gemm_bf16_native());
+                    (c_.train.precision == PrecisionMode::kAuto && (cuda || gemm_bf16_native()));
   const Precision precision = bf16 ? Precision::kBf16 : Precision::kFp32;
   model_.set_precision(precision);
   const int slots = pipeline_slots(shard_.pp, shard_.stage, c_.train.grad_accum);
@@ -372,9 +378,13 @@ Status Trainer::setup() {
   }
   reducer_ = grad_reducer_create(reduce, dp_comm(), model_.layout().total, bounds_, threads_);
   model_.set_entropy_rows(c_.train.entropy_rows);
-  if (Status s = gemm_select(enum_name(c_.train.gemm), c_.model, B_, T_, precision, threads_, gemm_); !s) return s;
-  peak_ = cpu_peak(cpu_info_measured(), precision, threads_);
-  gemm_gflops_ = c_.train.peak_gflops > 0 ? c_.train.peak_gflops : gemm_.gflops;
+  if (cuda) {
+    if (Status s = setup_device(precision); !s) return s;
+  } else {
+    if (Status s = gemm_select(enum_name(c_.train.gemm), c_.model, B_, T_, precision, threads_, gemm_); !s) return s;
+    peak_ = cpu_peak(cpu_info_measured(), precision, threads_);
+    gemm_gflops_ = c_.train.peak_gflops > 0 ? c_.train.peak_gflops : gemm_.gflops;
+  }
   // Steps: the configured count, or what max_tokens needs at full batches.
   const int64_t tokens_per_step = (int64_t)B_ * T_ * c_.train.grad_accum;
   total_steps_ = c_.train.steps > 0 ? c_.train.steps
@@ -399,8 +409,27 @@ Status Trainer::setup() {
   config_text_ = train_config_to_string(resolved);
   if (lead_)
     if (Status s = files_write_atomic((fs::path(run_dir_) / "config.toml").string(), config_text_); !s) return s;
-  if (c_.train.grad_accum > 1) acc_.assign(model_.layout().total, 0.0f);
+  if (c_.train.grad_accum > 1 && !gpu_) acc_.assign(model_.layout().total, 0.0f);  // (the GPU adds micro-batches in place)
   data_ = c_.data;
+  return Status::ok();
+}
+
+// [train] device = "cuda": one process on one GPU. What the GPU path does not do yet is refused
+// here by name; the MFU is against the device's GEMM rate measured now (or [train] peak_gflops).
+Status Trainer::setup_device(Precision precision) {
+  const HealthConfig& h = c_.health;
+  std::string no;
+  if (comm_->size() > 1) no = fmt::format("{} ranks (data, tensor and pipeline parallel run on the CPU only for now)",
+                                          comm_->size());
+  else if (!h.inject_nan_steps.empty()) no = "[health] inject_nan_steps (fault injection writes host gradients)";
+  if (!no.empty()) return Status::error("[train] device = \"cuda\" does not take " + no);
+  if (Status s = DeviceRun::open(c_.model, model_, B_, T_, precision, gpu_); !s) return s;
+  if (c_.train.sparsity_every > 0)
+    spdlog::info("[train] sparsity_every: attention sparsity is not measured on the GPU; the lines carry none");
+  gemm_gflops_ = c_.train.peak_gflops > 0 ? c_.train.peak_gflops : gpu_->gemm_gflops();
+  peak_ = PeakRate{};
+  peak_.gflops = gemm_gflops_;
+  peak_.unit = "the device's measured GEMM rate";
   return Status::ok();
 }
 
@@ -462,6 +491,7 @@ Status Trainer::resume_from_checkpoint() {
     return Status::error(fmt::format("{}: the checkpoint's [model] differs from this run's; resume with the same "
                                      "[model] section (stored in {}/config.toml)", dir, dir));
   if (Status s = train_state_load_tensors(tensors(), dir, m); !s) return s;
+  if (gpu_) gpu_->from_host(model_, opt_);
   const json& st = m.state;
   try {
     step_ = st.at("step").get<int64_t>();
@@ -647,6 +677,10 @@ Status Trainer::save(int64_t step, const char* why, ojson* line) {
   r.tokenizer_path = c_.train.tokenizer;
   r.state = state_json();
   r.throttle_mb_s = c_.ckpt.inject_write_mb_s;
+  if (gpu_) {  // the device's state into the host buffers the save reads (after the last save's copy of them)
+    if (writer_) writer_->staged();
+    gpu_->to_host(model_, opt_);
+  }
   train_state_add_tensors(tensors(), parts, r);
   Status saved;
   double stall_ms = 0;
@@ -723,7 +757,16 @@ Status Trainer::eval_now(int64_t step, ojson* line) {
   const EvalText* text = eval_text_.bytes.empty() ? nullptr : &eval_text_;
   EvalForward pipe;
   if (shard_.pp > 1) pipe = [this](const Batch& b, float& loss) { return pipeline_forward_loss(b, loss); };
-  if (Status s = evaluate(model_, data_, c_.eval.data, c_.eval.tokens, r, text, nullptr, pipe); !s) return s;
+  if (gpu_) {
+    EvalModel em;
+    em.max_seq_len = c_.model.max_seq_len;
+    em.forward = [this](const Batch& b, float& loss) { return gpu_->forward(b, loss); };
+    em.token_losses = [this] { return gpu_->token_losses(); };
+    em.entropy = [this] { return gpu_->entropy(128); };
+    if (Status s = evaluate(em, data_, c_.eval.data, c_.eval.tokens, r, text); !s) return s;
+  } else if (Status s = evaluate(model_, data_, c_.eval.data, c_.eval.tokens, r, text, nullptr, pipe); !s) {
+    return s;
+  }
   if (model_parallel()) {  // the numbers of the one rank that has them (the last stage's TP rank 0 of replica 0)
     const bool speaks = contributes_ && grid_.dp_rank == 0;
     double v[5] = {r.loss, r.entropy, r.perplexity, r.bits_per_byte, (double)r.bytes};
@@ -786,6 +829,7 @@ Status Trainer::rollback(int64_t step) {
   CkptManifest m;
   if (Status s = ckpt_read_manifest(dir, m); !s) return s;
   if (Status s = train_state_load_tensors(tensors(), dir, m); !s) return s;
+  if (gpu_) gpu_->from_host(model_, opt_);
   // The data since that checkpoint is skipped: the loader keeps its position, and the window's
   // documents go to quarantine.jsonl.
   LoaderPosition from;
@@ -860,11 +904,18 @@ Status Trainer::start() {
                run_dir_, total_steps_, c_.train.grad_accum, B_, T_,
                comm_->size() > 1 ? fmt::format(" on each of {} ranks", comm_->size()) : std::string(), threads_,
                precision_name(model_.precision()));
-  spdlog::info("{}; {}", gemm_.report(), blas_core().note());
-  spdlog::info("MFU against {:.1f} GFLOP/s{} and against the CPU's peak {:.1f} GFLOP/s ({:.0f} FLOP/cycle x {} "
-               "cores x {:.0f} MHz from {}, {})", gemm_gflops_,
-               c_.train.peak_gflops > 0 ? " ([train] peak_gflops)" : " (the model's GEMMs, measured)", peak_.gflops,
-               peak_.flop_per_cycle, threads_, cpu_info_measured().mhz, cpu_info_measured().mhz_source, peak_.unit);
+  if (gpu_) {
+    spdlog::info("device: {} (CUDA), {:.1f} MiB planned on it:\n{}", gpu_->device_name(),
+                 gpu_->device_bytes() / 1048576.0, gpu_->memory_report());
+    spdlog::info("MFU against {:.1f} GFLOP/s{}", gemm_gflops_,
+                 c_.train.peak_gflops > 0 ? " ([train] peak_gflops)" : " (a 4096^3 GEMM on the device, measured)");
+  } else {
+    spdlog::info("{}; {}", gemm_.report(), blas_core().note());
+    spdlog::info("MFU against {:.1f} GFLOP/s{} and against the CPU's peak {:.1f} GFLOP/s ({:.0f} FLOP/cycle x {} "
+                 "cores x {:.0f} MHz from {}, {})", gemm_gflops_,
+                 c_.train.peak_gflops > 0 ? " ([train] peak_gflops)" : " (the model's GEMMs, measured)", peak_.gflops,
+                 peak_.flop_per_cycle, threads_, cpu_info_measured().mhz, cpu_info_measured().mhz_source, peak_.unit);
+  }
   tty_ = isatty(STDERR_FILENO);
   run_start_s_ = now_s();
   if (!c_.eval.data.empty() && step_ == 0) {
@@ -1108,20 +1159,22 @@ float Trainer::micro_dloss(const Batch& b) const {
 Status Trainer::forward_micro(const Batch& b, int micro, StepStats& st) {
   float loss = 0;
   const double tf = now_s();
-  if (Status s = model_.forward(b, loss, micro_dloss(b)); !s)
+  if (Status s = gpu_ ? gpu_->forward(b, loss) : model_.forward(b, loss, micro_dloss(b)); !s)
     return Status::error(fmt::format("step {}: {}", step_ + 1, s.message()));
   st.forward_ms += (now_s() - tf) * 1e3;
   st.T = b.T;
-  if (shard_.last() && c_.train.entropy_rows > 0) {
+  if (gpu_) {
+    st.entropy += gpu_->entropy(c_.train.entropy_rows);
+  } else if (shard_.last() && c_.train.entropy_rows > 0) {
     const double h = model_.prediction_entropy(c_.train.entropy_rows);  // (a TP collective: every TP rank)
     if (contributes_) st.entropy += h;
   }
-  if (const int K = c_.train.sparsity_every; K > 0 && micro == 0 && (step_ + 1) % K == 0)
+  if (const int K = c_.train.sparsity_every; K > 0 && micro == 0 && (step_ + 1) % K == 0 && !gpu_)
     st.sparsity = model_.attention_sparsity();
   if (!contributes_) return Status::ok();
   st.loss_sum += loss;
   st.tokens += b.target_tokens;
-  const float* tl = model_.token_losses();
+  const float* tl = gpu_ ? gpu_->token_losses() : model_.token_losses();
   for (int n = 0, N = b.B * b.T; n < N; n++)
     if (b.targets[n] >= 0 && b.sources[n] < st.src_sum.size()) {
       st.src_sum[b.sources[n]] += tl[n];
@@ -1131,6 +1184,10 @@ Status Trainer::forward_micro(const Batch& b, int micro, StepStats& st) {
 }
 
 void Trainer::backward_micro(const Batch& b, int micro, StepStats& st) {
+  if (gpu_) {
+    gpu_->backward(micro_dloss(b), micro == 0);
+    return;
+  }
   model_.zero_grad();
   const bool hooked = st.overlap && micro + 1 == c_.train.grad_accum;
   if (hooked) model_.set_grad_ready([this](int64_t lo, int64_t hi) { reducer_->ready(lo, hi); });
@@ -1243,7 +1300,8 @@ Status Trainer::update(StepStats& st) {
   {
     TraceSpan span("grad_norm");
     const double tn = now_s();
-    if (Status s = global_grad_norm(norm); !s) return s;
+    if (gpu_) norm = gpu_->grad_norm();
+    else if (Status s = global_grad_norm(norm); !s) return s;
     if ((reducer_ && reducer_->shards_optimizer()) || model_parallel()) {  // the norm's partials went over the network
       const double ms = (now_s() - tn) * 1e3;
       st.allreduce_wait_ms += ms, st.allreduce_ms += ms;
@@ -1253,7 +1311,13 @@ Status Trainer::update(StepStats& st) {
   if (st.finite || !hc.skip_nonfinite) {
     AdamWConfig h = c_.optim;
     h.lr = (float)st.lr;
-    st.grad_norm = opt_.step(model_.params(), model_.grads(), h, norm);
+    if (gpu_) {
+      opt_.set_step_count(opt_.step_count() + 1);
+      gpu_->step(h, norm, opt_.step_count());
+      st.grad_norm = (float)norm;
+    } else {
+      st.grad_norm = opt_.step(model_.params(), model_.grads(), h, norm);
+    }
     if (reducer_ && reducer_->shards_optimizer()) {  // ZeRO-1: each rank updated its range; every rank gets every range
       const double tg = now_s();
       if (Status s = reducer_->after_update(model_.params()); !s) return s;
@@ -1453,7 +1517,7 @@ Status Trainer::summarize(TrainSummary& out, double seconds) {
   f.sum_wait_ms = sum_wait_ms_;
   f.sum_forward_ms = sum_forward_ms_;
   f.flops_per_token = train_flops_per_token(c_.model, T_);
-  measure_gemm_again(steps_gflops_per_rank(f));  // (after the peak was read: it frees the step's buffers)
+  if (!gpu_) measure_gemm_again(steps_gflops_per_rank(f));  // (after the peak was read: it frees the step's buffers)
   f.gemm_gflops_start = gemm_gflops_start_;
   f.gemm_gflops_end = gemm_gflops_end_;
   f.gemm_gflops = gemm_gflops_;

@@ -42,11 +42,19 @@ Timer* timer_create();
 void timer_destroy(Timer* t);
 void timer_start(Timer* t, Stream s);
 double timer_stop_seconds(Timer* t, Stream s);  // synchronises
+// A fixed set of events recorded in order on a stream, for per-op profiles: marks_record(m, i)
+// records event i; marks_ms(m, i, j) the milliseconds between events i and j (after a sync).
+struct Marks;
+Marks* marks_create(int n);
+void marks_destroy(Marks* m);
+void marks_record(Marks* m, int i, Stream s);
+float marks_ms(Marks* m, int i, int j);
 
 // ---- gemm.cu: cuBLAS ---------------------------------------------------------------------------
 // One cuBLAS handle bound to a stream; fp32 GEMMs run without TF32 (the exact path).
 struct Blas;
-Blas* blas_create(Stream s);
+Blas* blas_create(Stream s);  // nullptr when cuBLAS cannot be loaded (blas_error says why)
+std::string blas_error();
 void blas_destroy(Blas* b);
 // C (M,N) = beta*C + alpha op(A) op(B), row-major fp32 (as kernels.hpp's gemm_f32).
 void gemm_f32(Blas* b, bool ta, bool tb, int M, int N, int K, float alpha, const float* A, int lda,
@@ -126,6 +134,10 @@ void cross_entropy_forward(float* losses, float* lse, const float* logits, const
 // In place: logits become dloss * (softmax - onehot); rows with target -1 become 0.
 void cross_entropy_backward(float* logits, const float* lse, const int32_t* targets, float dloss, int N,
                             int V, Stream s);
+// out (K): the entropy (nats) of softmax(logits row rows[k]) = lse - sum p z, lse from
+// cross_entropy_forward (kernels.hpp's softmax_entropy, one block per row).
+void softmax_entropy_rows(float* out, const float* logits, const float* lse, const int32_t* rows, int K, int V,
+                          Stream s);
 // As kernels.hpp's adamw_step (torch.optim.AdamW order).
 void adamw_step(float* param, float* m, float* v, const float* grad, int64_t n, float lr, float beta1,
                 float beta2, float eps, float weight_decay, float grad_scale, int64_t t, Stream s);

@@ -2,12 +2,18 @@
 // row-major C (M,N) is the column-major C^T (N,M) = op(B)^T op(A)^T, so every call swaps the
 // operands and keeps each one's transpose flag. fp32 runs with CUBLAS_DEFAULT_MATH (no TF32: the
 // exact path); bf16 inputs accumulate in fp32 (CUBLAS_COMPUTE_32F) into an fp32 C.
+// cuBLAS is opened at the first blas_create (dlopen), so a binary that never trains on a GPU
+// neither needs nor loads it.
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
+#include <dlfcn.h>
 
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <mutex>
+#include <type_traits>
+#include <string>
 
 #include "smelt/kernels/cuda/cuda_kernels.hpp"
 
@@ -19,6 +25,45 @@ struct Blas {
 };
 
 namespace {
+// The cuBLAS entry points used here, looked up once.
+struct CublasApi {
+  decltype(&cublasCreate_v2) create = nullptr;
+  decltype(&cublasDestroy_v2) destroy = nullptr;
+  decltype(&cublasSetStream_v2) set_stream = nullptr;
+  decltype(&cublasSetMathMode) set_math_mode = nullptr;
+  decltype(&cublasSgemm_v2) sgemm = nullptr;
+  // (the C entry point; C++ also sees an overload taking cudaDataType for the compute type)
+  cublasStatus_t (*gemm_ex)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int, int, const void*,
+                            const void*, cudaDataType, int, const void*, cudaDataType, int, const void*, void*,
+                            cudaDataType, int, cublasComputeType_t, cublasGemmAlgo_t) = nullptr;
+  std::string error;
+};
+
+const CublasApi& cublas() {
+  static CublasApi api;
+  static std::once_flag once;
+  std::call_once(once, [] {
+    void* h = nullptr;
+    for (const char* name : {"libcublas.so.13", "libcublas.so"})
+      if ((h = dlopen(name, RTLD_NOW | RTLD_LOCAL))) break;
+    if (!h) {
+      api.error = std::string("cannot load cuBLAS (libcublas.so.13): ") + dlerror();
+      return;
+    }
+    auto sym = [&](auto& f, const char* name) {
+      f = reinterpret_cast<std::remove_reference_t<decltype(f)>>(dlsym(h, name));
+      if (!f && api.error.empty()) api.error = std::string("cuBLAS has no ") + name;
+    };
+    sym(api.create, "cublasCreate_v2");
+    sym(api.destroy, "cublasDestroy_v2");
+    sym(api.set_stream, "cublasSetStream_v2");
+    sym(api.set_math_mode, "cublasSetMathMode");
+    sym(api.sgemm, "cublasSgemm_v2");
+    sym(api.gemm_ex, "cublasGemmEx");
+  });
+  return api;
+}
+
 void check(cublasStatus_t st, const char* what) {
   if (st == CUBLAS_STATUS_SUCCESS) return;
   std::fprintf(stderr, "smelt: cuBLAS %s failed (status %d)\n", what, (int)st);
@@ -47,30 +92,34 @@ __global__ void bf16_from_f32_kernel(uint16_t* __restrict__ out, const float* __
 }
 }  // namespace
 
+std::string blas_error() { return cublas().error; }
+
 Blas* blas_create(Stream s) {
+  const CublasApi& api = cublas();
+  if (!api.error.empty()) return nullptr;
   auto* b = new Blas;
-  check(cublasCreate(&b->h), "create");
-  check(cublasSetStream(b->h, s), "set stream");
-  check(cublasSetMathMode(b->h, CUBLAS_DEFAULT_MATH), "math mode");
+  check(api.create(&b->h), "create");
+  check(api.set_stream(b->h, s), "set stream");
+  check(api.set_math_mode(b->h, CUBLAS_DEFAULT_MATH), "math mode");
   b->s = s;
   return b;
 }
 
 void blas_destroy(Blas* b) {
   if (!b) return;
-  (void)cublasDestroy(b->h);
+  (void)cublas().destroy(b->h);
   delete b;
 }
 
 void gemm_f32(Blas* b, bool ta, bool tb, int M, int N, int K, float alpha, const float* A, int lda,
               const float* B, int ldb, float beta, float* C, int ldc) {
-  check(cublasSgemm(b->h, op(tb), op(ta), N, M, K, &alpha, B, ldb, A, lda, &beta, C, ldc), "sgemm");
+  check(cublas().sgemm(b->h, op(tb), op(ta), N, M, K, &alpha, B, ldb, A, lda, &beta, C, ldc), "sgemm");
 }
 
 void gemm_bf16(Blas* b, bool ta, bool tb, int M, int N, int K, const uint16_t* A, int lda, const uint16_t* B,
                int ldb, float beta, float* C, int ldc) {
   const float alpha = 1.0f;
-  check(cublasGemmEx(b->h, op(tb), op(ta), N, M, K, &alpha, B, CUDA_R_16BF, ldb, A, CUDA_R_16BF, lda, &beta, C,
+  check(cublas().gemm_ex(b->h, op(tb), op(ta), N, M, K, &alpha, B, CUDA_R_16BF, ldb, A, CUDA_R_16BF, lda, &beta, C,
                      CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
         "bf16 gemm");
 }

@@ -76,6 +76,23 @@ __global__ void cross_entropy_backward_kernel(float* __restrict__ logits, const 
     l[v] = t < 0 ? 0.0f : dloss * (expf(l[v] - z) - (v == t ? 1.0f : 0.0f));
 }
 
+__global__ void softmax_entropy_kernel(float* __restrict__ out, const float* __restrict__ logits,
+                                      const float* __restrict__ lse, const int32_t* __restrict__ rows, int V) {
+  __shared__ float part[kCeThreads];
+  const int row = rows[blockIdx.x];
+  const float* l = logits + (int64_t)row * V;
+  const float z = lse[row];
+  float acc = 0.0f;
+  for (int v = threadIdx.x; v < V; v += kCeThreads) acc += expf(l[v] - z) * l[v];
+  part[threadIdx.x] = acc;
+  __syncthreads();
+  for (int w = kCeThreads / 2; w > 0; w >>= 1) {
+    if (threadIdx.x < w) part[threadIdx.x] += part[threadIdx.x + w];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) out[blockIdx.x] = z - part[0];
+}
+
 __global__ void adamw_kernel(float* __restrict__ param, float* __restrict__ m, float* __restrict__ v,
                              const float* __restrict__ grad, int64_t n, float beta1, float beta2, float eps,
                              float grad_scale, float step_size, float decay, float bc2_sqrt) {
@@ -114,6 +131,11 @@ void cross_entropy_forward(float* losses, float* lse, const float* logits, const
 void cross_entropy_backward(float* logits, const float* lse, const int32_t* targets, float dloss, int N, int V,
                             Stream s) {
   if (N > 0) cross_entropy_backward_kernel<<<N, 256, 0, s>>>(logits, lse, targets, dloss, V);
+}
+
+void softmax_entropy_rows(float* out, const float* logits, const float* lse, const int32_t* rows, int K, int V,
+                          Stream s) {
+  if (K > 0) softmax_entropy_kernel<<<K, kCeThreads, 0, s>>>(out, logits, lse, rows, V);
 }
 
 void adamw_step(float* param, float* m, float* v, const float* grad, int64_t n, float lr, float beta1, float beta2,

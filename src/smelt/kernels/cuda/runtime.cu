@@ -3,6 +3,7 @@
 #include <cuda_runtime.h>
 
 #include <string>
+#include <vector>
 
 #include "smelt/kernels/cuda/cuda_kernels.hpp"
 
@@ -105,6 +106,27 @@ double timer_stop_seconds(Timer* t, Stream s) {
   float ms = 0.0f;
   (void)cudaEventElapsedTime(&ms, t->a, t->b);
   return ms * 1e-3;
+}
+
+struct Marks {
+  std::vector<cudaEvent_t> e;
+};
+Marks* marks_create(int n) {
+  auto* m = new Marks;
+  m->e.resize(n);
+  for (auto& e : m->e) (void)cudaEventCreate(&e);
+  return m;
+}
+void marks_destroy(Marks* m) {
+  if (!m) return;
+  for (auto& e : m->e) (void)cudaEventDestroy(e);
+  delete m;
+}
+void marks_record(Marks* m, int i, Stream s) { (void)cudaEventRecord(m->e[i], s); }
+float marks_ms(Marks* m, int i, int j) {
+  float ms = 0.0f;
+  (void)cudaEventElapsedTime(&ms, m->e[i], m->e[j]);
+  return ms;
 }
 
 }  // namespace smelt::cuda

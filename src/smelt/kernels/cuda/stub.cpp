@@ -37,8 +37,15 @@ void timer_destroy(Timer*) {}
 void timer_start(Timer*, Stream) { missing("timer_start"); }
 double timer_stop_seconds(Timer*, Stream) { missing("timer_stop_seconds"); }
 
+struct Marks {};
+Marks* marks_create(int) { missing("marks_create"); }
+void marks_destroy(Marks*) {}
+void marks_record(Marks*, int, Stream) { missing("marks_record"); }
+float marks_ms(Marks*, int, int) { missing("marks_ms"); }
+
 struct Blas {};
-Blas* blas_create(Stream) { missing("blas_create"); }
+Blas* blas_create(Stream) { return nullptr; }
+std::string blas_error() { return "this build has no CUDA backend"; }
 void blas_destroy(Blas*) {}
 void gemm_f32(Blas*, bool, bool, int, int, int, float, const float*, int, const float*, int, float, float*, int) {
   missing("gemm_f32");
@@ -99,6 +106,9 @@ void cross_entropy_forward(float*, float*, const float*, const int32_t*, int, in
 }
 void cross_entropy_backward(float*, const float*, const int32_t*, float, int, int, Stream) {
   missing("cross_entropy_backward");
+}
+void softmax_entropy_rows(float*, const float*, const float*, const int32_t*, int, int, Stream) {
+  missing("softmax_entropy_rows");
 }
 void adamw_step(float*, float*, float*, const float*, int64_t, float, float, float, float, float, float, int64_t,
                 Stream) {

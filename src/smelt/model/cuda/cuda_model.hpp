@@ -23,6 +23,7 @@ namespace smelt {
 struct CudaAdamW {
   float lr = 3e-4f, beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f, weight_decay = 0.1f;
   float grad_clip = 1.0f;  // <= 0: no clipping
+  bool decay_all = false;  // also decay norms and embeddings
 };
 
 class CudaModel {
@@ -48,11 +49,18 @@ class CudaModel {
   // Parameter gradients ADD into the device gradients; dloss 0: 1 / (targets != -1).
   void backward(float dloss = 0.0f);
   void zero_grad();
-  // Clips by the global norm (returned) and takes one AdamW step t (from 1) on every tensor,
-  // weight decay where ParamTensor::decay is set.
-  double optimizer_step(const CudaAdamW& o, int64_t t);
-  // Per-token losses of the last forward (N floats; synchronises).
+  // The global L2 norm of the gradients (synchronises).
+  double grad_norm();
+  // Clips by `norm` and takes one AdamW step t (from 1) on every tensor, weight decay where
+  // ParamTensor::decay is set (or decay_all).
+  void adamw(const CudaAdamW& o, double norm, int64_t t);
+  double optimizer_step(const CudaAdamW& o, int64_t t);  // grad_norm, then adamw; returns the norm
+  // Mean entropy (nats) of the last forward's predicted distributions over up to max_rows evenly
+  // spaced rows with a target (the CPU model's prediction_entropy; synchronises).
+  double prediction_entropy(int max_rows = 128);
+  // Per-token losses of the last forward (N floats; forward already synchronised).
   std::vector<float> token_losses();
+  const float* last_token_losses() const { return h_losses_.data(); }
   // Waits for the device; the error of anything queued (empty when fine).
   std::string sync();
 
@@ -62,6 +70,11 @@ class CudaModel {
   int64_t device_bytes() const { return bytes_; }
   // The allocation's table: one line per slice, in MiB.
   std::string memory_report() const;
+
+  // Per-op-family GPU time (CUDA events between the ops), summed over the steps since
+  // set_profiling(true); read after sync(). Off by default (no event is recorded).
+  void set_profiling(bool on);
+  std::vector<std::pair<std::string, double>> profile_ms() const;
 
  private:
   struct LayerBufs {
@@ -75,6 +88,8 @@ class CudaModel {
   // records when base_ is null (the first of init's two passes).
   void* carve(const char* name, int64_t count, int64_t bytes_each);
   void plan_buffers();
+  void mark(int op);       // an event after an op of family op (-1: a start, attributed to nothing)
+  void collect_marks();    // adds the recorded intervals to prof_ms_ (the stream has been synchronised)
 
   ModelConfig cfg_;
   ParamLayout layout_;
@@ -88,6 +103,8 @@ class CudaModel {
 
   float *params_ = nullptr, *grads_ = nullptr, *m_ = nullptr, *v_ = nullptr;
   uint16_t *w16_ = nullptr, *x16_ = nullptr, *d16_ = nullptr;
+  uint16_t *qkv16_ = nullptr, *dout16_ = nullptr;  // bf16 attention's operand copies
+  bool attn16_ = false;                            // bf16 precision on the tensor-core attention
   std::vector<float*> resid_;
   std::vector<LayerBufs> layers_;
   float *lnf_ = nullptr, *rstdf_ = nullptr, *logits_ = nullptr, *losses_ = nullptr, *lse_ce_ = nullptr;
@@ -96,6 +113,8 @@ class CudaModel {
   double* norm_partials_ = nullptr;
   int32_t *inputs_ = nullptr, *targets_ = nullptr, *segments_ = nullptr, *positions_ = nullptr;
   int32_t *emb_order_ = nullptr, *emb_starts_ = nullptr, *emb_tokens_ = nullptr;
+  int32_t* entropy_rows_ = nullptr;
+  float* entropy_ = nullptr;
 
   // The last forward's batch shape and what the backward needs from it.
   int B_ = 0, T_ = 0, U_ = 0;
@@ -103,6 +122,11 @@ class CudaModel {
   int64_t valid_ = 0;
   std::vector<int32_t> h_order_, h_starts_, h_tokens_, h_count_;  // embedding order, built on the host
   std::vector<float> h_losses_;
+  std::vector<int32_t> h_targets_;  // the last forward's targets (entropy rows)
+  cuda::Marks* marks_ = nullptr;
+  std::vector<int> mark_ops_;
+  int nmarks_ = 0;
+  std::vector<double> prof_ms_;
 };
 
 }  // namespace smelt
