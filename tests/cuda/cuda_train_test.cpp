@@ -29,8 +29,8 @@ class CudaTrain : public ::testing::Test {
   }
   void TearDown() override { fs::remove_all(dir_); }
 
-  TrainConfig config(const std::string& run, const std::string& extra) {
-    std::string text = test::byte_model_toml(64, false) + fmt::format(R"([data]
+  std::string config_text(const std::string& run) {
+    return test::byte_model_toml(64, false) + fmt::format(R"([data]
 sources = "{}"
 seq_len = 64
 batch_size = 4
@@ -51,7 +51,10 @@ tokens = 2048
 [ckpt]
 save_every = 20
 )", (dir_ / "en").string(), (dir_ / run).string(), (dir_ / "valid").string());
-    toml::table root = toml::parse(text);
+  }
+
+  TrainConfig config(const std::string& run, const std::string& extra) {
+    toml::table root = toml::parse(config_text(run));
     std::istringstream sets(extra);
     std::string s;
     while (sets >> s) EXPECT_TRUE(config_apply_set(root, s).is_ok()) << s;
@@ -71,6 +74,19 @@ TEST_F(CudaTrain, WithoutAGpuTheRunSaysWhy) {
   ASSERT_FALSE(s.is_ok());
   EXPECT_NE(s.message().find("[train] device = \"cuda\""), std::string::npos) << s.message();
   EXPECT_NE(s.message().find(cuda::built() ? "no CUDA device" : "no CUDA backend"), std::string::npos) << s.message();
+}
+
+TEST_F(CudaTrain, WithoutAGpuSmeltTrainDeviceCudaExitsWithTheReason) {
+  if (cuda::device_count() > 0) GTEST_SKIP() << "a CUDA device is present";
+  const std::string cfg = (dir_ / "run.toml").string();
+  test::write_file(cfg, config_text("run"));
+  int rc = 0;
+  const std::string out = test::run_command(std::string(SMELT_BINARY) + " train --config " + cfg + " --device cuda 2>&1", rc);
+  EXPECT_EQ(WEXITSTATUS(rc), 1) << out;
+  EXPECT_NE(out.find("[train] device = \"cuda\""), std::string::npos) << out;
+  EXPECT_FALSE(fs::exists(dir_ / "run" / "checkpoints")) << "nothing is trained or saved";
+  test::run_command(std::string(SMELT_BINARY) + " train --config " + cfg + " --device tpu 2>&1", rc);
+  EXPECT_EQ(WEXITSTATUS(rc), 2) << "an unknown device is a usage error";
 }
 
 TEST_F(CudaTrain, Fp32RunMatchesTheCpuStepForStepAndResumesOnTheCpu) {

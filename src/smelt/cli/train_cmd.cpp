@@ -1,5 +1,5 @@
 // `smelt train --config run.toml [--set key=value ...]` with the everyday overrides as plain flags
-// (--data, --steps, --threads, --run-dir, --seed, --resume, --trace-steps). Not the loop
+// (--data, --steps, --threads, --device, --run-dir, --seed, --resume, --trace-steps). Not the loop
 // (train/trainer.hpp).
 #include <algorithm>
 #include <cstdio>
@@ -27,7 +27,7 @@ namespace smelt {
 int cli_train(int argc, char** argv) {
   CLI::App app{"smelt train: train the Llama-style decoder on token shards (docs/train.md)"};
   app.name("smelt train");
-  std::string config_path, data, run_dir, trace_steps;
+  std::string config_path, data, run_dir, trace_steps, device;
   std::vector<std::string> sets;
   int64_t steps = -1, save_every = -1;
   int threads = -1;
@@ -39,6 +39,8 @@ int cli_train(int argc, char** argv) {
   app.add_option("--data", data, "token shards: [NAME=]PREFIX[:WEIGHT],... (data.sources)");
   app.add_option("--steps", steps, "optimizer steps (train.steps)")->check(CLI::NonNegativeNumber);
   app.add_option("--threads", threads, "threads (train.threads; 0 = every core)")->check(CLI::NonNegativeNumber);
+  app.add_option("--device", device, "where the steps run: cpu, or cuda for one NVIDIA GPU (train.device; docs/cuda.md)")
+      ->check(CLI::IsMember({"cpu", "cuda"}));
   app.add_option("--run-dir", run_dir, "run folder: metrics.jsonl, checkpoints/, config.toml (train.run_dir)");
   app.add_option("--seed", seed, "seed of the weight init and the data order (train.seed and data.seed)")
       ->check(CLI::NonNegativeNumber);
@@ -62,6 +64,7 @@ int cli_train(int argc, char** argv) {
   if (threads >= 0) sets.push_back(fmt::format("train.threads={}", threads));
   if (save_every >= 0) sets.push_back(fmt::format("ckpt.save_every={}", save_every));
   if (!run_dir.empty()) sets.push_back("train.run_dir=\"" + run_dir + "\"");
+  if (!device.empty()) sets.push_back("train.device=\"" + device + "\"");
   if (!trace_steps.empty()) {
     int64_t first = 0, last = -1;
     Status s = trace_parse_steps(trace_steps, first, last);
