@@ -20,8 +20,11 @@ using test::norm_err;
 using test::randn;
 using test::report;
 
-struct Shape { int B, T, NH, NKV, HS; };
-enum class Mask { kCausal, kDocuments, kDocumentsPadded };
+using test::AttnShape;
+using test::count_non_finite;
+using test::Mask;
+using test::segments;
+using Shape = AttnShape;
 
 // fp32 on both sides with sums in different orders (the references sum in double, then round):
 // normwise relative error ||gpu - cpu||_2 / ||cpu||_2 <= 1e-5 for out, lse and dqkv, and the
@@ -39,30 +42,6 @@ double max_err_rel(const std::vector<float>& a, const std::vector<float>& b) {
   return s > 0 ? m / s : m;
 }
 
-// Segment ids as the loader writes them (dataset/packing.cpp): documents of 1..90 tokens numbered
-// 0, 1, 2, ... along each row; kDocumentsPadded ends each row with 1..40 padding tokens (-1),
-// which, as on the CPU, attend to the padding before them.
-std::vector<int32_t> segments(const Shape& s, Mask mask, uint64_t seed) {
-  std::mt19937_64 g(seed);
-  std::vector<int32_t> seg((size_t)s.B * s.T);
-  for (int b = 0; b < s.B; b++) {
-    int32_t* row = seg.data() + (size_t)b * s.T;
-    int id = 0, left = 1 + (int)(g() % 90);
-    for (int t = 0; t < s.T; t++) {
-      if (left == 0) id++, left = 1 + (int)(g() % 90);
-      row[t] = id, left--;
-    }
-    if (mask == Mask::kDocumentsPadded)
-      for (int t = s.T - 1 - (int)(g() % 40); t < s.T; t++) row[t] = -1;
-  }
-  return seg;
-}
-
-int count_non_finite(const std::vector<float>& v) {
-  int n = 0;
-  for (float x : v) n += !std::isfinite(x);
-  return n;
-}
 
 void check(const Shape& s, Mask mask) {
   const int B = s.B, T = s.T, NH = s.NH, NKV = s.NKV, HS = s.HS;

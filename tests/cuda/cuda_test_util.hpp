@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -59,6 +60,35 @@ inline double norm_err(const std::vector<float>& a, const std::vector<float>& b)
 inline void report(const std::string& what, double err, double bound) {
   std::printf("  %-48s %.3e (bound %.0e)\n", what.c_str(), err, bound);
   EXPECT_LE(err, bound) << what;
+}
+
+// The attention tests' shapes and masks (cuda_attention_test, cuda_attention_bf16_test).
+struct AttnShape { int B, T, NH, NKV, HS; };
+enum class Mask { kCausal, kDocuments, kDocumentsPadded };
+
+// Segment ids as the loader writes them (dataset/packing.cpp): documents of 1..90 tokens numbered
+// 0, 1, 2, ... along each row; kDocumentsPadded ends each row with 1..40 padding tokens (-1),
+// which, as on the CPU, attend to the padding before them.
+inline std::vector<int32_t> segments(const AttnShape& s, Mask mask, uint64_t seed) {
+  std::mt19937_64 g(seed);
+  std::vector<int32_t> seg((size_t)s.B * s.T);
+  for (int b = 0; b < s.B; b++) {
+    int32_t* row = seg.data() + (size_t)b * s.T;
+    int id = 0, left = 1 + (int)(g() % 90);
+    for (int t = 0; t < s.T; t++) {
+      if (left == 0) id++, left = 1 + (int)(g() % 90);
+      row[t] = id, left--;
+    }
+    if (mask == Mask::kDocumentsPadded)
+      for (int t = s.T - 1 - (int)(g() % 40); t < s.T; t++) row[t] = -1;
+  }
+  return seg;
+}
+
+inline int count_non_finite(const std::vector<float>& v) {
+  int n = 0;
+  for (float x : v) n += !std::isfinite(x);
+  return n;
 }
 
 }  // namespace smelt::test

@@ -1,21 +1,22 @@
 // Causal grouped-query attention on the tensor cores for bf16 mixed precision, flash-style
-// [Dao 2023, FlashAttention-2]: 64x64 query/key tiles of bf16 in shared memory, every product a
-// wmma 16x16x16 bf16 product with fp32 sums, the online softmax and dS in fp32. No atomics: the
-// backward is a dQ kernel per query tile and a dK/dV kernel per key tile. Not the fp32 kernel
-// (attention.cu), not RoPE.
+// [Dao 2023, FlashAttention-2]: 64x64 query/key tiles of bf16 in shared memory, every product an
+// mma.sync m16n8k16 bf16 product with fp32 sums (PTX, operands loaded with ldmatrix), the scores,
+// the online softmax, P, dP and dS in registers (fp32 accumulator fragments, converted in place
+// to the bf16 A fragments of the next product). No atomics: the backward is a dQ kernel per query
+// tile and a dK/dV kernel per key tile. Not the fp32 kernel (attention.cu), not RoPE.
 //
 // Rounding points are those of the CPU bf16 kernel (cpu/attention_bf16.cpp): Q, K, V, dO rounded
 // once (bf16_from_f32); S, dP fp32; P rounded to bf16 for P V and P^T dO, dS to bf16 for dS K and
 // dS^T Q. One difference: the CPU rounds the normalised P = exp(s - m) / sum (m the row's max over
 // all keys), the online softmax here rounds exp(s - m_run) (m_run the max so far) and divides by
 // the sum after P V. Both round values in [0, 1] once; the results differ by bf16 roundings.
+// exp(x) is computed as exp2(x log2(e)) (the scores scaled by scale log2(e) once).
 //
 // Head columns are padded with zeros up to D (32, 64 or 128), a template parameter; HS is a
-// multiple of 16. Accumulator fragments are never read element by element: they go through
-// shared memory (store_matrix_sync), where the softmax and dS arithmetic reads them.
+// multiple of 16. Fragment layouts (PTX ISA, "Matrix Fragments for mma.m16n8k16"): lane = 4 g + t;
+// an fp32 C fragment holds rows g, g+8 and columns 2t, 2t+1 of a 16x8 tile.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
-#include <mma.h>
 
 #include <cmath>
 #include <cstdint>
@@ -27,78 +28,14 @@
 namespace smelt::cuda {
 
 namespace {
-namespace wmma = nvcuda::wmma;
 using bf16 = __nv_bfloat16;
 
 constexpr int kTile = 64;  // query rows and key rows per tile
-constexpr int kLdS = 68;   // row stride of an fp32 score tile (floats): 8 rows' float4s hit distinct banks
-constexpr int kLdP = 72;   // row stride of a bf16 score tile (elements): 8 rows' 16-byte chunks distinct
 constexpr unsigned kFull = 0xffffffffu;
 
 // Row stride of a (kTile, D) bf16 head tile: D + 8 elements, rows 16 bytes apart in the banks.
 template <int D>
 __host__ __device__ constexpr int ld_of() { return D + 8; }
-
-using FragA = wmma::fragment<wmma::matrix_a, 16, 16, 16, bf16, wmma::row_major>;
-using FragBRow = wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::row_major>;
-using FragBCol = wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::col_major>;
-using FragC = wmma::fragment<wmma::accumulator, 16, 16, 16, float>;
-
-template <int N>
-__device__ __forceinline__ void zero(FragC (&acc)[N]) {
-#pragma unroll
-  for (int n = 0; n < N; n++) wmma::fill_fragment(acc[n], 0.0f);
-}
-
-// acc[n] += A (16, K) . Bm[16n .. 16n+16)^T: A row-major (lda), Bm row-major rows of K columns
-// (ldb), read as a column-major (K, 16) operand. Sums over k in order.
-template <int N, int K>
-__device__ __forceinline__ void mma_abt(FragC (&acc)[N], const bf16* A, int lda, const bf16* Bm, int ldb) {
-#pragma unroll 1
-  for (int k = 0; k < K; k += 16) {
-    FragA a;
-    wmma::load_matrix_sync(a, A + k, lda);
-#pragma unroll
-    for (int n = 0; n < N; n++) {
-      FragBCol bt;
-      wmma::load_matrix_sync(bt, Bm + n * 16 * ldb + k, ldb);
-      wmma::mma_sync(acc[n], a, bt, acc[n]);
-    }
-  }
-}
-
-// acc[n] += A (16, K) . Bm (K, columns [16n, 16n+16)): both row-major.
-template <int N, int K>
-__device__ __forceinline__ void mma_ab(FragC (&acc)[N], const bf16* A, int lda, const bf16* Bm, int ldb) {
-#pragma unroll 1
-  for (int k = 0; k < K; k += 16) {
-    FragA a;
-    wmma::load_matrix_sync(a, A + k, lda);
-#pragma unroll
-    for (int n = 0; n < N; n++) {
-      FragBRow bm;
-      wmma::load_matrix_sync(bm, Bm + k * ldb + n * 16, ldb);
-      wmma::mma_sync(acc[n], a, bm, acc[n]);
-    }
-  }
-}
-
-// The bf16 bits of f, round to nearest, ties to even (cpu/vec_math.hpp's bf16_round).
-__device__ __forceinline__ uint32_t bf16_bits(float f) {
-  uint32_t u = __float_as_uint(f);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return (u >> 16) | 0x40u;
-  u += 0x7fffu + ((u >> 16) & 1u);
-  return u >> 16;
-}
-// 8 floats -> 8 bf16 in order (element 0 in the low half of .x), one 16-byte store.
-__device__ __forceinline__ uint4 bf16_pack8(const float (&v)[8]) {
-  uint4 r;
-  r.x = bf16_bits(v[0]) | (bf16_bits(v[1]) << 16);
-  r.y = bf16_bits(v[2]) | (bf16_bits(v[3]) << 16);
-  r.z = bf16_bits(v[4]) | (bf16_bits(v[5]) << 16);
-  r.w = bf16_bits(v[6]) | (bf16_bits(v[7]) << 16);
-  return r;
-}
 
 // dst (kTile, D+8) = rows [t0, t0+kTile) x columns [0, HS) of src (row stride ld elements), zero
 // past T and past HS. 16-byte copies when src allows them (HS, ld multiples of 8, base aligned).
@@ -128,128 +65,249 @@ __device__ __forceinline__ bool visible(int qi, int kj, int T, bool has_seg, int
   return qi < T && kj <= qi && (!has_seg || sq == sk);
 }
 
-// Bit c: query qi sees key kj0 + c (c < n), its segment sq, the keys' segments sk[c] (tile-local).
-__device__ __forceinline__ uint32_t visible_row(int qi, int kj0, int n, int T, bool has_seg, int32_t sq,
-                                                const int32_t* sk) {
+// ---- PTX wrappers (begin) ----
+// ldmatrix x4 from shared memory: lanes 8i .. 8i+7 give the row addresses (16 bytes each) of 8x8
+// bf16 matrix i; r[i] of lane l holds row l/4, columns 2(l%4), 2(l%4)+1 of matrix i (.trans: of its
+// transpose), the lower column in the low half.
+__device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], const bf16* p) {
+  const uint32_t a = (uint32_t)__cvta_generic_to_shared(p);
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(a)
+               : "memory");
+}
+__device__ __forceinline__ void ldsm_x4_t(uint32_t (&r)[4], const bf16* p) {
+  const uint32_t a = (uint32_t)__cvta_generic_to_shared(p);
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(a)
+               : "memory");
+}
+// d += A (16x16, row) . B (16x8, col): bf16 operands, fp32 accumulators (PTX fragment layouts).
+__device__ __forceinline__ void mma_bf16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+// Two floats rounded to bf16 (nearest, ties to even), lo in the low half.
+__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
+  uint32_t r;
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
+  return r;
+}
+// ---- PTX wrappers (end) ----
+
+// Fragment loads from a row-major bf16 tile in shared memory (row stride ld elements), p at the
+// 16x16 block's first element:
+// - A (rows 0..15, k 0..15): matrices (rows 0-7, k 0-7), (rows 8-15, k 0-7), (0-7, 8-15), (8-15, 8-15).
+__device__ __forceinline__ void load_a(uint32_t (&a)[4], const bf16* p, int ld, int lane) {
+  ldsm_x4(a, p + (lane & 15) * ld + (lane >> 4) * 8);
+}
+// - B operands of two n-tiles whose columns n are the tile's rows (B = tile^T, k along the row):
+//   b[0], b[1] for rows 0-7, b[2], b[3] for rows 8-15.
+__device__ __forceinline__ void load_b_rows(uint32_t (&b)[4], const bf16* p, int ld, int lane) {
+  ldsm_x4(b, p + ((lane & 7) + ((lane >> 4) << 3)) * ld + ((lane >> 3) & 1) * 8);
+}
+// - B operands of two n-tiles from a (k, n) row-major tile (.trans): b[0], b[1] for columns 0-7,
+//   b[2], b[3] for columns 8-15.
+__device__ __forceinline__ void load_b_trans(uint32_t (&b)[4], const bf16* p, int ld, int lane) {
+  ldsm_x4_t(b, p + ((lane & 7) + (((lane >> 3) & 1) << 3)) * ld + (lane >> 4) * 8);
+}
+
+// s (16 x 8NS, NS n-tiles of 8 columns) = A (16 x D) . Bm^T, Bm the (8NS, D) row-major tile at
+// Bs; A's fragments in registers (a[k] for columns 16k .. 16k+15). Sums over k in order.
+template <int D, int NS>
+__device__ __forceinline__ void mma_rows(float (&s)[NS][4], const uint32_t (&a)[D / 16][4], const bf16* Bs, int ld,
+                                         int lane) {
+#pragma unroll
+  for (int n = 0; n < NS; n++) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
+#pragma unroll
+  for (int k = 0; k < D / 16; k++) {
+#pragma unroll
+    for (int n = 0; n < NS; n += 2) {
+      uint32_t b[4];
+      load_b_rows(b, Bs + n * 8 * ld + k * 16, ld, lane);
+      mma_bf16(s[n], a[k], b[0], b[1]);
+      mma_bf16(s[n + 1], a[k], b[2], b[3]);
+    }
+  }
+}
+// The same with A read from shared memory (the 16 rows at As).
+template <int D, int NS>
+__device__ __forceinline__ void mma_rows_smem(float (&s)[NS][4], const bf16* As, const bf16* Bs, int ld, int lane) {
+#pragma unroll
+  for (int n = 0; n < NS; n++) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
+#pragma unroll
+  for (int k = 0; k < D / 16; k++) {
+    uint32_t a[4];
+    load_a(a, As + k * 16, ld, lane);
+#pragma unroll
+    for (int n = 0; n < NS; n += 2) {
+      uint32_t b[4];
+      load_b_rows(b, Bs + n * 8 * ld + k * 16, ld, lane);
+      mma_bf16(s[n], a, b[0], b[1]);
+      mma_bf16(s[n + 1], a, b[2], b[3]);
+    }
+  }
+}
+// acc (16 x D, D/8 n-tiles) += P (16 x 8NS, the fp32 fragments of mma_rows, rounded to bf16
+// here) . Vm, Vm the (8NS, D) row-major tile at Vs. The C fragments of n-tiles 2k, 2k+1 are the A
+// fragment of k-step k (rows g, g+8; columns 2t, 2t+1 and 8 + 2t, 8 + 2t + 1). Sums over k in order.
+template <int D, int NS>
+__device__ __forceinline__ void mma_pv(float (&acc)[D / 8][4], const float (&p)[NS][4], const bf16* Vs, int ld,
+                                       int lane) {
+#pragma unroll
+  for (int k = 0; k < NS / 2; k++) {
+    const uint32_t a[4] = {pack_bf16(p[2 * k][0], p[2 * k][1]), pack_bf16(p[2 * k][2], p[2 * k][3]),
+                           pack_bf16(p[2 * k + 1][0], p[2 * k + 1][1]), pack_bf16(p[2 * k + 1][2], p[2 * k + 1][3])};
+#pragma unroll
+    for (int n = 0; n < D / 8; n += 2) {
+      uint32_t b[4];
+      load_b_trans(b, Vs + k * 16 * ld + n * 8, ld, lane);
+      mma_bf16(acc[n], a, b[0], b[1]);
+      mma_bf16(acc[n + 1], a, b[2], b[3]);
+    }
+  }
+}
+
+// Fragment element (n, e) of lane (g, t) = (lane / 4, lane % 4): row g + 8 (e >> 1), column
+// 8n + 2t + (e & 1); bit 4n + e of a 32-bit mask.
+// Bit 4n + e: query i0 + row sees key j0 + column (rows/columns of the tile, segments tile-local).
+__device__ __forceinline__ uint32_t visible_frag(int qi0, int kj0, int g, int t, int T, bool has_seg,
+                                                 const int32_t* seg_q, const int32_t* seg_k) {
   uint32_t bits = 0;
-  for (int c = 0; c < n; c++) bits |= (uint32_t)visible(qi, kj0 + c, T, has_seg, sq, sk[c]) << c;
+#pragma unroll
+  for (int n = 0; n < 8; n++)
+#pragma unroll
+    for (int e = 0; e < 4; e++) {
+      const int r = g + 8 * (e >> 1), c = 8 * n + 2 * t + (e & 1);
+      bits |= (uint32_t)visible(qi0 + r, kj0 + c, T, has_seg, has_seg ? seg_q[r] : 0, has_seg ? seg_k[c] : 0)
+              << (4 * n + e);
+    }
   return bits;
 }
-// Bit c: query qi0 + c (segment sq[c]) sees key kj (segment sk), c < n.
-__device__ __forceinline__ uint32_t visible_col(int qi0, int kj, int n, int T, bool has_seg, const int32_t* sq,
-                                                int32_t sk) {
+// The same with rows keys and columns queries (the transposed tiles of the dK/dV kernel).
+__device__ __forceinline__ uint32_t visible_frag_t(int kj0, int qi0, int g, int t, int T, bool has_seg,
+                                                   const int32_t* seg_k, const int32_t* seg_q) {
   uint32_t bits = 0;
-  for (int c = 0; c < n; c++) bits |= (uint32_t)visible(qi0 + c, kj, T, has_seg, sq[c], sk) << c;
+#pragma unroll
+  for (int n = 0; n < 8; n++)
+#pragma unroll
+    for (int e = 0; e < 4; e++) {
+      const int r = g + 8 * (e >> 1), c = 8 * n + 2 * t + (e & 1);
+      bits |= (uint32_t)visible(qi0 + c, kj0 + r, T, has_seg, has_seg ? seg_q[c] : 0, has_seg ? seg_k[r] : 0)
+              << (4 * n + e);
+    }
   return bits;
 }
 
-// One block per (query tile, head, batch), the heaviest (last) query tiles first; 4 warps, warp w
-// owns query rows 16w..16w+15. Lane (r, half) = (lane & 15, lane >> 4) owns row 16w + r, score
-// columns [32 half, 32 half + 32) and output columns [half D/2, half D/2 + D/2) (in registers).
-// Shared: Q, K, V (kTile, D+8) bf16, P (kTile, kLdP) bf16, per warp 16 rows of fp32 (S, then the
-// P V tile).
+constexpr float kLog2e = 1.4426950408889634f, kLn2 = 0.6931471805599453f;
+
+// One block per (head, batch, query tile), the heaviest (last) query tiles first; 4 warps, warp w
+// owns query rows 16w .. 16w+15 of the tile: its Q fragments, S = Q K^T (16 x 64) and the output
+// accumulator (16 x D) stay in registers, the softmax works on the fragments (row max and sum over
+// the 4 lanes of a quad). Shared: Q, K, V (kTile, D+8) bf16.
 template <int D>
-__global__ void __launch_bounds__(128, D == 128 ? 2 : 3)
+__global__ void __launch_bounds__(128)
     attention_forward_bf16_kernel(float* __restrict__ out, float* __restrict__ lse, const uint16_t* __restrict__ qkv16,
                                   const int32_t* __restrict__ seg, int T, int NH, int NKV, int HS, float scale) {
-  constexpr int kLd = ld_of<D>(), kHalf = D / 2, kLdW = D + 4 > kLdS ? D + 4 : kLdS;
+  constexpr int kLd = ld_of<D>();
   extern __shared__ __align__(128) unsigned char smem[];
   bf16* Qs = reinterpret_cast<bf16*>(smem);
   bf16* Ks = Qs + kTile * kLd;
   bf16* Vs = Ks + kTile * kLd;
-  bf16* Ps = Vs + kTile * kLd;
-  float* Ws = reinterpret_cast<float*>(Ps + kTile * kLdP);
   __shared__ int32_t seg_q[kTile], seg_k[kTile];
 
-  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, r = lane & 15, half = lane >> 4;
-  const int qt = gridDim.x - 1 - blockIdx.x, h = blockIdx.y, b = blockIdx.z;
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
+  const int qt = gridDim.z - 1 - blockIdx.z, h = blockIdx.x, b = blockIdx.y;  // heaviest tiles first
   const int kvh = h / (NH / NKV), QKV = (NH + 2 * NKV) * HS, OC = NH * HS;
-  const int i0 = qt * kTile, row = warp * 16 + r, qi = i0 + row;
+  const int i0 = qt * kTile;
   const uint16_t* rows = qkv16 + (int64_t)b * T * QKV;
   const int32_t* sb = seg ? seg + (int64_t)b * T : nullptr;
-  float* W = Ws + warp * 16 * kLdW;
+  const float c2 = scale * kLog2e;  // scores in log2 units: exp(s scale - m) = exp2(s c2 - m c2)
 
   load_tile<D>(Qs, rows + h * HS, QKV, i0, T, HS, 128);
   if (tid < kTile) seg_q[tid] = sb && i0 + tid < T ? sb[i0 + tid] : 0;
-  float o[kHalf];
+  __syncthreads();
+  uint32_t qa[D / 16][4];
 #pragma unroll
-  for (int k = 0; k < kHalf; k++) o[k] = 0.0f;
-  float m = -INFINITY, l = 0.0f;
+  for (int k = 0; k < D / 16; k++) load_a(qa[k], Qs + warp * 16 * kLd + k * 16, kLd, lane);
+  float o[D / 8][4];
+#pragma unroll
+  for (int n = 0; n < D / 8; n++) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};  // rows g, g+8 (log2 units; l this lane's part)
 
   const int j_end = min(T, i0 + kTile);  // keys at or before the tile's last query
   for (int j0 = 0; j0 < j_end; j0 += kTile) {
     __syncthreads();  // the last tile's reads of Ks, Vs and seg_k are done
-    if (tid < kTile) seg_k[tid] = sb && j0 + tid < T ? sb[j0 + tid] : 0;
-    __syncthreads();
-    const int kc = 32 * half;  // first score column of this lane; the 128 lanes cover the tile
-    const uint32_t vis = visible_row(qi, j0 + kc, 32, T, sb != nullptr, seg_q[row], seg_k + kc);
-    if (!__syncthreads_or(vis != 0)) continue;  // every pair masked: nothing to add
+    if (sb) {
+      if (tid < kTile) seg_k[tid] = j0 + tid < T ? sb[j0 + tid] : 0;
+      __syncthreads();
+    }
+    const bool full = !sb && j0 < i0 && i0 + kTile <= T;  // every pair of the tiles visible
+    const uint32_t vis =
+        full ? ~0u : visible_frag(i0 + warp * 16, j0, g, t, T, sb != nullptr, seg_q + warp * 16, seg_k);
+    if (sb && !__syncthreads_or(vis != 0)) continue;  // every pair masked: nothing to add
     load_tile<D>(Ks, rows + (NH + kvh) * HS, QKV, j0, T, HS, 128);
     load_tile<D>(Vs, rows + (NH + NKV + kvh) * HS, QKV, j0, T, HS, 128);
     __syncthreads();
-    if (j0 > i0 + warp * 16 + 15) continue;  // (warp-uniform) the warp's rows are all before the tile
 
-    FragC s[4];
-    zero(s);
-    mma_abt<4, D>(s, Qs + warp * 16 * kLd, kLd, Ks, kLd);  // S = Q K^T, 16 rows x 64 keys
+    float s[8][4];
+    mma_rows<D, 8>(s, qa, Ks, kLd, lane);  // S = Q K^T
+    float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
-    for (int n = 0; n < 4; n++) wmma::store_matrix_sync(W + 16 * n, s[n], kLdS, wmma::mem_row_major);
-    __syncwarp();
-
-    const float* srow = W + r * kLdS + kc;
-    float mx = -INFINITY;
+    for (int n = 0; n < 8; n++)
 #pragma unroll
-    for (int c = 0; c < 32; c += 4) {
-      const float4 v = *reinterpret_cast<const float4*>(srow + c);
-      const float e[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-      for (int u = 0; u < 4; u++)
-        if ((vis >> (c + u)) & 1u) mx = fmaxf(mx, e[u] * scale);
-    }
-    mx = fmaxf(mx, __shfl_xor_sync(kFull, mx, 16));
-    const float m_new = fmaxf(m, mx);
-    const float base = m_new == -INFINITY ? 0.0f : m_new;  // a row with nothing seen yet: no -inf - -inf
-    const float alpha = expf(m - base);
-    float sum = 0.0f;
-#pragma unroll
-    for (int c = 0; c < 32; c += 8) {
-      float p[8];
-#pragma unroll
-      for (int u = 0; u < 8; u++) {
-        p[u] = (vis >> (c + u)) & 1u ? expf(srow[c + u] * scale - base) : 0.0f;
-        sum += p[u];
+      for (int e = 0; e < 4; e++) {
+        s[n][e] = (vis >> (4 * n + e)) & 1u ? s[n][e] * c2 : -INFINITY;
+        mx[e >> 1] = fmaxf(mx[e >> 1], s[n][e]);
       }
-      *reinterpret_cast<uint4*>(Ps + row * kLdP + kc + c) = bf16_pack8(p);
+    float alpha[2], base[2];
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+      mx[r] = fmaxf(mx[r], __shfl_xor_sync(kFull, mx[r], 1));
+      mx[r] = fmaxf(mx[r], __shfl_xor_sync(kFull, mx[r], 2));
+      const float m_new = fmaxf(m[r], mx[r]);
+      base[r] = m_new == -INFINITY ? 0.0f : m_new;  // nothing seen yet: no -inf - -inf
+      alpha[r] = exp2f(m[r] - base[r]);
+      m[r] = m_new;
     }
-    sum += __shfl_xor_sync(kFull, sum, 16);  // a + b = b + a: both lanes of the row hold the same bits
-    l = l * alpha + sum;
-    m = m_new;
+    float sum[2] = {0.0f, 0.0f};
 #pragma unroll
-    for (int k = 0; k < kHalf; k++) o[k] *= alpha;
-    __syncwarp();  // P rows written; S read
-
-    FragC pv[D / 16];
-    zero(pv);
-    mma_ab<D / 16, kTile>(pv, Ps + warp * 16 * kLdP, kLdP, Vs, kLd);  // P V, 16 rows x D
+    for (int n = 0; n < 8; n++)
 #pragma unroll
-    for (int n = 0; n < D / 16; n++) wmma::store_matrix_sync(W + 16 * n, pv[n], kLdW, wmma::mem_row_major);
-    __syncwarp();
-    const float* orow = W + r * kLdW + half * kHalf;
+      for (int e = 0; e < 4; e++) {
+        s[n][e] = exp2f(s[n][e] - base[e >> 1]);  // masked: exp2(-inf) = 0
+        sum[e >> 1] += s[n][e];
+      }
 #pragma unroll
-    for (int k = 0; k < kHalf; k += 4) {
-      const float4 v = *reinterpret_cast<const float4*>(orow + k);
-      o[k] += v.x, o[k + 1] += v.y, o[k + 2] += v.z, o[k + 3] += v.w;
-    }
-    __syncwarp();  // W read before the next tile's S overwrites it
+    for (int r = 0; r < 2; r++) l[r] = l[r] * alpha[r] + sum[r];
+#pragma unroll
+    for (int n = 0; n < D / 8; n++)
+#pragma unroll
+      for (int e = 0; e < 4; e++) o[n][e] *= alpha[e >> 1];
+    mma_pv<D, 8>(o, s, Vs, kLd, lane);  // O += bf16(P) V
   }
 
-  if (qi < T) {
-    const float inv = l > 0.0f ? 1.0f / l : 0.0f;
-    float* orow = out + ((int64_t)b * T + qi) * OC + h * HS + half * kHalf;
 #pragma unroll
-    for (int k = 0; k < kHalf; k++)
-      if (half * kHalf + k < HS) orow[k] = o[k] * inv;
-    if (half == 0) lse[((int64_t)b * NH + h) * T + qi] = m + logf(l);
+  for (int r = 0; r < 2; r++) {  // a + b = b + a: the 4 lanes of a quad end with the same bits
+    l[r] += __shfl_xor_sync(kFull, l[r], 1);
+    l[r] += __shfl_xor_sync(kFull, l[r], 2);
+  }
+#pragma unroll
+  for (int r = 0; r < 2; r++) {
+    const int qi = i0 + warp * 16 + g + 8 * r;
+    if (qi >= T) continue;
+    const float inv = l[r] > 0.0f ? 1.0f / l[r] : 0.0f;
+    float* orow = out + ((int64_t)b * T + qi) * OC + h * HS;
+#pragma unroll
+    for (int n = 0; n < D / 8; n++) {
+      const int c = 8 * n + 2 * t;
+      if (c < HS) *reinterpret_cast<float2*>(orow + c) = make_float2(o[n][2 * r] * inv, o[n][2 * r + 1] * inv);
+    }
+    if (t == 0) lse[((int64_t)b * NH + h) * T + qi] = (m[r] + log2f(l[r])) * kLn2;
   }
 }
 
@@ -270,215 +328,218 @@ __global__ void attention_delta_bf16_kernel(float* __restrict__ delta, const flo
   if (lane == 0) delta[((bt / T) * NH + h) * T + bt % T] = sum;
 }
 
-// Rows [t0, t0 + kTile) x columns [col0, col0 + HS) of dqkv (b's rows, stride QKV) = the (kTile,
-// D) tile whose 16-row block rg, columns cg D/2 .. + D/2 are acc of warp (rg, cg), through st
-// ((kTile, D+4) fp32 of shared memory, free when called).
-template <int D, int N>
-__device__ __forceinline__ void store_rows(float* __restrict__ dqkv, float* st, FragC (&acc)[N], int rg, int cg,
-                                           int t0, int T, int QKV, int col0, int HS, int b) {
-  __syncthreads();  // st free: every warp is past its last read of it
-#pragma unroll
-  for (int n = 0; n < N; n++)
-    wmma::store_matrix_sync(st + 16 * rg * (D + 4) + cg * (D / 2) + 16 * n, acc[n], D + 4, wmma::mem_row_major);
-  __syncthreads();
-  for (int idx = threadIdx.x; idx < kTile * D; idx += blockDim.x) {
-    const int r = idx / D, d = idx % D;
-    if (t0 + r < T && d < HS) dqkv[((int64_t)b * T + t0 + r) * QKV + col0 + d] = st[r * (D + 4) + d];
-  }
-}
-
-// dQ by query tiles: one block per (query tile, head, batch), heaviest first, looping over the key
-// tiles in order. 8 warps: warp w computes S, dP for rows 16 (w & 3) and keys 32 (w >> 2) .. + 32,
-// and dQ for the same rows and head columns (w >> 2) D/2 .. + D/2 (fragments held across tiles).
-// Shared: Q, dO, K, V (kTile, D+8) bf16; S, dP (kTile, kLdS) fp32; dS (kTile, kLdP) bf16.
+// Q and dO fragments (16 x D each) stay in registers up to D = 64, above it they are read from
+// shared memory at every use (registers: D/8 accumulators and 2 score tiles already).
 template <int D>
-__global__ void __launch_bounds__(256, 2)
+constexpr bool kHoldRows = D <= 64;
+
+// dQ by query tiles: one block per (head, batch, query tile), heaviest first, looping over the key
+// tiles in order. 4 warps, warp w owns query rows 16w .. 16w+15: S = Q K^T and dP = dO V^T
+// (16 x 64) in registers, P = exp(S scale - lse), dS = P (dP - delta) scale on the fragments, dQ
+// += bf16(dS) K accumulated in registers. Shared: Q, dO, K, V (kTile, D+8) bf16.
+template <int D>
+__global__ void __launch_bounds__(128)
     attention_backward_dq_bf16_kernel(float* __restrict__ dqkv, const uint16_t* __restrict__ qkv16,
                                       const uint16_t* __restrict__ dout16, const float* __restrict__ lse,
                                       const float* __restrict__ delta, const int32_t* __restrict__ seg, int T, int NH,
                                       int NKV, int HS, float scale) {
-  constexpr int kLd = ld_of<D>(), kN = D / 32;
+  constexpr int kLd = ld_of<D>(), kA = kHoldRows<D> ? D / 16 : 1;
   extern __shared__ __align__(128) unsigned char smem[];
   bf16* Qs = reinterpret_cast<bf16*>(smem);
   bf16* dOs = Qs + kTile * kLd;
   bf16* Ks = dOs + kTile * kLd;
   bf16* Vs = Ks + kTile * kLd;
-  float* Ss = reinterpret_cast<float*>(Vs + kTile * kLd);
-  float* dPs = Ss + kTile * kLdS;
-  bf16* dSs = reinterpret_cast<bf16*>(dPs + kTile * kLdS);
   __shared__ int32_t seg_q[kTile], seg_k[kTile];
-  __shared__ float lse_q[kTile], del_q[kTile];
 
-  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, rg = warp & 3, cg = warp >> 2;
-  const int qt = gridDim.x - 1 - blockIdx.x, h = blockIdx.y, b = blockIdx.z;
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
+  const int qt = gridDim.z - 1 - blockIdx.z, h = blockIdx.x, b = blockIdx.y;  // heaviest tiles first
   const int kvh = h / (NH / NKV), QKV = (NH + 2 * NKV) * HS, OC = NH * HS;
   const int i0 = qt * kTile;
   const uint16_t* rows = qkv16 + (int64_t)b * T * QKV;
   const int32_t* sb = seg ? seg + (int64_t)b * T : nullptr;
+  const float c2 = scale * kLog2e;
 
-  load_tile<D>(Qs, rows + h * HS, QKV, i0, T, HS, 256);
-  load_tile<D>(dOs, dout16 + (int64_t)b * T * OC + h * HS, OC, i0, T, HS, 256);
-  if (tid < kTile) {
-    const bool in = i0 + tid < T;
-    const int64_t at = ((int64_t)b * NH + h) * T + i0 + tid;
-    seg_q[tid] = sb && in ? sb[i0 + tid] : 0;
-    lse_q[tid] = in ? lse[at] : 0.0f;
-    del_q[tid] = in ? delta[at] : 0.0f;
+  load_tile<D>(Qs, rows + h * HS, QKV, i0, T, HS, 128);
+  load_tile<D>(dOs, dout16 + (int64_t)b * T * OC + h * HS, OC, i0, T, HS, 128);
+  if (tid < kTile) seg_q[tid] = sb && i0 + tid < T ? sb[i0 + tid] : 0;
+  float lse2[2], del[2];  // rows g, g+8: lse in log2 units, delta
+#pragma unroll
+  for (int r = 0; r < 2; r++) {
+    const int qi = i0 + warp * 16 + g + 8 * r;
+    const int64_t at = ((int64_t)b * NH + h) * T + qi;
+    lse2[r] = qi < T ? lse[at] * kLog2e : 0.0f;
+    del[r] = qi < T ? delta[at] : 0.0f;
   }
-  FragC dq[kN];
-  zero(dq);
+  __syncthreads();
+  uint32_t qa[kA][4], da[kA][4];
+  if constexpr (kHoldRows<D>) {
+#pragma unroll
+    for (int k = 0; k < D / 16; k++) {
+      load_a(qa[k], Qs + warp * 16 * kLd + k * 16, kLd, lane);
+      load_a(da[k], dOs + warp * 16 * kLd + k * 16, kLd, lane);
+    }
+  }
+  float dq[D / 8][4];
+#pragma unroll
+  for (int n = 0; n < D / 8; n++) dq[n][0] = dq[n][1] = dq[n][2] = dq[n][3] = 0.0f;
 
-  // The element-wise lane: tile row 16 rg + (lane & 15), columns c0 .. c0 + 16.
-  const int row = 16 * rg + (lane & 15), qi = i0 + row, c0 = 32 * cg + 16 * (lane >> 4);
   const int j_end = min(T, i0 + kTile);
   for (int j0 = 0; j0 < j_end; j0 += kTile) {
-    __syncthreads();  // the last tile's reads of Ks, Vs, dSs and seg_k are done
-    if (tid < kTile) seg_k[tid] = sb && j0 + tid < T ? sb[j0 + tid] : 0;
-    __syncthreads();
-    // this lane's 16 pairs; the 256 lanes cover the tile
-    const uint32_t vis = visible_row(qi, j0 + c0, 16, T, sb != nullptr, seg_q[row], seg_k + c0);
-    if (!__syncthreads_or(vis != 0)) continue;
-    load_tile<D>(Ks, rows + (NH + kvh) * HS, QKV, j0, T, HS, 256);
-    load_tile<D>(Vs, rows + (NH + NKV + kvh) * HS, QKV, j0, T, HS, 256);
-    __syncthreads();
-    {
-      FragC s[2];
-      zero(s);
-      mma_abt<2, D>(s, Qs + 16 * rg * kLd, kLd, Ks + 32 * cg * kLd, kLd);  // S = Q K^T
-#pragma unroll
-      for (int n = 0; n < 2; n++)
-        wmma::store_matrix_sync(Ss + 16 * rg * kLdS + 32 * cg + 16 * n, s[n], kLdS, wmma::mem_row_major);
+    __syncthreads();  // the last tile's reads of Ks, Vs and seg_k are done
+    if (sb) {
+      if (tid < kTile) seg_k[tid] = j0 + tid < T ? sb[j0 + tid] : 0;
+      __syncthreads();
     }
-    {
-      FragC dp[2];
-      zero(dp);
-      mma_abt<2, D>(dp, dOs + 16 * rg * kLd, kLd, Vs + 32 * cg * kLd, kLd);  // dP = dO V^T
-#pragma unroll
-      for (int n = 0; n < 2; n++)
-        wmma::store_matrix_sync(dPs + 16 * rg * kLdS + 32 * cg + 16 * n, dp[n], kLdS, wmma::mem_row_major);
+    const bool full = !sb && j0 < i0 && i0 + kTile <= T;
+    const uint32_t vis =
+        full ? ~0u : visible_frag(i0 + warp * 16, j0, g, t, T, sb != nullptr, seg_q + warp * 16, seg_k);
+    if (sb && !__syncthreads_or(vis != 0)) continue;
+    load_tile<D>(Ks, rows + (NH + kvh) * HS, QKV, j0, T, HS, 128);
+    load_tile<D>(Vs, rows + (NH + NKV + kvh) * HS, QKV, j0, T, HS, 128);
+    __syncthreads();
+
+    float s[8][4], dp[8][4];
+    if constexpr (kHoldRows<D>) {
+      mma_rows<D, 8>(s, qa, Ks, kLd, lane);   // S = Q K^T
+      mma_rows<D, 8>(dp, da, Vs, kLd, lane);  // dP = dO V^T
+    } else {
+      mma_rows_smem<D, 8>(s, Qs + warp * 16 * kLd, Ks, kLd, lane);
+      mma_rows_smem<D, 8>(dp, dOs + warp * 16 * kLd, Vs, kLd, lane);
     }
-    __syncwarp();
-    const float lse_r = lse_q[row], del_r = del_q[row];
 #pragma unroll
-    for (int c = 0; c < 16; c += 8) {
-      float ds[8];
+    for (int n = 0; n < 8; n++)
 #pragma unroll
-      for (int u = 0; u < 8; u++) {
-        const int col = c0 + c + u;
-        ds[u] = 0.0f;
-        if ((vis >> (c + u)) & 1u) {
-          const float p = expf(Ss[row * kLdS + col] * scale - lse_r);
-          ds[u] = p * (dPs[row * kLdS + col] - del_r) * scale;
-        }
+      for (int e = 0; e < 4; e++) {
+        const float p = (vis >> (4 * n + e)) & 1u ? exp2f(s[n][e] * c2 - lse2[e >> 1]) : 0.0f;
+        s[n][e] = p * (dp[n][e] - del[e >> 1]) * scale;  // dS
       }
-      *reinterpret_cast<uint4*>(dSs + row * kLdP + c0 + c) = bf16_pack8(ds);
-    }
-    __syncthreads();  // dS rows complete (two warps write each)
-    mma_ab<kN, kTile>(dq, dSs + 16 * rg * kLdP, kLdP, Ks + cg * (D / 2), kLd);  // dQ += dS K
+    mma_pv<D, 8>(dq, s, Ks, kLd, lane);  // dQ += bf16(dS) K
   }
 
-  // Through shared memory (S and dP's space, (kTile, D+4) fp32) to coalesced rows of dqkv.
-  store_rows<D, kN>(dqkv, Ss, dq, rg, cg, i0, T, QKV, h * HS, HS, b);
+#pragma unroll
+  for (int r = 0; r < 2; r++) {
+    const int qi = i0 + warp * 16 + g + 8 * r;
+    if (qi >= T) continue;
+    float* drow = dqkv + ((int64_t)b * T + qi) * QKV + h * HS;
+#pragma unroll
+    for (int n = 0; n < D / 8; n++) {
+      const int c = 8 * n + 2 * t;
+      if (c < HS) *reinterpret_cast<float2*>(drow + c) = make_float2(dq[n][2 * r], dq[n][2 * r + 1]);
+    }
+  }
 }
 
-// dK, dV by key tiles: one block per (key tile, kv head, batch), looping over the group's query
-// heads, then the query tiles at or after the key tile, in order. 8 warps: warp w computes S^T,
-// dP^T for keys 16 (w & 3) and queries 32 (w >> 2) .. + 32, and dK, dV for the same keys and head
-// columns (w >> 2) D/2 .. + D/2. Shared: K, V, Q, dO (kTile, D+8) bf16; S^T, dP^T (kTile, kLdS)
-// fp32; P^T, dS^T (kTile, kLdP) bf16.
+// dK, dV by key tiles: one block per (kv head, batch, key tile), heaviest (first) key tiles first,
+// looping over the group's query heads, then the query tiles at or after the key tile, in order. 4
+// warps, warp w owns key rows 16w .. 16w+15: S^T = K Q^T and dP^T = V dO^T (16 x kQN, the query
+// tile in passes) in registers, P^T and dS^T on the fragments, dV += bf16(P^T) dO and dK +=
+// bf16(dS^T) Q accumulated in registers. Shared: K, V, Q, dO (kTile, D+8) bf16; per query of the
+// tile its segment, lse (log2 units) and delta.
 template <int D>
-__global__ void __launch_bounds__(256, D == 128 ? 1 : 2)
+__global__ void __launch_bounds__(128)
     attention_backward_dkdv_bf16_kernel(float* __restrict__ dqkv, const uint16_t* __restrict__ qkv16,
                                         const uint16_t* __restrict__ dout16, const float* __restrict__ lse,
                                         const float* __restrict__ delta, const int32_t* __restrict__ seg, int T,
                                         int NH, int NKV, int HS, float scale) {
-  constexpr int kLd = ld_of<D>(), kN = D / 32;
+  // queries per pass (kNS n-tiles of scores): 32 above D = 32, for the registers of dK and dV
+  constexpr int kLd = ld_of<D>(), kA = kHoldRows<D> ? D / 16 : 1, kQN = D <= 32 ? 64 : 32, kNS = kQN / 8;
   extern __shared__ __align__(128) unsigned char smem[];
   bf16* Ks = reinterpret_cast<bf16*>(smem);
   bf16* Vs = Ks + kTile * kLd;
   bf16* Qs = Vs + kTile * kLd;
   bf16* dOs = Qs + kTile * kLd;
-  float* STs = reinterpret_cast<float*>(dOs + kTile * kLd);
-  float* dPTs = STs + kTile * kLdS;
-  bf16* PTs = reinterpret_cast<bf16*>(dPTs + kTile * kLdS);
-  bf16* dSTs = PTs + kTile * kLdP;
   __shared__ int32_t seg_q[kTile], seg_k[kTile];
   __shared__ float lse_q[kTile], del_q[kTile];
 
-  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, rg = warp & 3, cg = warp >> 2;
-  const int kt = blockIdx.x, kvh = blockIdx.y, b = blockIdx.z;
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
+  const int kt = blockIdx.z, kvh = blockIdx.x, b = blockIdx.y;  // heaviest (first) key tiles first
   const int group = NH / NKV, QKV = (NH + 2 * NKV) * HS, OC = NH * HS;
   const int j0 = kt * kTile;
   const uint16_t* rows = qkv16 + (int64_t)b * T * QKV;
   const uint16_t* drows = dout16 + (int64_t)b * T * OC;
   const int32_t* sb = seg ? seg + (int64_t)b * T : nullptr;
+  const float c2 = scale * kLog2e;
 
-  load_tile<D>(Ks, rows + (NH + kvh) * HS, QKV, j0, T, HS, 256);
-  load_tile<D>(Vs, rows + (NH + NKV + kvh) * HS, QKV, j0, T, HS, 256);
+  load_tile<D>(Ks, rows + (NH + kvh) * HS, QKV, j0, T, HS, 128);
+  load_tile<D>(Vs, rows + (NH + NKV + kvh) * HS, QKV, j0, T, HS, 128);
   if (tid < kTile) seg_k[tid] = sb && j0 + tid < T ? sb[j0 + tid] : 0;
-  FragC dk[kN], dv[kN];
-  zero(dk);
-  zero(dv);
+  __syncthreads();
+  uint32_t ka[kA][4], va[kA][4];
+  if constexpr (kHoldRows<D>) {
+#pragma unroll
+    for (int k = 0; k < D / 16; k++) {
+      load_a(ka[k], Ks + warp * 16 * kLd + k * 16, kLd, lane);
+      load_a(va[k], Vs + warp * 16 * kLd + k * 16, kLd, lane);
+    }
+  }
+  float dk[D / 8][4], dv[D / 8][4];
+#pragma unroll
+  for (int n = 0; n < D / 8; n++)
+#pragma unroll
+    for (int e = 0; e < 4; e++) dk[n][e] = dv[n][e] = 0.0f;
 
-  // The element-wise lane: key row 16 rg + (lane & 15), query columns c0 .. c0 + 16.
-  const int krow = 16 * rg + (lane & 15), kj = j0 + krow, c0 = 32 * cg + 16 * (lane >> 4);
   for (int h = kvh * group; h < (kvh + 1) * group; h++) {
     for (int i0 = j0; i0 < T; i0 += kTile) {  // query tiles that reach the key tile
-      __syncthreads();  // the last query tile's reads of Qs, dOs, PTs, dSTs and row data are done
+      __syncthreads();  // the last query tile's reads of Qs, dOs and the row data are done
       if (tid < kTile) {
         const bool in = i0 + tid < T;
         const int64_t at = ((int64_t)b * NH + h) * T + i0 + tid;
         seg_q[tid] = sb && in ? sb[i0 + tid] : 0;
-        lse_q[tid] = in ? lse[at] : 0.0f;
+        lse_q[tid] = in ? lse[at] * kLog2e : 0.0f;
         del_q[tid] = in ? delta[at] : 0.0f;
       }
       __syncthreads();
-      const uint32_t vis = visible_col(i0 + c0, kj, 16, T, sb != nullptr, seg_q + c0, seg_k[krow]);
-      if (!__syncthreads_or(vis != 0)) continue;
-      load_tile<D>(Qs, rows + h * HS, QKV, i0, T, HS, 256);
-      load_tile<D>(dOs, drows + h * HS, OC, i0, T, HS, 256);
+      const bool full = !sb && j0 < i0 && i0 + kTile <= T;
+      const uint32_t vis =
+          full ? ~0u : visible_frag_t(j0 + warp * 16, i0, g, t, T, sb != nullptr, seg_k + warp * 16, seg_q);
+      if (sb && !__syncthreads_or(vis != 0)) continue;
+      load_tile<D>(Qs, rows + h * HS, QKV, i0, T, HS, 128);
+      load_tile<D>(dOs, drows + h * HS, OC, i0, T, HS, 128);
       __syncthreads();
-      {
-        FragC st[2];
-        zero(st);
-        mma_abt<2, D>(st, Ks + 16 * rg * kLd, kLd, Qs + 32 * cg * kLd, kLd);  // S^T = K Q^T
-#pragma unroll
-        for (int n = 0; n < 2; n++)
-          wmma::store_matrix_sync(STs + 16 * rg * kLdS + 32 * cg + 16 * n, st[n], kLdS, wmma::mem_row_major);
-      }
-      {
-        FragC dpt[2];
-        zero(dpt);
-        mma_abt<2, D>(dpt, Vs + 16 * rg * kLd, kLd, dOs + 32 * cg * kLd, kLd);  // dP^T = V dO^T
-#pragma unroll
-        for (int n = 0; n < 2; n++)
-          wmma::store_matrix_sync(dPTs + 16 * rg * kLdS + 32 * cg + 16 * n, dpt[n], kLdS, wmma::mem_row_major);
-      }
-      __syncwarp();
+
 #pragma unroll 1
-      for (int c = 0; c < 16; c += 8) {
-        float p[8], ds[8];
-#pragma unroll
-        for (int u = 0; u < 8; u++) {
-          const int col = c0 + c + u;
-          p[u] = 0.0f, ds[u] = 0.0f;
-          if ((vis >> (c + u)) & 1u) {
-            p[u] = expf(STs[krow * kLdS + col] * scale - lse_q[col]);
-            ds[u] = p[u] * (dPTs[krow * kLdS + col] - del_q[col]) * scale;
-          }
+      for (int q0 = 0; q0 < kTile; q0 += kQN) {  // the query tile in passes of kQN columns
+        const bf16* Qp = Qs + q0 * kLd;
+        const bf16* dOp = dOs + q0 * kLd;
+        const uint32_t vp = vis >> (q0 / 2);  // bits 4n + e of the pass's n-tiles
+        float st[kNS][4], dpt[kNS][4];
+        if constexpr (kHoldRows<D>) {
+          mma_rows<D, kNS>(st, ka, Qp, kLd, lane);    // S^T = K Q^T
+          mma_rows<D, kNS>(dpt, va, dOp, kLd, lane);  // dP^T = V dO^T
+        } else {
+          mma_rows_smem<D, kNS>(st, Ks + warp * 16 * kLd, Qp, kLd, lane);
+          mma_rows_smem<D, kNS>(dpt, Vs + warp * 16 * kLd, dOp, kLd, lane);
         }
-        *reinterpret_cast<uint4*>(PTs + krow * kLdP + c0 + c) = bf16_pack8(p);
-        *reinterpret_cast<uint4*>(dSTs + krow * kLdP + c0 + c) = bf16_pack8(ds);
+#pragma unroll
+        for (int n = 0; n < kNS; n++)
+#pragma unroll
+          for (int e = 0; e < 4; e++) {
+            const int c = q0 + 8 * n + 2 * t + (e & 1);
+            const float p = (vp >> (4 * n + e)) & 1u ? exp2f(st[n][e] * c2 - lse_q[c]) : 0.0f;
+            st[n][e] = p;
+            dpt[n][e] = p * (dpt[n][e] - del_q[c]) * scale;  // dS^T
+          }
+        mma_pv<D, kNS>(dv, st, dOp, kLd, lane);  // dV += bf16(P^T) dO
+        mma_pv<D, kNS>(dk, dpt, Qp, kLd, lane);  // dK += bf16(dS^T) Q
       }
-      __syncthreads();  // P^T, dS^T rows complete (two warps write each)
-      mma_ab<kN, kTile>(dv, PTs + 16 * rg * kLdP, kLdP, dOs + cg * (D / 2), kLd);  // dV += P^T dO
-      mma_ab<kN, kTile>(dk, dSTs + 16 * rg * kLdP, kLdP, Qs + cg * (D / 2), kLd);  // dK += dS^T Q
     }
   }
 
-  // dK then dV through shared memory (S^T and dP^T's space, (kTile, D+4) fp32) to rows of dqkv.
-  store_rows<D, kN>(dqkv, STs, dk, rg, cg, j0, T, QKV, (NH + kvh) * HS, HS, b);
-  store_rows<D, kN>(dqkv, STs, dv, rg, cg, j0, T, QKV, (NH + NKV + kvh) * HS, HS, b);
+#pragma unroll
+  for (int r = 0; r < 2; r++) {
+    const int kj = j0 + warp * 16 + g + 8 * r;
+    if (kj >= T) continue;
+    float* krow = dqkv + ((int64_t)b * T + kj) * QKV + (NH + kvh) * HS;
+    float* vrow = dqkv + ((int64_t)b * T + kj) * QKV + (NH + NKV + kvh) * HS;
+#pragma unroll
+    for (int n = 0; n < D / 8; n++) {
+      const int c = 8 * n + 2 * t;
+      if (c < HS) {
+        *reinterpret_cast<float2*>(krow + c) = make_float2(dk[n][2 * r], dk[n][2 * r + 1]);
+        *reinterpret_cast<float2*>(vrow + c) = make_float2(dv[n][2 * r], dv[n][2 * r + 1]);
+      }
+    }
+  }
 }
 
 void check_shape(const char* op, int NH, int NKV, int HS) {
@@ -493,21 +554,16 @@ void check_shape(const char* op, int NH, int NKV, int HS) {
 int tiles(int T) { return (T + kTile - 1) / kTile; }
 
 template <int D>
-constexpr int forward_smem() {
-  constexpr int kLdW = D + 4 > kLdS ? D + 4 : kLdS;
-  return 2 * (3 * kTile * ld_of<D>() + kTile * kLdP) + 4 * (4 * 16 * kLdW);
-}
+constexpr int forward_smem() { return 2 * 3 * kTile * ld_of<D>(); }  // Q, K, V
 template <int D>
-constexpr int backward_smem(int score_tiles16) {  // 4 head tiles, 2 fp32 score tiles, bf16 ones
-  return 2 * 4 * kTile * ld_of<D>() + 4 * 2 * kTile * kLdS + 2 * score_tiles16 * kTile * kLdP;
-}
+constexpr int backward_smem() { return 2 * 4 * kTile * ld_of<D>(); }  // Q, dO, K, V
 
 template <int D>
 void forward_launch(float* out, float* lse, const uint16_t* qkv16, const int32_t* seg, int B, int T, int NH,
                     int NKV, int HS, float scale, Stream s) {
   constexpr int smem = forward_smem<D>();
   (void)cudaFuncSetAttribute(attention_forward_bf16_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
-  attention_forward_bf16_kernel<D><<<dim3(tiles(T), NH, B), 128, smem, s>>>(out, lse, qkv16, seg, T, NH, NKV, HS,
+  attention_forward_bf16_kernel<D><<<dim3(NH, B, tiles(T)), 128, smem, s>>>(out, lse, qkv16, seg, T, NH, NKV, HS,
                                                                           scale);
 }
 
@@ -515,14 +571,14 @@ template <int D>
 void backward_launch(float* dqkv, const float* delta, const uint16_t* qkv16, const uint16_t* dout16,
                      const float* lse, const int32_t* seg, int B, int T, int NH, int NKV, int HS, float scale,
                      Stream s) {
-  constexpr int smem_dq = backward_smem<D>(1), smem_kv = backward_smem<D>(2);
+  constexpr int smem_dq = backward_smem<D>(), smem_kv = backward_smem<D>();
   (void)cudaFuncSetAttribute(attention_backward_dq_bf16_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                              smem_dq);
-  attention_backward_dq_bf16_kernel<D><<<dim3(tiles(T), NH, B), 256, smem_dq, s>>>(dqkv, qkv16, dout16, lse, delta,
+  attention_backward_dq_bf16_kernel<D><<<dim3(NH, B, tiles(T)), 128, smem_dq, s>>>(dqkv, qkv16, dout16, lse, delta,
                                                                                   seg, T, NH, NKV, HS, scale);
   (void)cudaFuncSetAttribute(attention_backward_dkdv_bf16_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                              smem_kv);
-  attention_backward_dkdv_bf16_kernel<D><<<dim3(tiles(T), NKV, B), 256, smem_kv, s>>>(dqkv, qkv16, dout16, lse,
+  attention_backward_dkdv_bf16_kernel<D><<<dim3(NKV, B, tiles(T)), 128, smem_kv, s>>>(dqkv, qkv16, dout16, lse,
                                                                                       delta, seg, T, NH, NKV, HS,
                                                                                       scale);
 }
