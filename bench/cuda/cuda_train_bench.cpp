@@ -102,10 +102,8 @@ std::pair<double, double> attention_seconds(const ModelConfig& c, int B, int T, 
   cuda::device_free(qkv16), cuda::device_free(dout16);
   return {f, b};
 }
-}  // namespace
-
-int main(int argc, char** argv) {
-  Args a;
+// Fills a from the command line; -1 when it parsed, else the exit code (2: usage).
+int parse_args(int argc, char** argv, Args& a) {
   for (int i = 1; i < argc; i++) {
     const std::string k = argv[i];
     auto next = [&]() -> const char* { return i + 1 < argc ? argv[++i] : nullptr; };
@@ -122,6 +120,45 @@ int main(int argc, char** argv) {
     else return usage(("unknown or incomplete argument " + k).c_str());
   }
   if (a.config.empty()) return usage("no model config");
+  return -1;
+}
+
+// Random N(0, 0.02) matrices and unit norms, as the CPU model initialises them (the speed does not
+// depend on the values).
+void upload_random_params(CudaModel& m) {
+  std::vector<float> p(m.layout().total);
+  std::mt19937 g(3);
+  std::normal_distribution<float> d(0.0f, 0.02f);
+  for (auto& x : p) x = d(g);
+  for (const ParamTensor& t : m.layout().tensors)
+    if (t.cols == 1) std::fill(p.begin() + t.offset, p.begin() + t.offset + t.size(), 1.0f);
+  m.upload_params(p.data());
+}
+
+// Where the step's time goes: 3 more steps (from step t0 + 1) with an event between op families.
+void print_profile(CudaModel& m, const Batch& b, const CudaAdamW& o, int t0) {
+  m.set_profiling(true);
+  float loss = 0;
+  for (int s = 1; s <= 3; s++) {
+    if (!m.forward(b, loss)) return;
+    m.zero_grad();
+    m.backward();
+    (void)m.optimizer_step(o, t0 + s);
+    (void)m.sync();
+  }
+  auto prof = m.profile_ms();
+  double prof_total = 0;
+  for (const auto& [name, ms] : prof) prof_total += ms;
+  std::sort(prof.begin(), prof.end(), [](const auto& x, const auto& y) { return x.second > y.second; });
+  std::printf("profile (GPU time per step by op family, %.2f ms in all):\n", prof_total / 3);
+  for (const auto& [name, ms] : prof)
+    if (ms > 0) std::printf("  %-22s %8.2f ms  %5.1f%%\n", name.c_str(), ms / 3, 100 * ms / prof_total);
+}
+}  // namespace
+
+int main(int argc, char** argv) {
+  Args a;
+  if (int rc = parse_args(argc, argv, a); rc >= 0) return rc;
   if (cuda::device_count() == 0) {
     std::fprintf(stderr, "cuda_train_bench: no CUDA device (%s)\n", cuda::built() ? "none found" : "no CUDA build");
     return 1;
@@ -147,15 +184,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "cuda_train_bench: %s\n", s.message().c_str());
     return 1;
   }
-  {  // the CPU model's initial values (one layer's worth of init work per tensor on the host)
-    std::vector<float> p(m.layout().total);
-    std::mt19937 g(3);
-    std::normal_distribution<float> d(0.0f, 0.02f);
-    for (auto& x : p) x = d(g);
-    for (const ParamTensor& t : m.layout().tensors)
-      if (t.cols == 1) std::fill(p.begin() + t.offset, p.begin() + t.offset + t.size(), 1.0f);
-    m.upload_params(p.data());
-  }
+  upload_random_params(m);
   Batch b;
   b.B = a.B, b.T = a.T;
   const int N = a.B * a.T;
@@ -186,22 +215,7 @@ int main(int argc, char** argv) {
     if (s == 1 || s % 10 == 0) std::printf("step %3d  loss %.4f  %.1f ms\n", s, loss, all * 1e3);
   }
   cuda::timer_destroy(t);
-  // Where the step's time goes: 3 more steps with an event between op families.
-  m.set_profiling(true);
-  for (int s = 1; s <= 3; s++) {
-    if (!m.forward(b, loss)) return 1;
-    m.zero_grad();
-    m.backward();
-    (void)m.optimizer_step(o, warm + a.steps + s);
-    (void)m.sync();
-  }
-  auto prof = m.profile_ms();
-  double prof_total = 0;
-  for (const auto& [name, ms] : prof) prof_total += ms;
-  std::sort(prof.begin(), prof.end(), [](const auto& x, const auto& y) { return x.second > y.second; });
-  std::printf("profile (GPU time per step by op family, %.2f ms in all):\n", prof_total / 3);
-  for (const auto& [name, ms] : prof)
-    if (ms > 0) std::printf("  %-22s %8.2f ms  %5.1f%%\n", name.c_str(), ms / 3, 100 * ms / prof_total);
+  print_profile(m, b, o, warm + a.steps);
   const bool attn16 = a.precision == Precision::kBf16 && cuda::attention_bf16_supported(c.head_size());
   const auto [af, ab] = attention_seconds(c, a.B, a.T, attn16, nullptr);
   const double step = total / a.steps, tok_s = N / step;
