@@ -463,14 +463,18 @@ void attention_forward(float* out, float* lse, const float* qkv, const int32_t* 
   else forward_launch<128>(out, lse, qkv, seg, B, T, NH, NKV, HS, scale, s);
 }
 
+void attention_delta(float* delta, const float* dout, const float* out, int B, int T, int NH, int HS, Stream s) {
+  const int64_t warps = (int64_t)B * T * NH;
+  attention_delta_kernel<<<(unsigned)((warps * 32 + kThreads - 1) / kThreads), kThreads, 0, s>>>(delta, dout, out, B,
+                                                                                               T, NH, HS);
+}
+
 void attention_backward(float* dqkv, float* delta, const float* dout, const float* qkv, const float* out,
                         const float* lse, const int32_t* seg, int B, int T, int NH, int NKV, int HS, Stream s) {
   check_shape("attention_backward", NH, NKV, HS);
   if (B <= 0 || T <= 0) return;
   const float scale = 1.0f / std::sqrt((float)HS);
-  const int64_t warps = (int64_t)B * T * NH;
-  attention_delta_kernel<<<(unsigned)((warps * 32 + kThreads - 1) / kThreads), kThreads, 0, s>>>(delta, dout, out, B,
-                                                                                               T, NH, HS);
+  attention_delta(delta, dout, out, B, T, NH, HS, s);
   if (HS <= 16) backward_launch<16>(dqkv, delta, dout, qkv, lse, seg, B, T, NH, NKV, HS, scale, s);
   else if (HS <= 32) backward_launch<32>(dqkv, delta, dout, qkv, lse, seg, B, T, NH, NKV, HS, scale, s);
   else if (HS <= 64) backward_launch<64>(dqkv, delta, dout, qkv, lse, seg, B, T, NH, NKV, HS, scale, s);

@@ -311,23 +311,6 @@ __global__ void __launch_bounds__(128)
   }
 }
 
-// delta (B,NH,T) = rowsum(dout * out) per head in fp32 (the CPU's D): one warp per (b, t, head).
-__global__ void attention_delta_bf16_kernel(float* __restrict__ delta, const float* __restrict__ dout,
-                                            const float* __restrict__ out, int B, int T, int NH, int HS) {
-  const int64_t w = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
-  const int lane = threadIdx.x & 31;
-  if (w >= (int64_t)B * T * NH) return;  // whole warps leave together
-  const int h = (int)(w % NH);
-  const int64_t bt = w / NH;
-  const float* a = dout + bt * NH * HS + h * HS;
-  const float* o = out + bt * NH * HS + h * HS;
-  float sum = 0.0f;
-  for (int d = lane; d < HS; d += 32) sum = fmaf(a[d], o[d], sum);
-#pragma unroll
-  for (int off = 16; off > 0; off >>= 1) sum += __shfl_xor_sync(kFull, sum, off);
-  if (lane == 0) delta[((bt / T) * NH + h) * T + bt % T] = sum;
-}
-
 // Q and dO fragments (16 x D each) stay in registers up to D = 64, above it they are read from
 // shared memory at every use (registers: D/8 accumulators and 2 score tiles already).
 template <int D>
@@ -605,8 +588,7 @@ void attention_backward_bf16(float* dqkv, float* delta, uint16_t* qkv16, uint16_
   const float scale = 1.0f / std::sqrt((float)HS);
   bf16_from_f32(qkv16, qkv, (int64_t)B * T * (NH + 2 * NKV) * HS, s);
   bf16_from_f32(dout16, dout, (int64_t)B * T * NH * HS, s);
-  const int64_t warps = (int64_t)B * T * NH;
-  attention_delta_bf16_kernel<<<(unsigned)((warps * 32 + 255) / 256), 256, 0, s>>>(delta, dout, out, B, T, NH, HS);
+  attention_delta(delta, dout, out, B, T, NH, HS, s);  // (attention.cu; fp32, the CPU's D)
   if (HS <= 32) backward_launch<32>(dqkv, delta, qkv16, dout16, lse, seg, B, T, NH, NKV, HS, scale, s);
   else if (HS <= 64) backward_launch<64>(dqkv, delta, qkv16, dout16, lse, seg, B, T, NH, NKV, HS, scale, s);
   else backward_launch<128>(dqkv, delta, qkv16, dout16, lse, seg, B, T, NH, NKV, HS, scale, s);

@@ -113,6 +113,8 @@ void attention_forward(float* out, float* lse, const float* qkv, const int32_t* 
 void attention_backward(float* dqkv, float* delta, const float* dout, const float* qkv, const float* out,
                         const float* lse, const int32_t* seg, int B, int T, int NH, int NKV, int HS,
                         Stream s);
+// delta (B,NH,T) = rowsum(dout * out) per head in fp32, the first step of both backwards.
+void attention_delta(float* delta, const float* dout, const float* out, int B, int T, int NH, int HS, Stream s);
 
 // ---- attention_bf16.cu -------------------------------------------------------------------------
 // The same attention on the tensor cores for bf16 mixed precision, with the rounding points of

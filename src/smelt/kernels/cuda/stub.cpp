@@ -93,6 +93,7 @@ void attention_backward(float*, float*, const float*, const float*, const float*
                         int, int, int, int, Stream) {
   missing("attention_backward");
 }
+void attention_delta(float*, const float*, const float*, int, int, int, int, Stream) { missing("attention_delta"); }
 bool attention_bf16_supported(int) { return false; }
 void attention_forward_bf16(float*, float*, uint16_t*, const float*, const int32_t*, int, int, int, int, int, Stream) {
   missing("attention_forward_bf16");
