@@ -253,30 +253,36 @@ void Model::layer_forward(int l, int B, int T) {
   prof_mark(kPDownF);
 }
 
+// Every buffer is sized by rows N = B*T (and T for RoPE/attention scratch), so any batch with
+// B*T <= Bmax*Tmax and T <= Tmax fits: bucketed batches trade rows for length.
+Status model_batch_check(const char* who, const Batch& b, const ModelConfig& c, int Bmax, int Tmax) {
+  if (b.B <= 0 || b.T <= 0 || (int64_t)b.B * b.T > (int64_t)Bmax * Tmax || b.T > Tmax)
+    return Status::error(fmt::format("{} batch {}x{} does not fit the planned {}x{} ({} rows, T <= {})", who, b.B, b.T,
+                                     Bmax, Tmax, (int64_t)Bmax * Tmax, Tmax));
+  const int N = b.B * b.T, V = c.vocab_size;
+  if ((int64_t)b.inputs.size() < N || (int64_t)b.targets.size() < N ||
+      (!b.segments.empty() && (int64_t)b.segments.size() < N) ||
+      (!b.positions.empty() && (int64_t)b.positions.size() < N))
+    return Status::error(fmt::format("{} batch buffers are smaller than B*T", who));
+  for (int n = 0; n < N; n++) {
+    if (b.inputs[n] < 0 || b.inputs[n] >= V || b.targets[n] < -1 || b.targets[n] >= V)
+      return Status::error(fmt::format("{} batch position {}: token {} / target {} outside "
+                                       "the vocabulary [0, {})", who, n, b.inputs[n], b.targets[n], V));
+    if (!b.positions.empty() && (b.positions[n] < 0 || b.positions[n] >= c.max_seq_len))
+      return Status::error(fmt::format("{} batch position {}: RoPE position {} outside "
+                                       "[0, max_seq_len = {})", who, n, b.positions[n], c.max_seq_len));
+  }
+  return Status::ok();
+}
+
 Status Model::forward_loss(const Batch& b, float& loss) { return forward(b, loss, 0.0f, true); }
 
 Status Model::forward(const Batch& b, float& loss, float grad_dloss) { return forward(b, loss, grad_dloss, false); }
 
 Status Model::forward(const Batch& b, float& loss, float grad_dloss, bool loss_only) {
   const ModelConfig& c = cfg_;
-  // Every buffer is sized by rows N = B*T (and T for RoPE/attention scratch), so any batch with
-  // B*T <= Bmax*Tmax and T <= Tmax fits: bucketed batches trade rows for length.
-  if (b.B <= 0 || b.T <= 0 || (int64_t)b.B * b.T > (int64_t)Bmax_ * Tmax_ || b.T > Tmax_)
-    return Status::error(fmt::format("[model] batch {}x{} does not fit the planned {}x{} ({} rows, T <= {})",
-                                     b.B, b.T, Bmax_, Tmax_, (int64_t)Bmax_ * Tmax_, Tmax_));
+  if (Status s = model_batch_check("[model]", b, c, Bmax_, Tmax_); !s) return s;
   const int N = b.B * b.T, C = c.d_model, V = c.vocab_size;
-  if ((int64_t)b.inputs.size() < N || (int64_t)b.targets.size() < N ||
-      (!b.segments.empty() && (int64_t)b.segments.size() < N) ||
-      (!b.positions.empty() && (int64_t)b.positions.size() < N))
-    return Status::error("[model] batch buffers are smaller than B*T");
-  for (int n = 0; n < N; n++) {
-    if (b.inputs[n] < 0 || b.inputs[n] >= V || b.targets[n] < -1 || b.targets[n] >= V)
-      return Status::error(fmt::format("[model] batch position {}: token {} / target {} outside "
-                                       "the vocabulary [0, {})", n, b.inputs[n], b.targets[n], V));
-    if (!b.positions.empty() && (b.positions[n] < 0 || b.positions[n] >= c.max_seq_len))
-      return Status::error(fmt::format("[model] batch position {}: RoPE position {} outside "
-                                       "[0, max_seq_len = {})", n, b.positions[n], c.max_seq_len));
-  }
   TraceSpan span("forward");
   kernels_set_threads(threads_);
   batch_ = &b;

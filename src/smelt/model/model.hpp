@@ -23,6 +23,11 @@ struct TpCollectives {
   std::function<void(float*, int64_t)> max;  // in-place element-wise maximum over the TP ranks
 };
 
+// The batch checks of a forward, before any buffer is touched: the shape fits the planned Bmax x
+// Tmax, the buffers hold B*T entries, tokens and targets lie in the vocabulary, RoPE positions
+// below max_seq_len. Errors start with `who` ("[model]", "[cuda]") and name the position.
+Status model_batch_check(const char* who, const Batch& b, const ModelConfig& c, int Bmax, int Tmax);
+
 class Model {
  public:
   // Plans memory for batches of at most B*T rows with length at most T, logs the plan, refuses when it exceeds budget_bytes

@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include "smelt/kernels/kernels.hpp"
+#include "smelt/model/model.hpp"
 
 namespace smelt {
 
@@ -262,21 +263,8 @@ void CudaModel::layer_forward(int l, int B, int T) {
 Status CudaModel::forward(const Batch& b, float& loss) {
   const ModelConfig& c = cfg_;
   if (!base_) return Status::error("[cuda] forward before init");
-  if (b.B <= 0 || b.T <= 0 || (int64_t)b.B * b.T > (int64_t)Bmax_ * Tmax_ || b.T > Tmax_)
-    return Status::error(fmt::format("[cuda] batch {}x{} does not fit the planned {}x{}", b.B, b.T, Bmax_, Tmax_));
+  if (Status s = model_batch_check("[cuda]", b, c, Bmax_, Tmax_); !s) return s;
   const int N = b.B * b.T, C = c.d_model, V = c.vocab_size;
-  if ((int64_t)b.inputs.size() < N || (int64_t)b.targets.size() < N ||
-      (!b.segments.empty() && (int64_t)b.segments.size() < N) ||
-      (!b.positions.empty() && (int64_t)b.positions.size() < N))
-    return Status::error("[cuda] batch buffers are smaller than B*T");
-  for (int n = 0; n < N; n++) {
-    if (b.inputs[n] < 0 || b.inputs[n] >= V || b.targets[n] < -1 || b.targets[n] >= V)
-      return Status::error(fmt::format("[cuda] batch position {}: token {} / target {} outside the vocabulary [0, {})",
-                                       n, b.inputs[n], b.targets[n], V));
-    if (!b.positions.empty() && (b.positions[n] < 0 || b.positions[n] >= c.max_seq_len))
-      return Status::error(fmt::format("[cuda] batch position {}: RoPE position {} outside [0, max_seq_len = {})", n,
-                                       b.positions[n], c.max_seq_len));
-  }
   B_ = b.B, T_ = b.T;
   h_targets_.assign(b.targets.begin(), b.targets.begin() + N);
   has_seg_ = !b.segments.empty() && b.mask_segments;
