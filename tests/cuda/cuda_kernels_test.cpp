@@ -196,10 +196,11 @@ TEST(CudaKernels, AdamwAndGradNorm) {
   report("adamw m", norm_err(dm.download(), m), 1e-6);
   report("adamw v", norm_err(dv.download(), v), 1e-6);
   DeviceVec<double> partials(cuda::grad_norm_scratch_doubles(n));
+  std::vector<double> host_partials(cuda::grad_norm_scratch_doubles(n));
   const double want = grad_norm_squared_ref(g.data(), n);
-  const double got = cuda::grad_norm_squared(dg.p, n, partials.p, nullptr);
+  const double got = cuda::grad_norm_squared(dg.p, n, partials.p, host_partials.data(), nullptr);
   report("grad_norm_squared", std::fabs(got - want) / want, 1e-12);
-  EXPECT_EQ(cuda::grad_norm_squared(dg.p, n, partials.p, nullptr), got);
+  EXPECT_EQ(cuda::grad_norm_squared(dg.p, n, partials.p, host_partials.data(), nullptr), got);
 }
 
 }  // namespace

@@ -143,10 +143,10 @@ void softmax_entropy_rows(float* out, const float* logits, const float* lse, con
 // As kernels.hpp's adamw_step (torch.optim.AdamW order).
 void adamw_step(float* param, float* m, float* v, const float* grad, int64_t n, float lr, float beta1,
                 float beta2, float eps, float weight_decay, float grad_scale, int64_t t, Stream s);
-// Sum of squares of grad (n) in double: per-4Ki-block partials (kGradNormBlock), then summed in
-// block order. partials: grad_norm_scratch_doubles(n) doubles on the device; result copied to the
-// host (synchronises the stream).
+// Sum of squares of grad (n) in double: per-4Ki-block partials (kGradNormBlock) on the device,
+// copied into host_partials and summed there in block order (synchronises the stream). partials
+// (device) and host_partials (host) hold grad_norm_scratch_doubles(n) doubles each.
 int64_t grad_norm_scratch_doubles(int64_t n);
-double grad_norm_squared(const float* grad, int64_t n, double* partials, Stream s);
+double grad_norm_squared(const float* grad, int64_t n, double* partials, double* host_partials, Stream s);
 
 }  // namespace smelt::cuda

@@ -6,7 +6,6 @@
 
 #include <cmath>
 #include <cstdint>
-#include <vector>
 
 #include "smelt/kernels/cuda/cuda_kernels.hpp"
 
@@ -153,15 +152,14 @@ void adamw_step(float* param, float* m, float* v, const float* grad, int64_t n, 
 
 int64_t grad_norm_scratch_doubles(int64_t n) { return (n + kNormBlock - 1) / kNormBlock; }
 
-double grad_norm_squared(const float* grad, int64_t n, double* partials, Stream s) {
+double grad_norm_squared(const float* grad, int64_t n, double* partials, double* host_partials, Stream s) {
   if (n <= 0) return 0.0;
   const int64_t blocks = grad_norm_scratch_doubles(n);
   sum_squares_kernel<<<(unsigned)blocks, kNormThreads, 0, s>>>(partials, grad, n);
-  std::vector<double> host(blocks);
-  copy_to_host(host.data(), partials, blocks * (int64_t)sizeof(double), s);
+  copy_to_host(host_partials, partials, blocks * (int64_t)sizeof(double), s);
   (void)stream_sync(s);
   double total = 0.0;
-  for (double p : host) total += p;
+  for (int64_t i = 0; i < blocks; i++) total += host_partials[i];
   return total;
 }
 

@@ -116,6 +116,6 @@ void adamw_step(float*, float*, float*, const float*, int64_t, float, float, flo
   missing("adamw_step");
 }
 int64_t grad_norm_scratch_doubles(int64_t) { return 0; }
-double grad_norm_squared(const float*, int64_t, double*, Stream) { missing("grad_norm_squared"); }
+double grad_norm_squared(const float*, int64_t, double*, double*, Stream) { missing("grad_norm_squared"); }
 
 }  // namespace smelt::cuda

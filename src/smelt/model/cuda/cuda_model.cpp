@@ -143,6 +143,7 @@ Status CudaModel::init(const ModelConfig& c, int B, int T, Precision precision, 
   const int N = B * T;
   h_order_.assign(N, 0), h_starts_.assign(N + 1, 0), h_tokens_.assign(N, 0), h_count_.assign(c.vocab_size, 0);
   h_losses_.assign(N, 0.0f);
+  h_norm_.assign(cuda::grad_norm_scratch_doubles(layout_.total), 0.0);
   if (auto e = sync(); !e.empty()) return Status::error("[cuda] " + e);
   return Status::ok();
 }
@@ -357,7 +358,7 @@ void CudaModel::backward(float dloss) {
 
 double CudaModel::grad_norm() {
   mark(-1);
-  return std::sqrt(cuda::grad_norm_squared(grads_, layout_.total, norm_partials_, stream_));
+  return std::sqrt(cuda::grad_norm_squared(grads_, layout_.total, norm_partials_, h_norm_.data(), stream_));
 }
 
 void CudaModel::adamw(const CudaAdamW& o, double norm, int64_t t) {

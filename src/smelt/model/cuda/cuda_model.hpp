@@ -122,6 +122,7 @@ class CudaModel {
   int64_t valid_ = 0;
   std::vector<int32_t> h_order_, h_starts_, h_tokens_, h_count_;  // embedding order, built on the host
   std::vector<float> h_losses_;
+  std::vector<double> h_norm_;      // the gradient norm's block partials, read back
   std::vector<int32_t> h_targets_;  // the last forward's targets (entropy rows)
   cuda::Marks* marks_ = nullptr;
   std::vector<int> mark_ops_;
