@@ -32,7 +32,7 @@
 #include "smelt/common/ordered_pipeline.hpp"
 #include "smelt/common/page_key.hpp"
 #include "smelt/common/progress.hpp"
-#include "smelt/refine/quality_signals.hpp"
+#include "smelt/refine/prep_doc.hpp"
 #include "smelt/refine/shard_writer.hpp"
 #include "smelt/stage/restartable_stage.hpp"
 #include "smelt/text/charset.hpp"
@@ -48,21 +48,6 @@ namespace {
 constexpr int kScoreBins = 20;
 constexpr size_t kChunkDocs = 64;
 constexpr size_t kChunkBytes = 8u << 20;
-constexpr size_t kRejectedTextCap = 20000;  // bytes of text kept per rejected example
-
-// One document (or the end-of-file marker) on its way through the pipeline.
-struct Item : StageItem {
-  RawDoc doc;
-  // filled by a worker
-  uint64_t raw_bytes = 0, text_bytes = 0;
-  std::string lang;
-  double score = -1;
-  TerminalStrip stripped;        // terminal control codes taken out of the text
-  std::string drop;              // "" = keep (pending dedup), else the drop reason
-  std::string rules;             // failed quality rules (only kept for rejected examples)
-  std::string line;              // the output JSON line without its closing '}'
-  DedupSignature sig;
-};
 
 // Counters that make up stats.json; deterministic (no timing), restored on resume.
 struct Counters {
@@ -115,93 +100,7 @@ json parts_json(const std::vector<ShardInfo>& parts) {
 
 int score_bin(double s) { return std::clamp(static_cast<int>(s * kScoreBins), 0, kScoreBins - 1); }
 
-bool has_visible_text(std::string_view s) {
-  for (unsigned char c : s)
-    if (!std::isspace(c)) return true;
-  return false;
-}
-
-// Everything a worker does to one document. Pure: depends only on the item and the config.
-void process_item(const PrepConfig& c, Item& it) {
-  RawDoc& d = it.doc;
-  it.raw_bytes = d.text.size();
-  std::string text;
-  HtmlSignals html;
-  if (d.is_html) {
-    std::string utf8;
-    charset_to_utf8(d.text, d.charset, utf8);
-    if (c.extract_enabled) {
-      HtmlExtractResult r;
-      html_extract(utf8, c.extract, r);
-      text = std::move(r.text);
-      html = HtmlSignals{true, r.tag_density, r.link_text_ratio};
-    } else {
-      text = std::move(utf8);
-    }
-  } else {
-    text = std::move(d.text);
-  }
-  d.text.clear();
-  d.text.shrink_to_fit();
-  if (c.strip_terminal_codes) it.stripped = strip_terminal_codes(text);
-  it.text_bytes = text.size();
-
-  std::string quality_json;
-  if (!has_visible_text(text)) {
-    it.drop = "empty";
-  } else if (!c.only_extract) {
-    if (c.quality.enabled) {
-      QualitySignals q;
-      quality_compute(text, html.present ? &html : nullptr, q);
-      it.lang = q.language.lang;
-      it.drop = quality_hard_filter(q, c.quality);
-      it.score = quality_score(q, c.quality);
-      q.append_json(quality_json);
-      // the score joins the signals inside the same object
-      if (!quality_json.empty() && quality_json.back() == '}') {
-        quality_json.pop_back();
-        quality_json += fmt::format("{}\"score\":{:.4f}}}", quality_json.size() > 1 ? "," : "", it.score);
-      }
-      if (it.drop.empty() && c.sample_enabled && it.score < c.sample_threshold) {
-        // By page, so that another crawl of the same pages keeps the same ones.
-        double u = hash_unit(hash64(page_key(d.url, d.id), c.seed));
-        if (u >= it.score * it.score) it.drop = "sampled_out";
-      }
-      if (!it.drop.empty() && c.keep_rejected > 0) it.rules = quality_failed_rules(q, c.quality);
-    }
-    if (it.drop.empty() && c.dedup.enabled) dedup_signature(text, it.lang == "zh", c.dedup, it.sig);
-  }
-  if (!it.drop.empty() && c.keep_rejected == 0) return;
-
-  std::string& o = it.line;
-  o.reserve(text.size() + quality_json.size() + d.meta_json.size() + 256);
-  o += "{\"id\":";
-  json_append_string(o, d.id);
-  o += ",\"source\":";
-  json_append_string(o, d.source);
-  if (!d.url.empty()) {
-    o += ",\"url\":";
-    json_append_string(o, d.url);
-  }
-  o += ",\"text\":";
-  if (it.drop.empty() || text.size() <= kRejectedTextCap) {
-    json_append_string(o, text);
-  } else {
-    size_t cut = kRejectedTextCap;
-    while (cut > 0 && (static_cast<unsigned char>(text[cut]) & 0xC0) == 0x80) --cut;
-    json_append_string(o, std::string_view(text).substr(0, cut));
-  }
-  if (!quality_json.empty()) {
-    o += ",\"quality\":";
-    o += quality_json;
-  }
-  if (!d.meta_json.empty()) {
-    o += ",\"meta\":";
-    o += d.meta_json;
-  }
-}
-
-class PrepRun : public RestartableStage<Item, Counters> {
+class PrepRun : public RestartableStage<PrepItem, Counters> {
  public:
   explicit PrepRun(const PrepConfig& c) : RestartableStage(spec_of(c)), c_(c) {}
   Status run(PrepSummary& out);
@@ -229,9 +128,9 @@ class PrepRun : public RestartableStage<Item, Counters> {
   Status start_writing() override;
   std::string start_note(int threads) const override;
   std::string done_note() const override { return fmt::format("{} part(s)", parts_.size()); }
-  size_t take_doc(RawDoc& doc, Item& it) override;
-  std::function<void(Item&)> make_worker() override;
-  Status commit_doc(Item& it) override;
+  size_t take_doc(RawDoc& doc, PrepItem& it) override;
+  std::function<void(PrepItem&)> make_worker() override;
+  Status commit_doc(PrepItem& it) override;
   void tick(Progress& p) override { p.tick(n_.docs_read, bytes_progress_); }
   Status finish(double seconds, std::string& text) override;
 
@@ -394,19 +293,19 @@ std::string PrepRun::start_note(int threads) const {
                      c_.tasks > 1 ? fmt::format(", task {} of {}", c_.task, c_.tasks) : "");
 }
 
-size_t PrepRun::take_doc(RawDoc& doc, Item& it) {
+size_t PrepRun::take_doc(RawDoc& doc, PrepItem& it) {
   const size_t bytes = doc.text.size();
   it.doc = std::move(doc);
   return bytes;
 }
 
-std::function<void(Item&)> PrepRun::make_worker() {
-  return [this](Item& it) {
+std::function<void(PrepItem&)> PrepRun::make_worker() {
+  return [this](PrepItem& it) {
     if (!it.end_of_file) process_item(c_, it);
   };
 }
 
-Status PrepRun::commit_doc(Item& it) {
+Status PrepRun::commit_doc(PrepItem& it) {
   n_.docs_read++;
   n_.bytes_in += it.raw_bytes;
   n_.text_bytes += it.text_bytes;
