@@ -12,6 +12,7 @@
 #include <filesystem>
 
 #include <fmt/format.h>
+#include <xxhash.h>
 
 namespace fs = std::filesystem;
 
@@ -135,6 +136,22 @@ Status files_fsync_dir(const std::string& dir) {
   if (fd < 0) return Status::error(fmt::format("{}: cannot open folder: {}", dir, std::strerror(errno)));
   ::fsync(fd);
   ::close(fd);
+  return Status::ok();
+}
+
+Status files_hash(const std::string& path, uint64_t& out) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return Status::error(fmt::format("{}: cannot open: {}", path, std::strerror(errno)));
+  XXH3_state_t* st = XXH3_createState();
+  XXH3_64bits_reset(st);
+  std::vector<char> buf(1 << 20);
+  ssize_t n = 0;
+  while ((n = ::read(fd, buf.data(), buf.size())) > 0) XXH3_64bits_update(st, buf.data(), static_cast<size_t>(n));
+  const int err = n < 0 ? errno : 0;
+  ::close(fd);
+  out = XXH3_64bits_digest(st);
+  XXH3_freeState(st);
+  if (err) return Status::error(fmt::format("{}: read failed: {}", path, std::strerror(err)));
   return Status::ok();
 }
 

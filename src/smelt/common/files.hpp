@@ -41,6 +41,10 @@ Status files_write_atomic(const std::string& path, std::string_view data);
 // Reads a whole small file (configs, state files; never inputs).
 Status files_read_small(const std::string& path, std::string& out);
 
+// XXH3-64 of a file's bytes, read in blocks (model files of many GB): what a resume fingerprint
+// records of a file whose content, not only its name, decides the output.
+Status files_hash(const std::string& path, uint64_t& out);
+
 // fsync of a folder, so a rename inside it is durable.
 Status files_fsync_dir(const std::string& dir);
 
