@@ -27,15 +27,14 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <optional>
 
 #include <cld2/public/compact_lang_det.h>
 #include <cld2/public/encodings.h>
 #include <fmt/format.h>
-#include <xxhash.h>
 
 #include "smelt/common/config_schema.hpp"
+#include "smelt/common/files.hpp"
 #include "smelt/common/utf8.hpp"
 #include "smelt/refine/fasttext_model.hpp"
 #include "smelt/refine/language.hpp"
@@ -160,19 +159,6 @@ class FastTextIdentifier final : public LanguageIdentifier {
   uint64_t hash_;
 };
 
-Status file_hash(const std::string& path, uint64_t& out) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return Status::error(fmt::format("{}: cannot open the language-ID model", path));
-  XXH3_state_t* st = XXH3_createState();
-  XXH3_64bits_reset(st);
-  std::vector<char> buf(1 << 20);
-  while (in.read(buf.data(), static_cast<std::streamsize>(buf.size())) || in.gcount() > 0)
-    XXH3_64bits_update(st, buf.data(), static_cast<size_t>(in.gcount()));
-  out = XXH3_64bits_digest(st);
-  XXH3_freeState(st);
-  return Status::ok();
-}
-
 // ---- [prep.language] ----
 
 using L = LangIdConfig;
@@ -256,7 +242,8 @@ Status LanguageIdentifier::load(const LangIdConfig& c, std::unique_ptr<LanguageI
   if (Status s = FastTextModel::load(c.model, m); !s)
     return Status::error(fmt::format("[prep.language] model: {}", s.message()));
   uint64_t hash = 0;
-  if (Status s = file_hash(c.model, hash); !s) return s;
+  if (Status s = files_hash(c.model, hash); !s)
+    return Status::error(fmt::format("[prep.language] model: {}", s.message()));
   out = std::make_unique<FastTextIdentifier>(std::move(m), hash);
   return Status::ok();
 }
