@@ -76,7 +76,7 @@ class DecontamIndex {
   // xxh3 of the algorithm version, n, the file paths and the table contents: the resume
   // fingerprint (a change to a file that changes its n-grams changes it; whitespace does not).
   uint64_t content_hash() const { return content_hash_; }
-  // "decontaminate: 2 files, 1,234 13-grams, 0.02 MB (14.0 B/n-gram), built in 0.01 s; a.jsonl:
+  // "decontaminate: 2 files, 1234 13-grams, 0.02 MiB (14.0 B/n-gram), built in 0.01 s; a.jsonl:
   // 100 samples, 900 13-grams, 3 shorter than 13 words; ..."
   std::string summary() const;
 
