@@ -32,8 +32,7 @@ Status check_header(const std::string& path, std::ifstream& in) {
   if (version > kFastTextVersion)
     return Status::error(fmt::format("{}: fastText format version {}; this build reads versions up to {}", path,
                                        version, kFastTextVersion));
-  in.seekg(0);
-  return Status::ok();
+  return Status::ok();  // the library's loadModel(istream) reads on from here, as its loadModel(path) does
 }
 
 }  // namespace
