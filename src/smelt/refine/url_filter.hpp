@@ -35,7 +35,7 @@ toml::table url_filter_config_to_toml(const UrlFilterConfig& c);
 struct SectionDoc;
 SectionDoc url_filter_config_doc();  // [prep.url_filter]'s field table (docs check)
 // Values that can never work, one message each naming the key ("[prep.url_filter] banned_words:
-// \"foo-bar\" is not one word ..."): empty paths, categories without blocklists, inline entries
+// \"foo-bar\": not one word ..."): empty paths, categories without blocklists, inline entries
 // that are not a domain / URL / word. Files are checked by UrlFilter::load, which prep calls
 // before it writes anything.
 std::vector<std::string> url_filter_config_validate(const UrlFilterConfig& c);
