@@ -284,3 +284,67 @@ TEST_F(RefScorerTest, EmptyTextIsMinusOne) {
 }
 
 }  // namespace
+
+namespace {
+
+std::vector<nlohmann::json> prep_docs(const fs::path& out) {
+  std::vector<nlohmann::json> docs;
+  for (const auto& e : fs::directory_iterator(out)) {
+    const std::string n = e.path().filename().string();
+    if (n.rfind("part-", 0) != 0) continue;
+    int rc = 0;
+    std::istringstream ss(test::run_command("zstdcat '" + e.path().string() + "'", rc));
+    EXPECT_EQ(rc, 0);
+    for (std::string line; std::getline(ss, line);) docs.push_back(nlohmann::json::parse(line));
+  }
+  return docs;
+}
+
+// `smelt prep` with [prep.perplexity]: the light binary hands the command to smelt-full (it has
+// the decoder), every document gets the scorer's bits per byte as quality.ref_bpb, and a score
+// pass's per-language percentiles put documents in buckets that a real pass can keep.
+TEST_F(RefScorerTest, PrepStoresEachDocumentsBitsPerByteAndKeepsBuckets) {
+  const fs::path work = dir_ / "prep";
+  fs::create_directories(work);
+  std::vector<std::string> texts;
+  std::string jsonl;
+  for (int i = 0; i < 12; ++i) {
+    texts.push_back(text(i % 2 ? "en_coding_style.rst" : "zh_coding_style.rst", 300 * i, 400 + 40 * i));
+    jsonl += nlohmann::json{{"id", fmt::format("d{}", i)}, {"text", texts.back()}}.dump() + "\n";
+  }
+  test::write_file((work / "in.jsonl").string(), jsonl);
+  test::write_file((work / "p.toml").string(),
+                   fmt::format("[prep.perplexity]\ncheckpoint = \"{}\"\nweights = \"f32\"\n"
+                               "[prep.sample]\nenabled = false\n[prep.dedup]\nenabled = false\n"
+                               "[prep.quality]\nmin_words = 1\n",
+                               run_));
+  const std::string base = "prep --input " + (work / "in.jsonl").string() + " --config " + (work / "p.toml").string();
+  test::CmdResult r = test::run_smelt(base + " --output " + (work / "all").string() + " --threads 2", work);
+  ASSERT_EQ(r.rc, 0) << r.err;
+  auto s = scorer(f32());
+  std::vector<nlohmann::json> docs = prep_docs(work / "all");
+  ASSERT_EQ(docs.size(), texts.size());
+  for (const auto& d : docs) {
+    const int i = std::stoi(d["id"].get<std::string>().substr(1));
+    EXPECT_NEAR(d["quality"]["ref_bpb"].get<double>(), s->bits_per_byte(texts[i]), 1e-4) << d["id"];
+    EXPECT_FALSE(d["quality"].contains("ref_bucket"));  // no score pass given
+  }
+  EXPECT_NE(r.err.find("perplexity"), std::string::npos) << r.err;  // its share of the time
+  // a score pass, then keep the head (the lowest 30% of each language's bpb)
+  r = test::run_smelt(base + " --output " + (work / "score").string() + " --only score", work);
+  ASSERT_EQ(r.rc, 0) << r.err;
+  r = test::run_smelt(base + " --output " + (work / "head").string() + " --set prep.scores=" +
+                          (work / "score").string() + " --set 'prep.perplexity.keep=[\"head\"]'",
+                      work);
+  ASSERT_EQ(r.rc, 0) << r.err;
+  docs = prep_docs(work / "head");
+  EXPECT_GE(docs.size(), 2u);
+  EXPECT_LE(docs.size(), 6u);
+  for (const auto& d : docs) EXPECT_EQ(d["quality"]["ref_bucket"], "head") << d["id"];
+  // keep without a score pass: refused at start
+  r = test::run_smelt(base + " --output " + (work / "none").string() + " --set 'prep.perplexity.keep=[\"head\"]'", work);
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_NE(r.err.find("--only score"), std::string::npos) << r.err;
+}
+
+}  // namespace

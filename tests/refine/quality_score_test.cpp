@@ -206,20 +206,12 @@ TEST(QualityScore, HardFilters) {
   EXPECT_EQ(quality_hard_filter(measure("ab"), c), "too_short");
   EXPECT_EQ(quality_hard_filter(measure("abcdefghij"), c), "");
 
+  // the language filter is prep's ([prep] languages, tests/refine/prep_language_test.cpp): a
+  // document in any language passes the hard filters here
   c = QualityConfig{};
-  c.languages = {"zh"};
-  EXPECT_EQ(quality_hard_filter(measure(sample("en_prose.txt")), c), "wrong_language");
-  EXPECT_EQ(quality_hard_filter(measure(sample("zh_prose.txt")), c), "");
-  EXPECT_EQ(quality_hard_filter(measure(sample("zh_coc.txt")), c), "");
-  c.languages = {"en", "zh"};
-  EXPECT_EQ(quality_hard_filter(measure(sample("it_prose.txt")), c), "wrong_language");
-  EXPECT_EQ(quality_hard_filter(measure(sample("ja_prose.txt")), c), "wrong_language");
-  EXPECT_EQ(quality_hard_filter(measure(sample("en_prose.txt")), c), "");
-  // a guess less sure than min_language_confidence is wrong too (code: English comments only)
-  c.min_language_confidence = 0.8;
-  EXPECT_EQ(quality_hard_filter(measure(sample("en_prose.txt")), c), "");
-  EXPECT_EQ(quality_hard_filter(measure(sample("code_listing.c")), c), "wrong_language");
-  // empty beats wrong language
+  EXPECT_EQ(quality_hard_filter(measure(sample("it_prose.txt")), c), "");
+  EXPECT_EQ(quality_hard_filter(measure(sample("ja_prose.txt")), c), "");
+  // empty before anything else
   EXPECT_EQ(quality_hard_filter(measure(""), c), "empty");
 }
 
@@ -252,9 +244,7 @@ TEST(QualityScore, ConfigKeys) {
   toml::table root = toml::parse(R"(
 [prep.quality]
 enabled = false
-languages = ["zh", "en"]
 min_chars = 20
-min_language_confidence = 0.5
 max_replacement_char_fraction = 0.02
 gopher_quality = false
 gopher_repetition = false
@@ -298,9 +288,7 @@ max_html_link_text_ratio = 0.9
   quality_config_read(root, c, read_errs);
   EXPECT_TRUE(read_errs.empty());
   EXPECT_FALSE(c.enabled);
-  EXPECT_EQ(c.languages, (std::vector<std::string>{"zh", "en"}));
   EXPECT_EQ(c.min_chars, 20u);
-  EXPECT_EQ(c.min_language_confidence, 0.5);
   EXPECT_EQ(c.max_replacement_char_fraction, 0.02);
   EXPECT_FALSE(c.gopher_quality);
   EXPECT_FALSE(c.gopher_repetition);
@@ -362,12 +350,10 @@ TEST(QualityScore, ConfigCheck) {
   c.max_dup_line_fraction = 1.5;
   c.min_words = 200;
   c.max_words = 100;
-  c.languages = {"en", "fr"};
   std::vector<std::string> errs = quality_config_check(c);
-  ASSERT_EQ(errs.size(), 3u);
+  ASSERT_EQ(errs.size(), 2u);
   std::string all;
   for (auto& e : errs) all += e + "\n";
   EXPECT_NE(all.find("[prep.quality] max_dup_line_fraction = 1.5: must be in [0, 1]"), std::string::npos) << all;
   EXPECT_NE(all.find("min_words"), std::string::npos);
-  EXPECT_NE(all.find("'fr'"), std::string::npos);
 }

@@ -435,7 +435,7 @@ TEST(QualitySignals, Json) {
   ASSERT_EQ(js.rfind("prefix:{", 0), 0u);
   auto j = nlohmann::json::parse(js.substr(7));
   EXPECT_EQ(j["lang"], "en");
-  EXPECT_EQ(j["lang_conf"], 1);
+  EXPECT_EQ(j["lang_score"], 1);
   EXPECT_EQ(j["chars"], 42);
   EXPECT_EQ(j["words"], 10);
   EXPECT_EQ(j["lines"], 2);

@@ -8,6 +8,7 @@
 
 #include "smelt/cli/command_table.hpp"
 #include "smelt/cli/commands.hpp"
+#include "smelt/cli/prep_reference.hpp"
 #include "smelt/hw/cpu_info.hpp"
 
 namespace smelt {
@@ -30,6 +31,7 @@ constexpr Command kCommands[] = {SMELT_COMMANDS(SMELT_FULL_ROW)};
 // The full binary's whole process: per-process start-up of the heavy libraries goes here, before
 // any command runs.
 int full_main(int argc, char** argv) {
+  set_prep_reference_factory(&prep_reference_make);  // prep's [prep.perplexity] runs the decoder here
   serve_wait_policy(argc, argv);
   // OpenBLAS chose its kernels while loading; a generic core on a newer CPU is fixed here by one
   // re-exec with OPENBLAS_CORETYPE set (hw/cpu_info.hpp), before any GEMM runs.

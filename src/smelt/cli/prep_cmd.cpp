@@ -1,12 +1,15 @@
 // `smelt prep`: flags and config file into PrepConfig, then the stage; prints the summary and
 // maps failures to exit codes (2 usage or missing input, 1 failure). Not the stage itself (refine/prep).
 #include <cstdio>
+#include <thread>
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
 #include "smelt/cli/cli_parse.hpp"
 #include "smelt/cli/commands.hpp"
+#include "smelt/cli/full_exec.hpp"
+#include "smelt/cli/prep_reference.hpp"
 #include "smelt/cli/stage_run.hpp"
 #include "smelt/common/config.hpp"
 #include "smelt/common/files.hpp"
@@ -14,6 +17,13 @@
 #include "smelt/refine/prep.hpp"
 
 namespace smelt {
+
+namespace {
+PrepReferenceFactory g_reference_factory = nullptr;
+}  // namespace
+
+void set_prep_reference_factory(PrepReferenceFactory f) { g_reference_factory = f; }
+PrepReferenceFactory prep_reference_factory() { return g_reference_factory; }
 
 int cli_prep(int argc, char** argv) {
   CLI::App app{"smelt prep: raw HTML / WARC / JSONL / text (plain, .gz, .zst) -> refined, deduplicated "
@@ -32,7 +42,10 @@ int cli_prep(int argc, char** argv) {
   app.add_option("-t,--threads", threads, "worker threads (default: all cores)")->check(CLI::NonNegativeNumber);
   app.add_option("--task", task, "this task's index, 0-based (with --tasks)")->check(CLI::NonNegativeNumber);
   app.add_option("--tasks", tasks, "split the inputs into this many tasks")->check(CLI::PositiveNumber);
-  app.add_option("--only", only, "run one stage alone: 'extract'")->check(CLI::IsMember({"extract"}));
+  app.add_option("--only", only,
+                 "run one stage alone: 'extract' (extraction only) or 'score' (a score pass: the histograms a "
+                 "real pass reads its thresholds from, no output parts)")
+      ->check(CLI::IsMember({"extract", "score"}));
   app.add_option("--keep-rejected", keep_rejected, "keep N examples per drop reason in DIR/rejected/")
       ->check(CLI::NonNegativeNumber);
   app.add_option("--seed", seed, "sampling seed")->check(CLI::NonNegativeNumber);
@@ -52,6 +65,7 @@ int cli_prep(int argc, char** argv) {
   if (keep_rejected >= 0) sets.push_back(fmt::format("prep.keep_rejected={}", keep_rejected));
   if (seed >= 0) sets.push_back(fmt::format("prep.seed={}", seed));
   if (only == "extract") sets.push_back("prep.only_extract=true");
+  if (only == "score") sets.push_back("prep.only_score=true");
   if (Status st = config_apply_sets(root, sets); !st) {
     spdlog::error("{}", st.message());
     return kExitUsage;
@@ -78,7 +92,21 @@ int cli_prep(int argc, char** argv) {
     return kExitUsage;
   }
 
-  return cli_run_stage<PrepSummary>([&](PrepSummary& summary) { return prep_run(c, summary); });
+  // the reference model of [prep.perplexity], loaded before any output; the light binary has no
+  // decoder and hands the whole command to smelt-full
+  std::unique_ptr<ReferenceScorer> ref;
+  if (!c.perplexity.checkpoint.empty() && !c.only_extract) {
+    PrepReferenceFactory make = prep_reference_factory();
+    // cli_main runs a command with (argc - 1, argv + 1): argv - 1 is the whole command line again
+    if (!make) return exec_full_binary(argc + 1, argv - 1);
+    PerplexityConfig p = c.perplexity;
+    if (p.contexts == 0) p.contexts = c.threads > 0 ? c.threads : static_cast<int>(std::thread::hardware_concurrency());
+    if (Status s = make(p, ref); !s) {
+      spdlog::error("[prep.perplexity] {}", s.message());
+      return kExitFailure;
+    }
+  }
+  return cli_run_stage<PrepSummary>([&](PrepSummary& summary) { return prep_run(c, summary, ref.get()); });
 }
 
 }  // namespace smelt

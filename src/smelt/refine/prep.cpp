@@ -57,6 +57,10 @@ struct Counters {
   std::map<std::string, uint64_t> drops, issues;
   std::map<std::string, std::pair<uint64_t, uint64_t>> langs;  // lang -> (in, out)
   std::vector<uint64_t> hist_all = std::vector<uint64_t>(kScoreBins), hist_kept = std::vector<uint64_t>(kScoreBins);
+  PiiCounts pii;                                 // masked in the documents kept
+  std::map<std::string, uint64_t> url_blocks;    // "LIST/CATEGORY" -> documents
+  std::map<std::string, uint64_t> contaminated;  // decontamination file -> documents
+  ScoreHistograms scores;                        // the score pass's histograms
 
   json to_json() const {
     json j;
@@ -66,7 +70,13 @@ struct Counters {
     j["terminal_codes"] = terminal_json();
     j["langs"] = langs_json();
     j["hist_all"] = hist_all; j["hist_kept"] = hist_kept;
+    j["pii"] = pii_json();
+    j["url_blocks"] = url_blocks; j["contaminated"] = contaminated;
+    j["scores"] = scores.to_json();
     return j;
+  }
+  json pii_json() const {
+    return {{"emails", pii.emails}, {"ipv4", pii.ipv4}, {"ipv6", pii.ipv6}, {"phones", pii.phones}};
   }
   json terminal_json() const {
     return {{"documents", terminal_docs}, {"codes", terminal_codes}, {"bytes", terminal_bytes}};
@@ -88,6 +98,13 @@ struct Counters {
     for (const auto& [k, v] : j.at("langs").items()) langs[k] = {v.at("in"), v.at("out")};
     hist_all = j.at("hist_all").get<std::vector<uint64_t>>();
     hist_kept = j.at("hist_kept").get<std::vector<uint64_t>>();
+    const json p = j.value("pii", json::object());
+    pii.emails = p.value("emails", 0ull), pii.ipv4 = p.value("ipv4", 0ull);
+    pii.ipv6 = p.value("ipv6", 0ull), pii.phones = p.value("phones", 0ull);
+    url_blocks = j.value("url_blocks", json::object()).get<std::map<std::string, uint64_t>>();
+    contaminated = j.value("contaminated", json::object()).get<std::map<std::string, uint64_t>>();
+    scores = ScoreHistograms{};
+    if (j.contains("scores")) (void)scores.from_json(j["scores"], "resume state");
   }
 };
 
@@ -102,7 +119,7 @@ int score_bin(double s) { return std::clamp(static_cast<int>(s * kScoreBins), 0,
 
 class PrepRun : public RestartableStage<PrepItem, Counters> {
  public:
-  explicit PrepRun(const PrepConfig& c) : RestartableStage(spec_of(c)), c_(c) {}
+  PrepRun(const PrepConfig& c, ReferenceScorer* ref) : RestartableStage(spec_of(c)), c_(c), ref_(ref) {}
   Status run(PrepSummary& out);
 
  private:
@@ -134,7 +151,15 @@ class PrepRun : public RestartableStage<PrepItem, Counters> {
   void tick(Progress& p) override { p.tick(n_.docs_read, bytes_progress_); }
   Status finish(double seconds, std::string& text) override;
 
+  void count_refinery(const PrepItem& it);
+  json timing_json(double seconds) const;
+  std::string stage_time_line() const;
+  Status write_scores(double seconds) const;
+
   const PrepConfig& c_;
+  ReferenceScorer* ref_;
+  Refinery refinery_;
+  std::array<std::atomic<uint64_t>, kPrepStages> stage_ns_{};  // worker time per stage (not persisted)
   // committer state (persisted)
   std::vector<ShardInfo> parts_;
   std::map<std::string, std::vector<std::string>> rejected_;
@@ -150,7 +175,7 @@ bool is_task_file(const std::string& name, const std::string& suffix) {
   bool is_part = name.rfind(part, 0) == 0 && name.size() == part.size() + 5 + 10 &&
                  name.compare(name.size() - 10, 10, ".jsonl.zst") == 0;
   return is_part || name == ".prep-state" + suffix + ".json" || name == ".prep-dedup" + suffix + ".bin" ||
-         name == "stats" + suffix + ".json";
+         name == "stats" + suffix + ".json" || name == "scores" + suffix + ".json";
 }
 
 StageSpec PrepRun::spec_of(const PrepConfig& c) {
@@ -168,7 +193,7 @@ std::string PrepRun::fingerprint_text() const {
   fp.overwrite = false;
   std::string text = config_to_string(prep_config_to_toml(fp));
   for (size_t i = 0; i < files_.size(); ++i) text += "\n" + files_[i] + fmt::format(":{}", file_sizes_[i]);
-  return text;
+  return text + "\n" + refinery_.fingerprint();
 }
 
 Status PrepRun::prepare_folder() {
@@ -289,8 +314,9 @@ Status PrepRun::start_writing() {
 }
 
 std::string PrepRun::start_note(int threads) const {
-  return fmt::format("{} worker thread(s){}", threads,
-                     c_.tasks > 1 ? fmt::format(", task {} of {}", c_.task, c_.tasks) : "");
+  return fmt::format("{} worker thread(s){}{}\n{}", threads,
+                     c_.tasks > 1 ? fmt::format(", task {} of {}", c_.task, c_.tasks) : "",
+                     c_.only_score ? ", a score pass (no output parts)" : "", refinery_.describe());
 }
 
 size_t PrepRun::take_doc(RawDoc& doc, PrepItem& it) {
@@ -301,7 +327,9 @@ size_t PrepRun::take_doc(RawDoc& doc, PrepItem& it) {
 
 std::function<void(PrepItem&)> PrepRun::make_worker() {
   return [this](PrepItem& it) {
-    if (!it.end_of_file) process_item(c_, it);
+    if (it.end_of_file) return;
+    process_item(c_, refinery_, it);
+    for (int k = 0; k < kPrepStages; ++k) stage_ns_[k].fetch_add(it.stage_ns[k], std::memory_order_relaxed);
   };
 }
 
@@ -313,6 +341,8 @@ Status PrepRun::commit_doc(PrepItem& it) {
     n_.terminal_docs++, n_.terminal_codes += it.stripped.sequences, n_.terminal_bytes += it.stripped.bytes;
   if (!it.lang.empty()) n_.langs[it.lang].first++;
   if (it.score >= 0) n_.hist_all[score_bin(it.score)]++;
+  count_refinery(it);
+  if (c_.only_score) return Status::ok();
   if (it.drop.empty() && c_.dedup.enabled && !c_.only_extract) {
     switch (index_->check_and_insert(it.sig)) {
       case DedupIndex::Verdict::kExact: it.drop = "exact_duplicate"; break;
@@ -338,6 +368,7 @@ Status PrepRun::commit_doc(PrepItem& it) {
   }
   n_.docs_kept++;
   n_.bytes_out += it.text_bytes;
+  n_.pii.emails += it.pii.emails, n_.pii.ipv4 += it.pii.ipv4, n_.pii.ipv6 += it.pii.ipv6, n_.pii.phones += it.pii.phones;
   if (!it.lang.empty()) n_.langs[it.lang].second++;
   if (it.score >= 0) n_.hist_kept[score_bin(it.score)]++;
   it.line.push_back('}');
@@ -348,6 +379,47 @@ Status PrepRun::commit_doc(PrepItem& it) {
     if (Status s = persist_state(false); !s) return s;
   }
   return Status::ok();
+}
+
+// What the refinery decided about one document, in the counters (and the score pass's histograms).
+void PrepRun::count_refinery(const PrepItem& it) {
+  if (!it.url_block.empty()) n_.url_blocks[it.url_block]++;
+  if (it.contaminated >= 0 && refinery_.decontam) n_.contaminated[refinery_.decontam->files()[it.contaminated]]++;
+  if (!c_.only_score || !it.scored) return;
+  if (c_.score_sample < 1 && hash_unit(hash64(page_key(it.doc.url, it.doc.id), c_.seed ^ 0x5c0e5a3bULL)) >= c_.score_sample)
+    return;
+  for (size_t i = 0; i < it.class_probs.size() && i < refinery_.classifiers.size(); ++i)
+    n_.scores.add_classifier(refinery_.classifiers[i].c.name, it.class_probs[i]);
+  if (it.ref_bpb >= 0) n_.scores.add_bpb(it.lang, it.ref_bpb);
+}
+
+json PrepRun::timing_json(double seconds) const {
+  double s = std::max(seconds, 1e-9);
+  json stages = json::object();
+  for (int k = 0; k < kPrepStages; ++k) stages[prep_stage_name(k)] = stage_ns_[k].load() / 1e9;
+  return {{"seconds", seconds}, {"docs_per_s", n_.docs_read / s}, {"mb_in_per_s", n_.bytes_in / 1e6 / s},
+          {"resumed", resumed_}, {"worker_seconds_by_stage", stages}};
+}
+
+// "worker time by stage: extract 41%, language 6%, ..." (stages that took any time).
+std::string PrepRun::stage_time_line() const {
+  uint64_t total = 0;
+  for (int k = 0; k < kPrepStages; ++k) total += stage_ns_[k].load();
+  if (total == 0) return "";
+  std::string s = "  worker time by stage:";
+  for (int k = 0; k < kPrepStages; ++k) {
+    const uint64_t ns = stage_ns_[k].load();
+    if (ns * 1000 >= total) s += fmt::format(" {} {:.1f}%", prep_stage_name(k), 100.0 * ns / total);
+  }
+  return s + "\n";
+}
+
+// The score pass's histograms, the file a real pass's [prep] scores reads.
+Status PrepRun::write_scores(double seconds) const {
+  json j = {{"stage", "prep --only score"}, {"complete", true}, {"task", c_.task}, {"tasks", c_.tasks},
+            {"score_sample", c_.score_sample}, {"documents_read", n_.docs_read}, {"seconds", seconds},
+            {"histograms", n_.scores.to_json()}};
+  return files_write_atomic(path("scores" + suffix_ + ".json"), j.dump() + "\n");
 }
 
 json PrepRun::stats_json(double seconds, bool complete) const {
@@ -370,10 +442,11 @@ json PrepRun::stats_json(double seconds, bool complete) const {
   j["score_histogram"] = {{"bins", kScoreBins}, {"range", {0.0, 1.0}}, {"all", n_.hist_all}, {"kept", n_.hist_kept}};
   j["parts"] = parts_json(parts_);
   if (index_) j["dedup_index"] = {{"docs", index_->size()}, {"bytes", index_->memory_bytes()}};
+  j["pii_masked"] = n_.pii_json();
+  j["url_blocked"] = n_.url_blocks;
+  j["contaminated"] = n_.contaminated;
   // timing is the one part of stats.json that differs between identical runs
-  double s = std::max(seconds, 1e-9);
-  j["timing"] = {{"seconds", seconds}, {"docs_per_s", n_.docs_read / s},
-                 {"mb_in_per_s", n_.bytes_in / 1e6 / s}, {"resumed", resumed_}};
+  j["timing"] = timing_json(seconds);
   toml::table cfg = prep_config_to_toml(c_);
   std::stringstream ss;
   ss << toml::json_formatter{cfg};
@@ -401,7 +474,20 @@ std::string PrepRun::summary_text(double seconds) const {
     for (const auto& [k, v] : n_.langs) s += fmt::format(" {}={}/{}", k, v.first, v.second);
     s += "\n";
   }
-  return s;
+  if (n_.pii.total() > 0)
+    s += fmt::format("  personal data masked: {} e-mail, {} IPv4, {} IPv6, {} phone\n", n_.pii.emails, n_.pii.ipv4,
+                     n_.pii.ipv6, n_.pii.phones);
+  if (!n_.url_blocks.empty()) {
+    s += "  URLs blocked (list/category):";
+    for (const auto& [k, v] : n_.url_blocks) s += fmt::format(" {}={}", k, v);
+    s += "\n";
+  }
+  if (!n_.contaminated.empty()) {
+    s += "  contaminated (evaluation file):";
+    for (const auto& [k, v] : n_.contaminated) s += fmt::format(" {}={}", k, v);
+    s += "\n";
+  }
+  return s + stage_time_line();
 }
 
 // rejected examples, one file per reason
@@ -423,15 +509,23 @@ Status PrepRun::finish(double seconds, std::string& text) {
   if (Status s = writer_->close(&last); !s) return s;
   if (last.docs > 0) parts_.push_back(last);
   if (Status s = write_rejected(); !s) return s;
+  if (c_.only_score)
+    if (Status s = write_scores(seconds); !s) return s;
   if (Status s = files_write_atomic(stats_path(), stats_json(seconds, true).dump(2) + "\n"); !s) return s;
   if (Status s = persist_state(true); !s) return s;
   text = summary_text(seconds) +
-         fmt::format("  output: {}/part{}-*.jsonl.zst, stats: {}\n", c_.output, suffix_, stats_path());
+         (c_.only_score ? fmt::format("  score histograms: {}/scores{}.json (a real pass reads them: [prep] scores = "
+                                      "\"{}\"), stats: {}\n",
+                                      c_.output, suffix_, c_.output, stats_path())
+                        : fmt::format("  output: {}/part{}-*.jsonl.zst, stats: {}\n", c_.output, suffix_, stats_path()));
   return Status::ok();
 }
 
 Status PrepRun::run(PrepSummary& out) {
   if (Status s = select_inputs(c_.inputs, c_.task, c_.tasks); !s) return s;
+  // every model and list loads before any output: a bad file fails here, naming it
+  if (!c_.only_extract)
+    if (Status s = Refinery::load(c_, ref_, refinery_); !s) return s;
   set_fingerprint(fingerprint_text());
   if (Status s = run_stage(out); !s || out.already_complete) return s;
   out.docs_read = n_.docs_read;
@@ -442,8 +536,8 @@ Status PrepRun::run(PrepSummary& out) {
 
 }  // namespace
 
-Status prep_run(const PrepConfig& c, PrepSummary& out) {
-  PrepRun run(c);
+Status prep_run(const PrepConfig& c, PrepSummary& out, ReferenceScorer* ref) {
+  PrepRun run(c, ref);
   return run.run(out);
 }
 

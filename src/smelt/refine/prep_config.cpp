@@ -18,11 +18,17 @@ const Schema<PrepConfig>& prep_schema() {
        field("tasks", &P::tasks, "tasks the inputs are split over"),
        field("seed", &P::seed, "sampling draws hash (document id, seed)"),
        field("only_extract", &P::only_extract, "extraction alone: no quality, filtering, sampling or dedup"),
+       field("only_score", &P::only_score, "a score pass: only the histograms of classifier and reference scores"),
+       field("score_sample", &P::score_sample, "the score pass counts this share of documents (by page hash)",
+             in_range(0, 1)),
+       field("scores", &P::scores, "a score pass's output folder: thresholds for keep_top_fraction and buckets"),
+       field("languages", &P::languages, "keep these languages (ISO 639-1 codes, e.g. en, de, zh); empty: any"),
        field("keep_rejected", &P::keep_rejected, "keep this many examples per drop reason in DIR/rejected/"),
        field("shard_mb", &P::shard_mb, "output part size cap, uncompressed MiB"),
        field("zstd_level", &P::zstd_level, "zstd level of the output parts"),
        field("log_interval_s", &P::log_interval_s, "plain progress lines when stderr is not a terminal")},
-      {"read", "extract", "quality", "sample", "dedup"}};
+      {"read", "extract", "language", "url_filter", "quality", "decontaminate", "classifiers", "perplexity", "pii",
+       "sample", "dedup"}};
   return s;
 }
 
@@ -84,7 +90,13 @@ const std::vector<const Schema<PrepConfig>*>& prep_schemas() {
 Status prep_config_read(const toml::table& root, PrepConfig& c) {
   std::vector<std::string> errs;
   for (const Schema<PrepConfig>* sc : prep_schemas()) schema_read_keys(*sc, root, c, errs);
+  langid_config_read(root, c.language, errs);
+  url_filter_config_read(root, c.url_filter, errs);
   quality_config_read(root, c.quality, errs);
+  decontam_config_read(root, c.decontaminate, errs);
+  classifiers_config_read(root, c.classifiers, errs);
+  perplexity_config_read(root, c.perplexity, errs);
+  pii_config_read(root, c.pii, errs);
   dedup_config_read(root, c.dedup, errs);
   return config_errors_status(errs);
 }
@@ -92,7 +104,16 @@ Status prep_config_read(const toml::table& root, PrepConfig& c) {
 toml::table prep_config_to_toml(const PrepConfig& c) {
   toml::table resolved;
   for (const Schema<PrepConfig>* sc : prep_schemas()) config_insert(resolved, sc->section, schema_to_toml(*sc, c));
+  config_insert(resolved, "prep.language", langid_config_to_toml(c.language));
+  config_insert(resolved, "prep.url_filter", url_filter_config_to_toml(c.url_filter));
   config_insert(resolved, "prep.quality", quality_config_to_toml(c.quality));
+  config_insert(resolved, "prep.decontaminate", decontam_config_to_toml(c.decontaminate));
+  if (!c.classifiers.empty()) {
+    toml::table* prep = resolved["prep"].as_table();
+    if (prep) prep->insert_or_assign("classifiers", classifiers_config_to_toml(c.classifiers));
+  }
+  config_insert(resolved, "prep.perplexity", perplexity_config_to_toml(c.perplexity));
+  config_insert(resolved, "prep.pii", pii_config_to_toml(c.pii));
   config_insert(resolved, "prep.dedup", dedup_config_to_toml(c.dedup));
   return resolved;
 }
@@ -100,7 +121,13 @@ toml::table prep_config_to_toml(const PrepConfig& c) {
 std::vector<SectionDoc> prep_config_docs() {
   std::vector<SectionDoc> out;
   for (const Schema<PrepConfig>* sc : prep_schemas()) out.push_back(section_doc(*sc));
+  out.push_back(langid_config_doc());
+  out.push_back(url_filter_config_doc());
   out.push_back(quality_config_doc());
+  out.push_back(decontam_config_doc());
+  out.push_back(classifiers_config_doc());
+  out.push_back(perplexity_config_doc());
+  out.push_back(pii_config_doc());
   out.push_back(dedup_config_doc());
   return out;
 }
@@ -120,7 +147,20 @@ Status prep_config_validate(const PrepConfig& c) {
   if (c.sample_enabled && !c.quality.enabled && !c.only_extract)
     errs.push_back("[prep.sample] enabled needs [prep.quality] enabled (sampling draws on the score)");
   if (c.read.max_record_bytes == 0) errs.push_back("[prep.read] max_record_mb: expected at least 1");
-  for (const auto& e : dedup_config_validate(c.dedup)) errs.push_back(e);
+  if (c.only_extract && c.only_score) errs.push_back("[prep] only_extract and only_score: expected at most one");
+  for (const std::string& l : c.languages)
+    if (l.empty() || l.find_first_not_of("abcdefghijklmnopqrstuvwxyz_-") != std::string::npos)
+      errs.push_back(fmt::format("[prep] languages: \"{}\" is not a language code (expected ISO 639-1 such as en, de, "
+                                 "zh, or the language model's own label)",
+                                 l));
+  std::vector<std::vector<std::string>> parts{langid_config_validate(c.language),
+                                              url_filter_config_validate(c.url_filter),
+                                              decontam_config_validate(c.decontaminate),
+                                              classifiers_config_validate(c.classifiers),
+                                              perplexity_config_validate(c.perplexity),
+                                              pii_config_validate(c.pii),
+                                              dedup_config_validate(c.dedup)};
+  for (const auto& p : parts) errs.insert(errs.end(), p.begin(), p.end());
   for (const auto& e : quality_config_check(c.quality)) errs.push_back(e);
   return config_errors_status(errs);
 }

@@ -65,7 +65,8 @@ double evaluate(const QualitySignals& q, const QualityConfig& c, std::string* na
     s *= j.at_most_fraction("gopher_bullet_lines", q.bullet_line_fraction, c.max_bullet_line_fraction);
     s *= j.at_most_fraction("gopher_ellipsis_lines", q.ellipsis_line_fraction, c.max_ellipsis_line_fraction);
     s *= j.at_least("gopher_alpha_words", q.alpha_word_fraction, c.min_alpha_word_fraction);
-    // Stop-word lists exist for English and Chinese only; other languages are not judged by them.
+    // Stop-word lists exist for English and Chinese only; other languages are not judged by them
+    // (the language is the identifier's, langid.hpp).
     if (zh || lang == "en")
       s *= j.at_least("gopher_stop_words", static_cast<double>(q.stop_words), static_cast<double>(c.min_stop_words));
   }
@@ -121,10 +122,7 @@ const Schema<QualityConfig>& quality_schema() {
   static const Schema<QualityConfig> s{
       "prep.quality",
       {field("enabled", &Q::enabled, "false: no signals, hard filters or score"),
-       field("languages", &Q::languages, "hard filter: keep these languages (en, zh, other, unknown); empty: any"),
        field("min_chars", &Q::min_chars, "hard filter: fewer code points drop as too_short"),
-       field("min_language_confidence", &Q::min_language_confidence,
-             "with languages set: a less sure guess drops as wrong_language", unit),
        field("max_replacement_char_fraction", &Q::max_replacement_char_fraction,
              "hard filter: more U+FFFD than this share of chars drops as replacement_chars", unit),
        field("gopher_quality", &Q::gopher_quality, "false: the Gopher quality rules never lower the score"),
@@ -181,9 +179,6 @@ SectionDoc quality_config_doc() { return section_doc(quality_schema()); }
 std::vector<std::string> quality_config_check(const QualityConfig& c) {
   std::vector<std::string> errs;
   schema_check(quality_schema(), c, errs);
-  for (const std::string& l : c.languages)
-    if (l != "en" && l != "zh" && l != "other" && l != "unknown")
-      errs.push_back(fmt::format("[prep.quality] languages: '{}' is not one of en, zh, other, unknown", l));
   if (c.min_words > c.max_words)
     errs.push_back(fmt::format("[prep.quality] min_words = {} is above max_words = {}", c.min_words, c.max_words));
   if (c.zh_min_words > c.zh_max_words)
@@ -197,10 +192,6 @@ std::string quality_hard_filter(const QualitySignals& q, const QualityConfig& c)
   if (q.lines == 0) return "empty";  // every non-space character belongs to a line
   if (q.chars < c.min_chars) return "too_short";
   if (q.replacement_char_fraction > c.max_replacement_char_fraction) return "replacement_chars";
-  if (!c.languages.empty()) {
-    const bool listed = std::find(c.languages.begin(), c.languages.end(), q.language.lang) != c.languages.end();
-    if (!listed || q.language.confidence < c.min_language_confidence) return "wrong_language";
-  }
   return "";
 }
 

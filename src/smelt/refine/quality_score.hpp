@@ -1,5 +1,4 @@
-// From signals to decisions: hard filters that always drop (empty, too short, wrong language when
-// languages are asked for, ...) and one quality score in [0,1] that drives sampling in prep.
+// From signals to decisions: hard filters that always drop (empty, too short, damaged encoding) and one quality score in [0,1] that drives sampling in prep.
 // Not here: measuring (quality_signals.hpp) or the keep/drop draw (prep).
 //
 // The score (docs/quality.md has the table): start at 1; every rule that fails multiplies it by
@@ -24,9 +23,7 @@ struct QualityConfig {
   bool enabled = true;                 // prep's switch: false skips signals, filters and score
 
   // ---- hard filters: these drop, whatever the score ----
-  std::vector<std::string> languages;  // empty: any language; else e.g. ["en", "zh"]
   uint64_t min_chars = 1;              // hard: fewer code points drop as "too_short" (0 chars: "empty")
-  double min_language_confidence = 0;  // with languages set: a guess less sure than this is "wrong_language"
   double max_replacement_char_fraction = 0.01;  // U+FFFD above this share of chars: "replacement_chars"
 
   // ---- rule groups (false: the group never lowers the score) ----
@@ -94,7 +91,8 @@ SectionDoc quality_config_doc();  // [prep.quality]'s field table (docs check)
 // message per problem, "[prep.quality] key = value: ...". Empty when c is usable.
 std::vector<std::string> quality_config_check(const QualityConfig& c);
 
-// The reason a document is dropped outright ("empty", "too_short", "wrong_language", ...), or "" to keep it.
+// The reason a document is dropped outright ("empty", "too_short", "replacement_chars"), or "" to
+// keep it. (The language filter is prep's: [prep] languages, langid.hpp.)
 std::string quality_hard_filter(const QualitySignals& q, const QualityConfig& c);
 
 // One score in [0,1]: 1 for text that passes every rule, lower the more and the worse it fails.

@@ -599,7 +599,9 @@ void size_and_gopher_quality(const TextPass& t, QualitySignals& q) {
   q.mean_word_length = ratio(static_cast<double>(t.len_sum), static_cast<double>(t.len_words));
   q.symbol_word_ratio = ratio(static_cast<double>(t.hashes + t.ellipses), static_cast<double>(words));
   q.alpha_word_fraction = ratio(static_cast<double>(t.alpha_words), static_cast<double>(words));
-  q.stop_words = q.language.lang == "zh" ? std::popcount(t.zh_mask) : std::popcount(t.gopher_mask);
+  q.stop_words_zh = std::popcount(t.zh_mask);
+  q.stop_words_en = std::popcount(t.gopher_mask);
+  q.stop_words = q.language.lang == "zh" ? q.stop_words_zh : q.stop_words_en;
   q.has_curly_brace = t.curly;
   q.replacement_char_fraction = ratio(static_cast<double>(t.repl), static_cast<double>(t.chars));
 }
@@ -797,10 +799,27 @@ void quality_compute(std::string_view text, const HtmlSignals* html, QualitySign
   if (pass.nw > (size_t{1} << 20) || text.size() > (size_t{64} << 20)) sc.release();
 }
 
+void quality_set_language(QualitySignals& q, std::string lang, double score,
+                          std::vector<std::pair<std::string, double>> top) {
+  q.language.lang = std::move(lang);
+  q.language.confidence = score;
+  q.lang_top = std::move(top);
+  q.stop_words = q.language.lang == "zh" ? q.stop_words_zh : q.stop_words_en;
+}
+
 void QualitySignals::append_json(std::string& out) const {
   out += "{\"lang\":";
   json_append_string(out, language.lang);
-  append_num(out, "lang_conf", language.confidence);
+  append_num(out, "lang_score", language.confidence);
+  if (!lang_top.empty()) {
+    out += ",\"lang_top\":[";
+    for (size_t i = 0; i < lang_top.size(); ++i) {
+      out += i ? ",[" : "[";
+      json_append_string(out, lang_top[i].first);
+      out += fmt::format(",{}]", std::round(lang_top[i].second * 10000.0) / 10000.0);
+    }
+    out += "]";
+  }
   append_int(out, "chars", chars);
   append_int(out, "words", words);
   append_int(out, "han_words", han_words);

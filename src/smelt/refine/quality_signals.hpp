@@ -14,6 +14,8 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 #include "smelt/refine/language.hpp"
 
@@ -27,7 +29,11 @@ struct HtmlSignals {
 };
 
 struct QualitySignals {
+  // The language: the script-based guess quality_compute makes (zh, en, other, unknown), replaced in
+  // prep by the statistical identifier's (quality_set_language): lang is then an ISO 639-1 code and
+  // confidence the identifier's score.
   LanguageGuess language;
+  std::vector<std::pair<std::string, double>> lang_top;  // the identifier's next two guesses
   HtmlSignals html;
   // size
   uint64_t chars = 0;              // code points
@@ -48,6 +54,7 @@ struct QualitySignals {
   uint64_t stop_words = 0;         // distinct stop words found: the Chinese list when the language is
                                    // "zh", else Gopher's English eight (matched case-insensitively
                                    // against runs of letters)
+  uint64_t stop_words_zh = 0, stop_words_en = 0;  // both counts (stop_words is one of them)
   // Gopher repetition (appendix A.1.2; computed as datatrove's GopherRepetitionFilter, see .cpp)
   double dup_line_fraction = 0;        // duplicate lines / lines
   double dup_para_fraction = 0;        // duplicate paragraphs / paragraphs
@@ -72,6 +79,11 @@ struct QualitySignals {
   // rounded to 4 decimals, counts as integers, the html_* keys only when html.present.
   void append_json(std::string& out) const;
 };
+
+// Puts the language identifier's answer (langid.hpp) in place of the script guess: lang, its score
+// (as language.confidence), the alternatives, and the stop-word count that language uses.
+void quality_set_language(QualitySignals& q, std::string lang, double score,
+                          std::vector<std::pair<std::string, double>> top);
 
 // Measures text (valid UTF-8); html may be null for non-HTML inputs. Thread-safe (scratch
 // buffers are thread-local and reused, so a warm thread does not allocate per document).
