@@ -206,6 +206,13 @@ TEST_F(PrepRefineryTest, UrlListsDropPagesCountedPerListAndCategory) {
   EXPECT_EQ(s["drops"]["url_blocked"].get<int>(), s["url_blocked"]["ut1/adult"].get<int>() + 1 +
                                                       s["url_blocked"].value("block_domains", 0));
   EXPECT_TRUE(fs::exists(tmp_ / "url" / "rejected" / "url_blocked.jsonl"));
+  // the lists' contents are in the resume fingerprint: the same command is "already complete",
+  // a changed list makes the folder another run's
+  ASSERT_EQ(prep(in, cfg, "url", "--keep-rejected 2"), 0) << log("url");
+  EXPECT_NE(log("url").find("already complete"), std::string::npos) << log("url");
+  write_file(tmp_ / "ut1" / "adult" / "domains", "# comment\nde.example.org\nfr.example.org\n");
+  ASSERT_EQ(prep(in, cfg, "url", "--keep-rejected 2"), 1) << log("url");
+  EXPECT_NE(log("url").find("holds a prep run with other inputs or settings"), std::string::npos) << log("url");
   // a missing list: refused at start, naming it, before any output part
   ASSERT_EQ(prep(in, kBase + "[prep.url_filter]\nblocklists = [\"" + (tmp_ / "nope").string() + "\"]\n", "bad"), 1)
       << log("bad");
