@@ -6,10 +6,12 @@
 
 #include <fasttext/fasttext.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cmath>
 #include <fstream>
 #include <sstream>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -21,11 +23,38 @@ constexpr int32_t kFastTextMagic = 793712314;  // fastText's FASTTEXT_FILEFORMAT
 constexpr int32_t kFastTextVersion = 12;       // FASTTEXT_VERSION, the format 0.9.x writes
 constexpr std::string_view kLabelPrefix = "__label__";
 
-Status check_header(const std::string& path, std::ifstream& in) {
+// The model file as the library reads it, except that past its end it reads zeros and remembers
+// it did. fastText's loader does not check the stream while it reads the dictionary's words
+// (`while ((c = in.get()) != 0)`): at a cut among them it would grow one word until memory ran
+// out (minutes, gigabytes). Zeros end each such loop at once; overran() then says "truncated".
+class PaddedFileBuf : public std::streambuf {
+ public:
+  bool open(const std::string& path) { return file_.open(path, std::ios::in | std::ios::binary) != nullptr; }
+  bool overran() const { return overran_; }
+
+ protected:
+  int_type underflow() override {
+    std::streamsize n = file_.sgetn(buf_.data(), static_cast<std::streamsize>(buf_.size()));
+    if (n <= 0) {
+      overran_ = true;
+      std::fill(buf_.begin(), buf_.end(), '\0');
+      n = static_cast<std::streamsize>(buf_.size());
+    }
+    setg(buf_.data(), buf_.data(), buf_.data() + n);
+    return traits_type::to_int_type(buf_[0]);
+  }
+
+ private:
+  std::filebuf file_;
+  std::vector<char> buf_ = std::vector<char>(1 << 20);
+  bool overran_ = false;
+};
+
+Status check_header(const std::string& path, std::istream& in, const PaddedFileBuf& buf) {
   int32_t magic = 0, version = 0;
   in.read(reinterpret_cast<char*>(&magic), sizeof magic);
   in.read(reinterpret_cast<char*>(&version), sizeof version);
-  if (!in || magic != kFastTextMagic)
+  if (!in || buf.overran() || magic != kFastTextMagic)
     return Status::error(fmt::format("{}: not a fastText model file (expected a .bin or .ftz written by "
                                        "fastText 0.9, which starts with the magic number {})",
                                        path, kFastTextMagic));
@@ -38,9 +67,10 @@ Status check_header(const std::string& path, std::ifstream& in) {
 }  // namespace
 
 Status FastTextModel::load(const std::string& path, std::unique_ptr<FastTextModel>& out) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return Status::error(fmt::format("{}: cannot open the fastText model file", path));
-  if (Status s = check_header(path, in); !s) return s;
+  PaddedFileBuf buf;
+  if (!buf.open(path)) return Status::error(fmt::format("{}: cannot open the fastText model file", path));
+  std::istream in(&buf);
+  if (Status s = check_header(path, in, buf); !s) return s;
   auto m = std::unique_ptr<FastTextModel>(new FastTextModel());
   m->path_ = path;
   m->ft_ = std::make_unique<fasttext::FastText>();
@@ -49,7 +79,8 @@ Status FastTextModel::load(const std::string& path, std::unique_ptr<FastTextMode
   } catch (const std::exception& e) {
     return Status::error(fmt::format("{}: the fastText library could not load it: {}", path, e.what()));
   }
-  if (!in) return Status::error(fmt::format("{}: truncated fastText model (the file ends inside the model)", path));
+  if (!in || buf.overran())
+    return Status::error(fmt::format("{}: truncated fastText model (the file ends inside the model)", path));
   if (m->ft_->getArgs().model != fasttext::model_name::sup)
     return Status::error(fmt::format("{}: a word-vector (unsupervised) fastText model; expected a supervised "
                                        "classifier or language-ID model (trained with `fasttext supervised`)",
