@@ -15,6 +15,7 @@
   X("tokenizer", cli_tokenizer, LIGHT,                                                                  \
     "train | encode | decode: byte-level BPE (tokenizer.json, tiktoken files)")                         \
   X("tokenize", cli_tokenize, LIGHT, "refined text -> Megatron .bin/.idx token shards")                 \
+  X("quality", cli_quality, LIGHT, "train | eval: fastText quality classifiers (DCLM's recipe)")        \
   X("trace", cli_trace, LIGHT, "merge | summary: timelines of smelt train --trace-steps")               \
   X("train", cli_train, FULL, "train the Llama-style decoder on token shards")                          \
   X("eval", cli_eval, FULL, "loss, bits per byte, q8_0 KL of a checkpoint on held-out tokens")          \
