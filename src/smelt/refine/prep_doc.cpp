@@ -93,7 +93,7 @@ void run_classifiers(const PrepConfig& c, const Refinery& r, std::string_view te
     const double p = lc.model->probability(text, lc.label);
     it.class_probs.push_back(p);
     q += fmt::format("{}\"{}\":{}", i ? "," : "", lc.c.name, std::round(p * 10000.0) / 10000.0);
-    if (lc.c.factor) it.score *= p;
+    if (lc.c.factor && it.score >= 0) it.score *= p;  // no score without [prep.quality]
     if (!it.drop.empty() || c.only_score) continue;
     if (p < lc.c.min || (lc.threshold >= 0 && p < lc.threshold)) it.drop = "classifier_" + lc.c.name;
   }
