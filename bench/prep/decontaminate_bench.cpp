@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_input.hpp"
 #include "smelt/common/hash.hpp"
 #include "smelt/refine/decontaminate.hpp"
 #include "smelt/refine/dedup.hpp"
@@ -26,24 +27,6 @@
 using namespace smelt;
 
 namespace {
-
-bool read_any(const std::string& path, std::string& out) {
-  gzFile f = gzopen(path.c_str(), "rb");  // reads plain files too
-  if (!f) return false;
-  out.clear();
-  char buf[1 << 16];
-  int n;
-  while ((n = gzread(f, buf, sizeof buf)) > 0) out.append(buf, static_cast<size_t>(n));
-  gzclose(f);
-  return n == 0;
-}
-
-// Thread CPU time: the bench machine is shared, and time spent descheduled is not work.
-double cpu_s() {
-  timespec ts;
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-  return static_cast<double>(ts.tv_sec) + ts.tv_nsec * 1e-9;
-}
 
 size_t heap_bytes() { struct mallinfo2 m = mallinfo2(); return m.uordblks + m.hblkhd; }
 
@@ -70,9 +53,9 @@ template <class Fn>
 double best_mb_s(const std::vector<std::string>& docs, size_t bytes, int repeat, Fn&& fn) {
   double best = 1e30;
   for (int r = 0; r < repeat; ++r) {
-    double t0 = cpu_s();
+    double t0 = bench::thread_cpu_s();
     for (const std::string& d : docs) fn(d);
-    best = std::min(best, cpu_s() - t0);
+    best = std::min(best, bench::thread_cpu_s() - t0);
   }
   return bytes / 1e6 / best;
 }
@@ -101,7 +84,7 @@ int main(int argc, char** argv) {
   size_t bytes = 0;
   for (const std::string& p : paths) {
     std::string s;
-    if (!read_any(p, s)) { std::fprintf(stderr, "%s: cannot read\n", p.c_str()); return 1; }
+    if (!bench::read_any(p, s)) { std::fprintf(stderr, "%s: cannot read\n", p.c_str()); return 1; }
     std::string norm;  // vocabulary: normalised words, so the set's n-grams are the ones counted
     dedup_normalise(s, norm);
     std::istringstream in(norm);
@@ -119,9 +102,9 @@ int main(int argc, char** argv) {
   std::unique_ptr<DecontamIndex> ix;
   size_t heap0 = heap_bytes();
   double rss0 = max_rss_mib();
-  double t0 = cpu_s();
+  double t0 = bench::thread_cpu_s();
   Status st = DecontamIndex::build(c, ix);
-  double build_s = cpu_s() - t0;
+  double build_s = bench::thread_cpu_s() - t0;
   std::remove(set_path.c_str());
   if (!st) { std::fprintf(stderr, "%s\n", st.message().c_str()); return 1; }
   std::printf("build: %.1f MB of benchmark text, %llu %d-grams in %.2f s CPU: %.2f M n-grams/s, %.1f MB/s\n",

@@ -15,31 +15,13 @@
 #include <unordered_set>
 #include <vector>
 
+#include "bench_input.hpp"
 #include "smelt/common/hash.hpp"
 #include "smelt/refine/dedup.hpp"
 
 using namespace smelt;
 
 namespace {
-
-bool read_any(const std::string& path, std::string& out) {
-  gzFile f = gzopen(path.c_str(), "rb");  // reads plain files too
-  if (!f) return false;
-  out.clear();
-  char buf[1 << 16];
-  int n;
-  while ((n = gzread(f, buf, sizeof buf)) > 0) out.append(buf, static_cast<size_t>(n));
-  gzclose(f);
-  return n == 0;
-}
-
-// Thread CPU time, not wall time: the bench machine is shared, and time spent descheduled is
-// not time spent hashing.
-double now_s() {
-  timespec ts;
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-  return static_cast<double>(ts.tv_sec) + ts.tv_nsec * 1e-9;
-}
 
 size_t heap_bytes() { struct mallinfo2 m = mallinfo2(); return m.uordblks + m.hblkhd; }  // + mmapped blocks
 
@@ -68,7 +50,7 @@ int main(int argc, char** argv) {
   size_t bytes = 0;
   for (const std::string& p : paths) {
     std::string s;
-    if (!read_any(p, s)) { std::fprintf(stderr, "%s: cannot read\n", p.c_str()); return 1; }
+    if (!bench::read_any(p, s)) { std::fprintf(stderr, "%s: cannot read\n", p.c_str()); return 1; }
     bytes += s.size();
     docs.push_back(std::move(s));
   }
@@ -81,11 +63,11 @@ int main(int argc, char** argv) {
   double best_norm = 1e30, best_sig = 1e30;
   std::vector<DedupSignature> sigs(docs.size());
   for (int r = 0; r < repeat; ++r) {
-    double t0 = now_s();
+    double t0 = bench::thread_cpu_s();
     for (const std::string& d : docs) dedup_normalise(d, norm);
-    double t1 = now_s();
+    double t1 = bench::thread_cpu_s();
     for (size_t i = 0; i < docs.size(); ++i) dedup_signature(docs[i], cjk, c, sigs[i]);
-    double t2 = now_s();
+    double t2 = bench::thread_cpu_s();
     best_norm = std::min(best_norm, t1 - t0);
     best_sig = std::min(best_sig, t2 - t1);
   }
@@ -96,9 +78,9 @@ int main(int argc, char** argv) {
   // 2. the index over these documents, in order
   DedupIndex idx(c);
   size_t counts[3] = {0, 0, 0};
-  double t0 = now_s();
+  double t0 = bench::thread_cpu_s();
   for (const DedupSignature& s : sigs) ++counts[static_cast<int>(idx.check_and_insert(s))];
-  double t1 = now_s();
+  double t1 = bench::thread_cpu_s();
   std::printf("index: unique %zu, exact %zu, near %zu; %.0f ns/doc; memory_bytes %zu = %.0f B per kept doc\n",
               counts[0], counts[1], counts[2], (t1 - t0) / docs.size() * 1e9, idx.memory_bytes(),
               static_cast<double>(idx.memory_bytes()) / std::max<size_t>(1, idx.size()));
@@ -112,18 +94,18 @@ int main(int argc, char** argv) {
       for (int j = 0; j < c.bands; ++j) s.bands[j] = hash_mix(i * 16 + 2 + j);
     };
     size_t h0 = heap_bytes();
-    double a0 = now_s();
+    double a0 = bench::thread_cpu_s();
     {
       DedupIndex big(c);
       for (size_t i = 0; i < synthetic; ++i) { fill(i); big.check_and_insert(s); }
-      double a1 = now_s();
+      double a1 = bench::thread_cpu_s();
       size_t h1 = heap_bytes();
       std::printf("flat index, %zu docs: memory_bytes %.0f B/doc, heap %.0f B/doc, %.0f ns/doc\n",
                   synthetic, static_cast<double>(big.memory_bytes()) / synthetic,
                   static_cast<double>(h1 - h0) / synthetic, (a1 - a0) / synthetic * 1e9);
     }
     h0 = heap_bytes();
-    a0 = now_s();
+    a0 = bench::thread_cpu_s();
     {
       std::vector<std::unordered_set<uint64_t>> sets(c.bands + 1);
       for (size_t i = 0; i < synthetic; ++i) {
@@ -134,7 +116,7 @@ int main(int argc, char** argv) {
         sets[0].insert(s.exact);
         for (int j = 0; j < c.bands; ++j) sets[j + 1].insert(s.bands[j]);
       }
-      double a1 = now_s();
+      double a1 = bench::thread_cpu_s();
       size_t h1 = heap_bytes();
       std::printf("unordered_set,   %zu docs: heap %.0f B/doc, %.0f ns/doc\n", synthetic,
                   static_cast<double>(h1 - h0) / synthetic, (a1 - a0) / synthetic * 1e9);

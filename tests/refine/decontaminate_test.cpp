@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "smelt/common/config_schema.hpp"
+#include "test_files.hpp"
 
 using namespace smelt;
 namespace fs = std::filesystem;
@@ -21,11 +22,9 @@ namespace fs = std::filesystem;
 namespace {
 
 std::string read_data(const std::string& name) {
-  std::ifstream f(std::string(SMELT_TEST_DATA) + "/dedup/" + name, std::ios::binary);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  EXPECT_FALSE(ss.str().empty()) << name;
-  return ss.str();
+  std::string s = smelt::test::read_file(std::string(SMELT_TEST_DATA) + "/dedup/" + name);
+  EXPECT_FALSE(s.empty()) << name;
+  return s;
 }
 
 // en_python_floatingpoint.txt, paragraph 17: the "benchmark" sample.

@@ -12,6 +12,7 @@
 
 #include "smelt/common/hash.hpp"
 #include "smelt/common/utf8.hpp"
+#include "test_files.hpp"
 
 using namespace smelt;
 using V = DedupIndex::Verdict;
@@ -19,11 +20,9 @@ using V = DedupIndex::Verdict;
 namespace {
 
 std::string read_data(const std::string& name) {
-  std::ifstream f(std::string(SMELT_TEST_DATA) + "/dedup/" + name, std::ios::binary);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  EXPECT_FALSE(ss.str().empty()) << name;
-  return ss.str();
+  std::string s = smelt::test::read_file(std::string(SMELT_TEST_DATA) + "/dedup/" + name);
+  EXPECT_FALSE(s.empty()) << name;
+  return s;
 }
 
 const std::string& en_a() { static std::string s = read_data("en_kernel_howto.txt"); return s; }
