@@ -988,8 +988,13 @@ void Trainer::plan_budget() {
   const bool again = planned_;
   total_steps_ = sched_.total_steps = total;
   planned_ = true;
-  final_plan_ = again || step_ >= warmup;
+  // a plan whose steps end before warmup's does: no re-plan at warmup's end will come
+  final_plan_ = again || step_ >= warmup || total <= warmup;
   planned_at_ = step_;
+  if (total <= warmup && !again)
+    spdlog::warn("time budget: the {} steps it allows end inside the {}-step warmup, so the learning rate never "
+                 "decays; a smaller optim.warmup_steps (or a longer budget) fits the schedule in",
+                 total, warmup);
   spdlog::info("time budget {:g} min: {} steps planned at step {}{} ({:.0f} ms a step, evaluations {:.1f} s each, "
                "{:.0f} s left)", c_.train.time_budget_minutes, total, step_, again ? " (warmup's end: final)" : "",
                plan_step_s_ * 1e3, eval_s, left);
