@@ -209,9 +209,12 @@ double ScoreHistograms::top_fraction_threshold(const std::string& name, double f
   uint64_t above = 0;
   double t = 1.0;
   for (auto b = it->second.rbegin(); b != it->second.rend(); ++b) {
-    if (static_cast<double>(above + b->second) > allowed) break;
+    // the top bin is kept even when it alone holds more than the fraction: "the best documents"
+    // never means none of them
+    if (above > 0 && static_cast<double>(above + b->second) > allowed) break;
     above += b->second;
     t = static_cast<double>(b->first) / kProbBins;
+    if (static_cast<double>(above) > allowed) break;
   }
   return t;
 }

@@ -77,7 +77,8 @@ struct ScoreHistograms {
   nlohmann::json to_json() const;
   Status from_json(const nlohmann::json& j, const std::string& where);
   // The lowest probability p such that documents with probability >= p are at most fraction of
-  // those counted (a bin edge); -1 when the classifier was not counted.
+  // those counted (a bin edge), or the top bin's edge when that bin alone holds more; -1 when the
+  // classifier was not counted.
   double top_fraction_threshold(const std::string& name, double fraction) const;
   // The bpb cut points at the head and middle percentiles for lang (its own histogram when it
   // holds at least min_docs documents, else "*"). False when nothing was counted.
