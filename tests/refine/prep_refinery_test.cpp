@@ -156,6 +156,71 @@ TEST_F(PrepRefineryTest, LanguagesAreIdentifiedAndFiltered) {
     EXPECT_TRUE(d["quality"]["lang"] == "en" || d["quality"]["lang_score"].get<double>() >= 0.99) << d["id"];
 }
 
+// A labelled crawl (`--labels`): the tally of the drop decision per kind is what the config makes
+// it. English and Chinese pages are wanted; German, French and Russian pages, copies of English
+// pages under other URLs, and three-word pages are noise.
+TEST_F(PrepRefineryTest, LabelledCrawlTalliesTheDropDecisionPerKind) {
+  std::vector<std::string> extra;
+  std::string labels;
+  for (const char* lang : {"en", "de", "fr", "ru", "zh"})
+    for (int i = 0; i < 6; ++i) {
+      const bool wanted = std::string(lang) == "en" || std::string(lang) == "zh";
+      labels += json{{"url", "http://" + std::string(lang) + ".example.org:80/" + std::to_string(i)},
+                     {"kind", wanted ? "good" : "foreign"}}.dump() + "\n";
+    }
+  std::vector<fs::path> en;
+  for (const auto& e : fs::directory_iterator(tmp_ / "ml" / "en")) en.push_back(e.path());
+  std::sort(en.begin(), en.end());
+  for (size_t i = 0; i < en.size(); ++i) {
+    extra.push_back(json{{"id", "copy-" + std::to_string(i)}, {"url", "https://mirror.example.net/" + std::to_string(i)},
+                         {"text", read_file(en[i])}}.dump());
+    labels += json{{"id", "copy-" + std::to_string(i)}, {"kind", "mirror"}}.dump() + "\n";
+  }
+  for (int i = 0; i < 4; ++i) {
+    extra.push_back(json{{"id", "short-" + std::to_string(i)}, {"text", "Page not found " + std::to_string(i)}}.dump());
+    labels += json{{"id", "short-" + std::to_string(i)}, {"kind", "short"}}.dump() + "\n";
+  }
+  extra.push_back(json{{"id", "nobody"}, {"text", read_file(en[0]) + " and one more line"}}.dump());
+  write_file(tmp_ / "labels.jsonl", labels);
+  const fs::path in = corpus(extra);
+  const std::string config = "[prep]\nseed = 1\nlanguages = [\"en\", \"zh\"]\n[prep.sample]\nenabled = false\n"
+                             "[prep.quality]\nmin_chars = 40\n";
+  const std::string flag = "--labels " + quote((tmp_ / "labels.jsonl").string());
+  ASSERT_EQ(prep(in, config, "lab", flag), 0) << log("lab");
+  const json l = stats("lab")["labels"];
+  ASSERT_TRUE(l.is_object()) << stats("lab").dump(1);
+  EXPECT_EQ(l["file"], (tmp_ / "labels.jsonl").string());
+  const json& k = l["kinds"];
+  EXPECT_EQ(k["good"]["documents"], 12);
+  EXPECT_LE(k["good"]["dropped"].get<int>(), 1) << k.dump(1);  // CLD2 may miss one page
+  EXPECT_EQ(k["foreign"]["documents"], 18);
+  EXPECT_GE(k["foreign"]["reasons"].value("wrong_language", 0), 17) << k.dump(1);
+  EXPECT_EQ(k["mirror"]["documents"], 6);
+  EXPECT_EQ(k["mirror"]["dropped"], 6) << k.dump(1);
+  EXPECT_EQ(k["mirror"]["reasons"].value("exact_duplicate", 0), 6) << k.dump(1);
+  EXPECT_EQ(k["short"]["documents"], 4);
+  EXPECT_EQ(k["short"]["reasons"].value("too_short", 0), 4) << k.dump(1);
+  EXPECT_EQ(l["unlabelled"], 1);
+  // the decision's totals follow from the kinds
+  const int noise_dropped = k["foreign"]["dropped"].get<int>() + 10;
+  const int good_dropped = k["good"]["dropped"].get<int>();
+  EXPECT_DOUBLE_EQ(l["drop_decision"]["recall"].get<double>(), noise_dropped / 28.0);
+  EXPECT_DOUBLE_EQ(l["drop_decision"]["precision"].get<double>(), noise_dropped / double(noise_dropped + good_dropped));
+  EXPECT_NE(log("lab").find("the drop decision per kind"), std::string::npos) << log("lab");
+  EXPECT_NE(log("lab").find("mirror"), std::string::npos) << log("lab");
+
+  // other settings, another tally: every language and no dedup keep the foreign pages and copies
+  ASSERT_EQ(prep(in, config + "[prep.dedup]\nenabled = false\n", "lab2", flag + " --set 'prep.languages=[]'"), 0)
+      << log("lab2");
+  const json k2 = stats("lab2")["labels"]["kinds"];
+  EXPECT_EQ(k2["foreign"]["dropped"], 0) << k2.dump(1);
+  EXPECT_EQ(k2["mirror"]["dropped"], 0) << k2.dump(1);
+  EXPECT_EQ(k2["short"]["reasons"].value("too_short", 0), 4) << k2.dump(1);
+  // a missing labels file is a usage error naming it
+  EXPECT_EQ(prep(in, config, "lab3", "--labels " + quote((tmp_ / "none.jsonl").string())), 2);
+  EXPECT_NE(log("lab3").find("none.jsonl: no such file"), std::string::npos) << log("lab3");
+}
+
 TEST_F(PrepRefineryTest, PersonalDataIsMaskedAndCounted) {
   const std::string text =
       "Write to jane.doe@example.com or to the list at dev-list@lists.debian.org for help with the package. "

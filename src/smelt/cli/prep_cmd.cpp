@@ -5,6 +5,7 @@
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include "smelt/cli/cli_parse.hpp"
 #include "smelt/cli/commands.hpp"
@@ -30,7 +31,7 @@ int cli_prep(int argc, char** argv) {
                "JSONL.zst parts and stats.json"};
   app.name("smelt prep");
   std::vector<std::string> inputs, sets;
-  std::string output, config_path, only;
+  std::string output, config_path, only, labels;
   int threads = -1, task = -1, tasks = -1;
   int64_t keep_rejected = -1, seed = -1;
   bool overwrite = false;
@@ -49,6 +50,9 @@ int cli_prep(int argc, char** argv) {
   app.add_option("--keep-rejected", keep_rejected, "keep N examples per drop reason in DIR/rejected/")
       ->check(CLI::NonNegativeNumber);
   app.add_option("--seed", seed, "sampling seed")->check(CLI::NonNegativeNumber);
+  app.add_option("--labels", labels,
+                 "a labelled crawl's labels (JSON lines: url or id, kind, keep): the summary and stats.json "
+                 "tally the drop decision per kind");
   app.add_option("--set", sets, "override a config key: section.key=value (repeatable)");
   app.add_flag("--overwrite", overwrite, "replace an earlier, different run in the output folder");
   if (int rc = cli_parse(app, argc, argv, "prep"); rc >= 0) return rc;
@@ -64,6 +68,7 @@ int cli_prep(int argc, char** argv) {
   if (tasks >= 0) sets.push_back(fmt::format("prep.tasks={}", tasks));
   if (keep_rejected >= 0) sets.push_back(fmt::format("prep.keep_rejected={}", keep_rejected));
   if (seed >= 0) sets.push_back(fmt::format("prep.seed={}", seed));
+  if (!labels.empty()) sets.push_back("prep.labels=" + nlohmann::json(labels).dump());  // a TOML basic string
   if (only == "extract") sets.push_back("prep.only_extract=true");
   if (only == "score") sets.push_back("prep.only_score=true");
   if (Status st = config_apply_sets(root, sets); !st) {

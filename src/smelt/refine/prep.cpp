@@ -33,6 +33,7 @@
 #include "smelt/common/page_key.hpp"
 #include "smelt/common/progress.hpp"
 #include "smelt/refine/prep_doc.hpp"
+#include "smelt/refine/prep_labels.hpp"
 #include "smelt/refine/shard_writer.hpp"
 #include "smelt/stage/restartable_stage.hpp"
 #include "smelt/text/charset.hpp"
@@ -61,6 +62,7 @@ struct Counters {
   std::map<std::string, uint64_t> url_blocks;    // "LIST/CATEGORY" -> documents
   std::map<std::string, uint64_t> contaminated;  // decontamination file -> documents
   ScoreHistograms scores;                        // the score pass's histograms
+  LabelTally labels;                             // the drop decision per labelled kind ([prep] labels)
 
   json to_json() const {
     json j;
@@ -73,6 +75,7 @@ struct Counters {
     j["pii"] = pii_json();
     j["url_blocks"] = url_blocks; j["contaminated"] = contaminated;
     j["scores"] = scores.to_json();
+    if (!labels.empty()) j["labels"] = labels.to_json();
     return j;
   }
   json pii_json() const {
@@ -105,6 +108,8 @@ struct Counters {
     contaminated = j.value("contaminated", json::object()).get<std::map<std::string, uint64_t>>();
     scores = ScoreHistograms{};
     if (j.contains("scores")) (void)scores.from_json(j["scores"], "resume state");
+    labels = LabelTally{};
+    if (j.contains("labels")) labels.from_json(j["labels"]);
   }
 };
 
@@ -159,6 +164,7 @@ class PrepRun : public RestartableStage<PrepItem, Counters> {
   const PrepConfig& c_;
   ReferenceScorer* ref_;
   Refinery refinery_;
+  PrepLabels labels_;  // [prep] labels, when set
   std::array<std::atomic<uint64_t>, kPrepStages> stage_ns_{};  // worker time per stage (not persisted)
   // committer state (persisted)
   std::vector<ShardInfo> parts_;
@@ -193,6 +199,7 @@ std::string PrepRun::fingerprint_text() const {
   fp.overwrite = false;
   std::string text = config_to_string(prep_config_to_toml(fp));
   for (size_t i = 0; i < files_.size(); ++i) text += "\n" + files_[i] + fmt::format(":{}", file_sizes_[i]);
+  if (!labels_.empty()) text += fmt::format("\nlabels {:016x}", labels_.digest());
   return text + "\n" + refinery_.fingerprint();
 }
 
@@ -350,6 +357,7 @@ Status PrepRun::commit_doc(PrepItem& it) {
       case DedupIndex::Verdict::kUnique: dedup_signature_write(it.sig, pending_sigs_); break;
     }
   }
+  if (!labels_.empty()) n_.labels.add(labels_, labels_.find(it.doc.url, it.doc.id), it.drop);
   if (!it.drop.empty()) {
     n_.drops[it.drop]++;
     auto& ex = rejected_[it.drop];
@@ -445,6 +453,7 @@ json PrepRun::stats_json(double seconds, bool complete) const {
   j["pii_masked"] = n_.pii_json();
   j["url_blocked"] = n_.url_blocks;
   j["contaminated"] = n_.contaminated;
+  if (!labels_.empty()) j["labels"] = n_.labels.to_json(), j["labels"]["file"] = c_.labels;
   // timing is the one part of stats.json that differs between identical runs
   j["timing"] = timing_json(seconds);
   toml::table cfg = prep_config_to_toml(c_);
@@ -487,6 +496,7 @@ std::string PrepRun::summary_text(double seconds) const {
     for (const auto& [k, v] : n_.contaminated) s += fmt::format(" {}={}", k, v);
     s += "\n";
   }
+  if (!labels_.empty()) s += n_.labels.summary_text(c_.labels);
   return s + stage_time_line();
 }
 
@@ -526,6 +536,8 @@ Status PrepRun::run(PrepSummary& out) {
   // every model and list loads before any output: a bad file fails here, naming it
   if (!c_.only_extract)
     if (Status s = Refinery::load(c_, ref_, refinery_); !s) return s;
+  if (!c_.labels.empty())
+    if (Status s = labels_.load(c_.labels); !s) return s;
   set_fingerprint(fingerprint_text());
   if (Status s = run_stage(out); !s || out.already_complete) return s;
   out.docs_read = n_.docs_read;

@@ -40,6 +40,8 @@ struct PrepConfig {
   std::string scores;               // a score pass's output folder: thresholds for keep_top_fraction
                                     // and the perplexity buckets
   std::vector<std::string> languages;  // keep these languages (ISO 639-1, e.g. ["en", "de"]); empty: any
+  std::string labels;               // a labelled crawl's labels (prep_labels.hpp): the drop decision
+                                    // per kind in the summary and stats.json; never changes the output
   uint64_t keep_rejected = 0;       // keep this many examples per drop reason in DIR/rejected/
   uint64_t shard_mb = 256;          // output part size cap, uncompressed MiB
   int zstd_level = 3;

@@ -1,4 +1,6 @@
 // [prep] configuration: TOML sections into PrepConfig, validation, and the resolved table.
+#include <filesystem>
+
 #include <fmt/format.h>
 
 #include "smelt/common/config_schema.hpp"
@@ -23,6 +25,8 @@ const Schema<PrepConfig>& prep_schema() {
              in_range(0, 1)),
        field("scores", &P::scores, "a score pass's output folder: thresholds for keep_top_fraction and buckets"),
        field("languages", &P::languages, "keep these languages (ISO 639-1 codes, e.g. en, de, zh); empty: any"),
+       field("labels", &P::labels,
+             "a labelled crawl's labels (JSONL: url or id, kind, keep): the drop decision per kind in the summary"),
        field("keep_rejected", &P::keep_rejected, "keep this many examples per drop reason in DIR/rejected/"),
        field("shard_mb", &P::shard_mb, "output part size cap, uncompressed MiB"),
        field("zstd_level", &P::zstd_level, "zstd level of the output parts"),
@@ -148,6 +152,9 @@ Status prep_config_validate(const PrepConfig& c) {
     errs.push_back("[prep.sample] enabled needs [prep.quality] enabled (sampling draws on the score)");
   if (c.read.max_record_bytes == 0) errs.push_back("[prep.read] max_record_mb: expected at least 1");
   if (c.only_extract && c.only_score) errs.push_back("[prep] only_extract and only_score: expected at most one");
+  if (std::error_code ec; !c.labels.empty() && !std::filesystem::is_regular_file(c.labels, ec))
+    errs.push_back(fmt::format("[prep] labels: {}: no such file (expected JSON lines with url or id, kind, keep)",
+                               c.labels));
   for (const std::string& l : c.languages)
     if (l.empty() || l.find_first_not_of("abcdefghijklmnopqrstuvwxyz_-") != std::string::npos)
       errs.push_back(fmt::format("[prep] languages: \"{}\" is not a language code (expected ISO 639-1 such as en, de, "
