@@ -221,6 +221,36 @@ TEST_F(PrepRefineryTest, LabelledCrawlTalliesTheDropDecisionPerKind) {
   EXPECT_NE(log("lab3").find("none.jsonl: no such file"), std::string::npos) << log("lab3");
 }
 
+// Score sampling draws by content: a copy of a page on another host meets the same fate as the
+// page (drawn by page, each copy drew on its own and a mirror outlived its sampled-out original).
+TEST_F(PrepRefineryTest, SamplingDrawsByContentSoCopiesShareTheirFate) {
+  std::vector<std::string> copies;
+  for (const char* lang : {"en", "de", "fr", "ru", "zh"}) {
+    std::vector<fs::path> pages;
+    for (const auto& e : fs::directory_iterator(tmp_ / "ml" / lang)) pages.push_back(e.path());
+    std::sort(pages.begin(), pages.end());
+    for (size_t i = 0; i < pages.size(); ++i)
+      copies.push_back(json{{"id", "copy-" + fmt(lang, i)}, {"url", "http://mirror.example.net/" + fmt(lang, i)},
+                            {"text", read_file(pages[i])}}.dump());
+  }
+  const fs::path in = corpus(copies);
+  // every page below the threshold draws; no dedup, so each copy stands on its own draw
+  const std::string config = "[prep]\nseed = 1\n[prep.sample]\nthreshold = 1.0\n[prep.dedup]\nenabled = false\n";
+  ASSERT_EQ(prep(in, config, "s"), 0) << log("s");
+  std::set<std::string> kept;
+  for (const json& d : docs_of(tmp_ / "s")) kept.insert(d["id"].get<std::string>());
+  int both = 0, none = 0;
+  for (const char* lang : {"en", "de", "fr", "ru", "zh"})
+    for (size_t i = 0; i < 6; ++i) {
+      const bool a = kept.count(fmt(lang, i)) > 0, b = kept.count("copy-" + fmt(lang, i)) > 0;
+      EXPECT_EQ(a, b) << fmt(lang, i);
+      both += a && b, none += !a && !b;
+    }
+  EXPECT_GT(none, 0) << "sampling dropped none: the test does not exercise it";
+  EXPECT_GT(both, 0);
+  EXPECT_EQ(stats("s")["drops"].value("sampled_out", 0), 2 * none);
+}
+
 TEST_F(PrepRefineryTest, PersonalDataIsMaskedAndCounted) {
   const std::string text =
       "Write to jane.doe@example.com or to the list at dev-list@lists.debian.org for help with the package. "

@@ -31,7 +31,7 @@ struct PrepConfig {
   std::string output;               // output folder (flag --output)
   int threads = 0;                  // worker threads; 0 = all cores
   int task = 0, tasks = 1;          // this task's share of the inputs: files i with i % tasks == task
-  uint64_t seed = 42;               // sampling draws hash (document id, seed)
+  uint64_t seed = 42;               // sampling draws hash (least shingle hash of the text, seed)
   bool only_extract = false;        // extraction alone: no quality, filtering, sampling or dedup
   bool only_score = false;          // a score pass: no output parts, only the histograms of the
                                     // classifier and reference scores (DIR/scores.json) that a real

@@ -18,7 +18,7 @@ const Schema<PrepConfig>& prep_schema() {
       {field("threads", &P::threads, "worker threads; 0 = all cores"),
        field("task", &P::task, "this task's share of the inputs: files i with i % tasks == task"),
        field("tasks", &P::tasks, "tasks the inputs are split over"),
-       field("seed", &P::seed, "sampling draws hash (document id, seed)"),
+       field("seed", &P::seed, "sampling draws hash (least shingle hash of the text, seed)"),
        field("only_extract", &P::only_extract, "extraction alone: no quality, filtering, sampling or dedup"),
        field("only_score", &P::only_score, "a score pass: only the histograms of classifier and reference scores"),
        field("score_sample", &P::score_sample, "the score pass counts this share of documents (by page hash)",
