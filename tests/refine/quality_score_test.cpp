@@ -238,6 +238,19 @@ TEST(QualityScore, DamagedEncodingIsDropped) {
   EXPECT_EQ(quality_hard_filter(measure(sample("en_prose.txt") + "\xEF\xBF\xBD"), c), "");
   c.max_replacement_char_fraction = 1;
   EXPECT_EQ(quality_hard_filter(q, c), "");
+  // double-encoded UTF-8 ("Ã©" for "é") in a page of prose: mojibake, unless the maximum allows it
+  std::string prose = sample("it_prose.txt"), moji;
+  for (size_t i = 0; i < prose.size(); ++i) {
+    const auto b = static_cast<unsigned char>(prose[i]);
+    if (b < 0x80) { moji += prose[i]; continue; }
+    // each byte as its Latin-1 character, encoded again
+    moji += static_cast<char>(0xC0 | (b >> 6)), moji += static_cast<char>(0x80 | (b & 0x3F));
+  }
+  QualityConfig d;
+  EXPECT_EQ(quality_hard_filter(measure(prose), d), "");
+  EXPECT_EQ(quality_hard_filter(measure(moji), d), "mojibake");
+  d.max_mojibake_fraction = 1;
+  EXPECT_EQ(quality_hard_filter(measure(moji), d), "");
 }
 
 TEST(QualityScore, ConfigKeys) {

@@ -3,7 +3,10 @@
 // words, as datatrove writes them) checked against the fast path on real samples, and the JSON.
 #include "smelt/refine/quality_signals.hpp"
 
+#include <unistd.h>
+
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <set>
@@ -449,7 +452,7 @@ TEST(QualitySignals, Json) {
                         "top_3gram_char_fraction", "top_4gram_char_fraction", "dup_5gram_char_fraction",
                         "dup_10gram_char_fraction", "terminal_punct_para_fraction", "javascript_lines",
                         "policy_lines", "curly_brace",
-                        "char_entropy", "replacement_char_fraction"})
+                        "char_entropy", "replacement_char_fraction", "mojibake_fraction"})
     EXPECT_TRUE(j.contains(k)) << k;
   // mean word length: The cat and the dog. -> 3 3 3 3 3 ("dog." without its period); 4 decimals
   EXPECT_EQ(j["mean_word_length"], 3);
@@ -468,4 +471,39 @@ TEST(QualitySignals, Json) {
   measure(sample("zh_prose.txt")).append_json(a);
   measure(sample("zh_prose.txt")).append_json(b);
   EXPECT_EQ(a, b);
+}
+
+// Double-encoded UTF-8, written by Python's own codecs (UTF-8 bytes read as Windows-1252, the bytes
+// it leaves undefined as C1 controls, as browsers read them): every byte of every non-ASCII
+// character becomes one counted character; the clean texts count none.
+TEST(QualitySignals, MojibakeIsCountedAndCleanTextIsNot) {
+  const std::string dir = ::testing::TempDir() + "smelt-mojibake-" + std::to_string(getpid());
+  std::filesystem::create_directories(dir);
+  const char* kDamage =
+      "import sys; t = open(sys.argv[1], encoding='utf-8').read(); "
+      "d = ''.join(bytes([b]).decode('cp1252', errors='ignore') or chr(b) for b in t.encode('utf-8')); "
+      "open(sys.argv[2], 'w', encoding='utf-8').write(d); "
+      "print(sum(len(c.encode('utf-8')) for c in t if ord(c) > 127))";
+  for (const std::string f : {"quality/it_prose.txt", "quality/zh_prose.txt", "quality/ja_prose.txt", "tokenizer/mixed.txt"}) {
+    const std::string path = std::string(SMELT_TEST_DATA) + "/" + f, damaged = dir + "/damaged.txt";
+    const std::string clean = test::read_file(path);
+    EXPECT_EQ(quality_mojibake_chars(clean), 0u) << f;
+    int rc = 0;
+    const std::string out = test::run_command(
+        std::string("python3 -c \"") + kDamage + "\" '" + path + "' '" + damaged + "'", rc);
+    ASSERT_EQ(rc, 0) << out;
+    const std::string bad = test::read_file(damaged);
+    EXPECT_EQ(quality_mojibake_chars(bad), std::stoull(out)) << f;
+    QualitySignals q;
+    quality_compute(bad, nullptr, q);
+    EXPECT_GT(q.mojibake_fraction, 0.002) << f;
+    quality_compute(clean, nullptr, q);
+    EXPECT_EQ(q.mojibake_fraction, 0.0) << f;
+  }
+  std::filesystem::remove_all(dir);
+  // the classic runs, one by one
+  EXPECT_EQ(quality_mojibake_chars("caf\xC3\x83\xC2\xA9"), 2u);                 // "cafÃ©"
+  EXPECT_EQ(quality_mojibake_chars("a \xC3\xA2\xE2\x82\xAC\xE2\x80\x9C b"), 3u);  // "â€“" (– read as 1252)
+  EXPECT_EQ(quality_mojibake_chars("\xC3\x82\xC2\xA0"), 2u);                     // "Â" + no-break space
+  EXPECT_EQ(quality_mojibake_chars("\xC3\x83 x \xC2\xA9"), 0u) << "a lead and a continuation apart are not a run";
 }

@@ -125,6 +125,8 @@ const Schema<QualityConfig>& quality_schema() {
        field("min_chars", &Q::min_chars, "hard filter: fewer code points drop as too_short"),
        field("max_replacement_char_fraction", &Q::max_replacement_char_fraction,
              "hard filter: more U+FFFD than this share of chars drops as replacement_chars", unit),
+       field("max_mojibake_fraction", &Q::max_mojibake_fraction,
+             "hard filter: more double-encoded characters (Ã©, â€“) than this share drops as mojibake", unit),
        field("gopher_quality", &Q::gopher_quality, "false: the Gopher quality rules never lower the score"),
        field("gopher_repetition", &Q::gopher_repetition, "false: the Gopher repetition rules never lower the score"),
        field("c4", &Q::c4, "false: the C4 rules never lower the score"),
@@ -192,6 +194,7 @@ std::string quality_hard_filter(const QualitySignals& q, const QualityConfig& c)
   if (q.lines == 0) return "empty";  // every non-space character belongs to a line
   if (q.chars < c.min_chars) return "too_short";
   if (q.replacement_char_fraction > c.max_replacement_char_fraction) return "replacement_chars";
+  if (q.mojibake_fraction > c.max_mojibake_fraction) return "mojibake";
   return "";
 }
 

@@ -25,6 +25,7 @@ struct QualityConfig {
   // ---- hard filters: these drop, whatever the score ----
   uint64_t min_chars = 1;              // hard: fewer code points drop as "too_short" (0 chars: "empty")
   double max_replacement_char_fraction = 0.01;  // U+FFFD above this share of chars: "replacement_chars"
+  double max_mojibake_fraction = 0.002;  // double-encoded characters above this share: "mojibake"
 
   // ---- rule groups (false: the group never lowers the score) ----
   bool gopher_quality = true;

@@ -783,6 +783,46 @@ void repetition_signals(Scratch& sc, size_t W, QualitySignals& q) {
 
 }  // namespace
 
+namespace {
+
+// The byte Windows-1252 (or Latin-1, for U+0080..U+009F) writes as cp when cp stands for a UTF-8
+// continuation byte 0x80..0xBF; 0 otherwise.
+uint8_t continuation_byte(char32_t cp) {
+  if (cp >= 0x80 && cp <= 0xBF) return static_cast<uint8_t>(cp);
+  static constexpr std::pair<char32_t, uint8_t> kCp1252[] = {
+      {0x20AC, 0x80}, {0x201A, 0x82}, {0x0192, 0x83}, {0x201E, 0x84}, {0x2026, 0x85}, {0x2020, 0x86},
+      {0x2021, 0x87}, {0x02C6, 0x88}, {0x2030, 0x89}, {0x0160, 0x8A}, {0x2039, 0x8B}, {0x0152, 0x8C},
+      {0x017D, 0x8E}, {0x2018, 0x91}, {0x2019, 0x92}, {0x201C, 0x93}, {0x201D, 0x94}, {0x2022, 0x95},
+      {0x2013, 0x96}, {0x2014, 0x97}, {0x02DC, 0x98}, {0x2122, 0x99}, {0x0161, 0x9A}, {0x203A, 0x9B},
+      {0x0153, 0x9C}, {0x017E, 0x9E}, {0x0178, 0x9F}};
+  for (const auto& [c, b] : kCp1252)
+    if (c == cp) return b;
+  return 0;
+}
+
+}  // namespace
+
+uint64_t quality_mojibake_chars(std::string_view text) {
+  const auto* p = reinterpret_cast<const unsigned char*>(text.data());
+  uint64_t found = 0;
+  int need = 0, run = 0;  // continuation characters still expected, characters in the run so far
+  for (size_t i = 0; i < text.size();) {
+    if (p[i] < 0x80) {
+      need = 0, ++i;
+      continue;
+    }
+    const char32_t cp = decode_multibyte(text, i);
+    if (need > 0 && continuation_byte(cp)) {
+      ++run;
+      if (--need == 0) found += run;
+      continue;
+    }
+    need = cp >= 0xC2 && cp <= 0xF4 ? (cp < 0xE0 ? 1 : cp < 0xF0 ? 2 : 3) : 0;
+    run = 1;
+  }
+  return found;
+}
+
 void quality_compute(std::string_view text, const HtmlSignals* html, QualitySignals& q) {
   thread_local Scratch sc;
   q = QualitySignals{};
@@ -795,6 +835,7 @@ void quality_compute(std::string_view text, const HtmlSignals* html, QualitySign
   c4_phrase_signals(text, sc, q);
   if (pass.chars > 0) q.char_entropy = char_entropy(pass.ascii_count, sc, pass.chars);
   repetition_signals(sc, pass.nw, q);
+  q.mojibake_fraction = ratio(static_cast<double>(quality_mojibake_chars(text)), static_cast<double>(pass.chars));
   // A rare huge document (millions of words) must not pin its scratch to the thread for good.
   if (pass.nw > (size_t{1} << 20) || text.size() > (size_t{64} << 20)) sc.release();
 }
@@ -848,6 +889,7 @@ void QualitySignals::append_json(std::string& out) const {
   append_bool(out, "curly_brace", has_curly_brace);
   append_num(out, "char_entropy", char_entropy);
   append_num(out, "replacement_char_fraction", replacement_char_fraction);
+  append_num(out, "mojibake_fraction", mojibake_fraction);
   if (html.present) {
     append_num(out, "html_tag_density", html.tag_density);
     append_num(out, "html_link_text_ratio", html.link_text_ratio);

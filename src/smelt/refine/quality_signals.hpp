@@ -74,6 +74,7 @@ struct QualitySignals {
   // characters
   double char_entropy = 0;          // Shannon entropy of the code-point distribution, bits
   double replacement_char_fraction = 0;  // U+FFFD / chars (damaged encoding)
+  double mojibake_fraction = 0;     // chars in double-encoded sequences / chars (quality_mojibake_chars)
 
   // Appends the signals as one JSON object ("{...}") to out, with stable key names; fractions
   // rounded to 4 decimals, counts as integers, the html_* keys only when html.present.
@@ -84,6 +85,12 @@ struct QualitySignals {
 // (as language.confidence), the alternatives, and the stop-word count that language uses.
 void quality_set_language(QualitySignals& q, std::string lang, double score,
                           std::vector<std::pair<std::string, double>> top);
+
+// Characters that are UTF-8 read as Windows-1252 or Latin-1 and encoded again ("Ã©" for "é", "â€“"
+// for "–", "Â " for a no-break space): a lead byte's character (U+00C2..U+00F4) followed by as
+// many continuation bytes' characters (U+0080..U+00BF, or Windows-1252's € ‚ ƒ „ … † ‡ ˆ ‰ Š ‹ Œ Ž
+// ' ' " " • – — ˜ ™ š › œ ž Ÿ) as that lead byte announces. Counts every character of each such run.
+uint64_t quality_mojibake_chars(std::string_view text_utf8);
 
 // Measures text (valid UTF-8); html may be null for non-HTML inputs. Thread-safe (scratch
 // buffers are thread-local and reused, so a warm thread does not allocate per document).
