@@ -333,8 +333,11 @@ TEST_F(Serve, BatchInvariance) {
   EXPECT_EQ(mine["text"], want["text"]);
   // they ran in shared steps: far fewer steps than tokens
   const double steps = metric(http(port(), "GET", "/metrics", "", kKey).body, "smelt_decode_steps_total") - steps0;
-  std::printf("8 requests, %d tokens (without the stream's 70) in %.0f steps\n", generated, steps);
-  EXPECT_LT(steps, generated * 0.9);  // one after another: more steps than tokens
+  std::printf("8 requests, %d tokens (with the stream's 70) in %.0f steps\n", generated + 70, steps);
+  // One after another: a step per token, the stream's 70 included (350 in all); in shared steps
+  // far fewer. The bound counts the stream's steps too: on a loaded machine the requests arrive
+  // spread out and share fewer steps (285 of 350 seen in CI, against a bound of 0.9 x 280 then).
+  EXPECT_LT(steps, (generated + 70) * 0.9);
 }
 
 TEST_F(Serve, ADisconnectedStreamFreesItsSlot) {
