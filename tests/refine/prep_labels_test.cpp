@@ -29,7 +29,8 @@ TEST(PrepLabels, MatchByPageThenById) {
                                              "\n"
                                              "{\"id\": \"rec-7\", \"kind\": \"spam\"}\n"
                                              "{\"url\": \"http://m.example/b\", \"kind\": \"mirror\", \"keep\": false}\n"
-                                             "{\"url\": \"http://ok.example/\", \"kind\": \"fine\", \"keep\": true}\n")
+                                             "{\"url\": \"http://ok.example/\", \"kind\": \"fine\", \"keep\": true}\n"
+                                             "{\"url\": \"http://both.example/\", \"id\": \"rec-9\", \"kind\": \"spam\"}\n")
                   .string())
                   .is_ok());
   ASSERT_EQ(l.kinds(), (std::vector<std::string>{"good", "spam", "mirror", "fine"}));
@@ -42,7 +43,9 @@ TEST(PrepLabels, MatchByPageThenById) {
   EXPECT_EQ(l.find("", "rec-7"), 1);
   EXPECT_EQ(l.find("http://m.example/b", "x"), 2);
   EXPECT_EQ(l.find("http://m.example/c", "rec-8"), -1);
-  EXPECT_EQ(l.labelled(), 4u);
+  EXPECT_EQ(l.find("http://both.example/", ""), 1);
+  EXPECT_EQ(l.find("", "rec-9"), 1);
+  EXPECT_EQ(l.labelled(), 5u) << "label lines, a line with a url and an id counted once";
 }
 
 TEST(PrepLabels, BadFilesNameTheFileAndLine) {

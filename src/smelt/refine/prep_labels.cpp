@@ -57,6 +57,7 @@ Status PrepLabels::load(const std::string& path) {
                                        kind, keep, !keep));
     if (!url.empty()) by_page_[page_key(url, "")] = it->second;
     if (!id.empty()) by_id_[id] = it->second;
+    lines_++;
     digest_ = hash64(line, digest_ ^ n);
   }
   if (in.bad()) return Status::error(fmt::format("{}: read error", path));

@@ -28,7 +28,8 @@ class PrepLabels {
   int find(std::string_view url, std::string_view id) const;
   const std::vector<std::string>& kinds() const { return kinds_; }
   bool wanted(int kind) const { return keep_[kind]; }
-  size_t labelled() const { return by_page_.size() + by_id_.size(); }
+  // label lines read (a line with both a url and an id counts once)
+  size_t labelled() const { return lines_; }
   // a digest of the file's entries (the run's fingerprint covers it)
   uint64_t digest() const { return digest_; }
 
@@ -36,6 +37,7 @@ class PrepLabels {
   std::vector<std::string> kinds_;
   std::vector<bool> keep_;  // [kind]
   std::unordered_map<std::string, int> by_page_, by_id_;
+  size_t lines_ = 0;
   uint64_t digest_ = 0;
 };
 
