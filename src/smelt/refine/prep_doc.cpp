@@ -119,6 +119,7 @@ void run_perplexity(const PrepConfig& c, const Refinery& r, std::string_view tex
 // probability their Jaccard similarity (consistent sampling, Broder 1997). Drawn by page, a
 // mirror got a draw of its own and survived as the only copy when its original was sampled out,
 // since dedup comes after sampling (bench/ablation's labelled crawl: 97 of 98 kept mirrors).
+// The shingles are not kept for dedup's signature: PII masking comes between and may change the text.
 double sample_draw(const PrepConfig& c, std::string_view text, const PrepItem& it) {
   std::vector<uint64_t> shingles;
   dedup_shingles(text, it.lang == "zh", c.dedup, shingles);
