@@ -234,8 +234,11 @@ TEST_F(PrepRefineryTest, SamplingDrawsByContentSoCopiesShareTheirFate) {
                             {"text", read_file(pages[i])}}.dump());
   }
   const fs::path in = corpus(copies);
-  // every page below the threshold draws; no dedup, so each copy stands on its own draw
-  const std::string config = "[prep]\nseed = 1\n[prep.sample]\nthreshold = 1.0\n[prep.dedup]\nenabled = false\n";
+  // every page scores at most 0.7 (too few words for the minimum, floored at 0.7), so every page
+  // draws with about even odds; no dedup, so each copy stands on its own draw
+  const std::string config =
+      "[prep]\nseed = 1\n[prep.sample]\nthreshold = 1.0\n[prep.dedup]\nenabled = false\n"
+      "[prep.quality]\nmin_words = 100000\nzh_min_words = 200000\npenalty_floor = 0.7\n";
   ASSERT_EQ(prep(in, config, "s"), 0) << log("s");
   std::set<std::string> kept;
   for (const json& d : docs_of(tmp_ / "s")) kept.insert(d["id"].get<std::string>());

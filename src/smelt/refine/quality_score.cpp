@@ -31,7 +31,7 @@ class Judge {
     return check(name, v > t, t < 1 ? (v - t) / (1.0 - t) : 0.0);
   }
   double flag(const char* name, bool failed, double factor) {
-    if (!failed) return 1.0;
+    if (!failed || factor >= 1.0) return 1.0;  // a factor of 1 switches the rule off
     note(name);
     return std::clamp(factor, 0.0, 1.0);
   }

@@ -72,8 +72,8 @@ struct QualityConfig {
   double max_javascript_line_fraction = 0.1;       // "c4_javascript"
   double max_policy_line_fraction = 0.1;           // "c4_policy"
   double lorem_ipsum_factor = 0.05;                // "c4_lorem_ipsum": C4 drops such pages
-  double curly_brace_factor = 0.5;                 // "c4_curly_brace": C4 drops such pages; code
-                                                   // and math have braces too, so only halve
+  double curly_brace_factor = 1.0;                 // "c4_curly_brace": C4 drops such pages; 1 = off
+                                                   // (code and math have braces: docs/quality.md)
 
   // ---- HTML page signals ----
   double max_html_link_text_ratio = 0.8;  // "html_link_text": link text / visible text of the page
