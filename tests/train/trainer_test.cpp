@@ -423,6 +423,28 @@ TEST_F(TrainerTest, TimeBudgetEndingInsideTheWarmupPlansOnce) {
   EXPECT_LT(s.seconds, 0.05 * 60 + 5);
 }
 
+// A plan made fewer than 5 steps before warmup's end is not made again there (too few new steps to
+// time), so it is final when made, and its event says so. Steps of 128x64 tokens (35-90 ms seen)
+// put the plan, made once 5% of 6 s is spent, at step 3 to 6 (warmup ends at step 7); the metrics'
+// last plan event must say final either way.
+TEST_F(TrainerTest, TimeBudgetPlanJustBeforeWarmupsEndIsFinal) {
+  TrainConfig c = config("train.steps=0 train.time_budget_minutes=0.1 train.threads=1 eval.every=0 eval.points=1 "
+                         "eval.tokens=512 data.batch_size=128 optim.warmup_steps=7");
+  TrainSummary s;
+  Status st = train_run(c, s);
+  ASSERT_TRUE(st.is_ok()) << st.message();
+  std::vector<json> plans;
+  for (const auto& l : metrics(c.train.run_dir))
+    if (l.contains("event") && l["event"] == "time_budget_plan") plans.push_back(l);
+  ASSERT_GE(plans.size(), 1u);
+  const int64_t first = plans[0]["step"].get<int64_t>();
+  std::printf("the plan came at step %lld: %lld steps\n", (long long)first,
+              (long long)plans[0]["total_steps"].get<int64_t>());
+  if (first + 5 > c.schedule.warmup_steps) EXPECT_EQ(plans.size(), 1u);
+  EXPECT_EQ(plans.back()["final"], true);
+  EXPECT_EQ(s.json["time_budget"]["planned_at_step"], plans.back()["step"]);
+}
+
 // [train] time_budget_minutes: the run plans its step count from its first steps, plans it again
 // at warmup's last step (final), lays the schedule out over it (the last step ends at min_lr),
 // spreads [eval] points over it, stops within the budget, and is the same run as `train.steps = N`

@@ -988,8 +988,9 @@ void Trainer::plan_budget() {
   const bool again = planned_;
   total_steps_ = sched_.total_steps = total;
   planned_ = true;
-  // a plan whose steps end before warmup's does: no re-plan at warmup's end will come
-  final_plan_ = again || step_ >= warmup || total <= warmup;
+  // no re-plan at warmup's end will come for a plan whose steps end before warmup's does, nor for
+  // one made fewer than 5 steps before that end (too few new steps to measure)
+  final_plan_ = again || step_ >= warmup || total <= warmup || step_ + 5 > warmup;
   planned_at_ = step_;
   if (total <= warmup && !again)
     spdlog::warn("time budget: the {} steps it allows end inside the {}-step warmup, so the learning rate never "
