@@ -589,4 +589,30 @@ TEST_F(TokenizeTest, CliExitCodes) {
   EXPECT_NE(test::read_file((dir_ / "l").string()).find("--overwrite"), std::string::npos);
 }
 
+// The multi-machine recipe (docs/tokenize.md) as a shell loop: `smelt tokenize --task $T --tasks 3`
+// for each task, then `smelt tokenize merge` over the parts' files as a glob gives them: the same
+// shard as one run. A task past the count is a usage error.
+TEST_F(TokenizeTest, CliTasksThenMergeIsTheOneTaskRun) {
+  std::string tok_path = tokenizer_file("gpt2.json");
+  SMELT_REQUIRE_REFERENCE(!tok_path.empty(), "the GPT-2 tokenizer file: node and tests/reference/node_modules");
+  write_real_inputs(dir_ / "in", 3, true);
+  write_inputs(4, 20);  // six files: tasks 0, 1 and 2 take two each, interleaved in input order
+  const std::string common = "--tokenizer '" + tok_path + "' --input '" + (dir_ / "in").string() + "' --append-eod";
+  const std::string one = (dir_ / "one").string(), parts = (dir_ / "parts" / "t").string();
+  ASSERT_EQ(run_cli(common + " --output '" + one + "'", dir_ / "l"), 0);
+  const std::string loop = "for T in 0 1 2; do " + kSmelt + " tokenize " + common + " --output '" + parts +
+                           "' --task \\$T --tasks 3 --threads 1 || exit 1; done && " + kSmelt + " tokenize merge '" +
+                           parts + "'-*.idx -o '" + (dir_ / "merged").string() + "'";
+  const std::string cmd = "bash -c \"" + loop + "\" >'" + (dir_ / "l").string() + "' 2>&1";
+  int rc = std::system(cmd.c_str());
+  ASSERT_TRUE(WIFEXITED(rc) && WEXITSTATUS(rc) == 0) << test::read_file((dir_ / "l").string());
+  EXPECT_NE(test::read_file((dir_ / "l").string()).find("3 parts (in input order)"), std::string::npos);
+  EXPECT_EQ(files_of((dir_ / "merged").string()), files_of(one));
+  EXPECT_EQ(run_cli(common + " --output '" + parts + "' --task 3 --tasks 3", dir_ / "l"), 2);
+  EXPECT_EQ(run_cli("merge '" + parts + "-00000' -o '" + (dir_ / "m2").string() + "'", dir_ / "l"), 1);
+  EXPECT_NE(test::read_file((dir_ / "l").string()).find("task(s) 1, 2 are not among the parts"), std::string::npos)
+      << test::read_file((dir_ / "l").string());
+  EXPECT_EQ(run_cli("merge -o '" + (dir_ / "m2").string() + "'", dir_ / "l"), 2);
+}
+
 }  // namespace

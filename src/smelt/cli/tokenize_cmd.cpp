@@ -2,6 +2,7 @@
 // stage; prints the summary and maps failures to exit codes (2 usage or missing input, 1 failure).
 // Not the stage itself (dataset/tokenize).
 #include <cstdio>
+#include <string_view>
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
@@ -12,11 +13,34 @@
 #include "smelt/common/files.hpp"
 #include "smelt/common/log.hpp"
 #include "smelt/dataset/tokenize.hpp"
+#include "smelt/dataset/tokenize_merge.hpp"
 #include "smelt/tokenizer/tokenizer.hpp"
 
 namespace smelt {
 
+namespace {
+
+// `smelt tokenize merge -o PREFIX PART...` (argv[0] = "merge")
+int cli_tokenize_merge(int argc, char** argv) {
+  CLI::App app{"smelt tokenize merge: the outputs of `smelt tokenize --task I --tasks N` into one shard, in input "
+               "order (byte-identical to a one-task run over the same inputs), or any outputs in the order given "
+               "(--concat)"};
+  app.name("smelt tokenize merge");
+  TokenizeMergeConfig c;
+  app.add_option("PARTS", c.parts, "the parts: prefixes, or their files (PREFIX-*.idx as a shell glob gives them)")
+      ->required();
+  app.add_option("-o,--output", c.output, "output prefix: writes PREFIX.bin, .idx, .docs, .stats.json (required)")
+      ->required();
+  app.add_flag("--concat", c.concat, "the parts in the order given, from any runs with one tokenizer and settings");
+  app.add_flag("--overwrite", c.overwrite, "replace an existing output at PREFIX");
+  if (int rc = cli_parse(app, argc, argv, "tokenize"); rc >= 0) return rc;
+  return cli_run_stage<TokenizeMergeSummary>([&](TokenizeMergeSummary& summary) { return tokenize_merge(c, summary); });
+}
+
+}  // namespace
+
 int cli_tokenize(int argc, char** argv) {
+  if (argc > 1 && std::string_view(argv[1]) == "merge") return cli_tokenize_merge(argc - 1, argv + 1);
   CLI::App app{"smelt tokenize: refined JSONL(.zst) or text -> PREFIX.bin + PREFIX.idx (Megatron-LM MMIDIDX), "
                "PREFIX.docs (sequence -> document id) and PREFIX.stats.json"};
   app.name("smelt tokenize");
@@ -44,9 +68,18 @@ int cli_tokenize(int argc, char** argv) {
       ->delimiter(',');
   app.add_option("--text-field", c.text_field, "JSONL field holding the text (default: text)");
   app.add_flag("--overwrite", c.overwrite, "replace an earlier, different run's output at PREFIX");
+  app.add_option("--task", c.task, "this task's index, 0-based (with --tasks): writes PREFIX-TTTTT")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--tasks", c.tasks,
+                 "split the inputs into this many tasks (file i to task i % N); `smelt tokenize merge` joins them")
+      ->check(CLI::PositiveNumber);
   app.add_option("--checkpoint-mb", checkpoint_mb, "persist a resume point after this many MB of tokens (default 64)")
       ->check(CLI::PositiveNumber);
   if (int rc = cli_parse(app, argc, argv, "tokenize"); rc >= 0) return rc;
+  if (c.task >= c.tasks) {
+    spdlog::error("smelt tokenize: --task {} with --tasks {}: expected a task below the task count", c.task, c.tasks);
+    return kExitUsage;
+  }
   c.take_holdout = side == "holdout";
   c.checkpoint_bytes = std::max<uint64_t>(1, static_cast<uint64_t>(checkpoint_mb * (1 << 20)));
 

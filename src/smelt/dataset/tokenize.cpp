@@ -71,13 +71,14 @@ struct Counters {
   uint64_t other_language = 0;
   std::map<std::string, uint64_t> issues;
   std::map<std::string, LangCount> langs;
+  std::vector<uint64_t> file_sequences;  // sequences written from each of this task's files
 
   json to_json() const {
     json l = json::object();
     for (const auto& [k, v] : langs) l[k] = {v.documents, v.tokens, v.text_bytes};
     return {{"documents", documents}, {"tokens", tokens}, {"eod_tokens", eod_tokens}, {"text_bytes", text_bytes},
             {"files_done", files_done}, {"other_split", other_split}, {"other_language", other_language},
-            {"issues", issues}, {"langs", l}};
+            {"issues", issues}, {"langs", l}, {"file_sequences", file_sequences}};
   }
   void from_json(const json& j) {
     documents = j.at("documents");
@@ -90,6 +91,7 @@ struct Counters {
     issues = j.at("issues").get<std::map<std::string, uint64_t>>();
     langs.clear();
     for (const auto& [k, v] : j.at("langs").items()) langs[k] = LangCount{v.at(0), v.at(1), v.at(2)};
+    file_sequences = j.at("file_sequences").get<std::vector<uint64_t>>();
   }
 };
 
@@ -114,14 +116,14 @@ class TokenizeRun : public RestartableStage<Item, Counters> {
   static StageSpec spec_of(const TokenizeConfig& c);
   Status check_encoder() const;
   std::string fingerprint_text() const;
-  std::string lengths_path() const { return c_.output + ".tokenize-lengths"; }
+  std::string lengths_path() const { return prefix_ + ".tokenize-lengths"; }
   Status spool_lengths();
   void encode(simdjson::dom::parser& parser, Item& it) const;
   json stats_json(double seconds) const;
   std::string summary_text(double seconds) const;
   // the resume state and the output prefix (StageBase)
-  std::string state_path() const override { return tokenize_state_path(c_.output); }
-  std::string stats_path() const override { return tokenize_stats_path(c_.output); }
+  std::string state_path() const override { return tokenize_state_path(prefix_); }
+  std::string stats_path() const override { return tokenize_stats_path(prefix_); }
   Status prepare_folder() override;
   bool outputs_present() const override;
   Status load_state(const json& st) override;
@@ -144,6 +146,7 @@ class TokenizeRun : public RestartableStage<Item, Counters> {
 
   const TokenizeConfig& c_;
   const TokenEncoder& enc_;
+  std::string prefix_;  // the output prefix, with "-TTTTT" when tasks > 1
   IndexedDType dtype_ = IndexedDType::kUInt16;
 
   // writer state (persisted at checkpoints)
@@ -165,6 +168,8 @@ Status TokenizeRun::check_encoder() const {
     return Status::error(fmt::format("{}: the tokenizer has no end-of-document token (<|endoftext|>, </s>, ...); "
                                      "drop --append-eod or use a tokenizer that has one", enc_.path));
   if (c_.output.empty()) return Status::error("tokenize: no output prefix");
+  if (c_.tasks < 1 || c_.task < 0 || c_.task >= c_.tasks)
+    return Status::error(fmt::format("tokenize: task {} of {}: expected 0 <= task < tasks", c_.task, c_.tasks));
   return Status::ok();
 }
 
@@ -174,6 +179,7 @@ std::string TokenizeRun::fingerprint_text() const {
                                enc_.content_hash, enc_.vocab_size, c_.append_eod, enc_.eod_id.value_or(0),
                                c_.text_field);
   if (c_.holdout > 0) fp += fmt::format("holdout {} {}\n", c_.holdout, c_.take_holdout);
+  if (c_.tasks > 1) fp += fmt::format("task {} of {}, {} input files\n", c_.task, c_.tasks, input_files_);
   if (!c_.languages.empty()) {
     fp += "languages";
     for (const auto& l : c_.languages) fp += " " + l;
@@ -184,7 +190,7 @@ std::string TokenizeRun::fingerprint_text() const {
 }
 
 Status TokenizeRun::prepare_folder() {
-  fs::path parent = fs::path(c_.output).parent_path();
+  fs::path parent = fs::path(prefix_).parent_path();
   std::error_code ec;
   if (!parent.empty()) {
     fs::create_directories(parent, ec);
@@ -194,11 +200,11 @@ Status TokenizeRun::prepare_folder() {
 }
 
 bool TokenizeRun::outputs_present() const {
-  return fs::exists(indexed_idx_path(c_.output)) && fs::exists(lineage_path(c_.output));
+  return fs::exists(indexed_idx_path(prefix_)) && fs::exists(lineage_path(prefix_));
 }
 
 Status TokenizeRun::check_no_output() {
-  const std::string& p = c_.output;
+  const std::string& p = prefix_;
   if (fs::exists(indexed_idx_path(p)) || fs::exists(indexed_bin_path(p)))
     return Status::error(fmt::format("{}: already exists but holds no resume state of this command; use another "
                                      "--output or --overwrite", indexed_idx_path(p)));
@@ -208,16 +214,17 @@ Status TokenizeRun::check_no_output() {
 std::string TokenizeRun::other_run_error() const {
   return fmt::format(
       "{}: holds a tokenize run with other inputs, tokenizer or settings; use another --output or --overwrite",
-      c_.output);
+      prefix_);
 }
 
 Status TokenizeRun::start_fresh() {
   // An older complete output is replaced file by file at the end; its .idx goes now, so the old
   // set never looks complete next to a new .docs.
-  const std::string& p = c_.output;
+  const std::string& p = prefix_;
   std::error_code ec;
   fs::remove(indexed_idx_path(p), ec);
   n_ = Counters{};
+  n_.file_sequences.assign(files_.size(), 0);
   lengths_spooled_ = checkpoint_at_ = 0;
   for (const std::string& f : {tokenize_state_path(p), lengths_path(), bin_.partial_path(), docs_.partial_path()})
     fs::remove(f, ec);
@@ -229,6 +236,9 @@ Status TokenizeRun::start_fresh() {
 Status TokenizeRun::load_state(const json& st) {
   const uint64_t bin_bytes = st.at("bin_bytes"), docs_bytes = st.at("docs_bytes"), sequences = st.at("sequences");
   n_.from_json(st.at("counters"));
+  if (n_.file_sequences.size() != files_.size())
+    return Status::error(fmt::format("{}: counts {} input files, the task has {}; rerun with --overwrite",
+                                     tokenize_state_path(prefix_), n_.file_sequences.size(), files_.size()));
   // the lengths of every sequence before the checkpoint
   std::vector<int32_t> lengths(sequences);
   std::FILE* f = std::fopen(lengths_path().c_str(), "rb");
@@ -241,9 +251,9 @@ Status TokenizeRun::load_state(const json& st) {
     return Status::error(fmt::format("{}: cannot cut back to the resume point", lengths_path()));
   std::vector<int64_t> doc_indices(sequences + 1);
   for (uint64_t i = 0; i <= sequences; ++i) doc_indices[i] = static_cast<int64_t>(i);
-  if (Status s = bin_.resume(c_.output, dtype_, bin_bytes, std::move(lengths), std::move(doc_indices)); !s)
+  if (Status s = bin_.resume(prefix_, dtype_, bin_bytes, std::move(lengths), std::move(doc_indices)); !s)
     return Status::error(s.message() + "; rerun with --overwrite");
-  if (Status s = docs_.resume(lineage_path(c_.output), docs_bytes, sequences); !s)
+  if (Status s = docs_.resume(lineage_path(prefix_), docs_bytes, sequences); !s)
     return Status::error(s.message() + "; rerun with --overwrite");
   lengths_spooled_ = sequences;
   checkpoint_at_ = bin_bytes;
@@ -347,6 +357,7 @@ Status TokenizeRun::commit_doc(Item& it) {
   if (Status s = bin_.add_document(it.ids); !s) return s;
   if (Status s = docs_.add(it.id); !s) return s;
   const uint64_t eod = c_.append_eod ? 1 : 0;
+  n_.file_sequences.at(it.file)++;
   n_.documents++;
   n_.tokens += it.ids.size();
   n_.eod_tokens += eod;
@@ -368,8 +379,8 @@ json TokenizeRun::stats_json(double seconds) const {
   j["stage"] = "tokenize";
   j["complete"] = true;
   j["inputs"] = {{"files", files_.size()}, {"bytes_on_disk", bytes_on_disk()}, {"paths", c_.inputs}};
-  j["outputs"] = {{"bin", indexed_bin_path(c_.output)}, {"idx", indexed_idx_path(c_.output)},
-                  {"docs", lineage_path(c_.output)}};
+  j["outputs"] = {{"bin", indexed_bin_path(prefix_)}, {"idx", indexed_idx_path(prefix_)},
+                  {"docs", lineage_path(prefix_)}};
   j["tokenizer"] = {{"path", enc_.path}, {"content_hash", fmt::format("{:016x}", enc_.content_hash)},
                     {"vocab_size", enc_.vocab_size}};
   j["tokenizer"]["eod_id"] = enc_.eod_id ? json(*enc_.eod_id) : json(nullptr);
@@ -384,6 +395,12 @@ json TokenizeRun::stats_json(double seconds) const {
                     {"documents_in_other_side", n_.other_split}};
   if (!c_.languages.empty())
     j["language_filter"] = {{"languages", c_.languages}, {"documents_in_other_languages", n_.other_language}};
+  // where each file's sequences are: `smelt tokenize merge` puts the tasks' outputs back in input order
+  json files = json::array();
+  for (size_t i = 0; i < files_.size(); ++i)
+    files.push_back({{"path", files_[i]}, {"input_index", i * c_.tasks + c_.task},
+                     {"sequences", n_.file_sequences[i]}});
+  j["task"] = {{"index", c_.task}, {"count", c_.tasks}, {"input_files", input_files_}, {"files", files}};
   j["tokens"] = n_.tokens;
   j["eod_tokens"] = n_.eod_tokens;
   j["text_bytes"] = n_.text_bytes;
@@ -408,7 +425,7 @@ json TokenizeRun::stats_json(double seconds) const {
 std::string TokenizeRun::summary_text(double seconds) const {
   std::string s = fmt::format(
       "tokenize {}: {} documents, {} tokens ({}), {:.2f} bytes/token, {:.1f} MB text, {:.1f} s ({:.0f} tokens/s)\n",
-      c_.output, n_.documents, n_.tokens, indexed_dtype_name(dtype_), ratio(n_.text_bytes, n_.tokens - n_.eod_tokens),
+      prefix_, n_.documents, n_.tokens, indexed_dtype_name(dtype_), ratio(n_.text_bytes, n_.tokens - n_.eod_tokens),
       n_.text_bytes / 1e6, seconds, n_.tokens / std::max(seconds, 1e-9));
   if (!c_.languages.empty()) {
     std::string kept;
@@ -433,14 +450,15 @@ Status TokenizeRun::finish(double seconds, std::string& text) {
   if (Status s = persist_state(true); !s) return s;
   std::error_code ec;
   fs::remove(lengths_path(), ec);
-  text = summary_text(seconds) + fmt::format("  output: {}.bin/.idx/.docs, stats: {}\n", c_.output, stats_path());
+  text = summary_text(seconds) + fmt::format("  output: {}.bin/.idx/.docs, stats: {}\n", prefix_, stats_path());
   return Status::ok();
 }
 
 Status TokenizeRun::run(TokenizeSummary& out) {
   if (Status s = check_encoder(); !s) return s;
   dtype_ = indexed_dtype_for_vocab(enc_.vocab_size);
-  if (Status s = select_inputs(c_.inputs, 0, 1); !s) return s;
+  if (Status s = select_inputs(c_.inputs, c_.task, c_.tasks); !s) return s;
+  prefix_ = c_.output + suffix_;
   set_fingerprint(fingerprint_text());
   if (Status s = run_stage(out); !s || out.already_complete) return s;
   out.documents = n_.documents;

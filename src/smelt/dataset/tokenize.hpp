@@ -34,6 +34,10 @@ struct TokenizeConfig {
   // one of these; empty: every document. One shard per language is what a blend weights
   // ([data] sources "en=PREFIX-en:1,zh=PREFIX-zh:1").
   std::vector<std::string> languages;
+  // This task's share of the inputs: files i of the expanded inputs with i % tasks == task. With
+  // tasks > 1 the output prefix is PREFIX-TTTTT (task, five digits) and its stats list where each
+  // file's sequences are, so `smelt tokenize merge` can put the tasks back in input order.
+  int task = 0, tasks = 1;
   bool overwrite = false;           // replace an earlier, different run's output at PREFIX
   uint64_t checkpoint_bytes = 64ull << 20;  // persist a resume point after this many .bin bytes
   double log_interval_s = 10;       // plain progress lines when stderr is not a terminal

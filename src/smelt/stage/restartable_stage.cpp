@@ -31,6 +31,7 @@ StageBase::StageBase(StageSpec spec) : spec_(std::move(spec)) { g_stop = false; 
 Status StageBase::select_inputs(const std::vector<std::string>& inputs, int task, int tasks) {
   std::vector<std::string> all;
   if (Status s = files_expand_inputs(inputs, all); !s) return s;
+  input_files_ = all.size();
   for (size_t i = 0; i < all.size(); ++i) {
     if (static_cast<int>(i % static_cast<size_t>(tasks)) != task) continue;
     files_.push_back(all[i]);

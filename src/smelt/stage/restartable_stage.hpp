@@ -64,7 +64,8 @@ class StageBase {
 
  protected:
   using json = nlohmann::json;
-  // files i of the expanded inputs with i % tasks == task, their sizes; suffix_ "-TTTTT" when tasks > 1
+  // files i of the expanded inputs with i % tasks == task, their sizes; suffix_ "-TTTTT" when tasks > 1;
+  // input_files_ the count of every task's
   Status select_inputs(const std::vector<std::string>& inputs, int task, int tasks);
   // fingerprint_ from everything that changes the output (the stage's text)
   void set_fingerprint(const std::string& text);
@@ -93,6 +94,7 @@ class StageBase {
   std::vector<uint64_t> file_sizes_;
   uint64_t total_bytes_ = 0;
   std::string suffix_;              // "" or "-TTTTT" when tasks > 1
+  uint64_t input_files_ = 0;        // files of the expanded inputs, every task's
   std::string fingerprint_;
   StagePosition pos_;
   bool resumed_ = false;
