@@ -15,6 +15,7 @@
   X("tokenizer", cli_tokenizer, LIGHT,                                                                  \
     "train | encode | decode: byte-level BPE (tokenizer.json, tiktoken files)")                         \
   X("tokenize", cli_tokenize, LIGHT, "refined text -> Megatron .bin/.idx token shards")                 \
+  X("dedup", cli_dedup, LIGHT, "run | signatures | buckets | cluster | filter: dedup across tasks")     \
   X("quality", cli_quality, LIGHT, "train | eval: fastText quality classifiers (DCLM's recipe)")        \
   X("trace", cli_trace, LIGHT, "merge | summary: timelines of smelt train --trace-steps")               \
   X("train", cli_train, FULL, "train the Llama-style decoder on token shards")                          \

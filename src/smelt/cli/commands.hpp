@@ -7,6 +7,7 @@ int cli_prep(int argc, char** argv);
 int cli_tokenizer(int argc, char** argv);        // dispatches train | encode | decode
 int cli_tokenizer_train(int argc, char** argv);  // `smelt tokenizer train ...` (argv[0] = "train")
 int cli_tokenize(int argc, char** argv);
+int cli_dedup(int argc, char** argv);    // dedup_cmd.cpp: run | signatures | buckets | cluster | filter
 int cli_quality(int argc, char** argv);   // quality_cmd.cpp: train | eval
 int cli_train(int argc, char** argv);     // train_cmd.cpp
 int cli_eval(int argc, char** argv);      // eval_cmd.cpp

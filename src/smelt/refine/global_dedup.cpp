@@ -1,0 +1,469 @@
+// Global dedup: the run's plan and markers, the signatures stage and the buckets stage.
+// cluster and merge: global_dedup_cluster.cpp; filter and run: global_dedup_run.cpp.
+#include "smelt/refine/global_dedup.hpp"
+
+#include <algorithm>
+#include <csignal>
+#include <cstdlib>
+#include <cstring>
+#include <atomic>
+#include <chrono>
+#include <filesystem>
+#include <queue>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "smelt/common/hash.hpp"
+#include "smelt/common/log.hpp"
+#include "smelt/common/page_key.hpp"
+#include "smelt/common/cjk.hpp"
+#include "smelt/common/utf8.hpp"
+#include "smelt/refine/global_dedup_files.hpp"
+#include "smelt/text/doc_reader.hpp"
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+namespace smelt {
+
+const char* gd_kind_name(GdKind k) {
+  switch (k) {
+    case GdKind::kExact: return "exact";
+    case GdKind::kUrl: return "url";
+    case GdKind::kNear: return "near";
+  }
+  return "?";
+}
+
+namespace gd {
+
+std::string Plan::sig_file(int task, int bucket) const {
+  return fmt::format("{}/task-{:05d}/bucket-{:05d}.sig", sig_dir, task, bucket);
+}
+std::string Plan::sig_done(int task) const { return fmt::format("{}/task-{:05d}.json", sig_dir, task); }
+std::string Plan::pairs_file(int bucket) const { return fmt::format("{}/bucket-{:05d}.pairs", pairs_dir, bucket); }
+std::string Plan::labels_file(int partition) const {
+  return fmt::format("{}/part-{:05d}.labels", cluster_dir, partition);
+}
+std::string Plan::drops_file(int task) const { return fmt::format("{}/task-{:05d}.drops", drops_dir, task); }
+std::string Plan::drops_done() const { return drops_dir + "/done.json"; }
+std::string Plan::filter_done(int task) const { return fmt::format("{}/task-{:05d}.json", filter_dir, task); }
+
+namespace {
+
+json run_description(const GlobalDedupConfig& c, const Plan& p) {
+  const DedupConfig& d = c.dedup;
+  json files = json::array();
+  for (const std::string& f : p.files) {
+    std::error_code ec;
+    auto size = fs::file_size(f, ec);
+    auto mtime = fs::last_write_time(f, ec).time_since_epoch().count();
+    files.push_back({{"path", f}, {"size", ec ? 0 : size}, {"mtime", mtime}});
+  }
+  return {{"format", "smelt global dedup 1"},
+          {"tasks", c.tasks},
+          {"buckets", c.buckets},
+          {"exact", d.exact},
+          {"near", d.near},
+          {"url", c.url},
+          {"shingle", d.shingle},
+          {"cjk_shingle", d.cjk_shingle},
+          {"bands", d.bands},
+          {"rows", d.rows},
+          {"seed", d.seed},
+          {"signature_hash", dedup_config_hash(d)},
+          {"text_field", c.text_field},
+          {"inputs", files}};
+}
+
+}  // namespace
+
+Status make_plan(const GlobalDedupConfig& c, Plan& p) {
+  if (c.tasks < 1 || c.buckets < 1)
+    return Status::error(fmt::format("tasks = {}, buckets = {}: expected at least 1 of each", c.tasks, c.buckets));
+  if (c.work.empty()) return Status::error("no work folder given (--work)");
+  if (std::vector<std::string> bad = dedup_config_validate(c.dedup); !bad.empty()) return Status::error(bad.front());
+  if (Status s = files_expand_inputs(c.inputs, p.files); !s) return s;
+  if (p.files.size() >= (1ull << kGdFileBits))
+    return Status::error(fmt::format("{} input files: at most {} can be deduplicated in one run", p.files.size(),
+                                     (1ull << kGdFileBits) - 1));
+  p.tasks = c.tasks;
+  p.buckets = c.buckets;
+  p.sig_dir = c.work + "/signatures";
+  p.pairs_dir = c.work + "/pairs";
+  p.cluster_dir = c.work + "/cluster";
+  p.drops_dir = c.work + "/drops";
+  p.filter_dir = c.work + "/filter";
+  p.run_json = c.work + "/run.json";
+  json desc = run_description(c, p);
+  const std::string text = desc.dump();
+  p.fingerprint = hash64(text);
+  desc["fingerprint"] = fmt::format("{:016x}", p.fingerprint);
+  std::error_code ec;
+  for (const std::string& d : {p.sig_dir, p.pairs_dir, p.cluster_dir, p.drops_dir, p.filter_dir}) {
+    fs::create_directories(d, ec);
+    if (ec) return Status::error(fmt::format("{}: cannot create the folder: {}", d, ec.message()));
+  }
+  std::string old;
+  if (fs::exists(p.run_json) && files_read_small(p.run_json, old)) {
+    json o = json::parse(old, nullptr, false);
+    if (!o.is_discarded() && o.value("fingerprint", "") == desc["fingerprint"]) return Status::ok();
+    if (!c.overwrite)
+      return Status::error(fmt::format(
+          "{}: the work folder holds a run of other inputs or settings; give --overwrite to start again there, or "
+          "another --work",
+          p.run_json));
+  }
+  return files_write_atomic(p.run_json, desc.dump(2) + "\n");
+}
+
+Status read_marker(const std::string& path, uint64_t fingerprint, json& out) {
+  out = nullptr;
+  std::string text;
+  if (!fs::exists(path)) return Status::ok();
+  if (Status s = files_read_small(path, text); !s) return s;
+  json j = json::parse(text, nullptr, false);
+  if (j.is_discarded() || !j.is_object())
+    return Status::error(fmt::format("{}: damaged: expected a JSON object", path));
+  if (j.value("fingerprint", "") != fmt::format("{:016x}", fingerprint))
+    return Status::error(fmt::format("{}: written by a run of other inputs or settings", path));
+  out = std::move(j);
+  return Status::ok();
+}
+
+Status write_marker(const std::string& path, uint64_t fingerprint, json body) {
+  body["fingerprint"] = fmt::format("{:016x}", fingerprint);
+  return files_write_atomic(path, body.dump(2) + "\n");
+}
+
+void sweep_tmp(const std::string& path, bool prefix_only) {
+  fs::path p(path);
+  std::error_code ec;
+  const std::string prefix = p.filename().string() + (prefix_only ? "" : ".tmp-");
+  for (const auto& e : fs::directory_iterator(p.parent_path(), ec))
+    if (e.path().filename().string().rfind(prefix, 0) == 0) fs::remove(e.path(), ec);
+}
+
+void inject_kill(const char* point) {
+  static const char* want = std::getenv("SMELT_DEDUP_INJECT_KILL");
+  if (want && std::strcmp(want, point) == 0) std::raise(SIGKILL);
+}
+
+}  // namespace gd
+
+// ---------------------------------------------------------------- signatures
+
+namespace {
+
+using gd::Plan;
+using gd::Rec;
+
+struct SigDoc {
+  uint64_t id = 0;
+  std::string text, url;
+  bool cjk = false;
+};
+
+// The record's language says zh (prep's quality.lang, or a top-level lang), else Han is at least
+// 30% of the text's non-space code points.
+bool is_cjk(std::string_view t, std::string_view m) {
+  for (size_t at = m.find("\"lang\""); at != std::string_view::npos; at = m.find("\"lang\"", at + 6)) {
+    size_t i = at + 6;
+    while (i < m.size() && (m[i] == ' ' || m[i] == ':')) ++i;
+    if (m.substr(i, 4) == "\"zh\"") return true;
+    if (m.substr(i, 1) == "\"") return false;
+  }
+  size_t han = 0, all = 0;
+  for (size_t i = 0; i < t.size();) {
+    char32_t cp = utf8_next(t, i);
+    if (cp == U' ' || cp == U'\n' || cp == U'\t' || cp == U'\r') continue;
+    ++all;
+    han += is_han(cp) || is_kana(cp);
+  }
+  return all > 0 && han * 10 >= all * 3;
+}
+
+inline int bucket_of(uint64_t key, uint64_t kind, int buckets) {
+  const uint64_t h = hash_mix(key ^ (kind * 0x9E3779B97F4A7C15ULL));
+  return static_cast<int>((static_cast<unsigned __int128>(h) * static_cast<unsigned>(buckets)) >> 64);
+}
+
+// The tuples of a chunk of documents, computed on `threads` threads, appended in document order.
+Status write_chunk(const GlobalDedupConfig& c, std::vector<SigDoc>& docs, int threads,
+                   std::vector<gd::Writer>& out, uint64_t& tuples) {
+  std::vector<std::vector<std::pair<int, Rec>>> recs(docs.size());
+  auto work = [&](size_t from) {
+    DedupSignature sig;
+    for (size_t i = from; i < docs.size(); i += static_cast<size_t>(threads)) {
+      const SigDoc& d = docs[i];
+      auto add = [&](uint64_t key, uint64_t kind) {
+        recs[i].push_back({bucket_of(key, kind, c.buckets), Rec{key, d.id | (kind << 56)}});
+      };
+      if (c.dedup.exact || c.dedup.near) {
+        dedup_signature(d.text, d.cjk, c.dedup, sig);
+        if (sig.exact != 0) {
+          if (c.dedup.exact) add(sig.exact, 0);
+          for (size_t j = 0; c.dedup.near && j < sig.bands.size(); ++j) add(sig.bands[j], 2 + j);
+        }
+      }
+      if (c.url && !d.url.empty()) add(hash64(page_key(d.url, ""), c.dedup.seed), 1);
+    }
+  };
+  std::vector<std::thread> pool;
+  for (int t = 1; t < threads && static_cast<size_t>(t) < docs.size(); ++t) pool.emplace_back(work, t);
+  work(0);
+  for (std::thread& t : pool) t.join();
+  for (auto& per_doc : recs)
+    for (auto& [b, r] : per_doc) {
+      if (Status s = out[static_cast<size_t>(b)].add(r); !s) return s;
+      ++tuples;
+    }
+  docs.clear();
+  return Status::ok();
+}
+
+Status signatures_task(const GlobalDedupConfig& c, const Plan& p, int task, int threads, GlobalDedupSummary& s) {
+  json marker;
+  if (Status st = gd::read_marker(p.sig_done(task), p.fingerprint, marker); !st && !c.overwrite) return st;
+  if (!marker.is_null()) {
+    ++s.units_skipped;
+    return Status::ok();
+  }
+  std::error_code ec;
+  fs::create_directories(fmt::format("{}/task-{:05d}", p.sig_dir, task), ec);
+  std::vector<gd::Writer> out(static_cast<size_t>(p.buckets));
+  for (int b = 0; b < p.buckets; ++b) {
+    gd::sweep_tmp(p.sig_file(task, b));
+    if (Status st = out[static_cast<size_t>(b)].open(p.sig_file(task, b), gd::FileType::kSignatures, p.fingerprint,
+                                                     static_cast<uint64_t>(task));
+        !st)
+      return st;
+  }
+  std::vector<std::string> files;
+  std::vector<uint64_t> sizes, index;
+  for (size_t f = static_cast<size_t>(task); f < p.files.size(); f += static_cast<size_t>(p.tasks)) {
+    files.push_back(p.files[f]);
+    index.push_back(f);
+    std::error_code e2;
+    sizes.push_back(fs::file_size(p.files[f], e2));
+  }
+  std::atomic<uint64_t> bytes{0};
+  std::atomic<size_t> logged{0};
+  std::vector<SigDoc> chunk;
+  size_t chunk_bytes = 0;
+  uint64_t docs = 0, skipped = 0, tuples = 0;
+  Status failed;
+  ReadFromPosition r;
+  r.files = &files;
+  r.sizes = &sizes;
+  r.options.text_field = c.text_field;
+  r.bytes_progress = &bytes;
+  r.logged = &logged;
+  r.counted_in = "the signatures marker";
+  r.stopped = [] { return stage_stop_flag().load(); };
+  r.doc = [&](uint32_t f, uint64_t rec, RawDoc& d, std::vector<std::string>& issues) {
+    skipped += issues.size();
+    if (d.is_html) {
+      failed = Status::error(fmt::format("{}: HTML or WARC input; global dedup reads JSONL or text (run smelt prep first)",
+                                         files[f]));
+      return false;
+    }
+    const bool cjk = is_cjk(d.text, d.meta_json);
+    chunk.push_back({gd_doc_id(index[f], rec), std::move(d.text), std::move(d.url), cjk});
+    chunk_bytes += chunk.back().text.size();
+    ++docs;
+    if (chunk.size() >= 1024 || chunk_bytes >= (16u << 20)) {
+      failed = write_chunk(c, chunk, threads, out, tuples);
+      chunk_bytes = 0;
+    }
+    return failed.is_ok();
+  };
+  r.file_end = [&](uint32_t, uint64_t, std::vector<std::string>& issues) {
+    skipped += issues.size();
+    return true;
+  };
+  read_from_position(r);
+  if (failed && !chunk.empty()) failed = write_chunk(c, chunk, threads, out, tuples);
+  if (!failed) return failed;
+  if (stage_stop_flag().load()) return Status::error(fmt::format("signatures of task {}: stopped; rerun to redo it", task));
+  json counts = json::array();
+  for (gd::Writer& w : out) {
+    counts.push_back(w.count());
+    if (Status st = w.finish(); !st) return st;
+    s.bytes_written += w.bytes();
+    if (counts.size() * 2 >= out.size()) gd::inject_kill("signatures");
+  }
+  s.documents += docs;
+  s.records_skipped += skipped;
+  s.tuples += tuples;
+  ++s.units_done;
+  return gd::write_marker(p.sig_done(task), p.fingerprint,
+                          {{"stage", "signatures"}, {"task", task}, {"files", files.size()}, {"documents", docs},
+                           {"records_skipped", skipped}, {"tuples", tuples}, {"bucket_tuples", counts}});
+}
+
+}  // namespace
+
+Status gd_signatures(const GlobalDedupConfig& c, int task, GlobalDedupSummary& s) {
+  gd::Plan p;
+  if (Status st = gd::make_plan(c, p); !st) return st;
+  s.stage = "signatures";
+  if (task >= p.tasks) return Status::error(fmt::format("--task {} with --tasks {}: expected a task below the task count", task, p.tasks));
+  const int threads = c.threads > 0 ? c.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  for (int t = task < 0 ? 0 : task; t < (task < 0 ? p.tasks : task + 1); ++t)
+    if (Status st = signatures_task(c, p, t, threads, s); !st) return st;
+  return Status::ok();
+}
+
+// ---------------------------------------------------------------- buckets
+
+namespace {
+
+// Sort order of signature tuples: kind, key, then document.
+inline bool tuple_less(const Rec& x, const Rec& y) {
+  if (gd::top8(x.b) != gd::top8(y.b)) return gd::top8(x.b) < gd::top8(y.b);
+  if (x.a != y.a) return x.a < y.a;
+  return gd::low56(x.b) < gd::low56(y.b);
+}
+
+inline GdKind kind_of_key(uint8_t key_kind) {
+  return key_kind == 0 ? GdKind::kExact : key_kind == 1 ? GdKind::kUrl : GdKind::kNear;
+}
+
+// Emits, for each run of equal (kind, key), a pair of the run's first document with every other.
+struct PairEmitter {
+  gd::Writer* out;
+  bool have = false;
+  uint64_t kind = 0, key = 0, first = 0;
+  Status add(const Rec& r) {
+    const uint64_t k = gd::top8(r.b), doc = gd::low56(r.b);
+    if (have && k == kind && r.a == key) {
+      if (doc == first) return Status::ok();
+      return out->add(Rec{first, doc | (static_cast<uint64_t>(kind_of_key(static_cast<uint8_t>(k))) << 56)});
+    }
+    have = true;
+    kind = k;
+    key = r.a;
+    first = doc;
+    return Status::ok();
+  }
+};
+
+Status spill(const Plan& p, int bucket, std::vector<Rec>& mem, std::vector<std::string>& runs) {
+  std::sort(mem.begin(), mem.end(), tuple_less);
+  const std::string path = fmt::format("{}.spill-{:05d}", p.pairs_file(bucket), runs.size());
+  gd::Writer w;
+  if (Status s = w.open(path, gd::FileType::kSpill, p.fingerprint, static_cast<uint64_t>(bucket)); !s) return s;
+  for (const Rec& r : mem)
+    if (Status s = w.add(r); !s) return s;
+  mem.clear();
+  runs.push_back(path);
+  return w.finish();
+}
+
+// k-way merge of the sorted runs into the emitter; each run read in blocks of `block` records.
+Status merge_runs(const Plan& p, const std::vector<std::string>& runs, size_t block, PairEmitter& emit) {
+  std::vector<std::unique_ptr<gd::Reader>> in(runs.size());
+  std::vector<std::vector<Rec>> buf(runs.size());
+  std::vector<size_t> at(runs.size(), 0);
+  auto greater = [](const std::pair<Rec, size_t>& x, const std::pair<Rec, size_t>& y) {
+    return tuple_less(y.first, x.first);
+  };
+  std::priority_queue<std::pair<Rec, size_t>, std::vector<std::pair<Rec, size_t>>, decltype(greater)> heap(greater);
+  for (size_t i = 0; i < runs.size(); ++i) {
+    in[i] = std::make_unique<gd::Reader>();
+    if (Status s = in[i]->open(runs[i], gd::FileType::kSpill, p.fingerprint); !s) return s;
+    if (Status s = in[i]->read(buf[i], block); !s) return s;
+    if (!buf[i].empty()) heap.push({buf[i][0], i});
+  }
+  while (!heap.empty()) {
+    auto [r, i] = heap.top();
+    heap.pop();
+    if (Status s = emit.add(r); !s) return s;
+    if (++at[i] == buf[i].size()) {
+      if (Status s = in[i]->read(buf[i], block); !s) return s;
+      at[i] = 0;
+    }
+    if (at[i] < buf[i].size()) heap.push({buf[i][at[i]], i});
+  }
+  return Status::ok();
+}
+
+Status buckets_unit(const GlobalDedupConfig& c, const Plan& p, int bucket, GlobalDedupSummary& s) {
+  const std::string out_path = p.pairs_file(bucket);
+  if (fs::exists(out_path)) {
+    gd::Reader check;
+    Status st = check.open(out_path, gd::FileType::kPairs, p.fingerprint);
+    if (st) {
+      ++s.units_skipped;
+      return Status::ok();
+    }
+    if (!c.overwrite) return st;
+  }
+  for (int t = 0; t < p.tasks; ++t) {
+    json m;
+    if (Status st = gd::read_marker(p.sig_done(t), p.fingerprint, m); !st) return st;
+    if (m.is_null())
+      return Status::error(fmt::format("{}: missing: the signatures of task {} are not complete (run smelt dedup "
+                                       "signatures --task {})",
+                                       p.sig_done(t), t, t));
+  }
+  gd::sweep_tmp(out_path);
+  gd::sweep_tmp(out_path + ".spill-", true);  // a killed attempt's runs
+  const size_t cap = std::max<size_t>(256, c.memory_bytes / sizeof(Rec));
+  std::vector<Rec> mem, block;
+  std::vector<std::string> runs;
+  for (int t = 0; t < p.tasks; ++t) {
+    gd::Reader r;
+    if (Status st = r.open(p.sig_file(t, bucket), gd::FileType::kSignatures, p.fingerprint); !st) return st;
+    for (;;) {
+      if (Status st = r.read(block, std::min<size_t>(cap, 1 << 16)); !st) return st;
+      if (block.empty()) break;
+      for (const Rec& x : block) {
+        if (mem.size() >= cap)
+          if (Status st = spill(p, bucket, mem, runs); !st) return st;
+        mem.push_back(x);
+      }
+      s.tuples += block.size();
+    }
+  }
+  s.peak_memory_bytes = std::max<uint64_t>(s.peak_memory_bytes, mem.capacity() * sizeof(Rec));
+  gd::Writer w;
+  if (Status st = w.open(out_path, gd::FileType::kPairs, p.fingerprint, static_cast<uint64_t>(bucket)); !st) return st;
+  PairEmitter emit{&w};
+  if (runs.empty()) {
+    std::sort(mem.begin(), mem.end(), tuple_less);
+    for (const Rec& x : mem)
+      if (Status st = emit.add(x); !st) return st;
+  } else {
+    if (!mem.empty())
+      if (Status st = spill(p, bucket, mem, runs); !st) return st;
+    std::vector<Rec>().swap(mem);
+    gd::inject_kill("buckets");
+    if (Status st = merge_runs(p, runs, std::max<size_t>(64, cap / (runs.size() + 1)), emit); !st) return st;
+  }
+  s.pairs += w.count();
+  s.spilled_runs += runs.size();
+  if (Status st = w.finish(); !st) return st;
+  s.bytes_written += w.bytes();
+  std::error_code ec;
+  for (const std::string& run : runs) fs::remove(run, ec);
+  ++s.units_done;
+  return Status::ok();
+}
+
+}  // namespace
+
+Status gd_buckets(const GlobalDedupConfig& c, int bucket, GlobalDedupSummary& s) {
+  gd::Plan p;
+  if (Status st = gd::make_plan(c, p); !st) return st;
+  s.stage = "buckets";
+  if (bucket >= p.buckets)
+    return Status::error(fmt::format("--task {} with --buckets {}: expected a bucket below the bucket count", bucket, p.buckets));
+  for (int b = bucket < 0 ? 0 : bucket; b < (bucket < 0 ? p.buckets : bucket + 1); ++b)
+    if (Status st = buckets_unit(c, p, b, s); !st) return st;
+  return Status::ok();
+}
+
+}  // namespace smelt
