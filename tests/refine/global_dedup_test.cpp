@@ -978,3 +978,63 @@ TEST_F(GlobalDedupTest, CliTwoRanksShareOneRun) {
   EXPECT_NE(test::read_file((dir_ / "bad.log").string()).find("another rank failed"), std::string::npos)
       << test::read_file((dir_ / "bad.log").string());
 }
+
+// Incremental: a second crawl deduplicated against the first run's kept documents (--against) keeps
+// exactly what one run over the first run's output followed by the second crawl keeps of the second
+// crawl; the first run's documents are never dropped, and other settings are refused.
+TEST_F(GlobalDedupTest, AgainstAnEarlierRunIsOneRunOverItsOutputAndTheNewCrawl) {
+  const Files files = corpus();
+  const Files first(files.begin(), files.begin() + 4), second(files.begin() + 4, files.end());
+  write_files(dir_ / "in1", first);
+  write_files(dir_ / "in2", second);
+  GlobalDedupConfig one = config("one");
+  one.inputs = {(dir_ / "in1").string()};
+  GlobalDedupSummary s1;
+  GD_ASSERT_OK(gd_run(one, s1));
+  GlobalDedupConfig two = config("two");
+  two.inputs = {(dir_ / "in2").string()};
+  two.against = {one.work};
+  two.tasks = 2;  // the task count may differ from the earlier run's; the bucket count may not
+  GlobalDedupSummary s2;
+  GD_ASSERT_OK(gd_run(two, s2));
+  EXPECT_GT(s2.dropped_earlier, 0u);
+  // the same documents as one run over (the first run's output, then the second crawl's files)
+  fs::create_directories(dir_ / "all" / "a");
+  size_t prev_parts = 0;
+  for (const auto& e : fs::directory_iterator(one.output)) {
+    fs::copy_file(e.path(), dir_ / "all" / "a" / e.path().filename());
+    ++prev_parts;
+  }
+  fs::copy(dir_ / "in2", dir_ / "all" / "b");
+  GlobalDedupConfig all = config("all");
+  all.inputs = {(dir_ / "all").string()};
+  GlobalDedupSummary sa;
+  GD_ASSERT_OK(gd_run(all, sa));
+  for (size_t f = 0; f < second.size(); ++f) {
+    const fs::path got = fs::path(two.output) / part_name(f), want = fs::path(all.output) / part_name(prev_parts + f);
+    ASSERT_EQ(fs::exists(got), fs::exists(want)) << got;
+    if (fs::exists(got)) EXPECT_EQ(records_of(got.string()), records_of(want.string())) << got;
+  }
+  // The two differ on the earlier documents only: the one run drops an earlier document that a
+  // chain through a new one links to an earlier survivor; --against never drops the earlier run's.
+  size_t earlier_dropped_by_one_run = 0;
+  for (uint64_t id : drops_of(all)) earlier_dropped_by_one_run += gd_doc_file(id) < prev_parts;
+  EXPECT_EQ(sa.dropped, s2.dropped + earlier_dropped_by_one_run);
+  for (uint64_t id : drops_of(two)) {
+    EXPECT_EQ(gd_doc_generation(id), kGdThisRun);
+    EXPECT_LT(gd_doc_file(id), second.size());
+  }
+  // an earlier run of other settings, or one not finished, is refused by name
+  GlobalDedupConfig other = two;
+  other.work = (dir_ / "w-other").string();
+  other.url = false;
+  GlobalDedupSummary so;
+  Status st = gd_run(other, so);
+  ASSERT_FALSE(st.is_ok());
+  EXPECT_NE(st.message().find(one.work + "/run.json"), std::string::npos) << st.message();
+  fs::remove(fs::path(one.work) / "drops" / "done.json");
+  other.url = true;
+  st = gd_run(other, so);
+  ASSERT_FALSE(st.is_ok());
+  EXPECT_NE(st.message().find("done.json"), std::string::npos) << st.message();
+}

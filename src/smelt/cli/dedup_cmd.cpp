@@ -66,6 +66,8 @@ void add_flags(CLI::App& app, DedupFlags& f, const std::string& stage) {
   app.add_option("--seed", c.dedup.seed, "seeds the MinHash permutations (default 1)");
   app.add_option("--text-field", c.text_field, "JSONL field holding the text (default: text)");
   app.add_flag("--overwrite", c.overwrite, "redo units of a work folder of other inputs or settings");
+  app.add_option("--against", c.against,
+                 "earlier runs' work folders (incremental): documents linked to their kept documents are dropped");
   if (stage == "run") {
     app.add_option("--rank", c.rank, "this process's rank among --ranks (default: mpirun's, else 0)")
         ->check(CLI::NonNegativeNumber);

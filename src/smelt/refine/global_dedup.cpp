@@ -9,6 +9,7 @@
 #include <atomic>
 #include <chrono>
 #include <filesystem>
+#include <functional>
 #include <queue>
 #include <thread>
 
@@ -77,6 +78,39 @@ json run_description(const GlobalDedupConfig& c, const Plan& p) {
           {"inputs", files}};
 }
 
+// The earlier runs of c.against: complete through the cluster stage, with the settings that shape
+// the keys and their buckets equal to this run's.
+Status read_earlier(const GlobalDedupConfig& c, const json& self, Plan& p) {
+  if (c.against.size() > kGdMaxEarlierRuns)
+    return Status::error(fmt::format("{} earlier runs: at most {} (--against)", c.against.size(), kGdMaxEarlierRuns));
+  for (const std::string& work : c.against) {
+    const std::string run_json = work + "/run.json";
+    std::string text;
+    if (Status s = files_read_small(run_json, text); !s)
+      return Status::error(fmt::format("{}: not a dedup work folder ({})", work, s.message()));
+    json o = json::parse(text, nullptr, false);
+    if (o.is_discarded() || !o.contains("fingerprint"))
+      return Status::error(fmt::format("{}: damaged: expected a dedup run's JSON", run_json));
+    for (const char* key : {"buckets", "exact", "near", "url", "signature_hash"})
+      if (o.value(key, json()) != self.value(key, json()))
+        return Status::error(fmt::format("{}: {} = {}, this run {}: an earlier run must have the same dedup settings "
+                                         "and bucket count",
+                                         run_json, key, o.value(key, json()).dump(), self.value(key, json()).dump()));
+    EarlierRun e;
+    e.work = work;
+    e.sig_dir = work + "/signatures";
+    e.drops_dir = work + "/drops";
+    e.fingerprint = std::stoull(o["fingerprint"].get<std::string>(), nullptr, 16);
+    e.tasks = o.value("tasks", 1);
+    json done;
+    if (Status s = read_marker(e.drops_dir + "/done.json", e.fingerprint, done); !s) return s;
+    if (done.is_null())
+      return Status::error(fmt::format("{}/done.json: missing: the earlier run's cluster stage is not complete", e.drops_dir));
+    p.earlier.push_back(std::move(e));
+  }
+  return Status::ok();
+}
+
 }  // namespace
 
 Status make_plan(const GlobalDedupConfig& c, Plan& p) {
@@ -97,6 +131,10 @@ Status make_plan(const GlobalDedupConfig& c, Plan& p) {
   p.filter_dir = c.work + "/filter";
   p.run_json = c.work + "/run.json";
   json desc = run_description(c, p);
+  if (Status s = read_earlier(c, desc, p); !s) return s;
+  json against = json::array();
+  for (const EarlierRun& e : p.earlier) against.push_back({{"work", e.work}, {"fingerprint", fmt::format("{:016x}", e.fingerprint)}});
+  desc["against"] = against;
   const std::string text = desc.dump();
   p.fingerprint = hash64(text);
   desc["fingerprint"] = fmt::format("{:016x}", p.fingerprint);
@@ -390,6 +428,49 @@ Status merge_runs(const Plan& p, const std::vector<std::string>& runs, size_t bl
   return Status::ok();
 }
 
+// Every tuple of one signature file, in blocks, to add.
+Status read_tuples(const std::string& path, uint64_t fingerprint, std::vector<Rec>& block, size_t cap,
+                   const std::function<Status(const Rec&)>& add) {
+  gd::Reader r;
+  if (Status st = r.open(path, gd::FileType::kSignatures, fingerprint); !st) return st;
+  for (;;) {
+    if (Status st = r.read(block, std::min<size_t>(cap, 1 << 16)); !st) return st;
+    if (block.empty()) return Status::ok();
+    for (const Rec& x : block)
+      if (Status st = add(x); !st) return st;
+  }
+}
+
+// The earlier runs' tuples of this bucket, of their kept documents only, renumbered to their
+// generation (earlier run i: generation i, before this run's).
+Status add_earlier_tuples(const Plan& p, int bucket, std::vector<Rec>& block, size_t cap,
+                          const std::function<Status(const Rec&)>& add) {
+  const uint64_t base_mask = (1ull << kGdGenerationShift) - 1;
+  for (size_t g = 0; g < p.earlier.size(); ++g) {
+    const gd::EarlierRun& e = p.earlier[g];
+    std::vector<uint64_t> dropped;
+    std::vector<Rec> drops;
+    for (int t = 0; t < e.tasks; ++t) {
+      const std::string path = fmt::format("{}/task-{:05d}.drops", e.drops_dir, t);
+      if (Status st = gd::read_all(path, gd::FileType::kDrops, e.fingerprint, drops); !st) return st;
+      for (const Rec& d : drops) dropped.push_back(gd::low56(d.a) & base_mask);
+    }
+    std::sort(dropped.begin(), dropped.end());
+    auto keep = [&](const Rec& x) {
+      const uint64_t doc = gd::low56(x.b);
+      if (gd_doc_generation(doc) != kGdThisRun) return Status::ok();  // that run's own earlier runs: not read
+      const uint64_t base = doc & base_mask;
+      if (std::binary_search(dropped.begin(), dropped.end(), base)) return Status::ok();
+      return add(Rec{x.a, (static_cast<uint64_t>(gd::top8(x.b)) << 56) | (g << kGdGenerationShift) | base});
+    };
+    for (int t = 0; t < e.tasks; ++t) {
+      const std::string path = fmt::format("{}/task-{:05d}/bucket-{:05d}.sig", e.sig_dir, t, bucket);
+      if (Status st = read_tuples(path, e.fingerprint, block, cap, keep); !st) return st;
+    }
+  }
+  return Status::ok();
+}
+
 Status buckets_unit(const GlobalDedupConfig& c, const Plan& p, int bucket, GlobalDedupSummary& s) {
   const std::string out_path = p.pairs_file(bucket);
   if (fs::exists(out_path)) {
@@ -414,20 +495,16 @@ Status buckets_unit(const GlobalDedupConfig& c, const Plan& p, int bucket, Globa
   const size_t cap = std::max<size_t>(256, c.memory_bytes / sizeof(Rec));
   std::vector<Rec> mem, block;
   std::vector<std::string> runs;
-  for (int t = 0; t < p.tasks; ++t) {
-    gd::Reader r;
-    if (Status st = r.open(p.sig_file(t, bucket), gd::FileType::kSignatures, p.fingerprint); !st) return st;
-    for (;;) {
-      if (Status st = r.read(block, std::min<size_t>(cap, 1 << 16)); !st) return st;
-      if (block.empty()) break;
-      for (const Rec& x : block) {
-        if (mem.size() >= cap)
-          if (Status st = spill(p, bucket, mem, runs); !st) return st;
-        mem.push_back(x);
-      }
-      s.tuples += block.size();
-    }
-  }
+  auto add = [&](const Rec& x) {
+    if (mem.size() >= cap)
+      if (Status st = spill(p, bucket, mem, runs); !st) return st;
+    mem.push_back(x);
+    ++s.tuples;
+    return Status::ok();
+  };
+  for (int t = 0; t < p.tasks; ++t)
+    if (Status st = read_tuples(p.sig_file(t, bucket), p.fingerprint, block, cap, add); !st) return st;
+  if (Status st = add_earlier_tuples(p, bucket, block, cap, add); !st) return st;
   s.peak_memory_bytes = std::max<uint64_t>(s.peak_memory_bytes, mem.capacity() * sizeof(Rec));
   gd::Writer w;
   if (Status st = w.open(out_path, gd::FileType::kPairs, p.fingerprint, static_cast<uint64_t>(bucket)); !st) return st;

@@ -17,13 +17,22 @@
 
 namespace smelt {
 
-// A document's global id: (input file index, record index in the file). It orders documents the
-// same way for any task count, and "first" (the survivor of a cluster) is the smallest id.
-inline constexpr int kGdFileBits = 24;    // up to 16.7M input files
+// A document's global id: (generation, input file index, record index in the file). It orders
+// documents the same way for any task count, and "first" (the survivor of a cluster) is the
+// smallest id. This run's documents are generation 15; the kept documents of the earlier runs it is
+// deduplicated against (GlobalDedupConfig::against) are generations 0..14, in the order given, so
+// they come first and are never dropped.
+inline constexpr int kGdFileBits = 20;    // up to 1,048,575 input files
 inline constexpr int kGdRecordBits = 32;  // up to 4.29G records per file
-inline uint64_t gd_doc_id(uint64_t file, uint64_t rec) { return (file << kGdRecordBits) | rec; }
+inline constexpr int kGdGenerationShift = kGdFileBits + kGdRecordBits;
+inline constexpr uint64_t kGdThisRun = 15;
+inline constexpr size_t kGdMaxEarlierRuns = 15;
+inline uint64_t gd_doc_id(uint64_t file, uint64_t rec, uint64_t generation = kGdThisRun) {
+  return (generation << kGdGenerationShift) | (file << kGdRecordBits) | rec;
+}
 inline uint64_t gd_doc_file(uint64_t id) { return (id >> kGdRecordBits) & ((1ull << kGdFileBits) - 1); }
 inline uint64_t gd_doc_rec(uint64_t id) { return id & ((1ull << kGdRecordBits) - 1); }
+inline uint64_t gd_doc_generation(uint64_t id) { return (id >> kGdGenerationShift) & 0xf; }
 
 // Why a document was dropped, from the strongest link it has to its cluster (exact > url > near).
 enum class GdKind : uint8_t { kExact = 0, kUrl = 1, kNear = 2 };
@@ -46,6 +55,10 @@ struct GlobalDedupConfig {
   // of every stage and waits at each stage's end until every unit's output is in the work folder.
   int rank = 0, ranks = 1;
   double poll_s = 0.5;              // how often a waiting rank looks
+  // Incremental: the work folders of earlier runs (their cluster stage complete, the same dedup
+  // settings and bucket count). Their kept documents' signatures join this run's as earlier
+  // documents: a document of this run linked to one of them is dropped, and theirs never are.
+  std::vector<std::string> against;
 };
 
 // What one unit did; every stage fills the common fields and its own.
@@ -61,6 +74,7 @@ struct GlobalDedupSummary : StageSummary {
   uint64_t components = 0;           // cluster: clusters of more than one document
   uint64_t dropped = 0, dropped_exact = 0, dropped_url = 0, dropped_near = 0;
   uint64_t dropped_cross_task = 0;   // dropped documents whose survivor is in another input task
+  uint64_t dropped_earlier = 0;      // dropped documents whose survivor is an earlier run's (against)
   uint64_t kept = 0;                 // filter: documents written
   uint64_t peak_memory_bytes = 0;    // the unit's largest in-memory table (buckets, cluster)
   uint64_t bytes_written = 0;        // inter-stage or output bytes written

@@ -140,7 +140,7 @@ Status write_drops(const Plan& p, Components& g, GlobalDedupSummary& s, json& to
         !st)
       return st;
   }
-  uint64_t kinds[3] = {0, 0, 0}, cross = 0, components = 0;
+  uint64_t kinds[3] = {0, 0, 0}, cross = 0, earlier = 0, components = 0;
   for (uint32_t i = 0; i < g.ids.size(); ++i) {
     const uint32_t r = g.find(i);
     if (r == i) {
@@ -148,10 +148,12 @@ Status write_drops(const Plan& p, Components& g, GlobalDedupSummary& s, json& to
       continue;
     }
     const uint64_t id = g.ids[i], survivor = g.ids[r];
+    if (gd_doc_generation(id) != kGdThisRun) continue;  // an earlier run's document is never dropped here
     const size_t task = gd_doc_file(id) % static_cast<uint64_t>(p.tasks);
     if (Status st = out[task].add(Rec{id | (static_cast<uint64_t>(g.kind[i]) << 56), survivor}); !st) return st;
     ++kinds[std::min<uint8_t>(g.kind[i], 2)];
-    cross += gd_doc_file(survivor) % static_cast<uint64_t>(p.tasks) != task;
+    if (gd_doc_generation(survivor) != kGdThisRun) ++earlier;
+    else cross += gd_doc_file(survivor) % static_cast<uint64_t>(p.tasks) != task;
   }
   for (gd::Writer& w : out) {
     if (Status st = w.finish(); !st) return st;
@@ -164,7 +166,8 @@ Status write_drops(const Plan& p, Components& g, GlobalDedupSummary& s, json& to
   s.dropped_near += kinds[2];
   s.dropped += kinds[0] + kinds[1] + kinds[2];
   s.dropped_cross_task += cross;
-  totals = {{"components", components},
+  s.dropped_earlier += earlier;
+  totals = {{"dropped_earlier", earlier},{"components", components},
             {"dropped", kinds[0] + kinds[1] + kinds[2]},
             {"dropped_exact", kinds[0]},
             {"dropped_url", kinds[1]},

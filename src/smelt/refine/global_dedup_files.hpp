@@ -93,7 +93,15 @@ Status read_all(const std::string& path, FileType type, uint64_t fingerprint, st
 
 // ---- the fixed facts of one run, shared by the stages
 
+// An earlier run this one is deduplicated against: its kept documents' signatures.
+struct EarlierRun {
+  std::string work, sig_dir, drops_dir;
+  uint64_t fingerprint = 0;
+  int tasks = 1;
+};
+
 struct Plan {
+  std::vector<EarlierRun> earlier;  // generation i = earlier[i]
   std::vector<std::string> files;  // the expanded inputs; file f belongs to task f % tasks
   uint64_t fingerprint = 0;        // inputs (path, size, mtime), settings, tasks, buckets
   int tasks = 1, buckets = 1;

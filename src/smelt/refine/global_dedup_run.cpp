@@ -104,10 +104,11 @@ Status filter_task(const GlobalDedupConfig& c, const Plan& p, int task, GlobalDe
     std::error_code ec;
     fs::create_directories(c.output, ec);
     json counts = {{"documents", 0}, {"kept", 0}, {"records_skipped", 0}, {"bytes_written", 0}};
-    uint64_t kinds[3] = {0, 0, 0}, cross = 0;
+    uint64_t kinds[3] = {0, 0, 0}, cross = 0, earlier = 0;
     for (const Rec& d : drops) {
       ++kinds[std::min<uint8_t>(gd::top8(d.a), 2)];
-      cross += gd_doc_file(d.b) % static_cast<uint64_t>(p.tasks) != static_cast<uint64_t>(task);
+      if (gd_doc_generation(d.b) != kGdThisRun) ++earlier;
+      else cross += gd_doc_file(d.b) % static_cast<uint64_t>(p.tasks) != static_cast<uint64_t>(task);
     }
     size_t at = 0;
     for (uint64_t f = static_cast<uint64_t>(task); f < p.files.size(); f += static_cast<uint64_t>(p.tasks)) {
@@ -115,7 +116,8 @@ Status filter_task(const GlobalDedupConfig& c, const Plan& p, int task, GlobalDe
       gd::inject_kill("filter");
     }
     counts.update(json{{"stage", "filter"}, {"task", task}, {"dropped", drops.size()}, {"dropped_exact", kinds[0]},
-                       {"dropped_url", kinds[1]}, {"dropped_near", kinds[2]}, {"dropped_cross_task", cross}});
+                       {"dropped_url", kinds[1]}, {"dropped_near", kinds[2]}, {"dropped_cross_task", cross},
+                       {"dropped_earlier", earlier}});
     if (Status st = gd::write_marker(p.filter_done(task), p.fingerprint, counts); !st) return st;
     marker = counts;
     ++s.units_done;
@@ -130,6 +132,7 @@ Status filter_task(const GlobalDedupConfig& c, const Plan& p, int task, GlobalDe
   s.dropped_url += marker.value("dropped_url", 0ull);
   s.dropped_near += marker.value("dropped_near", 0ull);
   s.dropped_cross_task += marker.value("dropped_cross_task", 0ull);
+  s.dropped_earlier += marker.value("dropped_earlier", 0ull);
   s.bytes_written += marker.value("bytes_written", 0ull);
   return Status::ok();
 }
@@ -194,6 +197,7 @@ Status run_units(const GlobalDedupConfig& c, int units, int threads,
     total.dropped_url += x.dropped_url;
     total.dropped_near += x.dropped_near;
     total.dropped_cross_task += x.dropped_cross_task;
+    total.dropped_earlier += x.dropped_earlier;
     total.components += x.components;
     total.tuples += x.tuples;
     total.pairs += x.pairs;
@@ -282,10 +286,10 @@ std::string summary_text(const GlobalDedupConfig& c, const GlobalDedupSummary& s
   auto pct = [&](uint64_t n) { return s.documents ? 100.0 * static_cast<double>(n) / static_cast<double>(s.documents) : 0.0; };
   return fmt::format(
       "dedup: {} documents in {} tasks, {} buckets: kept {} ({:.1f}%), dropped {} ({:.1f}%: {} exact, {} url, {} "
-      "near; {} of them across tasks), {} clusters\n"
+      "near; {} of them across tasks, {} against earlier runs), {} clusters\n"
       "  {} signature tuples, {} pairs, {} runs spilled; largest unit table {:.1f} MB; {:.1f} s; output {}\n",
       s.documents, c.tasks, c.buckets, s.kept, pct(s.kept), s.dropped, pct(s.dropped), s.dropped_exact, s.dropped_url,
-      s.dropped_near, s.dropped_cross_task, s.components, s.tuples, s.pairs, s.spilled_runs,
+      s.dropped_near, s.dropped_cross_task, s.dropped_earlier, s.components, s.tuples, s.pairs, s.spilled_runs,
       static_cast<double>(s.peak_memory_bytes) / 1e6, s.seconds, c.output);
 }
 
@@ -299,7 +303,8 @@ json gd_summary_json(const GlobalDedupSummary& s) {
           {"components", s.components}, {"kept", s.kept},
           {"dropped", s.dropped},       {"dropped_exact", s.dropped_exact},
           {"dropped_url", s.dropped_url}, {"dropped_near", s.dropped_near},
-          {"dropped_cross_task", s.dropped_cross_task}, {"peak_memory_bytes", s.peak_memory_bytes},
+          {"dropped_cross_task", s.dropped_cross_task}, {"dropped_earlier", s.dropped_earlier},
+          {"peak_memory_bytes", s.peak_memory_bytes},
           {"bytes_written", s.bytes_written}, {"seconds", s.seconds}};
 }
 
@@ -347,6 +352,7 @@ Status gd_run(const GlobalDedupConfig& c, GlobalDedupSummary& s) {
   s.dropped_url = filt.dropped_url;
   s.dropped_near = filt.dropped_near;
   s.dropped_cross_task = filt.dropped_cross_task;
+  s.dropped_earlier = filt.dropped_earlier;
   s.bytes_written = filt.bytes_written;
   s.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   s.text = summary_text(c, s);
