@@ -79,6 +79,13 @@ save_every = 0
   }
 
   static std::vector<json> metrics(const std::string& run_dir) { return test::read_metrics(run_dir, true); }
+  // The run's time_budget_plan events, in order.
+  static std::vector<json> time_budget_plans(const std::string& run_dir) {
+    std::vector<json> plans;
+    for (const auto& l : metrics(run_dir))
+      if (l.contains("event") && l["event"] == "time_budget_plan") plans.push_back(l);
+    return plans;
+  }
   static json deterministic(json j) { return test::drop_timing(std::move(j)); }
 
   fs::path dir_;
@@ -414,9 +421,7 @@ TEST_F(TrainerTest, TimeBudgetEndingInsideTheWarmupPlansOnce) {
   TrainSummary s;
   Status st = train_run(c, s);
   ASSERT_TRUE(st.is_ok()) << st.message();
-  std::vector<json> plans;
-  for (const auto& l : metrics(c.train.run_dir))
-    if (l.contains("event") && l["event"] == "time_budget_plan") plans.push_back(l);
+  const std::vector<json> plans = time_budget_plans(c.train.run_dir);
   ASSERT_EQ(plans.size(), 1u);
   EXPECT_EQ(plans[0]["final"], true);
   EXPECT_LT(plans[0]["total_steps"].get<int64_t>(), 1000000);
@@ -433,9 +438,7 @@ TEST_F(TrainerTest, TimeBudgetPlanJustBeforeWarmupsEndIsFinal) {
   TrainSummary s;
   Status st = train_run(c, s);
   ASSERT_TRUE(st.is_ok()) << st.message();
-  std::vector<json> plans;
-  for (const auto& l : metrics(c.train.run_dir))
-    if (l.contains("event") && l["event"] == "time_budget_plan") plans.push_back(l);
+  const std::vector<json> plans = time_budget_plans(c.train.run_dir);
   ASSERT_GE(plans.size(), 1u);
   const int64_t first = plans[0]["step"].get<int64_t>();
   std::printf("the plan came at step %lld: %lld steps\n", (long long)first,

@@ -183,6 +183,37 @@ void sweep_tmp(const std::string& path, bool prefix_only) {
     if (e.path().filename().string().rfind(prefix, 0) == 0) fs::remove(e.path(), ec);
 }
 
+void read_docs(const ReadDocs& rd) {
+  std::vector<uint64_t> sizes;
+  for (const std::string& f : *rd.files) {
+    std::error_code ec;
+    sizes.push_back(fs::file_size(f, ec));
+  }
+  std::atomic<uint64_t> bytes{0};
+  std::atomic<size_t> logged{0};
+  ReadFromPosition r;
+  r.files = rd.files;
+  r.sizes = &sizes;
+  r.options.text_field = rd.text_field;
+  r.bytes_progress = &bytes;
+  r.logged = &logged;
+  r.counted_in = rd.counted_in;
+  r.stopped = [] { return stage_stop_flag().load(); };
+  r.doc = rd.doc;
+  r.file_end = rd.file_end;
+  read_from_position(r);
+}
+
+Status output_done(const std::string& path, FileType type, uint64_t fingerprint, bool overwrite, bool& done) {
+  done = false;
+  if (!fs::exists(path)) return Status::ok();
+  Reader check;
+  Status st = check.open(path, type, fingerprint);
+  done = st.is_ok();
+  return st.is_ok() || overwrite || st.message().find("other inputs or settings") == std::string::npos ? Status::ok()
+                                                                                                       : st;
+}
+
 void inject_kill(const char* point) {
   static const char* want = std::getenv("SMELT_DEDUP_INJECT_KILL");
   if (want && std::strcmp(want, point) == 0) std::raise(SIGKILL);
@@ -279,27 +310,19 @@ Status signatures_task(const GlobalDedupConfig& c, const Plan& p, int task, int 
       return st;
   }
   std::vector<std::string> files;
-  std::vector<uint64_t> sizes, index;
+  std::vector<uint64_t> index;
   for (size_t f = static_cast<size_t>(task); f < p.files.size(); f += static_cast<size_t>(p.tasks)) {
     files.push_back(p.files[f]);
     index.push_back(f);
-    std::error_code e2;
-    sizes.push_back(fs::file_size(p.files[f], e2));
   }
-  std::atomic<uint64_t> bytes{0};
-  std::atomic<size_t> logged{0};
   std::vector<SigDoc> chunk;
   size_t chunk_bytes = 0;
   uint64_t docs = 0, skipped = 0, tuples = 0;
   Status failed;
-  ReadFromPosition r;
+  gd::ReadDocs r;
   r.files = &files;
-  r.sizes = &sizes;
-  r.options.text_field = c.text_field;
-  r.bytes_progress = &bytes;
-  r.logged = &logged;
+  r.text_field = c.text_field;
   r.counted_in = "the signatures marker";
-  r.stopped = [] { return stage_stop_flag().load(); };
   r.doc = [&](uint32_t f, uint64_t rec, RawDoc& d, std::vector<std::string>& issues) {
     skipped += issues.size();
     if (d.is_html) {
@@ -321,7 +344,7 @@ Status signatures_task(const GlobalDedupConfig& c, const Plan& p, int task, int 
     skipped += issues.size();
     return true;
   };
-  read_from_position(r);
+  gd::read_docs(r);
   if (failed && !chunk.empty()) failed = write_chunk(c, chunk, threads, out, tuples);
   if (!failed) return failed;
   if (stage_stop_flag().load()) return Status::error(fmt::format("signatures of task {}: stopped; rerun to redo it", task));
@@ -473,14 +496,11 @@ Status add_earlier_tuples(const Plan& p, int bucket, std::vector<Rec>& block, si
 
 Status buckets_unit(const GlobalDedupConfig& c, const Plan& p, int bucket, GlobalDedupSummary& s) {
   const std::string out_path = p.pairs_file(bucket);
-  if (fs::exists(out_path)) {
-    gd::Reader check;
-    Status st = check.open(out_path, gd::FileType::kPairs, p.fingerprint);
-    if (st) {
-      ++s.units_skipped;
-      return Status::ok();
-    }
-    if (!c.overwrite) return st;
+  bool done = false;
+  if (Status st = gd::output_done(out_path, gd::FileType::kPairs, p.fingerprint, c.overwrite, done); !st) return st;
+  if (done) {
+    ++s.units_skipped;
+    return Status::ok();
   }
   for (int t = 0; t < p.tasks; ++t) {
     json m;

@@ -72,14 +72,11 @@ struct Components {
 
 Status cluster_partition(const GlobalDedupConfig& c, const Plan& p, int part, GlobalDedupSummary& s) {
   const std::string out_path = p.labels_file(part);
-  if (fs::exists(out_path)) {
-    gd::Reader check;
-    Status st = check.open(out_path, gd::FileType::kLabels, p.fingerprint);
-    if (st) {
-      ++s.units_skipped;
-      return Status::ok();
-    }
-    if (!c.overwrite) return st;
+  bool done = false;
+  if (Status st = gd::output_done(out_path, gd::FileType::kLabels, p.fingerprint, c.overwrite, done); !st) return st;
+  if (done) {
+    ++s.units_skipped;
+    return Status::ok();
   }
   std::vector<Rec> edges, one;
   for (int b = part; b < p.buckets; b += p.tasks) {

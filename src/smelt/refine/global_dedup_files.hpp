@@ -8,6 +8,7 @@
 #pragma once
 #include <cstdint>
 #include <cstdio>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -18,6 +19,7 @@
 #include "smelt/common/files.hpp"
 #include "smelt/common/status.hpp"
 #include "smelt/refine/global_dedup.hpp"
+#include "smelt/text/doc_reader.hpp"
 
 namespace smelt::gd {
 
@@ -126,6 +128,21 @@ Status write_marker(const std::string& path, uint64_t fingerprint, nlohmann::jso
 // Removes files left beside `path` by a killed writer (path.tmp-*), or, with prefix_only, every
 // file whose name starts with path's name (a bucket's spilled runs).
 void sweep_tmp(const std::string& path, bool prefix_only = false);
+
+// Reads files in order (global_dedup's readers: JSONL or text, text_field), each record to doc and
+// each file's end to file_end, as read_from_position; stops at the stage's stop flag.
+struct ReadDocs {
+  const std::vector<std::string>* files = nullptr;
+  std::string text_field = "text";
+  const char* counted_in = "the stats";
+  std::function<bool(uint32_t file, uint64_t rec, RawDoc& doc, std::vector<std::string>& issues)> doc;
+  std::function<bool(uint32_t file, uint64_t rec, std::vector<std::string>& issues)> file_end;
+};
+void read_docs(const ReadDocs& r);
+
+// A unit whose output file is complete and of this run is done (skipped counted); one of another
+// run is an error unless overwrite; missing or damaged: not done.
+Status output_done(const std::string& path, FileType type, uint64_t fingerprint, bool overwrite, bool& done);
 
 // Fault injection for the kill tests: when $SMELT_DEDUP_INJECT_KILL names this point ("signatures",
 // "buckets", "cluster", "merge", "filter"), the process kills itself (SIGKILL) there, in the middle

@@ -54,18 +54,11 @@ Status filter_file(const GlobalDedupConfig& c, const Plan& p, uint64_t f, const 
   gd::sweep_tmp(part_path(c, f));
   ShardWriter out(c.output, "part-", UINT64_MAX, c.zstd_level, f);
   std::vector<std::string> files{p.files[f]};
-  std::vector<uint64_t> sizes{0};
-  std::atomic<uint64_t> bytes{0};
-  std::atomic<size_t> logged{0};
   Status failed;
-  ReadFromPosition r;
+  gd::ReadDocs r;
   r.files = &files;
-  r.sizes = &sizes;
-  r.options.text_field = c.text_field;
-  r.bytes_progress = &bytes;
-  r.logged = &logged;
+  r.text_field = c.text_field;
   r.counted_in = "the filter marker";
-  r.stopped = [] { return stage_stop_flag().load(); };
   r.doc = [&](uint32_t, uint64_t rec, RawDoc& d, std::vector<std::string>& issues) {
     counts["records_skipped"] = counts["records_skipped"].get<uint64_t>() + issues.size();
     counts["documents"] = counts["documents"].get<uint64_t>() + 1;
@@ -80,7 +73,7 @@ Status filter_file(const GlobalDedupConfig& c, const Plan& p, uint64_t f, const 
     counts["records_skipped"] = counts["records_skipped"].get<uint64_t>() + issues.size();
     return true;
   };
-  read_from_position(r);
+  gd::read_docs(r);
   if (!failed) return failed;
   if (stage_stop_flag().load()) return Status::error(fmt::format("{}: stopped; rerun to redo its task", p.files[f]));
   ShardInfo info;
