@@ -381,12 +381,12 @@ Status gd_signatures(const GlobalDedupConfig& c, int task, GlobalDedupSummary& s
 
 namespace {
 
-// Sort order of signature tuples: kind, key, then document.
-inline bool tuple_less(const Rec& x, const Rec& y) {
-  if (gd::top8(x.b) != gd::top8(y.b)) return gd::top8(x.b) < gd::top8(y.b);
-  if (x.a != y.a) return x.a < y.a;
-  return gd::low56(x.b) < gd::low56(y.b);
-}
+// Sort order of signature tuples: key, then kind, then document (b is kind << 56 | document), so
+// the tuples of one (kind, key) are adjacent with their smallest document first.
+struct TupleLess {
+  bool operator()(const Rec& x, const Rec& y) const { return x.a != y.a ? x.a < y.a : x.b < y.b; }
+};
+inline bool tuple_less(const Rec& x, const Rec& y) { return TupleLess{}(x, y); }
 
 inline GdKind kind_of_key(uint8_t key_kind) {
   return key_kind == 0 ? GdKind::kExact : key_kind == 1 ? GdKind::kUrl : GdKind::kNear;
@@ -412,7 +412,7 @@ struct PairEmitter {
 };
 
 Status spill(const Plan& p, int bucket, std::vector<Rec>& mem, std::vector<std::string>& runs) {
-  std::sort(mem.begin(), mem.end(), tuple_less);
+  std::sort(mem.begin(), mem.end(), TupleLess{});
   const std::string path = fmt::format("{}.spill-{:05d}", p.pairs_file(bucket), runs.size());
   gd::Writer w;
   if (Status s = w.open(path, gd::FileType::kSpill, p.fingerprint, static_cast<uint64_t>(bucket)); !s) return s;
@@ -453,21 +453,20 @@ Status merge_runs(const Plan& p, const std::vector<std::string>& runs, size_t bl
 
 // Every tuple of one signature file, in blocks, to add.
 Status read_tuples(const std::string& path, uint64_t fingerprint, std::vector<Rec>& block, size_t cap,
-                   const std::function<Status(const Rec&)>& add) {
+                   const std::function<Status(const std::vector<Rec>&)>& add) {
   gd::Reader r;
   if (Status st = r.open(path, gd::FileType::kSignatures, fingerprint); !st) return st;
   for (;;) {
     if (Status st = r.read(block, std::min<size_t>(cap, 1 << 16)); !st) return st;
     if (block.empty()) return Status::ok();
-    for (const Rec& x : block)
-      if (Status st = add(x); !st) return st;
+    if (Status st = add(block); !st) return st;
   }
 }
 
 // The earlier runs' tuples of this bucket, of their kept documents only, renumbered to their
 // generation (earlier run i: generation i, before this run's).
 Status add_earlier_tuples(const Plan& p, int bucket, std::vector<Rec>& block, size_t cap,
-                          const std::function<Status(const Rec&)>& add) {
+                          const std::function<Status(const std::vector<Rec>&)>& add) {
   const uint64_t base_mask = (1ull << kGdGenerationShift) - 1;
   for (size_t g = 0; g < p.earlier.size(); ++g) {
     const gd::EarlierRun& e = p.earlier[g];
@@ -479,12 +478,17 @@ Status add_earlier_tuples(const Plan& p, int bucket, std::vector<Rec>& block, si
       for (const Rec& d : drops) dropped.push_back(gd::low56(d.a) & base_mask);
     }
     std::sort(dropped.begin(), dropped.end());
-    auto keep = [&](const Rec& x) {
-      const uint64_t doc = gd::low56(x.b);
-      if (gd_doc_generation(doc) != kGdThisRun) return Status::ok();  // that run's own earlier runs: not read
-      const uint64_t base = doc & base_mask;
-      if (std::binary_search(dropped.begin(), dropped.end(), base)) return Status::ok();
-      return add(Rec{x.a, (static_cast<uint64_t>(gd::top8(x.b)) << 56) | (g << kGdGenerationShift) | base});
+    std::vector<Rec> kept;
+    auto keep = [&](const std::vector<Rec>& in) {
+      kept.clear();
+      for (const Rec& x : in) {
+        const uint64_t doc = gd::low56(x.b);
+        if (gd_doc_generation(doc) != kGdThisRun) continue;  // that run's own earlier runs: not read
+        const uint64_t base = doc & base_mask;
+        if (std::binary_search(dropped.begin(), dropped.end(), base)) continue;
+        kept.push_back(Rec{x.a, (static_cast<uint64_t>(gd::top8(x.b)) << 56) | (g << kGdGenerationShift) | base});
+      }
+      return add(kept);
     };
     for (int t = 0; t < e.tasks; ++t) {
       const std::string path = fmt::format("{}/task-{:05d}/bucket-{:05d}.sig", e.sig_dir, t, bucket);
@@ -515,11 +519,21 @@ Status buckets_unit(const GlobalDedupConfig& c, const Plan& p, int bucket, Globa
   const size_t cap = std::max<size_t>(256, c.memory_bytes / sizeof(Rec));
   std::vector<Rec> mem, block;
   std::vector<std::string> runs;
-  auto add = [&](const Rec& x) {
-    if (mem.size() >= cap)
-      if (Status st = spill(p, bucket, mem, runs); !st) return st;
-    mem.push_back(x);
-    ++s.tuples;
+  uint64_t expected = 0;  // this task's files' tuples, from their sizes: one allocation up to the budget
+  for (int t = 0; t < p.tasks; ++t) {
+    std::error_code ec;
+    expected += fs::file_size(p.sig_file(t, bucket), ec) / sizeof(Rec);
+  }
+  mem.reserve(static_cast<size_t>(std::min<uint64_t>(cap, expected + 1024)));
+  auto add = [&](const std::vector<Rec>& in) {
+    for (size_t at = 0; at < in.size();) {
+      if (mem.size() >= cap)
+        if (Status st = spill(p, bucket, mem, runs); !st) return st;
+      const size_t n = std::min(in.size() - at, cap - mem.size());
+      mem.insert(mem.end(), in.begin() + static_cast<std::ptrdiff_t>(at), in.begin() + static_cast<std::ptrdiff_t>(at + n));
+      at += n;
+    }
+    s.tuples += in.size();
     return Status::ok();
   };
   for (int t = 0; t < p.tasks; ++t)
@@ -530,7 +544,7 @@ Status buckets_unit(const GlobalDedupConfig& c, const Plan& p, int bucket, Globa
   if (Status st = w.open(out_path, gd::FileType::kPairs, p.fingerprint, static_cast<uint64_t>(bucket)); !st) return st;
   PairEmitter emit{&w};
   if (runs.empty()) {
-    std::sort(mem.begin(), mem.end(), tuple_less);
+    std::sort(mem.begin(), mem.end(), TupleLess{});
     for (const Rec& x : mem)
       if (Status st = emit.add(x); !st) return st;
   } else {
