@@ -1038,3 +1038,36 @@ TEST_F(GlobalDedupTest, AgainstAnEarlierRunIsOneRunOverItsOutputAndTheNewCrawl) 
   ASSERT_FALSE(st.is_ok());
   EXPECT_NE(st.message().find("done.json"), std::string::npos) << st.message();
 }
+
+// Where every cluster is a document and its copies (each copy matching its original), global dedup
+// and prep's streaming index drop the same documents: the copies, whatever file or task they are in.
+TEST_F(GlobalDedupTest, AgreesWithTheStreamingIndexWhenEveryCopyMatchesItsOriginal) {
+  Gen g(7);
+  Files files(5);
+  std::vector<std::string> texts;
+  for (int n = 0; n < 150; ++n) {
+    const std::string t = g.text(false);
+    texts.push_back(t);
+    files[static_cast<size_t>(n % 2)].push_back(record("o" + std::to_string(n), t, std::nullopt, false, 0));
+  }
+  for (int n = 0; n < 150; ++n) {  // exact and 1% near copies in the later files (other tasks)
+    const std::string& t = texts[g.pick(texts.size())];
+    const std::string copy = n % 2 ? g.restyle(t) : g.edit(t, false, 0.01);
+    files[2 + static_cast<size_t>(n % 3)].push_back(record("c" + std::to_string(n), copy, std::nullopt, false, 0));
+  }
+  write_files(dir_ / "in", files);
+  GlobalDedupConfig c = config("agree");
+  c.url = false;  // the streaming index has no URL key
+  GlobalDedupSummary s;
+  GD_ASSERT_OK(gd_run(c, s));
+  DedupIndex idx(c.dedup);
+  std::vector<uint64_t> streaming;
+  DedupSignature sig;
+  for (size_t f = 0; f < files.size(); ++f)
+    for (size_t r = 0; r < files[f].size(); ++r) {
+      dedup_signature(text_of(files[f][r]), false, c.dedup, sig);
+      if (idx.check_and_insert(sig) != DedupIndex::Verdict::kUnique) streaming.push_back(gd_doc_id(f, r));
+    }
+  EXPECT_GT(streaming.size(), 100u);
+  EXPECT_EQ(drops_of(c), streaming);
+}
