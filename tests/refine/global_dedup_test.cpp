@@ -966,6 +966,13 @@ TEST_F(GlobalDedupTest, CliTwoRanksShareOneRun) {
   EXPECT_NE(r1.find("kept"), std::string::npos) << r1;
   EXPECT_TRUE(fs::exists(dir_ / "w-two" / "stats-rank-00000.json"));
   EXPECT_TRUE(fs::exists(dir_ / "w-two" / "stats-rank-00001.json"));
+  // under a real mpirun, each rank finds its rank and the rank count in mpirun's environment
+  ASSERT_EQ(shell("command -v mpirun > /dev/null 2>&1"), 0) << "mpirun is missing: scripts/install-deps";
+  const std::string mpi = "timeout 120 mpirun --allow-run-as-root --oversubscribe --mca btl self,vader -np 2 '" +
+                          kSmelt + "' dedup " + args("mpi") + " >'" + (dir_ / "mpi.log").string() + "' 2>&1";
+  ASSERT_EQ(shell(mpi), 0) << test::read_file((dir_ / "mpi.log").string());
+  EXPECT_EQ(tree_of(dir_ / "o-mpi"), tree_of(dir_ / "o-one"));
+  EXPECT_TRUE(fs::exists(dir_ / "w-mpi" / "stats-rank-00001.json"));
   // a rank that fails stops the other instead of leaving it waiting: rank 1 alone waits for rank 0's
   // units until rank 0's failure appears
   const std::string bad = "'" + kSmelt + "' dedup " + args("bad") + " --rank 1 --ranks 2 >'" +
