@@ -911,6 +911,15 @@ TEST_F(GlobalDedupTest, CliExitCodes) {
   EXPECT_TRUE(m.find("task 0") != std::string::npos || m.find("task-00000") != std::string::npos) << m;
   EXPECT_EQ(run_cli("run " + in + work + out + " --tasks 2", log), 0) << test::read_file(log.string());
   EXPECT_FALSE(tree_of(dir_ / "o").empty());
+  // a task keeps every bucket's file open: a soft limit below that is raised, a hard one is named
+  auto sig = [&](const std::string& w) {
+    return "'" + kSmelt + "' dedup signatures " + in + " --work '" + (dir_ / w).string() + "' --buckets 300 >'" +
+           log.string() + "' 2>&1";
+  };
+  EXPECT_EQ(shell("bash -c \"ulimit -Sn 128; " + sig("w-soft") + "\""), 0) << test::read_file(log.string());
+  EXPECT_EQ(shell("bash -c \"ulimit -n 128; " + sig("w-hard") + "\""), 1) << test::read_file(log.string());
+  EXPECT_NE(test::read_file(log.string()).find("open-file limit is 128"), std::string::npos)
+      << test::read_file(log.string());
 }
 
 }  // namespace

@@ -2,6 +2,8 @@
 // cluster and merge: global_dedup_cluster.cpp; filter and run: global_dedup_run.cpp.
 #include "smelt/refine/global_dedup.hpp"
 
+#include <sys/resource.h>
+
 #include <algorithm>
 #include <csignal>
 #include <cstdlib>
@@ -292,6 +294,20 @@ Status write_chunk(const GlobalDedupConfig& c, std::vector<SigDoc>& docs, int th
   return Status::ok();
 }
 
+// A task writes every bucket's file at once: raises the soft open-file limit to `n` when the hard
+// limit allows, else says what to change.
+Status open_files_for(int n) {
+  rlimit lim{};
+  if (getrlimit(RLIMIT_NOFILE, &lim) != 0 || lim.rlim_cur >= static_cast<rlim_t>(n)) return Status::ok();
+  if (lim.rlim_max != RLIM_INFINITY && lim.rlim_max < static_cast<rlim_t>(n))
+    return Status::error(fmt::format("--buckets {}: a signatures task keeps that many files open, and the open-file "
+                                     "limit is {} (ulimit -Hn); use fewer buckets or raise the limit",
+                                     n - 64, lim.rlim_max));
+  lim.rlim_cur = static_cast<rlim_t>(n);
+  return setrlimit(RLIMIT_NOFILE, &lim) == 0 ? Status::ok()
+                                              : Status::error(fmt::format("cannot raise the open-file limit to {}", n));
+}
+
 Status signatures_task(const GlobalDedupConfig& c, const Plan& p, int task, int threads, GlobalDedupSummary& s) {
   json marker;
   if (Status st = gd::read_marker(p.sig_done(task), p.fingerprint, marker); !st && !c.overwrite) return st;
@@ -301,6 +317,7 @@ Status signatures_task(const GlobalDedupConfig& c, const Plan& p, int task, int 
   }
   std::error_code ec;
   fs::create_directories(fmt::format("{}/task-{:05d}", p.sig_dir, task), ec);
+  if (Status st = open_files_for(p.buckets + 64); !st) return st;
   std::vector<gd::Writer> out(static_cast<size_t>(p.buckets));
   for (int b = 0; b < p.buckets; ++b) {
     gd::sweep_tmp(p.sig_file(task, b));
@@ -328,6 +345,10 @@ Status signatures_task(const GlobalDedupConfig& c, const Plan& p, int task, int 
     if (d.is_html) {
       failed = Status::error(fmt::format("{}: HTML or WARC input; global dedup reads JSONL or text (run smelt prep first)",
                                          files[f]));
+      return false;
+    }
+    if (rec >= (1ull << kGdRecordBits)) {
+      failed = Status::error(fmt::format("{}: more than {} records; split the file", files[f], 1ull << kGdRecordBits));
       return false;
     }
     const bool cjk = is_cjk(d.text, d.meta_json);
