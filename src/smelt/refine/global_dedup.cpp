@@ -101,13 +101,15 @@ Status read_earlier(const GlobalDedupConfig& c, const json& self, Plan& p) {
     EarlierRun e;
     e.work = work;
     e.sig_dir = work + "/signatures";
-    e.drops_dir = work + "/drops";
     e.fingerprint = std::stoull(o["fingerprint"].get<std::string>(), nullptr, 16);
     e.tasks = o.value("tasks", 1);
-    json done;
-    if (Status s = read_marker(e.drops_dir + "/done.json", e.fingerprint, done); !s) return s;
-    if (done.is_null())
-      return Status::error(fmt::format("{}/done.json: missing: the earlier run's cluster stage is not complete", e.drops_dir));
+    for (int t = 0; t < e.tasks; ++t) {
+      const std::string marker = fmt::format("{}/task-{:05d}.json", e.sig_dir, t);
+      json done;
+      if (Status s = read_marker(marker, e.fingerprint, done); !s) return s;
+      if (done.is_null())
+        return Status::error(fmt::format("{}: missing: the earlier run's signatures are not complete", marker));
+    }
     p.earlier.push_back(std::move(e));
   }
   return Status::ok();
@@ -484,36 +486,27 @@ Status read_tuples(const std::string& path, uint64_t fingerprint, std::vector<Re
   }
 }
 
-// The earlier runs' tuples of this bucket, of their kept documents only, renumbered to their
-// generation (earlier run i: generation i, before this run's).
+// The earlier runs' tuples of this bucket, renumbered to their generation (earlier run i:
+// generation i, before this run's documents).
 Status add_earlier_tuples(const Plan& p, int bucket, std::vector<Rec>& block, size_t cap,
                           const std::function<Status(const std::vector<Rec>&)>& add) {
   const uint64_t base_mask = (1ull << kGdGenerationShift) - 1;
   for (size_t g = 0; g < p.earlier.size(); ++g) {
     const gd::EarlierRun& e = p.earlier[g];
-    std::vector<uint64_t> dropped;
-    std::vector<Rec> drops;
-    for (int t = 0; t < e.tasks; ++t) {
-      const std::string path = fmt::format("{}/task-{:05d}.drops", e.drops_dir, t);
-      if (Status st = gd::read_all(path, gd::FileType::kDrops, e.fingerprint, drops); !st) return st;
-      for (const Rec& d : drops) dropped.push_back(gd::low56(d.a) & base_mask);
-    }
-    std::sort(dropped.begin(), dropped.end());
-    std::vector<Rec> kept;
-    auto keep = [&](const std::vector<Rec>& in) {
-      kept.clear();
+    std::vector<Rec> renumbered;
+    auto renumber = [&](const std::vector<Rec>& in) {
+      renumbered.clear();
       for (const Rec& x : in) {
         const uint64_t doc = gd::low56(x.b);
         if (gd_doc_generation(doc) != kGdThisRun) continue;  // that run's own earlier runs: not read
-        const uint64_t base = doc & base_mask;
-        if (std::binary_search(dropped.begin(), dropped.end(), base)) continue;
-        kept.push_back(Rec{x.a, (static_cast<uint64_t>(gd::top8(x.b)) << 56) | (g << kGdGenerationShift) | base});
+        renumbered.push_back(Rec{x.a, (static_cast<uint64_t>(gd::top8(x.b)) << 56) | (g << kGdGenerationShift) |
+                                          (doc & base_mask)});
       }
-      return add(kept);
+      return add(renumbered);
     };
     for (int t = 0; t < e.tasks; ++t) {
       const std::string path = fmt::format("{}/task-{:05d}/bucket-{:05d}.sig", e.sig_dir, t, bucket);
-      if (Status st = read_tuples(path, e.fingerprint, block, cap, keep); !st) return st;
+      if (Status st = read_tuples(path, e.fingerprint, block, cap, renumber); !st) return st;
     }
   }
   return Status::ok();

@@ -55,9 +55,10 @@ struct GlobalDedupConfig {
   // of every stage and waits at each stage's end until every unit's output is in the work folder.
   int rank = 0, ranks = 1;
   double poll_s = 0.5;              // how often a waiting rank looks
-  // Incremental: the work folders of earlier runs (their cluster stage complete, the same dedup
-  // settings and bucket count). Their kept documents' signatures join this run's as earlier
-  // documents: a document of this run linked to one of them is dropped, and theirs never are.
+  // Incremental: the work folders of earlier runs (their signatures complete, the same dedup
+  // settings and bucket count). Their documents' signatures join this run's as earlier documents:
+  // this run keeps what one run over their inputs and this run's would keep of this run's, and
+  // their documents are never dropped (nor their outputs touched).
   std::vector<std::string> against;
 };
 

@@ -95,9 +95,9 @@ Status read_all(const std::string& path, FileType type, uint64_t fingerprint, st
 
 // ---- the fixed facts of one run, shared by the stages
 
-// An earlier run this one is deduplicated against: its kept documents' signatures.
+// An earlier run this one is deduplicated against: its documents' signatures.
 struct EarlierRun {
-  std::string work, sig_dir, drops_dir;
+  std::string work, sig_dir;
   uint64_t fingerprint = 0;
   int tasks = 1;
 };
