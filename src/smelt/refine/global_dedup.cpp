@@ -9,7 +9,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <atomic>
-#include <chrono>
 #include <filesystem>
 #include <functional>
 #include <queue>

@@ -6,7 +6,7 @@
 #include <atomic>
 #include <chrono>
 #include <filesystem>
-#include <mutex>
+#include <functional>
 #include <thread>
 
 #include <fmt/format.h>
