@@ -32,21 +32,10 @@
 //     document order by one thread: the first document of a cluster is kept, later ones dropped.
 //     Only kept documents are inserted, so a chain A~B~C with A and C dissimilar keeps A and C.
 //
-// Sharding across many machines (what to build when one index no longer fits or one process is
-// too slow; `smelt prep --task I --tasks N` today dedups within each task only, each task holding
-// its own DedupIndex, so a duplicate that lands in two tasks survives in both):
-//  stage 1  every task computes signatures for its documents and writes (band, band-hash, doc-id)
-//           tuples, plus (exact-hash, doc-id), partitioned by hash range into N bucket files; a
-//           doc-id is the global order key (task, file, record).
-//  stage 2  one task per bucket sorts its tuples by (band, hash) and emits a pair (first doc-id,
-//           other doc-id) for every collision (a run of k equal keys gives k-1 pairs, not k^2).
-//  stage 3  one task runs union-find over all pairs (small: only duplicates appear) and picks each
-//           cluster's smallest doc-id as the survivor; every other member goes to a drop list,
-//           split by task.
-//  stage 4  every task re-reads its documents and skips those on its drop list.
-// This is datatrove's MinhashDedup{Signature,Buckets,Cluster,Filter} design. Unlike the streaming
-// index it drops whole connected components (A~B~C drops B and C), and its memory is spread over
-// the bucket tasks: stage 2 holds one bucket's tuples (~20 bytes each, 15 per document).
+// Across tasks and machines: `smelt prep --task I --tasks N` dedups within each task only (each
+// task holds its own DedupIndex); `smelt dedup` (global_dedup.hpp) removes duplicates across all of
+// them with these same signatures, in stages that talk through files, dropping whole connected
+// components (A~B~C drops B and C), unlike the streaming index.
 // Memory of the single-process index: 15 open-addressing tables of 8-byte slots, 160-320 bytes
 // per kept document (measured 175 on 2,820 kernel docs, 252 at 1M docs; std::unordered_set: 654),
 // so 100M kept documents need 16-32 GB in one task. Details and measurements: docs/dedup.md.

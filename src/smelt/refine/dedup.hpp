@@ -1,7 +1,7 @@
 // Deduplication: exact (hash of normalised text) and near-duplicate MinHash LSH. Signatures are
 // computed in parallel (pure functions); the index is consulted in document order by one thread,
 // so the first document of every cluster is the one kept and reruns are byte-identical.
-// Not a cross-machine dedup: how dedup shards across machines is at the top of dedup.cpp.
+// Not the dedup across tasks and machines: that is global_dedup.hpp (`smelt dedup`).
 #pragma once
 #include <cstdint>
 #include <memory>
