@@ -526,7 +526,7 @@ TEST_F(TrainerTest, TimeBudgetPlansTheStepsAndTheScheduleEndsOnTime) {
     return;
   }
   TrainConfig again = config(fmt::format("train.steps={} train.threads=1 eval.every={} eval.tokens=512 "
-                                         "optim.warmup_steps=300 optim.schedule=\"cosine\"", s.steps, planned / 3));
+                                         "optim.warmup_steps={} optim.schedule=\"cosine\"", s.steps, planned / 3, warmup));
   again.train.run_dir = (dir_ / "again").string();
   TrainSummary s2;
   ASSERT_TRUE(train_run(again, s2).is_ok());
