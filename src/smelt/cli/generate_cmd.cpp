@@ -17,6 +17,7 @@
 #include "smelt/ckpt/export_gguf.hpp"
 #include "smelt/cli/cli_parse.hpp"
 #include "smelt/cli/commands.hpp"
+#include "smelt/cli/load_model.hpp"
 #include "smelt/cli/resolve_checkpoint.hpp"
 #include "smelt/common/log.hpp"
 #include "smelt/kernels/kernels.hpp"
@@ -97,42 +98,6 @@ void add_generate_flags(CLI::App& app, GenerateFlags& f) {
   app.add_flag("--ignore-eos", f.no_stop, "keep going past the end-of-document token");
   app.add_option("--trace", f.trace_path, "write this request's timeline (prefill, each token's decoder step by "
                  "layer, sampling) as Chrome trace-event JSON, for ui.perfetto.dev (docs/trace.md)");
-}
-
-struct LoadedModel {
-  std::string source;  // the step directory, or the GGUF file
-  Tokenizer tok;
-  ModelConfig cfg;
-  std::vector<float> params;
-};
-
-// The model and its tokenizer: --gguf (its own tokenizer unless --tokenizer), or --checkpoint
-// with its tokenizer.json (f.tok_path is set to it) or --tokenizer.
-Status load_model(GenerateFlags& f, LoadedModel& m) {
-  if (!f.gguf.empty()) {
-    GgufModelInfo info;
-    if (Status s = gguf_load_model(f.gguf, m.cfg, m.params, m.tok, &info); !s) return s;
-    spdlog::info("{}: {} GGUF, tokenizer.ggml.pre {}", f.gguf, info.file_type, info.pre);
-    m.source = f.gguf;
-  } else {
-    if (Status s = cli_resolve_checkpoint(f.ckpt, m.source); !s) return s;
-    if (f.tok_path.empty()) {
-      f.tok_path = (fs::path(m.source) / "tokenizer.json").string();
-      std::error_code ec;
-      if (!fs::exists(f.tok_path, ec))
-        return Status::error(fmt::format("{}: the checkpoint carries no tokenizer.json; pass --tokenizer FILE", m.source));
-    }
-    if (Status s = ckpt_load_model(m.source, m.cfg, m.params); !s) return s;
-  }
-  if (!f.tok_path.empty()) {
-    if (Status s = Tokenizer::load(f.tok_path, m.tok); !s)
-      return Status::error(fmt::format("--tokenizer {}: {}", f.tok_path, s.message()));
-  }
-  if ((int64_t)m.tok.vocab_size() > m.cfg.vocab_size)
-    return Status::error(fmt::format("{}: tokenizer vocabulary {} is larger than the model's vocab_size {}; is it the "
-                                     "tokenizer the model was trained with?", f.tok_path.empty() ? f.gguf : f.tok_path,
-                                     m.tok.vocab_size(), m.cfg.vocab_size));
-  return Status::ok();
 }
 
 // The prompt's ids (an empty prompt starts from the end-of-document token) and f.max_new cut to
@@ -253,7 +218,7 @@ int cli_generate(int argc, char** argv) {
     return kExitUsage;
   }
   LoadedModel m;
-  if (Status s = load_model(f, m); !s) {
+  if (Status s = cli_load_model(f.ckpt, f.gguf, f.tok_path, m); !s) {
     spdlog::error("{}", s.message());
     return kExitFailure;
   }
