@@ -266,6 +266,20 @@ void Decoder::layer(int l, int n) {
   linear(x_.data(), sw_.data(), o.wdown, n, H, C, 1.0f);
 }
 
+void Decoder::copy_prefix(int from, int to, int n) {
+  if (from == to) {
+    pos_[to] = n;
+    return;
+  }
+  const int KV = cfg_.n_kv_heads * cfg_.head_size(), T = opt_.slot_tokens;
+  for (int l = 0; l < cfg_.n_layers; l++) {
+    const size_t src = (((size_t)from * cfg_.n_layers + l) * T) * KV, dst = (((size_t)to * cfg_.n_layers + l) * T) * KV;
+    std::memcpy(kcache_.data() + dst, kcache_.data() + src, sizeof(float) * KV * n);
+    std::memcpy(vcache_.data() + dst, vcache_.data() + src, sizeof(float) * KV * n);
+  }
+  pos_[to] = n;
+}
+
 Status Decoder::step(const DecodeRow* rows, int n, float* logits_out) {
   if (!w_) return Status::error("[decoder] step before init");
   const ModelConfig& c = cfg_;

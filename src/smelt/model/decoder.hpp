@@ -65,6 +65,10 @@ class Decoder {
   void clear(int slot) { pos_[slot] = 0; }
   // Drops the slot's tokens from position p on (p <= position(slot)).
   void truncate(int slot, int p) { pos_[slot] = p; }
+  // Makes slot `to` hold the first n tokens of slot `from` (n <= position(from)): their keys and
+  // values copied layer by layer, position(to) = n. Lets several continuations of one context
+  // share its forward pass (eval/scorer.hpp).
+  void copy_prefix(int from, int to, int n);
 
   int position(int slot) const { return pos_[slot]; }
   int slots() const { return opt_.slots; }
