@@ -2,7 +2,8 @@
 // loss (nats per token, perplexity, bits per byte of the text) of a checkpoint on held-out tokens,
 // with --compressors what gzip / zstd / xz make of the same text, and with --kl-vs how far one
 // weight format's next-token distributions are from another's (q8_0 against f32); lines for
-// people on stderr, JSON on stdout (and in --output). Not the evaluation itself (train/evaluate.hpp).
+// people on stderr, JSON on stdout (and in --output). With --tasks, downstream tasks instead
+// (eval_tasks_cmd.cpp). Not the evaluation itself (train/evaluate.hpp, eval/run.hpp).
 #include <cstdio>
 #include <filesystem>
 #include <memory>
@@ -16,6 +17,7 @@
 #include "smelt/ckpt/checkpoint.hpp"
 #include "smelt/cli/cli_parse.hpp"
 #include "smelt/cli/commands.hpp"
+#include "smelt/cli/eval_tasks.hpp"
 #include "smelt/common/files.hpp"
 #include "smelt/common/log.hpp"
 #include "smelt/common/status.hpp"
@@ -78,29 +80,62 @@ int eval_kl(const std::string& dir, int64_t step, const ModelConfig& mc, const s
 }  // namespace
 
 int cli_eval(int argc, char** argv) {
-  CLI::App app{"smelt eval: loss (nats per token, bits per byte) of a checkpoint on held-out tokens"};
+  CLI::App app{"smelt eval: loss (nats per token, bits per byte) of a checkpoint on held-out tokens (--data), or "
+               "its scores on downstream tasks (--tasks)"};
   app.name("smelt eval");
   std::string ckpt, data, output, tok_path, dtype = "run", kl_vs;
   bool compressors = false;
   int64_t max_tokens = 1 << 20;
   int threads = 0;
-  app.add_option("--checkpoint", ckpt, "a checkpoint step folder, or a run folder (its newest valid checkpoint)")
-      ->required();
-  app.add_option("--data", data, "held-out token shards: [NAME=]PREFIX[:WEIGHT],...")->required();
+  EvalTasksFlags tf;
+  auto* ckpt_opt = app.add_option("--checkpoint", ckpt, "a checkpoint step folder, or a run folder (its newest valid "
+                                  "checkpoint); this or --gguf (with --tasks)");
+  app.add_option("--gguf", tf.gguf, "--tasks: a GGUF file (with its own tokenizer) instead of --checkpoint")->excludes(ckpt_opt);
+  auto* data_opt = app.add_option("--data", data, "held-out token shards: [NAME=]PREFIX[:WEIGHT],...");
+  auto* tasks_opt = app.add_option("--tasks", tf.tasks, "task files (NAME.toml / NAME.jsonl) or folders of them "
+                                   "(docs/eval.md): score the model on them instead of --data")->excludes(data_opt);
+  app.add_option("--limit", tf.limit, "--tasks: the first N items of each task (0: all)")->check(CLI::NonNegativeNumber);
+  app.add_option("--fewshot", tf.fewshot, "--tasks: examples before each item (default: each task's num_fewshot)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--seed", tf.seed, "--tasks: seed of the few-shot draw and the bootstrap (default 1234)");
+  app.add_option("--samples", tf.samples, "--tasks: write every item's record (token ids, log-likelihoods, "
+                 "prediction) to this JSONL file");
+  app.add_flag("--no-prefix-reuse", tf.no_prefix_reuse, "--tasks: read every (context, choice) pair whole instead of "
+               "the context once per item (the baseline of bench/eval)");
   app.add_option("--max-tokens", max_tokens, "evaluate at most this many target tokens (default 1048576)")
       ->check(CLI::PositiveNumber);
   app.add_option("--threads", threads, "threads (0 = every core)")->check(CLI::NonNegativeNumber);
   app.add_option("--output", output, "also write the JSON result to this file");
   app.add_option("--tokenizer", tok_path, "tokenizer.json for bits per byte (default: the checkpoint's copy)");
-  app.add_option("--dtype", dtype, "linear layers in f32, bf16 or q8_0 (default: the run's [train] precision; "
-                 "q8_0 runs the decoder and implies --kl-vs f32)")
-      ->check(CLI::IsMember({"run", "f32", "bf16", "q8_0"}));
+  app.add_option("--dtype", dtype, "linear layers in f32, bf16, f16 or q8_0 (default: the run's [train] precision; "
+                 "q8_0 runs the decoder and implies --kl-vs f32; with --tasks the default is f32)")
+      ->check(CLI::IsMember({"run", "f32", "bf16", "f16", "q8_0"}));
   app.add_option("--kl-vs", kl_vs, "compare --dtype's next-token distributions with this format's on the same "
                  "rows: mean KL divergence, greedy agreement, both losses (through the decoder)")
       ->check(CLI::IsMember({"f32", "bf16", "q8_0"}));
   app.add_flag("--compressors", compressors, "also compress the evaluated text with gzip -9, zstd -19 and xz -9e "
                                              "and report their bits per byte");
   if (int rc = cli_parse(app, argc, argv, "eval", "warn"); rc >= 0) return rc;
+  if (!tasks_opt->empty()) {
+    if (ckpt.empty() && tf.gguf.empty()) {
+      spdlog::error("--tasks needs a model: --checkpoint DIR or --gguf FILE");
+      return kExitUsage;
+    }
+    tf.checkpoint = ckpt;
+    tf.tokenizer = tok_path;
+    tf.output = output;
+    tf.threads = threads;
+    tf.dtype = dtype == "run" ? "f32" : dtype;
+    return cli_eval_tasks(tf);
+  }
+  if (ckpt.empty() || data.empty() || !tf.gguf.empty()) {
+    spdlog::error("smelt eval needs --checkpoint DIR and --data PREFIX (or --tasks FILE_OR_DIR for downstream tasks)");
+    return kExitUsage;
+  }
+  if (dtype == "f16") {
+    spdlog::error("--dtype f16: only with --tasks (held-out loss runs in f32, bf16 or q8_0)");
+    return kExitUsage;
+  }
   std::string dir = ckpt;
   if (fs::exists(fs::path(ckpt) / "checkpoints")) {
     std::vector<std::string> warnings;

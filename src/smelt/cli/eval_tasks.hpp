@@ -1,0 +1,23 @@
+// `smelt eval --tasks`: the flags cli_eval (eval_cmd.cpp) parses and hands to cli_eval_tasks
+// (eval_tasks_cmd.cpp). Not the task maths (eval/run.hpp).
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace smelt {
+
+struct EvalTasksFlags {
+  std::vector<std::string> tasks;  // task files or folders
+  std::string checkpoint, gguf, tokenizer, output, samples;
+  std::string dtype = "f32";
+  int64_t limit = 0;
+  int fewshot = -1;
+  uint64_t seed = 1234;
+  int threads = 0;
+  bool no_prefix_reuse = false;
+};
+
+int cli_eval_tasks(EvalTasksFlags& f);
+
+}  // namespace smelt
