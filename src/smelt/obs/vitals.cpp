@@ -390,6 +390,9 @@ json VitalsReport::to_json() const {
   json j = {{"run", run_dir}, {"state", state}, {"lines", lines}, {"bad_lines", bad_lines}, {"last_step", last_step}};
   j["signs"] = json::array();
   for (const auto& s : signs) j["signs"].push_back(s.to_json());
+  j["tasks"] = json::object();
+  for (const auto& t : tasks) j["tasks"][t.name] = t.to_json();
+  j["warnings"] = warnings;
   return j;
 }
 
@@ -422,6 +425,8 @@ std::string VitalsReport::text() const {
     }
     out += "\n";
   }
+  for (const auto& t : tasks) out += "  " + t.summary() + "\n";
+  for (const auto& w : warnings) out += "  warning: " + w + "\n";
   return out;
 }
 
@@ -442,6 +447,7 @@ Status vitals_check_run(const std::string& run_dir, VitalsReport& out, int64_t f
     if (!errors.empty()) return Status::error(fmt::format("{}: {}", cfg, errors.front()));
   }
   VitalsMonitor mon(c);
+  TaskTrends tasks;
   std::string line;
   while (std::getline(in, line)) {
     if (line.empty()) continue;
@@ -456,9 +462,14 @@ Status vitals_check_run(const std::string& run_dir, VitalsReport& out, int64_t f
     out.last_step = std::max(out.last_step, step);
     if (step <= from_step) continue;
     mon.observe(j);
+    tasks.observe(j);
   }
   out.signs = mon.signs();
   out.state = mon.worst();
+  out.tasks = tasks.trends();
+  for (const auto& t : out.tasks)
+    if (t.regressed()) out.warnings.push_back(t.warning());
+  if (!out.warnings.empty() && out.state == "ok") out.state = "warn";
   return Status::ok();
 }
 

@@ -13,6 +13,7 @@
 #include <toml++/toml.h>
 
 #include "smelt/common/status.hpp"
+#include "smelt/obs/task_trend.hpp"
 
 namespace smelt {
 
@@ -95,11 +96,15 @@ class VitalsMonitor {
 
 // A run folder's verdict: [health.vitals] from RUN/config.toml (defaults where absent), every line
 // of RUN/metrics.jsonl (a line that does not parse is skipped and counted), only steps above
-// from_step when given. The JSON: {"run", "state", "lines", "bad_lines", "last_step", "signs": [..]}.
+// from_step when given. The downstream tasks of its evaluation lines follow the signs; a task
+// that fell behind its best (TaskTrend::regressed) makes an ok run warn. The JSON: {"run",
+// "state", "lines", "bad_lines", "last_step", "signs": [..], "tasks": {NAME: ..}, "warnings": [..]}.
 struct VitalsReport {
   std::string run_dir, state = "ok";
   int64_t lines = 0, bad_lines = 0, last_step = -1;
   std::vector<VitalSign> signs;
+  std::vector<TaskTrend> tasks;       // in order of first appearance
+  std::vector<std::string> warnings;  // one per regressed task (TaskTrend::warning)
   nlohmann::json to_json() const;
   std::string text() const;  // a table a person reads
 };
