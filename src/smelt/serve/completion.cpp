@@ -21,6 +21,23 @@ size_t stop_prefix_tail(const std::string& held, const std::vector<std::string>&
       }
   return keep;
 }
+
+// ev.logprob = log-softmax(z)[ev.id] (the sum in double) and the k most likely entries, most likely
+// first (ties: the lower id).
+void score_logits(const float* z, int V, int k, TokenEvent& ev) {
+  float mx = z[0];
+  for (int i = 1; i < V; i++) mx = std::max(mx, z[i]);
+  double sum = 0;
+  for (int i = 0; i < V; i++) sum += std::exp((double)z[i] - mx);
+  const float lse = mx + (float)std::log(sum);
+  ev.logprob = z[ev.id] - lse;
+  if ((k = std::min(k, V)) <= 0) return;
+  std::vector<int32_t> idx(V);
+  for (int i = 0; i < V; i++) idx[i] = i;
+  std::partial_sort(idx.begin(), idx.begin() + k, idx.end(),
+                    [&](int32_t a, int32_t b) { return z[a] > z[b] || (z[a] == z[b] && a < b); });
+  for (int i = 0; i < k; i++) ev.top.push_back(TopLogprob{idx[i], z[idx[i]] - lse});
+}
 }  // namespace
 
 const char* finish_reason_name(FinishReason r) {
@@ -46,29 +63,23 @@ Status Completion::init(const GenRequest& r, const Tokenizer& tok, int V, int bu
   return sampler_.init(r.sampling, V);
 }
 
-int32_t Completion::sample(float* z) {
-  // Ids the tokenizer cannot decode (a vocabulary padded beyond the tokenizer's) are never chosen.
+// Ids the tokenizer cannot decode (a vocabulary padded beyond the tokenizer's) are never chosen.
+void Completion::mask_padding(float* z) const {
   for (int i = (int)tok_->vocab_size(); i < V_; i++) z[i] = -std::numeric_limits<float>::infinity();
+}
+
+int32_t Completion::sample(float* z) {
+  mask_padding(z);
   if (req_->repeat_penalty != 1.0f)
     apply_repeat_penalty(z, V_, history_.data(), (int)history_.size(), req_->repeat_penalty, req_->repeat_last_n);
   return sampler_.sample(z);
 }
 
-void Completion::score(const float* z, TokenEvent& ev) const {
-  const int V = V_;
-  float mx = z[0];
-  for (int i = 1; i < V; i++) mx = std::max(mx, z[i]);
-  double sum = 0;
-  for (int i = 0; i < V; i++) sum += std::exp((double)z[i] - mx);
-  const float lse = mx + (float)std::log(sum);
-  ev.logprob = z[ev.id] - lse;
-  if (const int k = std::min(req_->logprobs, V); k > 0) {
-    std::vector<int32_t> idx(V);
-    for (int i = 0; i < V; i++) idx[i] = i;
-    std::partial_sort(idx.begin(), idx.begin() + k, idx.end(),
-                      [&](int32_t a, int32_t b) { return z[a] > z[b] || (z[a] == z[b] && a < b); });
-    for (int i = 0; i < k; i++) ev.top.push_back(TopLogprob{idx[i], z[idx[i]] - lse});
-  }
+void Completion::score(const float* z, TokenEvent& ev) const { score_logits(z, V_, req_->logprobs, ev); }
+
+void Completion::score_prompt(float* z, TokenEvent& ev) const {
+  mask_padding(z);
+  score_logits(z, V_, req_->prompt_logprobs, ev);
 }
 
 bool Completion::is_end_of_document(int32_t id) const {

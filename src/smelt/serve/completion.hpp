@@ -41,6 +41,10 @@ const char* finish_reason_name(FinishReason r);
 
 struct GenResult {
   std::vector<int32_t> ids;  // generated ids (an end-of-document token that stopped it excluded)
+  // With GenRequest::prompt_logprobs >= 0: one event per prompt token read, in order (all of them
+  // unless the request was aborted first); [0] has logprob NaN and no top (nothing precedes it),
+  // [i] log p(prompt[i] | prompt[<i]) and its top entries; text is "" (the prompt is not output).
+  std::vector<TokenEvent> prompt_events;
   std::string text;          // their text, cut before a stop string that matched
   FinishReason finish = FinishReason::kLength;
   int prompt_tokens = 0, completion_tokens = 0;
@@ -50,10 +54,13 @@ struct GenResult {
 
 struct GenRequest {
   std::vector<int32_t> prompt;    // at least one token
-  int max_tokens = 16;            // >= 1
+  int max_tokens = 16;            // >= 1; 0 only with prompt_logprobs (score the prompt, generate nothing)
   SamplingConfig sampling;        // temperature 0: greedy
   std::vector<std::string> stop;  // stop strings (not included in the text)
   int logprobs = 0;               // top entries per token, 0..20
+  // The prompt's own log probabilities (GenResult::prompt_events): -1 off, else 0..20 top entries
+  // per prompt token. Every prompt row then wants its logits (scored as score_prompt says).
+  int prompt_logprobs = -1;
   bool ignore_eos = false;
   // llama.cpp's repeat penalty (apply_repeat_penalty) over the last repeat_last_n tokens, prompt
   // included; 1: off. Set by `smelt generate`; the HTTP API has no field for it.
@@ -70,13 +77,17 @@ class Completion {
  public:
   // r and tok are borrowed and must outlive it. V: the model's vocabulary (ids the tokenizer
   // cannot decode, from its vocab_size() up to V, are never chosen); budget: completion tokens at
-  // most (>= 1). Errors are the sampler's (an invalid r.sampling).
+  // most (>= 1; 0 for a request that only scores its prompt and never samples). Errors are the sampler's (an invalid r.sampling).
   Status init(const GenRequest& r, const Tokenizer& tok, int V, int budget);
   // The next token from logits z (V), which it changes (the padded ids masked, the repeat
   // penalty applied); the sampler advances.
   int32_t sample(float* z);
   // ev.logprob of ev.id and the request's `logprobs` most likely entries, from sample()'s z.
   void score(const float* z, TokenEvent& ev) const;
+  // ev.logprob of prompt token ev.id and the request's `prompt_logprobs` most likely entries, from
+  // the raw logits z (V) of the row before it, which it changes as sample() does (the padded ids
+  // masked; no penalty: the model's own distribution).
+  void score_prompt(float* z, TokenEvent& ev) const;
   // Whether id ends the completion as its end of document (never with ignore_eos).
   bool is_end_of_document(int32_t id) const;
   // Takes the sampled token ev.id: appends it (unless it is the end of document) and its text to
@@ -85,6 +96,8 @@ class Completion {
   bool accept(TokenEvent& ev, GenResult& res, FinishReason& why);
 
  private:
+  void mask_padding(float* z) const;
+
   const GenRequest* req_ = nullptr;
   const Tokenizer* tok_ = nullptr;
   int V_ = 0, budget_ = 0, count_ = 0;  // count_: tokens accepted into the completion

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <limits>
 
 #include <fmt/format.h>
 
@@ -73,7 +74,8 @@ std::string Engine::describe() const {
                      decoder_.bytes() / 1048576.0);
 }
 
-Admission Engine::submit(std::shared_ptr<GenRequest> r, std::string* why) {
+// The checks of one request that need no lock (everything but the queue's room).
+Admission Engine::check(const GenRequest* r, std::string* why) const {
   auto refuse = [&](Admission a, std::string msg) {
     if (why) *why = std::move(msg);
     return a;
@@ -84,24 +86,60 @@ Admission Engine::submit(std::shared_ptr<GenRequest> r, std::string* why) {
     if (r->prompt[i] < 0 || r->prompt[i] >= V)
       return refuse(Admission::kInvalid, fmt::format("prompt: token {} at position {} is outside the "
                                                      "vocabulary [0, {})", r->prompt[i], i, V));
-  if (r->max_tokens < 1) return refuse(Admission::kInvalid, fmt::format("max_tokens: {} (must be >= 1)", r->max_tokens));
+  if (r->prompt_logprobs < -1 || r->prompt_logprobs > 20)
+    return refuse(Admission::kInvalid, fmt::format("prompt_logprobs: {} (must be -1 (off) or in [0, 20])",
+                                                   r->prompt_logprobs));
+  if (r->max_tokens < (r->prompt_logprobs >= 0 ? 0 : 1))
+    return refuse(Admission::kInvalid, fmt::format("max_tokens: {} (must be >= 1; 0 only with prompt_logprobs, "
+                                                   "to score the prompt)", r->max_tokens));
   if (r->logprobs < 0 || r->logprobs > 20)
     return refuse(Admission::kInvalid, fmt::format("logprobs: {} (must be in [0, 20])", r->logprobs));
   if (Status s = sampling_config_validate(r->sampling); !s) return refuse(Admission::kInvalid, s.message());
-  if ((int)r->prompt.size() >= cfg_.ctx)
+  if (r->max_tokens == 0 && (int)r->prompt.size() > cfg_.ctx)
+    return refuse(Admission::kTooLong, fmt::format("the prompt is {} tokens; the context is {}", r->prompt.size(),
+                                                   cfg_.ctx));
+  if (r->max_tokens > 0 && (int)r->prompt.size() >= cfg_.ctx)
     return refuse(Admission::kTooLong, fmt::format("the prompt is {} tokens; the context is {} (prompt and "
                                                    "completion together), which leaves no room to generate",
                                                    r->prompt.size(), cfg_.ctx));
+  return Admission::kAccepted;
+}
+
+Admission Engine::submit(std::shared_ptr<GenRequest> r, std::string* why) {
+  std::vector<std::shared_ptr<GenRequest>> one;
+  one.push_back(std::move(r));
+  return submit_all(std::move(one), why);
+}
+
+Admission Engine::submit_all(std::vector<std::shared_ptr<GenRequest>> rs, std::string* why, int* which) {
+  if (rs.empty()) {
+    if (why) *why = "no request to queue";
+    return Admission::kInvalid;
+  }
+  for (size_t i = 0; i < rs.size(); i++)
+    if (Admission a = check(rs[i].get(), why); a != Admission::kAccepted) {
+      if (which) *which = (int)i;
+      return a;
+    }
   std::lock_guard<std::mutex> lock(mu_);
-  if (stopping_) return refuse(Admission::kStopping, "the server is shutting down");
+  if (stopping_) {
+    if (why) *why = "the server is shutting down";
+    return Admission::kStopping;
+  }
   int active = 0;
   for (const auto& s : seqs_) active += s != nullptr;
-  if (active + (int)queue_.size() >= cfg_.slots + cfg_.max_queue) {
+  if (active + queue_.size() + rs.size() > (size_t)(cfg_.slots + cfg_.max_queue)) {
     stats_.requests_rejected++;
-    return refuse(Admission::kQueueFull, fmt::format("all {} slots are busy and {} requests wait (--max-queue)",
-                                                     cfg_.slots, queue_.size()));
+    if (why)
+      *why = rs.size() == 1 ? fmt::format("all {} slots are busy and {} requests wait (--max-queue)", cfg_.slots,
+                                          queue_.size())
+                            : fmt::format("{} requests at once do not fit: {} of {} slots are busy and {} requests "
+                                          "wait (--max-queue {})", rs.size(), active, cfg_.slots, queue_.size(),
+                                          cfg_.max_queue);
+    return Admission::kQueueFull;
   }
-  queue_.emplace_back(std::move(r), now_s());
+  const double t = now_s();
+  for (auto& r : rs) queue_.emplace_back(std::move(r), t);
   cv_.notify_one();
   return Admission::kAccepted;
 }
@@ -139,6 +177,13 @@ bool Engine::admit_locked() {
     const int budget = std::min(seq->req->max_tokens, cfg_.ctx - (int)seq->req->prompt.size());
     seq->result.prompt_tokens = (int)seq->req->prompt.size();
     seq->result.queue_seconds = seq->t_admit - seq->t_submit;
+    if (seq->req->prompt_logprobs >= 0) {  // the first prompt token: nothing precedes it
+      seq->result.prompt_events.reserve(seq->req->prompt.size());
+      TokenEvent first;
+      first.id = seq->req->prompt[0];
+      first.logprob = std::numeric_limits<float>::quiet_NaN();
+      seq->result.prompt_events.push_back(std::move(first));
+    }
     if (Status s = seq->completion.init(*seq->req, *tok_, decoder_.config().vocab_size, budget); !s) continue;  // validated
     decoder_.clear(slot);
     seqs_[slot] = std::move(seq);
@@ -206,25 +251,28 @@ void Engine::loop() {
 }
 
 // The step's rows: every decoding sequence's last token, then prompt chunks of the sequences
-// still reading their prompts within the prefill budget. owners_ gets the sequence of each row
-// whose logits are wanted, in row order.
+// still reading their prompts within the prefill budget. uses_ gets each row whose logits are
+// wanted, in row order: a decoding row, a prompt's last row, and every prompt row of a sequence
+// that scores its prompt (at most slots + prefill_chunk rows in all, the logits buffer's rows).
 void Engine::plan_rows() {
   rows_.clear();
-  owners_.clear();
+  uses_.clear();
   for (auto& s : seqs_)
     if (s && s->next >= 0) {
       rows_.push_back(DecodeRow{s->slot, s->next, true});
-      owners_.push_back(s.get());
+      uses_.push_back(RowUse{s.get(), -1});
     }
   int budget = cfg_.prefill_chunk;
   for (auto& s : seqs_) {
     if (!s || s->next >= 0 || budget == 0) continue;
     const auto& p = s->req->prompt;
+    const bool scored = s->req->prompt_logprobs >= 0;
     const int k = (int)std::min<size_t>(budget, p.size() - s->fed);
     for (int i = 0; i < k; i++) {
-      const bool last = s->fed + i + 1 == p.size();
-      rows_.push_back(DecodeRow{s->slot, p[s->fed + i], last});
-      if (last) owners_.push_back(s.get());
+      const size_t at = s->fed + i;
+      const bool last = at + 1 == p.size();
+      rows_.push_back(DecodeRow{s->slot, p[at], last || scored});
+      if (last || scored) uses_.push_back(RowUse{s.get(), last ? -1 : (int)at + 1});
     }
     s->fed += k;
     budget -= k;
@@ -240,20 +288,31 @@ TokenEvent Engine::sample(Seq& s, float* z) {
   return ev;
 }
 
+// Prompt token pos of s scored from the logits z (V) of the row before it.
+void Engine::score_prompt(Seq& s, int pos, float* z) {
+  TokenEvent ev;
+  ev.id = s.req->prompt[pos];
+  s.completion.score_prompt(z, ev);
+  s.result.prompt_events.push_back(std::move(ev));
+}
+
+// The prompt's last row has run: its stats, counted before any callback (a request's on_done sees
+// stats that include it). first_token: a token follows now (else the request only scored it).
+void Engine::prompt_read(Seq& s, double t, bool first_token) {
+  std::lock_guard<std::mutex> lock(mu_);
+  s.result.ttft_seconds = t - s.t_submit;
+  stats_.prompt_tokens += s.req->prompt.size();
+  if (first_token) stats_.ttft.observe(s.result.ttft_seconds);
+}
+
 // Hands one sampled token to its request: stats, the text that became final (held back while it
 // may start a stop string), the callbacks, and the end of the request when it came.
 void Engine::deliver(Seq& s, TokenEvent ev, double t) {
   const bool is_eod = s.completion.is_end_of_document(ev.id);
+  if (s.next < 0) prompt_read(s, t, true);  // the prompt's last row: the first token
   {
-    // Counted before any callback: a request's on_done sees stats that include it.
     std::lock_guard<std::mutex> lock(mu_);
-    if (s.next < 0) {  // the prompt's last row: the first token
-      s.result.ttft_seconds = t - s.t_submit;
-      stats_.prompt_tokens += s.req->prompt.size();
-      stats_.ttft.observe(s.result.ttft_seconds);
-    } else {
-      stats_.token_latency.observe(t - s.t_last);
-    }
+    if (s.next >= 0) stats_.token_latency.observe(t - s.t_last);
     stats_.generated_tokens += !is_eod;
   }
   s.t_last = t;
@@ -273,14 +332,24 @@ void Engine::run_step() {
   plan_rows();
   if (Status st = decoder_.step(rows_.data(), (int)rows_.size(), logits_.data()); !st) {
     // Checked at admission; a failure here is a bug. End every sequence of the step rather than loop.
-    for (Seq* s : owners_) finish(*s, FinishReason::kAborted);
+    for (const DecodeRow& row : rows_)
+      if (seqs_[row.slot]) finish(*seqs_[row.slot], FinishReason::kAborted);
     return;
   }
   const double t = now_s();
   const size_t V = decoder_.config().vocab_size;
-  for (size_t r = 0; r < owners_.size(); r++) {
-    Seq& s = *owners_[r];
-    deliver(s, sample(s, logits_.data() + r * V), t);
+  // A sequence's rows come in order and its last use is its last row: finish() only after it.
+  for (size_t r = 0; r < uses_.size(); r++) {
+    Seq& s = *uses_[r].seq;
+    float* z = logits_.data() + r * V;
+    if (uses_[r].scores >= 0) {
+      score_prompt(s, uses_[r].scores, z);
+    } else if (s.req->max_tokens == 0) {  // scored only: it ends once its prompt is read
+      prompt_read(s, t, false);
+      finish(s, FinishReason::kLength);
+    } else {
+      deliver(s, sample(s, z), t);
+    }
   }
   std::lock_guard<std::mutex> lock(mu_);
   stats_.steps++;

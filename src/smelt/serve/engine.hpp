@@ -3,8 +3,10 @@
 // Each step takes one row from every decoding sequence plus up to prefill_chunk prompt tokens of
 // sequences still reading their prompts, runs them through the model together, samples each
 // sequence's next token with its own seeded sampler, and hands the tokens to the requests'
-// callbacks as whole UTF-8 text (a Completion per sequence, completion.hpp). Requests that arrive while others decode join at the next step;
-// a finished or cancelled one frees its slot at once. Not HTTP (http_server.hpp), not the
+// callbacks as whole UTF-8 text (a Completion per sequence, completion.hpp). Requests that arrive
+// while others decode join at the next step; a finished or cancelled one frees its slot at once.
+// A request with prompt_logprobs also gets its prompt scored: every prompt row then wants logits,
+// and row i's give log p(prompt[i+1] | prompt[<=i]) (GenResult::prompt_events). Not HTTP (http_server.hpp), not the
 // OpenAI JSON (openai_api.hpp).
 #pragma once
 #include <atomic>
@@ -64,10 +66,15 @@ class Engine {
   // Takes the model (params in param_layout(c) order) and the tokenizer; plans the decoder;
   // starts the scheduler thread.
   Status start(const ModelConfig& c, std::vector<float> params, const Tokenizer& tok, const EngineConfig& ec);
-  // Queues a request. kTooLong: prompt alone does not fit the context (why says by how much);
-  // kInvalid: empty prompt, ids outside the vocabulary, bad max_tokens/logprobs/sampling (why
-  // names the field). On kAccepted the callbacks will run; otherwise they never do.
+  // Queues a request. kTooLong: prompt alone does not fit the context (why says by how much; a
+  // request with max_tokens 0 may fill it); kInvalid: empty prompt, ids outside the vocabulary,
+  // bad max_tokens/logprobs/prompt_logprobs/sampling (why names the field). On kAccepted the
+  // callbacks will run; otherwise they never do.
   Admission submit(std::shared_ptr<GenRequest> r, std::string* why = nullptr);
+  // Queues all of rs or none (one HTTP request with several prompts): each is checked as by
+  // submit (a refusal sets *which to the first bad one's index), then kQueueFull unless the free
+  // slots and the queue can take them all at once. Accepted, they queue in order, back to back.
+  Admission submit_all(std::vector<std::shared_ptr<GenRequest>> rs, std::string* why = nullptr, int* which = nullptr);
   // Stops accepting; lets the sequences in flight and in the queue finish for up to grace_seconds,
   // then ends the rest with kAborted; joins the scheduler. Idempotent.
   void shutdown(double grace_seconds = 30);
@@ -81,11 +88,20 @@ class Engine {
 
  private:
   struct Seq;
+  // A row of the step whose logits are wanted: its sequence, and the prompt position those logits
+  // score (-1: they give the sequence's next token).
+  struct RowUse {
+    Seq* seq;
+    int scores;
+  };
+  Admission check(const GenRequest* r, std::string* why) const;
   void loop();
   bool admit_locked();
   void plan_rows();
   TokenEvent sample(Seq& s, float* z);
   void deliver(Seq& s, TokenEvent ev, double t);
+  void score_prompt(Seq& s, int pos, float* z);
+  void prompt_read(Seq& s, double t, bool first_token);
   void run_step();
   void finish(Seq& s, FinishReason r);
 
@@ -103,7 +119,7 @@ class Engine {
   EngineStats stats_;
   std::vector<float> logits_;
   std::vector<DecodeRow> rows_;
-  std::vector<Seq*> owners_;  // the sequence of each row with logits, in row order
+  std::vector<RowUse> uses_;  // each row with logits, in row order (at most max_rows: logits_ holds them all)
 };
 
 }  // namespace smelt
