@@ -1,6 +1,8 @@
 // The OpenAI JSON layer (serve/openai_api.hpp): every bad field gives a 400 (404 for an unknown
 // model) whose error object names that field; good bodies become the generation request the
-// fields say; responses and chunks have the shapes the OpenAI clients read.
+// fields say; responses and chunks have the shapes the OpenAI clients read; prompt lists give one
+// generation and one choice per prompt; echo with logprobs puts the prompt's tokens first.
+#include <cmath>
 #include <string>
 #include <vector>
 
@@ -67,11 +69,9 @@ TEST(OpenaiApi, EachBadCompletionFieldIsNamed) {
   expect_bad(C, R"({})", "prompt");
   expect_bad(C, R"({"prompt": 5})", "prompt");
   expect_bad(C, R"({"prompt": []})", "prompt");
-  expect_bad(C, R"({"prompt": ["a", "b"]})", "prompt");
   expect_bad(C, R"({"prompt": [1, 300]})", "prompt");
   expect_bad(C, R"({"prompt": [1, -1]})", "prompt");
   expect_bad(C, R"({"prompt": [1, "x"]})", "prompt");
-  expect_bad(C, R"({"prompt": [[1, 2], [3]]})", "prompt");
   expect_bad(C, R"({"prompt": "a", "model": "gpt-4"})", "model", 404);
   expect_bad(C, R"({"prompt": "a", "model": 3})", "model");
   expect_bad(C, R"({"prompt": "a", "max_tokens": 0})", "max_tokens");
@@ -99,13 +99,85 @@ TEST(OpenaiApi, EachBadCompletionFieldIsNamed) {
   expect_bad(C, R"({"prompt": "a", "logprobs": 21})", "logprobs");
   expect_bad(C, R"({"prompt": "a", "logprobs": true})", "logprobs");
   expect_bad(C, R"({"prompt": "a", "echo": 1})", "echo");
-  expect_bad(C, R"({"prompt": "a", "echo": true, "logprobs": 2})", "echo");
+  expect_bad(C, R"({"prompt": "a", "max_tokens": 0, "echo": false})", "max_tokens");
+  expect_bad(C, R"({"prompt": ["a", "b"], "stream": true})", "stream");
+  expect_bad(C, R"({"prompt": "a", "stream": true, "echo": true, "logprobs": 1})", "stream");
   expect_bad(C, R"({"prompt": "a", "n": 2})", "n");
   expect_bad(C, R"({"prompt": "a", "best_of": 3})", "best_of");
   expect_bad(C, R"({"prompt": "a", "presence_penalty": 2.5})", "presence_penalty");
   expect_bad(C, R"({"prompt": "a", "frequency_penalty": -2.01})", "frequency_penalty");
   expect_bad(C, R"({"prompt": "a", "frequency_penalty": "high"})", "frequency_penalty");
   expect_bad(C, R"({"prompt": "a", "logit_bias": {"5": 1}})", "logit_bias");
+}
+
+TEST(OpenaiApi, PromptListErrorsNameTheElement) {
+  struct Case {
+    const char* body;
+    const char* names;
+  };
+  for (const Case& c : {Case{R"({"prompt": ["a", 5]})", "prompt[1]"}, Case{R"({"prompt": [[1, 2], []]})", "prompt[1]"},
+                        Case{R"({"prompt": [[1], [2], [3, 300]]})", "prompt[2][1]"},
+                        Case{R"({"prompt": [[1], ["x"]]})", "prompt[1][0]"}, Case{R"({"prompt": ["a", null]})", "prompt[1]"}}) {
+    ApiError e = parse_err(C, c.body);
+    EXPECT_EQ(e.param, "prompt") << c.body;
+    EXPECT_NE(e.message.find(c.names), std::string::npos) << c.body << ": " << e.message;
+  }
+  // the list's length is capped (ApiContext::max_prompts: the server's slots + queue)
+  ApiContext small = kCtx;
+  small.max_prompts = 2;
+  ApiRequest r;
+  ApiError e;
+  EXPECT_FALSE(api_parse_request(C, R"({"prompt": ["a", "b", "c"]})", small, r, e));
+  EXPECT_EQ(e.param, "prompt");
+  EXPECT_NE(e.message.find("3 prompts; at most 2"), std::string::npos) << e.message;
+  EXPECT_TRUE(api_parse_request(C, R"({"prompt": ["a", "b"]})", small, r, e)) << e.message;
+  // an element too long for the context is named too
+  Tokenizer tok = byte_tokenizer();
+  ChatTemplate tmpl = chat_template_for(tok);
+  ASSERT_TRUE(api_parse_request(C, json{{"prompt", {"a", "b", std::string(64, 'c')}}}.dump(), kCtx, r, e));
+  std::vector<GenRequest> gens;
+  EXPECT_FALSE(api_build_generations(r, tok, tmpl, kCtx, gens, e));
+  EXPECT_EQ(e.param, "prompt");
+  EXPECT_EQ(e.code, "context_length_exceeded");
+  EXPECT_NE(e.message.find("prompt[2] is 64 tokens"), std::string::npos) << e.message;
+}
+
+TEST(OpenaiApi, PromptListsGiveOneGenerationPerPrompt) {
+  Tokenizer tok = byte_tokenizer();
+  ChatTemplate tmpl = chat_template_for(tok);
+  ApiRequest r;
+  ApiError e;
+  std::vector<GenRequest> gens;
+  // the harness's log-likelihood request: token arrays, echo, logprobs 1, max_tokens 1
+  ASSERT_TRUE(api_parse_request(C, R"({"model": "tiny", "prompt": [[5, 6, 7], [5, 6, 8, 9], [5]], "temperature": 0,
+      "max_tokens": 1, "logprobs": 1, "seed": 1234, "echo": true})", kCtx, r, e)) << e.message;
+  ASSERT_TRUE(api_build_generations(r, tok, tmpl, kCtx, gens, e)) << e.message;
+  ASSERT_EQ(gens.size(), 3u);
+  EXPECT_EQ(gens[1].prompt, (std::vector<int32_t>{5, 6, 8, 9}));
+  for (const GenRequest& g : gens) {
+    EXPECT_EQ(g.max_tokens, 1);
+    EXPECT_EQ(g.prompt_logprobs, 1);
+    EXPECT_EQ(g.logprobs, 1);
+    EXPECT_EQ(g.sampling.seed, 1234u);
+  }
+  // strings, one of them empty (the end-of-document token); echo with max_tokens 0 scores only
+  ASSERT_TRUE(api_parse_request(C, R"({"prompt": ["ab", "", "c"], "max_tokens": 0, "echo": true, "logprobs": 0})",
+                                kCtx, r, e)) << e.message;
+  EXPECT_TRUE(r.score_only);
+  ASSERT_TRUE(api_build_generations(r, tok, tmpl, kCtx, gens, e)) << e.message;
+  ASSERT_EQ(gens.size(), 3u);
+  EXPECT_EQ(gens[0].prompt, (std::vector<int32_t>{'a', 'b'}));
+  EXPECT_EQ(gens[1].prompt, (std::vector<int32_t>{256}));
+  EXPECT_EQ(gens[2].max_tokens, 0);
+  EXPECT_EQ(gens[2].prompt_logprobs, 0);
+  // scoring only, a prompt may fill the context; generating, it may not
+  ASSERT_TRUE(api_parse_request(C, json{{"prompt", std::string(64, 'a')}, {"max_tokens", 0}, {"echo", true}}.dump(),
+                                kCtx, r, e));
+  EXPECT_TRUE(api_build_generations(r, tok, tmpl, kCtx, gens, e)) << e.message;
+  // no echo: no prompt scoring
+  ASSERT_TRUE(api_parse_request(C, R"({"prompt": "a", "logprobs": 2})", kCtx, r, e));
+  ASSERT_TRUE(api_build_generations(r, tok, tmpl, kCtx, gens, e));
+  EXPECT_EQ(gens[0].prompt_logprobs, -1);
 }
 
 TEST(OpenaiApi, EachBadChatFieldIsNamed) {
@@ -288,6 +360,91 @@ TEST(OpenaiApi, ResponsesHaveTheOpenAiShape) {
   EXPECT_EQ(c0["bytes"], (std::vector<int>{'x'}));
   EXPECT_EQ(c0["top_logprobs"].size(), 2u);
   EXPECT_EQ(c0["top_logprobs"][1]["token"], "z");
+}
+
+// A prompt's scored events as the engine gives them: [0] without a log probability.
+std::vector<TokenEvent> scored_prompt(const std::string& p) {
+  std::vector<TokenEvent> evs;
+  for (size_t i = 0; i < p.size(); i++) {
+    TokenEvent ev = event((unsigned char)p[i], -1.0f - (float)i, "");
+    if (i == 0) {
+      ev.logprob = std::nanf("");
+      ev.top.clear();
+    }
+    evs.push_back(ev);
+  }
+  return evs;
+}
+
+ApiChoice choice_of(const std::string& prompt, const std::string& gen, FinishReason finish) {
+  ApiChoice c;
+  for (unsigned char ch : prompt) c.prompt.push_back(ch);
+  c.result.prompt_events = scored_prompt(prompt);
+  c.result.prompt_tokens = (int)prompt.size();
+  for (char ch : gen) {
+    c.events.push_back(event(ch, -0.5f, std::string(1, ch)));
+    c.result.ids.push_back(ch);
+  }
+  c.result.text = gen;
+  c.result.completion_tokens = (int)gen.size();
+  c.result.finish = finish;
+  return c;
+}
+
+TEST(OpenaiApi, EchoWithLogprobsPutsThePromptTokensFirst) {
+  Tokenizer tok = byte_tokenizer();
+  ApiRequest r;
+  ApiError e;
+  ASSERT_TRUE(api_parse_request(C, R"({"prompt": [[97, 98, 99], [100, 101]], "echo": true, "logprobs": 1,
+      "max_tokens": 1})", kCtx, r, e)) << e.message;
+  std::vector<ApiChoice> cs = {choice_of("abc", "x", FinishReason::kLength), choice_of("de", "y", FinishReason::kStop)};
+  json j = api_response(r, api_meta_new(C, "tiny"), cs, tok);
+  ASSERT_EQ(j["choices"].size(), 2u);
+  for (int i = 0; i < 2; i++) EXPECT_EQ(j["choices"][i]["index"], i);
+  const json& c0 = j["choices"][0];
+  EXPECT_EQ(c0["text"], "abcx");
+  EXPECT_EQ(c0["finish_reason"], "length");
+  EXPECT_EQ(j["choices"][1]["text"], "dey");
+  EXPECT_EQ(j["choices"][1]["finish_reason"], "stop");
+  const json& lp = c0["logprobs"];
+  EXPECT_EQ(lp["tokens"], (std::vector<std::string>{"a", "b", "c", "x"}));
+  ASSERT_EQ(lp["token_logprobs"].size(), 4u);
+  EXPECT_TRUE(lp["token_logprobs"][0].is_null());
+  EXPECT_EQ(lp["token_logprobs"][1], -2.0);
+  EXPECT_EQ(lp["token_logprobs"][2], -3.0);
+  EXPECT_EQ(lp["token_logprobs"][3], -0.5);
+  ASSERT_EQ(lp["top_logprobs"].size(), 4u);
+  EXPECT_TRUE(lp["top_logprobs"][0].is_null());
+  for (int i = 1; i < 4; i++) EXPECT_EQ(lp["top_logprobs"][i].size(), 1u) << i;  // logprobs 1
+  EXPECT_EQ(lp["top_logprobs"][1], (json{{"b", -2.0}}));
+  EXPECT_EQ(lp["text_offset"], (std::vector<int>{0, 1, 2, 3}));
+  // the harness's reading: sum(token_logprobs[ctxlen:-1]), greedy when each equals its top's max
+  double sum = 0;
+  for (int i = 1; i < 3; i++) sum += lp["token_logprobs"][i].get<double>();
+  EXPECT_EQ(sum, -5.0);
+  EXPECT_EQ(j["usage"], (json{{"prompt_tokens", 5}, {"completion_tokens", 2}, {"total_tokens", 7}}));
+
+  // logprobs 2: two top entries per prompt token; max_tokens 0: the prompt alone
+  ASSERT_TRUE(api_parse_request(C, R"({"prompt": "abc", "echo": true, "logprobs": 2, "max_tokens": 0,
+      "return_token_ids": true})", kCtx, r, e)) << e.message;
+  j = api_response(r, api_meta_new(C, "tiny"), {choice_of("abc", "", FinishReason::kLength)}, tok);
+  const json& only = j["choices"][0];
+  EXPECT_EQ(only["text"], "abc");
+  EXPECT_EQ(only["finish_reason"], "length");
+  EXPECT_EQ(only["logprobs"]["tokens"].size(), 3u);
+  EXPECT_EQ(only["logprobs"]["top_logprobs"][2].size(), 2u);
+  EXPECT_EQ(only["token_ids"], json::array());
+  EXPECT_EQ(only["prompt_token_ids"], (std::vector<int>{'a', 'b', 'c'}));
+  EXPECT_EQ(j["prompt_token_ids"], (std::vector<int>{'a', 'b', 'c'}));
+  EXPECT_EQ(j["usage"]["completion_tokens"], 0);
+  EXPECT_TRUE(json::accept(api_dump(j)));
+
+  // a character over three byte tokens: offsets count the bytes made final before each token
+  ASSERT_TRUE(api_parse_request(C, R"({"prompt": "a", "echo": true, "logprobs": 0})", kCtx, r, e));
+  ApiChoice split = choice_of("\xE4\xB8\xADz", "", FinishReason::kLength);
+  j = api_response(r, api_meta_new(C, "tiny"), {split}, tok);
+  EXPECT_EQ(j["choices"][0]["logprobs"]["text_offset"], (std::vector<int>{0, 0, 0, 3}));
+  EXPECT_EQ(j["choices"][0]["logprobs"]["top_logprobs"][1], json::object()) << "logprobs 0: no top entries";
 }
 
 TEST(OpenaiApi, StreamingChunks) {

@@ -6,6 +6,7 @@
 // on_token returns false, which frees the slot.
 #include "smelt/serve/http_server.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <deque>
@@ -19,18 +20,18 @@ namespace smelt {
 
 using json = nlohmann::json;
 
-// One completion request as the engine's callbacks and the connection thread share it.
+// One completion request as the engine's callbacks and the connection thread share it: one
+// engine request per prompt (a list gives several; a stream has one).
 struct HttpServer::Job {
   std::mutex mu;
   std::condition_variable cv;
   std::deque<TokenEvent> pending;  // stream: events not yet written
-  std::vector<TokenEvent> events;  // every event (JSON responses and logprobs)
-  bool done = false;
-  GenResult result;
+  std::vector<ApiChoice> choices;  // [prompt] its ids, every event it handed out, its result
+  int running = 0;                 // prompts whose on_done has not run
+  bool done = false;               // every prompt's on_done has run
   std::atomic<bool> cancelled{false};
   ApiRequest req;
   ApiMeta meta;
-  std::vector<int32_t> prompt;
 };
 
 namespace {
@@ -107,6 +108,8 @@ bool HttpServer::ready(Engine* engine, const std::string& model_name) {
   api_.model_name = model_name;
   api_.ctx = engine->ctx() > 0 ? engine->ctx() : engine->model().max_seq_len;
   api_.vocab_size = engine->model().vocab_size;
+  // a prompt list is admitted whole: more than the slots and the queue hold could never run
+  api_.max_prompts = std::min(kApiMaxPrompts, engine->config().slots + engine->config().max_queue);
   tmpl_ = chat_template_for(engine->tokenizer());
   engine_.store(engine);
   return true;
@@ -280,72 +283,89 @@ void HttpServer::detokenize(const Req& q, Res& s) {
   send_json(s, 200, {{"content", text}});
 }
 
+// Prompt i's callbacks, on the engine's scheduler thread: push and notify only. The engine hands
+// the end-of-document token that stops a request to on_token too (with the text it held back), but
+// it is not a completion token (not in ids or completion_tokens): it is left out here, and its
+// text reaches the client from GenResult.text with the last chunk.
+void HttpServer::attach(const std::shared_ptr<Job>& job, size_t i, GenRequest& gen, int32_t eod) {
+  std::weak_ptr<Job> weak = job;
+  const int32_t stop_id = gen.ignore_eos ? -1 : eod;
+  gen.on_token = [weak, i, stop_id](const TokenEvent& ev) {
+    auto j = weak.lock();
+    if (!j || j->cancelled.load()) return false;
+    if (ev.id == stop_id) return true;
+    std::lock_guard<std::mutex> lk(j->mu);
+    if (j->req.stream) j->pending.push_back(ev);
+    j->choices[i].events.push_back(ev);
+    j->cv.notify_all();
+    return true;
+  };
+  gen.on_done = [weak, i, this](const GenResult& r) {
+    counters_.finished(r.finish);
+    auto j = weak.lock();
+    if (!j) return;
+    std::lock_guard<std::mutex> lk(j->mu);
+    j->choices[i].result = r;
+    j->done = --j->running == 0;
+    j->cv.notify_all();
+  };
+}
+
+// The answer to a request the engine refused; which: the refused prompt of a list (-1: none).
+void HttpServer::refused(Admission a, const std::string& why, const ApiRequest& req, int which, Res& s) {
+  counters_.rejected(a);
+  const char* param = req.route == ApiRoute::kChat ? "messages" : "prompt";
+  const std::string msg = req.prompt_is_list && which >= 0 ? fmt::format("prompt[{}]: {}", which, why) : why;
+  switch (a) {
+    case Admission::kQueueFull:
+      send_error(s, error_of(429, why.empty() ? "every slot is busy and the queue is full; retry later" : why,
+                             "rate_limit_error", "queue_full"));
+      s.set_header("Retry-After", std::to_string(cfg_.retry_after_s));
+      return;
+    case Admission::kTooLong:
+      return send_error(s, error_of(400, msg, "invalid_request_error", "context_length_exceeded", param));
+    case Admission::kStopping:
+      return send_error(s, error_of(503, "the server is shutting down", "unavailable_error", "shutting_down"));
+    default:
+      return send_error(s, error_of(400, msg, "invalid_request_error", "invalid_value"));
+  }
+}
+
 void HttpServer::completion(ApiRoute route, const Req& q, Res& s) {
   if (unavailable(s)) return;
   Engine* engine = engine_.load();
   auto job = std::make_shared<Job>();
   ApiError err;
   if (!api_parse_request(route, q.body, api_, job->req, err)) return send_error(s, err);
-  auto gen = std::make_shared<GenRequest>();
-  if (!api_build_generation(job->req, engine->tokenizer(), tmpl_, api_, *gen, err)) return send_error(s, err);
-  job->prompt = gen->prompt;
+  std::vector<GenRequest> gens;
+  if (!api_build_generations(job->req, engine->tokenizer(), tmpl_, api_, gens, err)) return send_error(s, err);
   job->meta = api_meta_new(route, model_name_);
-  // the engine's scheduler thread: push and notify only
-  std::weak_ptr<Job> weak = job;
-  // The engine hands the end-of-document token that stops a request to on_token too (with the
-  // text it held back), but it is not a completion token (not in ids or completion_tokens): it is
-  // left out here, and its text reaches the client from GenResult.text with the last chunk.
+  job->choices.resize(gens.size());
+  job->running = (int)gens.size();
   const auto eod = engine->tokenizer().eod_id();
-  const int32_t stop_id = eod && !gen->ignore_eos ? (int32_t)*eod : -1;
-  gen->on_token = [weak, stop_id](const TokenEvent& ev) {
-    auto j = weak.lock();
-    if (!j || j->cancelled.load()) return false;
-    if (ev.id == stop_id) return true;
-    std::lock_guard<std::mutex> lk(j->mu);
-    if (j->req.stream) j->pending.push_back(ev);
-    j->events.push_back(ev);
-    j->cv.notify_all();
-    return true;
-  };
-  gen->on_done = [weak, this](const GenResult& r) {
-    counters_.finished(r.finish);
-    auto j = weak.lock();
-    if (!j) return;
-    std::lock_guard<std::mutex> lk(j->mu);
-    j->result = r;
-    j->done = true;
-    j->cv.notify_all();
-  };
+  std::vector<std::shared_ptr<GenRequest>> subs;
+  for (size_t i = 0; i < gens.size(); i++) {
+    job->choices[i].prompt = gens[i].prompt;
+    subs.push_back(std::make_shared<GenRequest>(std::move(gens[i])));
+    attach(job, i, *subs.back(), eod ? (int32_t)*eod : -1);
+  }
   {
     std::lock_guard<std::mutex> lk(mu_);
     in_flight_++;
   }
   std::string why;
-  const Admission a = engine->submit(gen, &why);
-  if (a != Admission::kAccepted) {
+  int which = -1;
+  // all the prompts or none: a list is never half run
+  if (const Admission a = engine->submit_all(std::move(subs), &why, &which); a != Admission::kAccepted) {
     request_ended();
-    counters_.rejected(a);
-    const char* param = route == ApiRoute::kChat ? "messages" : "prompt";
-    switch (a) {
-      case Admission::kQueueFull:
-        send_error(s, error_of(429, why.empty() ? "every slot is busy and the queue is full; retry later" : why,
-                               "rate_limit_error", "queue_full"));
-        s.set_header("Retry-After", std::to_string(cfg_.retry_after_s));
-        return;
-      case Admission::kTooLong:
-        return send_error(s, error_of(400, why, "invalid_request_error", "context_length_exceeded", param));
-      case Admission::kStopping:
-        return send_error(s, error_of(503, "the server is shutting down", "unavailable_error", "shutting_down"));
-      default:
-        return send_error(s, error_of(400, why, "invalid_request_error", "invalid_value"));
-    }
+    return refused(a, why, job->req, which, s);
   }
   if (job->req.stream) return stream(job, s);
   {
     std::unique_lock<std::mutex> lk(job->mu);
     job->cv.wait(lk, [&] { return job->done; });
   }
-  send_json(s, 200, api_response(job->req, job->meta, job->result, job->events, job->prompt, engine->tokenizer()));
+  send_json(s, 200, api_response(job->req, job->meta, job->choices, engine->tokenizer()));
   request_ended();
 }
 
@@ -374,7 +394,8 @@ void HttpServer::stream(std::shared_ptr<Job> job, Res& s) {
           st->first = false;
           std::string echo;
           if (r.echo) {
-            std::vector<uint32_t> ids(job->prompt.begin(), job->prompt.end());
+            const std::vector<int32_t>& prompt = job->choices[0].prompt;
+            std::vector<uint32_t> ids(prompt.begin(), prompt.end());
             tok->decode(ids.data(), ids.size(), echo);
           }
           if (r.route == ApiRoute::kChat || !echo.empty()) {
@@ -395,7 +416,7 @@ void HttpServer::stream(std::shared_ptr<Job> job, Res& s) {
           st->sent += ev.text;
         }
         if (done) {
-          const GenResult& res = job->result;
+          const GenResult& res = job->choices[0].result;
           // the text the engine held back (a possible stop string that was not one, the end of
           // an unfinished character) comes with the last chunk
           std::string tail;

@@ -65,6 +65,8 @@ class HttpServer {
   void routes();
   bool authorized(const Req& q, Res& s) const;
   void completion(ApiRoute route, const Req& q, Res& s);
+  void attach(const std::shared_ptr<Job>& job, size_t i, GenRequest& gen, int32_t eod);
+  void refused(Admission a, const std::string& why, const ApiRequest& req, int which, Res& s);
   void stream(std::shared_ptr<Job> job, Res& s);
   void tokenize(const Req& q, Res& s);
   void detokenize(const Req& q, Res& s);

@@ -12,6 +12,8 @@
 
 #include <fmt/format.h>
 
+#include "smelt/serve/text_stream.hpp"
+
 namespace smelt {
 
 using json = nlohmann::json;
@@ -157,11 +159,31 @@ bool parse_ids(const json& arr, const std::string& param, int vocab, std::vector
   return true;
 }
 
+// One entry of a `prompt` list: a string or a non-empty array of token ids.
+bool parse_list_prompt(const json& v, size_t i, const ApiContext& ctx, ApiPrompt& out, ApiError& err) {
+  const std::string p = fmt::format("prompt[{}]", i);
+  if (v.is_string()) {
+    out.text = v.get<std::string>();
+    return true;
+  }
+  if (!v.is_array()) {
+    err = wrong_type(p, "a string or an array of token ids", v);
+  } else if (v.empty()) {
+    err = bad("prompt", fmt::format("'{}' is an empty array", p));
+  } else {
+    out.is_ids = true;
+    if (parse_ids(v, p, ctx.vocab_size, out.ids, err)) return true;
+  }
+  err.param = "prompt";
+  return false;
+}
+
 bool parse_prompt(const json& body, const ApiContext& ctx, ApiRequest& r, ApiError& err) {
-  const json* p = required(body, "prompt", "a string, an array of token ids, or an array of one of either", err);
+  const json* p = required(body, "prompt", "a string, an array of token ids, or an array of either", err);
   if (!p) return false;
+  r.prompts.assign(1, ApiPrompt{});
   if (p->is_string()) {
-    r.prompt = p->get<std::string>();
+    r.prompts[0].text = p->get<std::string>();
     return true;
   }
   if (!p->is_array()) {
@@ -173,32 +195,23 @@ bool parse_prompt(const json& body, const ApiContext& ctx, ApiRequest& r, ApiErr
     return false;
   }
   const json& first = (*p)[0];
-  if (first.is_string() || first.is_array()) {  // a batch of prompts: only one is served (n = 1)
-    if (p->size() != 1) {
-      err = bad("prompt", fmt::format("'prompt' holds {} prompts; this server completes one prompt per "
-                                      "request (send them as separate requests)", p->size()));
-      return false;
-    }
-    if (first.is_string()) {
-      r.prompt = first.get<std::string>();
-      return true;
-    }
-    if (first.empty()) {
-      err = bad("prompt", "'prompt[0]' is an empty array");
-      return false;
-    }
-    r.prompt_is_ids = true;
-    if (!parse_ids(first, "prompt[0]", ctx.vocab_size, r.prompt_ids, err)) {
-      err.param = "prompt";
-      return false;
-    }
-    return true;
-  }
-  r.prompt_is_ids = true;
-  if (!parse_ids(*p, "prompt", ctx.vocab_size, r.prompt_ids, err)) {
+  if (!first.is_string() && !first.is_array()) {  // one prompt of token ids
+    r.prompts[0].is_ids = true;
+    if (parse_ids(*p, "prompt", ctx.vocab_size, r.prompts[0].ids, err)) return true;
     err.param = "prompt";
     return false;
   }
+  // a list of prompts: one choice each
+  if ((int)p->size() > ctx.max_prompts) {
+    err = bad("prompt", fmt::format("'prompt' holds {} prompts; at most {} per request (the server's --slots + "
+                                    "--max-queue, at most {}): send fewer per request", p->size(), ctx.max_prompts,
+                                    kApiMaxPrompts));
+    return false;
+  }
+  r.prompt_is_list = true;
+  r.prompts.assign(p->size(), ApiPrompt{});
+  for (size_t i = 0; i < p->size(); i++)
+    if (!parse_list_prompt((*p)[i], i, ctx, r.prompts[i], err)) return false;
   return true;
 }
 
@@ -385,18 +398,29 @@ bool parse_common(const json& body, const ApiContext& ctx, ApiRequest& r, ApiErr
       !read_field<bool>(body, "ignore_eos", r.ignore_eos, err) ||
       !read_field<bool>(body, "return_token_ids", r.return_token_ids, err))
     return false;
-  // max_tokens (chat: max_completion_tokens first, as OpenAI; when given, max_tokens is not read)
-  const Range<int64_t> tokens{1, ctx.ctx, fmt::format("want 1..{} (the context, prompt included)", ctx.ctx)};
-  if (r.route == ApiRoute::kChat && !read_field(body, "max_completion_tokens", tokens, r.max_tokens, err)) return false;
+  // max_tokens (chat: max_completion_tokens first, as OpenAI; when given, max_tokens is not read).
+  // Completions take 0 too, with echo (checked with echo, in parse_completion_fields).
+  const bool chat = r.route == ApiRoute::kChat;
+  const Range<int64_t> tokens{chat ? 1 : 0, ctx.ctx,
+                              fmt::format("want 1..{} (the context, prompt included){}", ctx.ctx,
+                                          chat ? "" : ", or 0 with 'echo' to score the prompt only")};
+  if (chat && !read_field(body, "max_completion_tokens", tokens, r.max_tokens, err)) return false;
   if (r.max_tokens > 0) {
     r.max_tokens_param = "max_completion_tokens";
     return true;
   }
-  return read_field(body, "max_tokens", tokens, r.max_tokens, err);
+  std::optional<int64_t> n;
+  if (!read_field(body, "max_tokens", tokens, n, err)) return false;
+  if (n) {
+    r.max_tokens = (int)*n;
+    r.score_only = *n == 0;
+  }
+  return true;
 }
 
-// completions: echo, and logprobs as the number of top entries (0..20)
-bool parse_completion_fields(const json& body, ApiRequest& r, ApiError& err) {
+// completions: echo, and logprobs as the number of top entries (0..20); then what these allow
+// together with max_tokens 0, a prompt list and stream.
+bool parse_completion_fields(const json& body, ApiRequest& r, const ApiContext& ctx, ApiError& err) {
   std::optional<int64_t> n;
   if (!read_field<bool>(body, "echo", r.echo, err) ||
       !read_field(body, "logprobs", Range<int64_t>{0, kApiMaxLogprobs, fmt::format("want 0..{}", kApiMaxLogprobs)}, n, err))
@@ -405,9 +429,19 @@ bool parse_completion_fields(const json& body, ApiRequest& r, ApiError& err) {
     r.logprobs = true;
     r.top_logprobs = (int)*n;
   }
-  if (r.echo && r.logprobs) {
-    err = bad("echo", "'echo' with 'logprobs' is not supported (the prompt's log probabilities are not computed)",
-              "unsupported_parameter");
+  if (r.score_only && !r.echo) {
+    err = bad("max_tokens", fmt::format("'max_tokens' is 0: want 1..{}; 0 only with 'echo': true (the prompt "
+                                        "scored, nothing generated)", ctx.ctx));
+    return false;
+  }
+  if (r.stream && r.prompts.size() > 1) {
+    err = bad("stream", fmt::format("'stream' with {} prompts is not supported: stream one prompt per request, "
+                                    "or send the list without 'stream'", r.prompts.size()), "unsupported_parameter");
+    return false;
+  }
+  if (r.stream && r.echo && r.logprobs) {
+    err = bad("stream", "'stream' with 'echo' and 'logprobs' is not supported (the prompt's log probabilities "
+              "come in a non-streamed response): leave out 'stream'", "unsupported_parameter");
     return false;
   }
   return true;
@@ -443,43 +477,56 @@ bool api_parse_request(ApiRoute route, std::string_view body, const ApiContext& 
   r.route = route;
   json j;
   if (!parse_body(body, j, err) || !parse_common(j, ctx, r, err)) return false;
-  if (route == ApiRoute::kCompletions) return parse_prompt(j, ctx, r, err) && parse_completion_fields(j, r, err);
+  if (route == ApiRoute::kCompletions) return parse_prompt(j, ctx, r, err) && parse_completion_fields(j, r, ctx, err);
   return parse_messages(j, r, err) && parse_chat_fields(j, r, err);
 }
 
-bool api_build_generation(const ApiRequest& r, const Tokenizer& tok, const ChatTemplate& tmpl, const ApiContext& ctx,
-                          GenRequest& gen, ApiError& err) {
-  const char* param = r.route == ApiRoute::kChat ? "messages" : "prompt";
-  gen.prompt.clear();
+namespace {
+
+// The ids of prompt i (chat: the rendered conversation); an empty prompt starts from the
+// end-of-document token. param: how errors name it.
+bool prompt_ids(const ApiRequest& r, size_t i, const Tokenizer& tok, const ChatTemplate& tmpl,
+                const std::string& param, std::vector<int32_t>& out, ApiError& err) {
+  std::vector<uint32_t> ids;
   if (r.route == ApiRoute::kChat) {
-    std::vector<uint32_t> ids;
     chat_template_encode(tmpl, tok, r.messages, ids);
-    gen.prompt.assign(ids.begin(), ids.end());
-  } else if (r.prompt_is_ids) {
-    gen.prompt = r.prompt_ids;
+    out.assign(ids.begin(), ids.end());
+  } else if (r.prompts[i].is_ids) {
+    out = r.prompts[i].ids;
   } else {
-    std::vector<uint32_t> ids;
-    tok.encode(r.prompt, ids, /*allow_special=*/true);
-    gen.prompt.assign(ids.begin(), ids.end());
+    tok.encode(r.prompts[i].text, ids, /*allow_special=*/true);
+    out.assign(ids.begin(), ids.end());
   }
-  if (gen.prompt.empty()) {
-    const auto eod = tok.eod_id();
-    if (!eod) {
-      err = bad(param, fmt::format("'{}' is empty and the tokenizer has no end-of-document token to start from", param));
-      return false;
-    }
-    gen.prompt.push_back((int32_t)*eod);
+  if (!out.empty()) return true;
+  const auto eod = tok.eod_id();
+  if (!eod) {
+    err = bad(r.route == ApiRoute::kChat ? "messages" : "prompt",
+              fmt::format("'{}' is empty and the tokenizer has no end-of-document token to start from", param));
+    return false;
   }
+  out.push_back((int32_t)*eod);
+  return true;
+}
+
+// The generation of prompt i.
+bool build_one(const ApiRequest& r, size_t i, const Tokenizer& tok, const ChatTemplate& tmpl, const ApiContext& ctx,
+               GenRequest& gen, ApiError& err) {
+  const char* field = r.route == ApiRoute::kChat ? "messages" : "prompt";
+  const std::string param = r.prompt_is_list ? fmt::format("prompt[{}]", i) : field;
+  gen.prompt.clear();
+  if (!prompt_ids(r, i, tok, tmpl, param, gen.prompt, err)) return false;
   const int n = (int)gen.prompt.size();
-  if (n >= ctx.ctx) {
-    err = bad(param, fmt::format("the {} is {} tokens; the context is {} tokens, which leaves no room to generate "
-                                 "(shorten it, or start the server with a larger --ctx)", param, n, ctx.ctx),
+  if (r.score_only ? n > ctx.ctx : n >= ctx.ctx) {
+    err = bad(field, fmt::format("the {} is {} tokens; the context is {} tokens{} (shorten it, or start the server "
+                                 "with a larger --ctx)", param, n, ctx.ctx,
+                                 r.score_only ? "" : ", which leaves no room to generate"),
               "context_length_exceeded");
     return false;
   }
   int want = r.max_tokens > 0 ? r.max_tokens
                               : (r.route == ApiRoute::kChat ? ctx.ctx - n : kApiDefaultCompletionTokens);
-  gen.max_tokens = std::min(want, ctx.ctx - n);  // the completion ends at the context: "length"
+  // the completion ends at the context: "length"
+  gen.max_tokens = r.score_only ? 0 : std::min(want, ctx.ctx - n);
   gen.sampling = r.sampling;
   gen.stop = r.stop;
   if (r.route == ApiRoute::kChat)
@@ -487,8 +534,29 @@ bool api_build_generation(const ApiRequest& r, const Tokenizer& tok, const ChatT
   // the engine computes log probabilities only when asked for top entries: ask for at least one
   // (the chosen token's own is wanted even with top_logprobs 0); the responses keep top_logprobs
   gen.logprobs = r.logprobs ? std::max(1, r.top_logprobs) : 0;
+  gen.prompt_logprobs = r.echo && r.logprobs ? r.top_logprobs : -1;
   gen.ignore_eos = r.ignore_eos;
   return true;
+}
+
+}  // namespace
+
+bool api_build_generations(const ApiRequest& r, const Tokenizer& tok, const ChatTemplate& tmpl, const ApiContext& ctx,
+                           std::vector<GenRequest>& gens, ApiError& err) {
+  const size_t n = r.route == ApiRoute::kChat ? 1 : r.prompts.size();
+  gens.assign(n, GenRequest{});
+  for (size_t i = 0; i < n; i++)
+    if (!build_one(r, i, tok, tmpl, ctx, gens[i], err)) return false;
+  return true;
+}
+
+bool api_build_generation(const ApiRequest& r, const Tokenizer& tok, const ChatTemplate& tmpl, const ApiContext& ctx,
+                          GenRequest& gen, ApiError& err) {
+  if (r.route == ApiRoute::kCompletions && r.prompts.empty()) {
+    err = bad("prompt", "'prompt' is required (no prompt was parsed)", "missing_required_parameter");
+    return false;
+  }
+  return build_one(r, 0, tok, tmpl, ctx, gen, err);
 }
 
 bool api_parse_tokenize(std::string_view body, std::string& content, bool& with_pieces, ApiError& err) {
@@ -590,44 +658,102 @@ json head(const ApiMeta& m, const char* object) {
   return {{"id", m.id}, {"object", object}, {"created", m.created}, {"model", m.model}};
 }
 
+// The prompt's entries of the legacy logprobs arrays (echo with logprobs): each prompt token, its
+// log probability given the tokens before it and its top entries (null for the first, and for any
+// the engine did not score: a request aborted before it read its prompt), and its offset in the
+// prompt's text (the bytes TextStream had made final before it, as generated tokens count them).
+json prompt_logprobs(const std::vector<int32_t>& prompt, const std::vector<TokenEvent>& scored, int top,
+                     const Tokenizer& tok) {
+  json tokens = json::array(), lps = json::array(), tops = json::array(), offs = json::array();
+  TextStream text(tok);
+  for (size_t i = 0; i < prompt.size(); i++) {
+    tokens.push_back(api_token_text(tok, prompt[i]));
+    offs.push_back(text.text().size());
+    text.push((uint32_t)prompt[i]);
+    if (i == 0 || i >= scored.size()) {
+      lps.push_back(nullptr);
+      tops.push_back(nullptr);
+      continue;
+    }
+    lps.push_back(scored[i].logprob);
+    json t = json::object();
+    for (int k = 0; k < top && k < (int)scored[i].top.size(); k++)
+      t[api_token_text(tok, scored[i].top[k].id)] = scored[i].top[k].logprob;
+    tops.push_back(t);
+  }
+  return {{"tokens", tokens}, {"token_logprobs", lps}, {"top_logprobs", tops}, {"text_offset", offs}};
+}
+
+// b's arrays appended to a's, key by key.
+void append_logprobs(json& a, const json& b) {
+  for (const char* k : {"tokens", "token_logprobs", "top_logprobs", "text_offset"})
+    for (const json& v : b[k]) a[k].push_back(v);
+}
+
+json chat_choice(const ApiRequest& r, const ApiChoice& c, const Tokenizer& tok) {
+  json choice = {{"message", {{"role", "assistant"}, {"content", c.result.text}}}};
+  if (r.logprobs) {
+    json content = json::array();
+    for (const auto& ev : c.events) content.push_back(chat_logprob(ev, r.top_logprobs, tok));
+    choice["logprobs"] = {{"content", content}};
+  } else {
+    choice["logprobs"] = nullptr;
+  }
+  return choice;
+}
+
+json completion_choice(const ApiRequest& r, const ApiChoice& c, const Tokenizer& tok) {
+  std::string text = c.result.text;
+  size_t offset = 0;
+  if (r.echo) {
+    std::string p;
+    std::vector<uint32_t> ids(c.prompt.begin(), c.prompt.end());
+    tok.decode(ids.data(), ids.size(), p);
+    offset = p.size();
+    text = p + text;
+  }
+  json choice = {{"text", text}, {"logprobs", nullptr}};
+  if (r.logprobs) {
+    json lp = completion_logprobs(c.events.data(), c.events.size(), r.top_logprobs, tok, offset);
+    if (r.echo) {
+      json all = prompt_logprobs(c.prompt, c.result.prompt_events, r.top_logprobs, tok);
+      append_logprobs(all, lp);
+      lp = std::move(all);
+    }
+    choice["logprobs"] = std::move(lp);
+  }
+  return choice;
+}
+
 }  // namespace
+
+json api_response(const ApiRequest& r, const ApiMeta& m, const std::vector<ApiChoice>& choices, const Tokenizer& tok) {
+  const bool chat = r.route == ApiRoute::kChat;
+  json j = head(m, chat ? "chat.completion" : "text_completion");
+  json out = json::array();
+  int prompt_tokens = 0, completion_tokens = 0;
+  for (size_t i = 0; i < choices.size(); i++) {
+    const ApiChoice& c = choices[i];
+    json choice = chat ? chat_choice(r, c, tok) : completion_choice(r, c, tok);
+    choice["index"] = i;
+    choice["finish_reason"] = api_finish_reason(c.result.finish);
+    if (r.return_token_ids) {
+      choice["token_ids"] = c.result.ids;
+      choice["prompt_token_ids"] = c.prompt;
+    }
+    out.push_back(std::move(choice));
+    prompt_tokens += c.result.prompt_tokens;
+    completion_tokens += c.result.completion_tokens;
+  }
+  if (r.return_token_ids && choices.size() == 1) j["prompt_token_ids"] = choices[0].prompt;
+  j["choices"] = std::move(out);
+  j["usage"] = api_usage(prompt_tokens, completion_tokens);
+  return j;
+}
 
 json api_response(const ApiRequest& r, const ApiMeta& m, const GenResult& res, const std::vector<TokenEvent>& events,
                   const std::vector<int32_t>& prompt, const Tokenizer& tok) {
-  json choice = {{"index", 0}, {"finish_reason", api_finish_reason(res.finish)}};
-  json j;
-  if (r.route == ApiRoute::kChat) {
-    j = head(m, "chat.completion");
-    choice["message"] = {{"role", "assistant"}, {"content", res.text}};
-    if (r.logprobs) {
-      json content = json::array();
-      for (const auto& ev : events) content.push_back(chat_logprob(ev, r.top_logprobs, tok));
-      choice["logprobs"] = {{"content", content}};
-    } else {
-      choice["logprobs"] = nullptr;
-    }
-  } else {
-    j = head(m, "text_completion");
-    std::string text = res.text;
-    size_t offset = 0;
-    if (r.echo) {
-      std::string p;
-      std::vector<uint32_t> ids(prompt.begin(), prompt.end());
-      tok.decode(ids.data(), ids.size(), p);
-      offset = p.size();
-      text = p + text;
-    }
-    choice["text"] = text;
-    choice["logprobs"] = r.logprobs ? completion_logprobs(events.data(), events.size(), r.top_logprobs, tok, offset)
-                                    : json(nullptr);
-  }
-  if (r.return_token_ids) {
-    choice["token_ids"] = res.ids;
-    j["prompt_token_ids"] = prompt;
-  }
-  j["choices"] = json::array({choice});
-  j["usage"] = api_usage(res.prompt_tokens, res.completion_tokens);
-  return j;
+  return api_response(r, m, std::vector<ApiChoice>{ApiChoice{res, events, prompt}}, tok);
 }
 
 namespace {
