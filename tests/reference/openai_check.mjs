@@ -1,6 +1,6 @@
 // The official OpenAI client (npm `openai`, pinned in package.json) against a running `smelt serve`:
-// completions and chat, streaming and not, usage, the model list, and errors as the client sees
-// them. Prints one JSON object of what it observed; tests/serve/serve_test.cpp judges it (against
+// completions and chat, streaming and not, usage, the model list, a list of prompts scored with
+// echo, logprobs and max_tokens 0, and errors as the client sees them. Prints one JSON object of what it observed; tests/serve/serve_test.cpp judges it (against
 // /tokenize, `smelt tokenizer encode` and the non-streamed text).
 // Usage: node openai_check.mjs BASE_URL API_KEY MODEL PROMPT
 import OpenAI from 'openai';
@@ -65,6 +65,17 @@ out.seeded = [await sampled(), await sampled()];
 // OpenAI's penalties, greedy: what `smelt generate --frequency-penalty --presence-penalty` gives
 out.penalized = (await client.completions.create({ model, prompt, max_tokens: 12, temperature: 0,
                                                    frequency_penalty: 1.5, presence_penalty: 0.5 })).choices[0].text;
+
+// two prompts scored, nothing generated (what lm-evaluation-harness asks, but with max_tokens 0)
+const scored = await client.completions.create({ model, prompt: [prompt, `${prompt} too`], echo: true, logprobs: 1,
+                                                 max_tokens: 0 });
+out.scored = {
+  usage: scored.usage,
+  choices: [...scored.choices].sort((a, b) => a.index - b.index).map((ch) => ({
+    index: ch.index, text: ch.text, finish: ch.finish_reason, tokens: ch.logprobs.tokens.length,
+    first: ch.logprobs.token_logprobs[0], rest: ch.logprobs.token_logprobs.slice(1).every((v) => v <= 0),
+    tops: ch.logprobs.top_logprobs.slice(1).map((t) => Object.keys(t).length) })),
+};
 
 out.models = (await client.models.list()).data.map((m) => m.id);
 out.model = (await client.models.retrieve(model)).id;

@@ -5,7 +5,9 @@
 // keeps serving; 404/405/413/401; batch invariance (a greedy request alone and among 8 released at
 // once: the same ids and log probabilities, in shared steps); overload (1 slot, 1 queued: 429 with
 // Retry-After, every accepted request complete); a streaming client that leaves frees its slot;
-// SIGTERM ends the streams in flight with [DONE] and exits 0.
+// SIGTERM ends the streams in flight with [DONE] and exits 0; lm-evaluation-harness's log-likelihood
+// request (token-array prompts sharing a context, echo, logprobs 1, max_tokens 1) gives per prompt
+// what the prompt alone gives.
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -174,6 +176,23 @@ TEST_F(Serve, OfficialOpenAiClient) {
   EXPECT_EQ(hs["usage"], h["usage"]);
   EXPECT_EQ(hs["objects"], json::array({"chat.completion.chunk"}));
 
+  // a list of two prompts, echo, logprobs 1, max_tokens 0: each prompt's tokens scored, in order
+  const json& sc = j["scored"];
+  const int n_too = count_tokens(kPrompt + " too");
+  ASSERT_EQ(sc["choices"].size(), 2u) << sc;
+  for (int i = 0; i < 2; i++) {
+    const json& ch = sc["choices"][i];
+    EXPECT_EQ(ch["index"], i);
+    EXPECT_EQ(ch["text"], i == 0 ? kPrompt : kPrompt + " too");
+    EXPECT_EQ(ch["finish"], "length");
+    EXPECT_EQ(ch["tokens"], i == 0 ? n_prompt : n_too);
+    EXPECT_TRUE(ch["first"].is_null());
+    EXPECT_EQ(ch["rest"], true);
+    EXPECT_EQ(ch["tops"], json(std::vector<int>((i == 0 ? n_prompt : n_too) - 1, 1)));
+  }
+  EXPECT_EQ(sc["usage"], (json{{"prompt_tokens", n_prompt + n_too}, {"completion_tokens", 0},
+                               {"total_tokens", n_prompt + n_too}}));
+
   EXPECT_EQ(j["seeded"][0], j["seeded"][1]);
   EXPECT_EQ(j["models"], json::array({"tinyrun"}));
   EXPECT_EQ(j["model"], "tinyrun");
@@ -340,6 +359,114 @@ TEST_F(Serve, BatchInvariance) {
   // far fewer. The bound counts the stream's steps too: on a loaded machine the requests arrive
   // spread out and share fewer steps (285 of 350 seen in CI, against a bound of 0.9 x 280 then).
   EXPECT_LT(steps, (generated + stream_tokens) * 0.9);
+}
+
+// What lm-evaluation-harness's local-completions model reads of a choice: the continuation's
+// log-likelihood sum(token_logprobs[ctxlen:-1]) and whether each of its tokens was the top one.
+std::pair<double, bool> harness_reading(const json& choice, size_t ctxlen) {
+  const json& lp = choice["logprobs"];
+  const json& lps = lp["token_logprobs"];
+  const json& tops = lp["top_logprobs"];
+  double sum = 0;
+  bool greedy = true;
+  for (size_t i = ctxlen; i + 1 < lps.size(); i++) {
+    sum += lps[i].get<double>();
+    double best = -1e30;
+    for (const auto& [tok, v] : tops[i].items()) best = std::max(best, v.get<double>());
+    greedy = greedy && lps[i].get<double>() == best;
+  }
+  return {sum, greedy};
+}
+
+TEST_F(Serve, LmEvalHarnessLoglikelihoodRequest) {
+  const std::string context = "The kernel coding style is";
+  std::vector<int> ctx_ids = post("/tokenize", {{"content", context}}).js()["tokens"];
+  const size_t ctxlen = ctx_ids.size();
+  // three continuations: two texts, and the model's own greedy tokens (whose greedy flag must hold)
+  std::vector<std::vector<int>> prompts;
+  for (const char* cont : {" simple", " about tabs and braces"}) {
+    std::vector<int> ids = ctx_ids, more = post("/tokenize", {{"content", cont}}).js()["tokens"];
+    ids.insert(ids.end(), more.begin(), more.end());
+    prompts.push_back(ids);
+  }
+  Reply g = post("/v1/completions", {{"prompt", ctx_ids}, {"max_tokens", 3}, {"temperature", 0},
+                                     {"return_token_ids", true}, {"ignore_eos", true}});
+  ASSERT_EQ(g.status, 200) << g.body;
+  std::vector<int> greedy_ids = ctx_ids, gen = g.js()["choices"][0]["token_ids"];
+  greedy_ids.insert(greedy_ids.end(), gen.begin(), gen.end());
+  prompts.push_back(greedy_ids);
+
+  const json body = {{"model", "tinyrun"}, {"prompt", prompts}, {"temperature", 0}, {"max_tokens", 1},
+                     {"logprobs", 1}, {"seed", 1234}, {"echo", true}};
+  Reply all = post("/v1/completions", body);
+  ASSERT_EQ(all.status, 200) << all.body;
+  json choices = all.js()["choices"];
+  ASSERT_EQ(choices.size(), 3u);
+  int prompt_tokens = 0;
+  for (size_t i = 0; i < 3; i++) {
+    const json& c = choices[i];
+    EXPECT_EQ(c["index"], i);
+    const json& lp = c["logprobs"];
+    ASSERT_EQ(lp["tokens"].size(), prompts[i].size() + 1) << "the prompt's tokens, then the one generated";
+    EXPECT_EQ(lp["token_logprobs"].size(), prompts[i].size() + 1);
+    EXPECT_EQ(lp["top_logprobs"].size(), prompts[i].size() + 1);
+    EXPECT_EQ(lp["text_offset"].size(), prompts[i].size() + 1);
+    EXPECT_TRUE(lp["token_logprobs"][0].is_null());
+    EXPECT_TRUE(lp["top_logprobs"][0].is_null());
+    for (size_t k = 1; k < lp["top_logprobs"].size(); k++) EXPECT_EQ(lp["top_logprobs"][k].size(), 1u) << k;
+    prompt_tokens += (int)prompts[i].size();
+    // the same prompt alone, one per request: the same numbers, bit for bit
+    json one = body;
+    one["prompt"] = json::array({prompts[i]});
+    Reply alone = post("/v1/completions", one);
+    ASSERT_EQ(alone.status, 200) << alone.body;
+    const json want = alone.js()["choices"][0];
+    EXPECT_EQ(lp, want["logprobs"]) << "prompt " << i << " scored differently beside the others";
+    const auto [sum, greedy] = harness_reading(c, ctxlen);
+    const auto [want_sum, want_greedy] = harness_reading(want, ctxlen);
+    EXPECT_EQ(sum, want_sum) << i;
+    EXPECT_EQ(greedy, want_greedy) << i;
+    EXPECT_LT(sum, 0) << i;
+    if (i == 2) {
+      EXPECT_TRUE(greedy) << "the model's own greedy continuation must read as greedy";
+    }
+  }
+  EXPECT_EQ(all.js()["usage"], (json{{"prompt_tokens", prompt_tokens}, {"completion_tokens", 3},
+                                     {"total_tokens", prompt_tokens + 3}}));
+  // the harness's generation request: a list of strings, one choice each, in order
+  const json gen_body = {{"max_tokens", 5}, {"temperature", 0}, {"stop", json::array({"\n\n"})}, {"seed", 1234}};
+  json listed = gen_body;
+  listed["prompt"] = json::array({context, "static int"});
+  Reply gen2 = post("/v1/completions", listed);
+  ASSERT_EQ(gen2.status, 200) << gen2.body;
+  ASSERT_EQ(gen2.js()["choices"].size(), 2u);
+  for (int i = 0; i < 2; i++) {
+    json one = gen_body;
+    one["prompt"] = listed["prompt"][i];
+    Reply r = post("/v1/completions", one);
+    ASSERT_EQ(r.status, 200) << r.body;
+    EXPECT_EQ(gen2.js()["choices"][i]["index"], i);
+    EXPECT_EQ(gen2.js()["choices"][i]["text"], r.js()["choices"][0]["text"]) << i;
+  }
+  // scoring only: max_tokens 0
+  Reply score = post("/v1/completions", {{"prompt", prompts}, {"max_tokens", 0}, {"echo", true}, {"logprobs", 1}});
+  ASSERT_EQ(score.status, 200) << score.body;
+  const json scored = score.js();
+  for (size_t i = 0; i < 3; i++) {
+    const json& c = scored["choices"][i];
+    EXPECT_EQ(c["finish_reason"], "length");
+    ASSERT_EQ(c["logprobs"]["token_logprobs"].size(), prompts[i].size());
+    EXPECT_EQ(c["logprobs"]["token_logprobs"], json(std::vector<json>(choices[i]["logprobs"]["token_logprobs"].begin(),
+                                                                      choices[i]["logprobs"]["token_logprobs"].end() - 1)));
+  }
+  EXPECT_EQ(scored["usage"]["completion_tokens"], 0);
+  // refusals: a list longer than slots + queue (16), a stream of several, a bad element
+  expect_error(post("/v1/completions", {{"prompt", std::vector<std::string>(17, "a")}}), 400, "prompt", "17 prompts");
+  expect_error(post("/v1/completions", {{"prompt", json::array({"a", "b"})}, {"stream", true}}), 400, "stream",
+               "stream of 2");
+  Reply bad = post("/v1/completions", {{"prompt", json::array({json::array({1, 2}), json::array({999})})}});
+  expect_error(bad, 400, "prompt", "a bad id in prompt[1]");
+  EXPECT_NE(bad.js()["error"]["message"].get<std::string>().find("prompt[1][0]"), std::string::npos) << bad.body;
 }
 
 TEST_F(Serve, ADisconnectedStreamFreesItsSlot) {
