@@ -2,7 +2,8 @@
 // (a slow loader, a rank delayed before the reduction under mpirun, a throttled checkpoint write,
 // bad data that makes the loss spike until the trainer rolls back): it names the sign, the step
 // since which it is bad and the rank responsible, and exits 1; a healthy run exits 0. The trainer
-// logs the sign's first departure as a "vital_sign" event.
+// logs the sign's first departure as a "vital_sign" event. Downstream tasks on evaluation lines
+// (a hand-made file, tests/obs/task_lines.hpp) get a line each and a warning when one falls back.
 #include <sys/wait.h>
 
 #include <filesystem>
@@ -14,6 +15,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "obs/task_lines.hpp"
 #include "test_files.hpp"
 #include "train_test_util.hpp"
 
@@ -199,6 +201,49 @@ TEST_F(HealthCmdTest, LossSpikeUntilRollbackIsBad) {
   EXPECT_EQ(sign(b, "loss_spike")["state"], "warn") << b.text;
   EXPECT_EQ(sign(b, "loss_spike")["since"], 32) << b.text;
   EXPECT_EQ(b.rc, 0) << b.text << not_ok(b);
+}
+
+TEST_F(HealthCmdTest, TasksGetALineEachAndATaskBehindItsBestWarns) {
+  fs::create_directories(dir_ / "tasks");
+  test::write_file((dir_ / "tasks" / "metrics.jsonl").string(), test::task_run_metrics());
+  Health h = health("tasks");
+  EXPECT_EQ(h.rc, 0) << h.text;  // a warning, not a failure
+  EXPECT_EQ(h.report["state"], "warn") << h.text;
+  EXPECT_NE(h.text.find("task arc_easy: acc_norm 0.2500 -> 0.3000 (+-0.032) over 3 evaluations, chance 0.25\n"),
+            std::string::npos) << h.text;
+  EXPECT_NE(h.text.find("task wikitext: bits_per_byte 2.5000 -> 1.9000 (+-0.050) over 3 evaluations\n"), std::string::npos)
+      << h.text;
+  EXPECT_NE(h.text.find("warning: task arc_easy: acc_norm 0.3000 at step 30 is below its best 0.4125 at step 20 by more "
+                        "than 2 stderr (2 x 0.032)"), std::string::npos) << h.text;
+  EXPECT_EQ(h.text.find("warning: task wikitext"), std::string::npos) << h.text;
+  const json& arc = h.report["tasks"]["arc_easy"];
+  EXPECT_EQ(arc["metric"], "acc_norm");
+  EXPECT_EQ(arc["first"], 0.25);
+  EXPECT_EQ(arc["last"], 0.30);
+  EXPECT_EQ(arc["last_stderr"], 0.0324);
+  EXPECT_EQ(arc["chance"], 0.25);
+  EXPECT_EQ(arc["evaluations"], 3);
+  EXPECT_EQ(arc["best"], 0.4125);
+  EXPECT_EQ(arc["best_step"], 20);
+  EXPECT_EQ(arc["regressed"], true);
+  const json& wiki = h.report["tasks"]["wikitext"];
+  EXPECT_TRUE(wiki["chance"].is_null()) << wiki.dump();
+  EXPECT_EQ(wiki["last"], 1.9);
+  EXPECT_EQ(wiki["regressed"], false);
+  ASSERT_EQ(h.report["warnings"].size(), 1u) << h.report.dump();
+  EXPECT_NE(h.report["warnings"][0].get<std::string>().find("arc_easy"), std::string::npos);
+  // One more evaluation brings arc_easy back above its best: no warning, the run is ok.
+  test::write_file((dir_ / "tasks" / "metrics.jsonl").string(),
+                   test::task_run_metrics() + json(test::task_run_line(40)).dump() + "\n");
+  Health back = health("tasks");
+  EXPECT_EQ(back.report["state"], "ok") << back.text;
+  EXPECT_EQ(back.report["warnings"].size(), 0u) << back.text;
+  EXPECT_EQ(back.report["tasks"]["arc_easy"]["evaluations"], 4) << back.text;
+  EXPECT_NE(back.text.find("task arc_easy: acc_norm 0.2500 -> 0.4500"), std::string::npos) << back.text;
+  // --from-step judges only the end: the evaluations at 30 and 40.
+  Health end = health("tasks", "--from-step 25");
+  EXPECT_EQ(end.report["tasks"]["arc_easy"]["first"], 0.30) << end.text;
+  EXPECT_EQ(end.report["tasks"]["arc_easy"]["evaluations"], 2) << end.text;
 }
 
 TEST_F(HealthCmdTest, UsageAndMissingRun) {
