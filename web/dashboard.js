@@ -1,6 +1,7 @@
 // The page of `smelt dashboard` and `smelt report` (docs/dashboard.md): the runs' metrics.jsonl
-// lines as uPlot charts (one colour per run, events as vertical marks), the latest values, the
-// vital signs as lights and the events as a table. Live, it polls the server for the lines
+// lines as uPlot charts (one colour per run, events as vertical marks; one chart per downstream
+// task, with its error bars and chance level), the latest values, the vital signs as lights and
+// the events as a table. Live, it polls the server for the lines
 // appended since its last byte offset; in a report the lines are in the page (#smelt-data) and
 // nothing is fetched. Plain script, no build step; it reads lines by the rules of
 // src/smelt/obs/dashboard.hpp (DashboardMarks) so the page and /metrics agree.
@@ -15,6 +16,7 @@
     vital_sign: '#e11d48', spike_no_checkpoint: '#b45309',
   };
   const MARK_OTHER = '#94a3b8';
+  const CHANCE_COLOR = '#6b7280';
 
   // The charts, in page order. A series reads one key of the step lines ("fetch_ms.p95" for a
   // nested field); sparse ones (a value every N steps) are drawn as points and never smoothed.
@@ -46,6 +48,9 @@
     {id: 'loss_by_source', title: 'Loss by data source', unit: 'nats/token', hint: 'training loss of each source in the blend',
       prefix: 'loss_by_source.'},
   ];
+  // After these, one chart per downstream task (taskCharts): the "tasks" field of evaluation lines,
+  // {"NAME": {"metric", "value", "stderr", "chance", "items"}}, read as the columns
+  // tasks.NAME.value and tasks.NAME.stderr, the metric and chance kept in run.tasks.
 
   // The latest table's rows: the last step line's step, then each key's value in the last step
   // line that holds it.
@@ -75,18 +80,33 @@
 
   function newRun(id, name, dir) {
     return {id, name, dir, color: RUN_COLORS[id % RUN_COLORS.length], steps: [], cols: {}, events: [], lines: 0, bad: 0,
-      prevStall: false, offset: 0, file: '', compare: null, vitals: null, vitalsError: ''};
+      prevStall: false, offset: 0, file: '', compare: null, vitals: null, vitalsError: '', tasks: {}};
   }
 
   function clearRun(r) {
-    r.steps = []; r.cols = {}; r.events = []; r.lines = 0; r.bad = 0; r.prevStall = false;
+    r.steps = []; r.cols = {}; r.events = []; r.lines = 0; r.bad = 0; r.prevStall = false; r.tasks = {};
   }
 
-  function flatten(line) {
+  const taskKey = (name, field) => `tasks.${name}.${field}`;
+  const isObject = (v) => v !== null && typeof v === 'object' && !Array.isArray(v);
+  const numOrNull = (v) => (typeof v === 'number' ? v : null);
+
+  // A line's tasks: their value and stderr into out (as columns), their metric and chance into r.tasks.
+  function flattenTasks(r, tasks, out) {
+    for (const [name, t] of Object.entries(tasks)) {
+      if (!isObject(t)) continue;
+      out[taskKey(name, 'value')] = numOrNull(t.value);
+      out[taskKey(name, 'stderr')] = numOrNull(t.stderr);
+      r.tasks[name] = {metric: typeof t.metric === 'string' ? t.metric : 'value', chance: numOrNull(t.chance)};
+    }
+  }
+
+  function flatten(r, line) {
     const out = {};
     for (const [k, v] of Object.entries(line)) {
       if (k === 'step' || k === 'event') continue;
-      if (v === null || typeof v === 'number') out[k] = v;
+      if (k === 'tasks' && isObject(v)) flattenTasks(r, v, out);
+      else if (v === null || typeof v === 'number') out[k] = v;
       else if (v && typeof v === 'object' && !Array.isArray(v))
         for (const [k2, v2] of Object.entries(v)) if (v2 === null || typeof v2 === 'number') out[k + '.' + k2] = v2;
     }
@@ -153,7 +173,7 @@
       if (isEvent) continue;
       const row = r.steps.length;
       r.steps.push(s);
-      const vals = flatten(line);
+      const vals = flatten(r, line);
       for (const [k, v] of Object.entries(vals)) {
         if (!(k in r.cols)) r.cols[k] = new Array(row);  // (holes read as undefined: absent)
         r.cols[k][row] = v;
@@ -233,7 +253,8 @@
         let values = 0;
         if (c) for (const v of c) if (v !== undefined && v !== null) values++;
         if (!values) return;
-        out.push({run: r, key: sub.key, label: sub.label, sparse: !!sub.sparse, values, dash: DASHES[j % DASHES.length]});
+        out.push({run: r, key: sub.key, err: sub.err, label: sub.label, sparse: !!sub.sparse, values,
+          dash: DASHES[j % DASHES.length]});
       });
     }
     return out;
@@ -249,29 +270,41 @@
     return {xs, index: new Map(xs.map((x, i) => [x, i]))};
   }
 
+  // A run's column as y values, one per step line: null where absent or not finite, scaled.
+  function columnValues(r, key, scale) {
+    const c = r.cols[key] || [];
+    const ys = new Array(r.steps.length);
+    for (let i = 0; i < ys.length; i++) {
+      const v = c[i];
+      ys[i] = v === undefined || v === null || !Number.isFinite(v) ? null : scale ? v * scale : v;
+    }
+    return ys;
+  }
+
+  // A run's y values laid on the shared x values.
+  function alignTo(axis, r, ys) {
+    if (!axis.index) return ys;
+    const al = new Array(axis.xs.length).fill(null);
+    r.steps.forEach((st, i) => { al[axis.index.get(st)] = ys[i]; });
+    return al;
+  }
+
   // A chart's data: the shared x values, then each series aligned to them.
   function chartData(def, series, axis) {
-    const {xs, index} = axis;
-    const data = [xs];
+    const data = [axis.xs];
     for (const s of series) {
-      const c = s.run.cols[s.key];
-      let ys = new Array(s.run.steps.length);
-      for (let i = 0; i < ys.length; i++) {
-        let v = c[i];
-        if (v === undefined || v === null || !Number.isFinite(v)) v = null;
-        else if (def.scale) v *= def.scale;
-        ys[i] = v;
-      }
+      let ys = columnValues(s.run, s.key, def.scale);
       if (!s.sparse) ys = ema(ys, state.smoothing);
       if (state.logScale) ys = ys.map((v) => (v !== null && v > 0 ? v : null));
-      if (index) {
-        const al = new Array(xs.length).fill(null);
-        s.run.steps.forEach((st, i) => { al[index.get(st)] = ys[i]; });
-        ys = al;
-      }
-      data.push(ys);
+      data.push(alignTo(axis, s.run, ys));
     }
     return data;
+  }
+
+  // The standard errors of the series that have them (task charts), laid out as chartData lays
+  // out their values; null for the others.
+  function chartErrors(series, axis) {
+    return series.map((s) => (s.err ? alignTo(axis, s.run, columnValues(s.run, s.err)) : null));
   }
 
   // Events as dashed vertical lines over the plot, a small triangle on top (uPlot draw hook).
@@ -317,20 +350,136 @@
     };
   }
 
+  // ---- downstream tasks ---------------------------------------------------------------------
+
+  // One chart per task any run holds, in the order the runs first show them; the metric and
+  // chance level are those of the first run that has the task.
+  function taskCharts() {
+    const seen = new Map();
+    for (const r of state.runs) for (const [name, t] of Object.entries(r.tasks)) if (!seen.has(name)) seen.set(name, t);
+    return [...seen].map(([name, t]) => ({
+      id: 'task:' + name, task: name, metric: t.metric, chance: t.chance, title: `${name}: ${t.metric}`,
+      hint: `downstream task at each evaluation, bars: ± one standard error` +
+        (t.chance === null ? '' : `; dashed: chance (${fmtNum(t.chance)})`),
+      series: [{key: taskKey(name, 'value'), err: taskKey(name, 'stderr'), label: t.metric, sparse: true}],
+    }));
+  }
+
+  // A task chart's y range: its values with their error bars and the chance level, padded.
+  function taskRange(c, u, dmin, dmax) {
+    let lo = dmin, hi = dmax;
+    const take = (v) => {
+      if (v === null || !Number.isFinite(v) || (state.logScale && v <= 0)) return;
+      lo = lo === null ? v : Math.min(lo, v);
+      hi = hi === null ? v : Math.max(hi, v);
+    };
+    c.errs.forEach((errs, k) => {
+      if (errs) u.data[k + 1].forEach((v, i) => { if (v !== null && errs[i] > 0) { take(v - errs[i]); take(v + errs[i]); } });
+    });
+    if (c.def.chance !== null) take(c.def.chance);
+    if (lo === null) return [0, 1];
+    if (state.logScale) return uPlot.rangeLog(lo, hi, 10, true);
+    const pad = (hi - lo) * 0.08 || Math.abs(hi) * 0.05 || 0.05;
+    return [lo - pad, hi + pad];
+  }
+
+  // Each point's error bar (value ± stderr) in its run's colour; returns how many were drawn.
+  function drawErrorBars(u, c) {
+    const ctx = u.ctx, cap = 3 * devicePixelRatio;
+    let bars = 0;
+    ctx.lineWidth = Math.max(1, 1.2 * devicePixelRatio);
+    c.errs.forEach((errs, k) => {
+      if (!errs || !u.series[k + 1].show) return;
+      ctx.strokeStyle = c.series[k].run.color;
+      u.data[k + 1].forEach((v, i) => {
+        const e = errs[i];
+        if (v === null || e === null || !(e > 0)) return;
+        const x = u.valToPos(u.data[0][i], 'x', true);
+        const y0 = u.valToPos(state.logScale && v - e <= 0 ? u.scales.y.min : v - e, 'y', true);
+        const y1 = u.valToPos(v + e, 'y', true);
+        ctx.beginPath();
+        ctx.moveTo(x, y0); ctx.lineTo(x, y1);
+        ctx.moveTo(x - cap, y0); ctx.lineTo(x + cap, y0);
+        ctx.moveTo(x - cap, y1); ctx.lineTo(x + cap, y1);
+        ctx.stroke();
+        bars++;
+      });
+    });
+    return bars;
+  }
+
+  // The chance level as a dashed line across the plot, labelled; returns its canvas row (null:
+  // outside the plot).
+  function drawChance(u, chance) {
+    const {left, top, width, height} = u.bbox;
+    if (state.logScale && chance <= 0) return null;
+    const y = Math.round(u.valToPos(chance, 'y', true));
+    if (y < top || y > top + height) return null;
+    const ctx = u.ctx, px = devicePixelRatio;
+    ctx.strokeStyle = CHANCE_COLOR;
+    ctx.fillStyle = CHANCE_COLOR;
+    ctx.lineWidth = 2 * px;  // (at a whole row: the rows y-1 and y, crisp)
+    ctx.setLineDash([6 * px, 4 * px]);
+    ctx.beginPath();
+    ctx.moveTo(left, y);
+    ctx.lineTo(left + width, y);
+    ctx.stroke();
+    ctx.setLineDash([]);
+    ctx.font = `${11 * px}px sans-serif`;
+    ctx.textAlign = 'right';
+    ctx.fillText(`chance ${fmtNum(chance)}`, left + width - 4 * px, y - 5 * px);
+    return y;
+  }
+
+  // A task chart's extras over its points; what was drawn goes into the section's data attributes
+  // (error-bars, chance-drawn, chance-y: the canvas row) for tests.
+  function taskPlugin(def) {
+    return {
+      hooks: {
+        draw: [(u) => {
+          const c = state.charts[def.id];
+          if (!c) return;
+          const {left, top, width, height} = u.bbox;
+          u.ctx.save();
+          u.ctx.beginPath();
+          u.ctx.rect(left, top, width, height);
+          u.ctx.clip();
+          const bars = drawErrorBars(u, c);
+          const y = c.def.chance === null ? null : drawChance(u, c.def.chance);
+          u.ctx.restore();
+          c.sec.dataset.errorBars = String(bars);
+          c.sec.dataset.chanceDrawn = y === null ? 'false' : 'true';
+          c.sec.dataset.chanceY = y === null ? '' : String(y);
+        }],
+      },
+    };
+  }
+
   function chartWidth(box) { return Math.max(280, Math.floor(box.clientWidth)); }
 
   function makeChart(def, box, series, data) {
     const multi = state.runs.length > 1;
+    const c = state.charts[def.id];
+    const isTask = def.task !== undefined;
+    const yScale = state.logScale ? {distr: 3, log: 10} : {};
+    if (isTask) yScale.range = (u, lo, hi) => taskRange(c, u, lo, hi);
+    // a task's legend shows the value ± its standard error
+    const valueText = (s, k) => (u, v, si, i) => {
+      if (v === null) return '—';
+      const t = fmtNum(def.scale ? v / def.scale : v, def.scale ? 'mfu' : s.key);
+      const e = isTask && c.errs[k] && i !== null && i !== undefined ? c.errs[k][i] : null;
+      return e === null ? t : `${t} ± ${fmtNum(e)}`;
+    };
     const opts = {
       width: chartWidth(box),
       height: 240,
       cursor: {sync: {key: 'smelt'}, drag: {x: true, y: false}},
-      scales: {x: {time: false}, y: state.logScale ? {distr: 3, log: 10} : {}},
+      scales: {x: {time: false}, y: yScale},
       axes: [
         {label: 'step', values: (u, vals) => vals.map(axisNum), size: 40, labelSize: 18},
         {label: def.unit || '', values: (u, vals) => vals.map(axisNum), size: 56, labelSize: def.unit ? 18 : 0},
       ],
-      series: [{label: 'step', value: (u, v) => (v === null ? '—' : String(v))}].concat(series.map((s) => ({
+      series: [{label: 'step', value: (u, v) => (v === null ? '—' : String(v))}].concat(series.map((s, k) => ({
         label: multi ? `${s.run.name} ${s.label}` : s.label,
         stroke: s.run.color,
         width: 1.6,
@@ -338,10 +487,10 @@
         spanGaps: true,
         // a dense curve with one value so far has no line to draw: show its points then
         points: s.sparse || s.values < 2 ? {show: true, size: 7, fill: s.run.color} : {show: false},
-        value: (u, v) => (v === null ? '—' : fmtNum(def.scale ? v / def.scale : v, def.scale ? 'mfu' : s.key)),
+        value: valueText(s, k),
       }))),
       legend: {show: true, live: true},
-      plugins: [marksPlugin()],
+      plugins: isTask ? [marksPlugin(), taskPlugin(def)] : [marksPlugin()],
       hooks: {
         setScale: [(u, key) => {
           if (key !== 'x') return;
@@ -358,28 +507,46 @@
     return JSON.stringify([state.logScale, series.map((s) => [s.run.id, s.key, s.sparse || s.values < 2])]);
   }
 
+  // A chart's section, placed in page order: task charts after the loss chart, in the order they appear.
+  function chartSection(def) {
+    const box = el('div', {class: 'plot'}), title = el('h3', {}, def.title), hint = el('p', {class: 'hint'}, def.hint || '');
+    const isTask = def.task !== undefined;
+    const id = isTask ? `chart-task-${Object.values(state.charts).filter((c) => c.isTask).length}` : 'chart-' + def.id;
+    const sec = el('section', {class: 'chart', id, 'data-chart': def.id, 'data-has-data': 'false'}, title, hint, box);
+    if (!isTask) $('charts').append(sec);
+    else {
+      const tasks = Object.values(state.charts).filter((c) => c.isTask);
+      (tasks.length ? tasks[tasks.length - 1].sec : state.charts.loss.sec).after(sec);
+    }
+    return {sec, box, title, hint, isTask, def, plot: null, sig: '', zoomed: false, series: [], errs: []};
+  }
+
+  // A task chart's title, hint and the facts tests read (the metric, the chance level or '').
+  function labelTaskChart(c, def) {
+    c.title.textContent = def.title;
+    c.hint.textContent = def.hint;
+    c.sec.dataset.task = def.task;
+    c.sec.dataset.metric = def.metric;
+    c.sec.dataset.chance = def.chance === null ? '' : String(def.chance);
+  }
+
   function renderCharts() {
-    const host = $('charts');
     const absent = [];
     const axis = stepAxis();
-    for (const def of CHARTS) {
-      let c = state.charts[def.id];
-      if (!c) {
-        const box = el('div', {class: 'plot'});
-        const sec = el('section', {class: 'chart', id: 'chart-' + def.id, 'data-chart': def.id, 'data-has-data': 'false'},
-          el('h3', {}, def.title), el('p', {class: 'hint'}, def.hint || ''), box);
-        host.append(sec);
-        c = state.charts[def.id] = {sec, box, plot: null, sig: '', zoomed: false};
-      }
+    for (const def of CHARTS.concat(taskCharts())) {
+      const c = state.charts[def.id] || (state.charts[def.id] = chartSection(def));
+      if (c.isTask) labelTaskChart(c, def);
       const series = chartSeries(def);
       c.sec.dataset.hasData = series.length ? 'true' : 'false';
       c.sec.dataset.series = String(series.length);
+      c.sec.dataset.values = String(series.reduce((n, s) => n + s.values, 0));
       if (!series.length) {
         if (c.plot) { c.plot.destroy(); c.plot = null; c.sig = ''; }
         absent.push(def.title);
         continue;
       }
       const data = chartData(def, series, axis);
+      Object.assign(c, {def, series, errs: chartErrors(series, axis)});
       const sig = seriesSignature(series);
       if (c.plot && c.sig === sig) c.plot.setData(data, !c.zoomed);
       else {
@@ -420,7 +587,8 @@
         'data-step': s === null ? '' : s}, s === null ? '—' : s.toLocaleString('en-US')));
     }
     body.append(stepRow);
-    for (const [key, label] of LATEST) {
+    const taskRows = taskCharts().map((d) => [taskKey(d.task, 'value'), `${d.task} (${d.metric})`]);
+    for (const [key, label] of LATEST.concat(taskRows)) {
       const vals = state.runs.map((r) => latestOf(r, key));
       if (vals.every((v) => v === null)) continue;
       const tr = el('tr', {'data-key': key}, el('td', {class: 'label'}, label));
@@ -465,8 +633,25 @@
         el('span', {class: 'band'}, s.band || ''), since ? el('span', {class: 'since'}, since) : null));
       }
       card.append(lights);
+      const tasks = taskLines(r, v);
+      if (tasks) card.append(tasks);
       box.append(card);
     }
+  }
+
+  // The downstream tasks as `smelt health` sums them up (VitalsReport's "tasks" and "warnings").
+  function taskLines(r, v) {
+    const box = el('div', {class: 'tasks'});
+    const tasks = v.tasks && typeof v.tasks === 'object' ? Object.entries(v.tasks) : [];
+    for (const [name, t] of tasks) {
+      const err = t.last_stderr === null ? '' : ` (± ${fmtNum(t.last_stderr)})`;
+      const chance = t.chance === null ? '' : `, chance ${fmtNum(t.chance)}`;
+      box.append(el('div', {class: 'task', 'data-run': r.id, 'data-task': name, 'data-regressed': !!t.regressed},
+        el('span', {class: 'name'}, name), ` ${t.metric} ${fmtNum(t.first)} → ${fmtNum(t.last)}${err} over ` +
+        `${t.evaluations} evaluation${t.evaluations === 1 ? '' : 's'}${chance}`));
+    }
+    for (const w of v.warnings || []) box.append(el('div', {class: 'task-warning', 'data-run': r.id}, w));
+    return tasks.length ? box : null;
   }
 
   function renderEvents() {

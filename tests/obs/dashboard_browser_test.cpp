@@ -6,7 +6,10 @@
 // a few seconds (a new chart, a new source, skipped steps and a rollback as events, a torn line
 // only once finished), a resume's rewritten file is read again with a restart mark, log scale and
 // smoothing redraw, and the report from `smelt report` renders the same with every network
-// request refused. Skipped, saying so, without chromium or playwright-core.
+// request refused. A hand-made run whose evaluation lines carry two downstream tasks
+// (tests/obs/task_lines.hpp) shows a chart per task with its points, error bars and, for the task
+// that has one, the chance line, live, after one more evaluation and in the report. Skipped,
+// saying so, without chromium or playwright-core.
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -18,6 +21,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "obs/task_lines.hpp"
 #include "serve/serve_process.hpp"
 #include "test_files.hpp"
 #include "train_test_util.hpp"
@@ -85,10 +89,39 @@ save_every = 20
                                         (dir_ / "code").string(), (dir_ / name).string(), (dir_ / (name + ".log")).string());
     ASSERT_EQ(sh(cmd), 0) << test::read_file((dir_ / (name + ".log")).string());
   }
+  // Runs dashboard_check.mjs over spec and expects every check to pass (at least min_checks).
+  void check_in_browser(const json& spec, size_t min_checks) {
+    test::write_file((dir_ / "spec.json").string(), spec.dump());
+    const std::string out = (dir_ / "check.json").string(), err = (dir_ / "check.err").string();
+    const int rc = sh("cd " + kRef + " && node dashboard_check.mjs " + (dir_ / "spec.json").string() + " > " + out + " 2> " + err);
+    const json result = json::parse(test::read_file(out), nullptr, false);
+    ASSERT_FALSE(result.is_discarded()) << test::read_file(out) << test::read_file(err);
+    EXPECT_FALSE(result.contains("error")) << result.value("error", "");
+    ASSERT_GT(result["checks"].size(), min_checks) << result.dump(1);
+    for (const auto& c : result["checks"]) EXPECT_TRUE(c["ok"].get<bool>()) << c["name"] << ": " << c["detail"];
+    EXPECT_EQ(rc, 0) << test::read_file(err);
+  }
   fs::path dir_;
 };
 
 }  // namespace
+
+TEST_F(DashboardBrowser, EachTaskHasAChartWithItsPointsErrorBarsAndChanceLine) {
+  const fs::path run = dir_ / "tasks";
+  fs::create_directories(run);
+  test::write_file((run / "metrics.jsonl").string(), test::task_run_metrics());
+  test::ServeProcess dash("--refresh-ms 500 " + run.string(), dir_ / "dashboard.err", "dashboard");
+  ASSERT_GT(dash.port(), 0) << dash.log();
+  check_in_browser({{"mode", "tasks"},
+                    {"url", fmt::format("http://127.0.0.1:{}/", dash.port())},
+                    {"smelt", SMELT_BINARY},
+                    {"chromium", chromium_path()},
+                    {"runs", {run.string()}},
+                    {"append", test::task_run_line(40)},
+                    {"report", (dir_ / "report.html").string()}},
+                   60);
+  EXPECT_EQ(dash.stop(), 0) << dash.log();
+}
 
 TEST_F(DashboardBrowser, ThePageShowsTheRunsFollowsThemAndTheReportRendersOffline) {
   train("mix-a", "web=" + (dir_ / "en").string(), "3e-3");

@@ -7,8 +7,11 @@
 // pixels of each run's colour), the latest table equals the last lines, the run facts and events
 // match, the vital-sign lights equal the server's verdict; lines appended to a run show within a
 // few seconds, a rewritten file (a resume) is read again with a restart mark; the report written
-// by `smelt report` renders the same with every network request refused. Prints a JSON list of
-// checks; exits 1 when one failed.
+// by `smelt report` renders the same with every network request refused. With spec.mode "tasks"
+// (a run whose evaluation lines carry downstream tasks), the task charts instead: one per task,
+// its points and error bars, the chance line where the task has one, the latest table's task
+// rows and the task lines under the vital signs, live (also after an appended evaluation) and in
+// the report. Prints a JSON list of checks; exits 1 when one failed.
 import { chromium } from 'playwright-core';
 import { execFileSync, spawnSync } from 'node:child_process';
 import fs from 'node:fs';
@@ -38,6 +41,7 @@ function readRun(dir) {
   parts.pop();  // after the last newline: empty, or a line not finished yet
   const rows = [];     // step lines: {step, vals: {flat key: value}}
   const events = [];   // {step, kind}
+  const taskMeta = {}; // task name -> {metric, chance} as the last line gave them
   let lines = 0, bad = 0, prevStall = false;
   for (const t of parts) {
     if (t.trim() === '') continue;
@@ -62,7 +66,14 @@ function readRun(dir) {
     const vals = {};
     for (const [k, v] of Object.entries(j)) {
       if (k === 'step') continue;
-      if (v === null || typeof v === 'number') vals[k] = v;
+      if (k === 'tasks' && v && typeof v === 'object' && !Array.isArray(v)) {
+        for (const [name, t] of Object.entries(v)) {
+          if (!t || typeof t !== 'object' || Array.isArray(t)) continue;
+          vals[`tasks.${name}.value`] = typeof t.value === 'number' ? t.value : null;
+          vals[`tasks.${name}.stderr`] = typeof t.stderr === 'number' ? t.stderr : null;
+          taskMeta[name] = { metric: typeof t.metric === 'string' ? t.metric : 'value', chance: typeof t.chance === 'number' ? t.chance : null };
+        }
+      } else if (v === null || typeof v === 'number') vals[k] = v;
       else if (v && typeof v === 'object' && !Array.isArray(v))
         for (const [k2, v2] of Object.entries(v)) if (v2 === null || typeof v2 === 'number') vals[`${k}.${k2}`] = v2;
     }
@@ -83,7 +94,25 @@ function readRun(dir) {
     charts[id] = pts.length > 0;
     drawn[id] = JSON.stringify(pts);
   }
-  return { rows, events, lines, bad, latest, charts, drawn, lastStep: rows.length ? rows[rows.length - 1].step : null };
+  // Per task: its chart, points (numeric values), error bars (a stderr above 0 beside a value), last value.
+  const tasks = {};
+  for (const [name, meta] of Object.entries(taskMeta)) {
+    const key = `tasks.${name}.value`, err = `tasks.${name}.stderr`;
+    const t = { ...meta, points: 0, bars: 0, last: null };
+    const pts = [];
+    for (const r of rows) {
+      const v = r.vals[key];
+      if (typeof v !== 'number') continue;
+      t.points++;
+      if (r.vals[err] > 0) t.bars++;
+      t.last = { v, step: r.step };
+      pts.push([r.step, v]);
+    }
+    tasks[name] = t;
+    charts[`task:${name}`] = t.points > 0;
+    drawn[`task:${name}`] = JSON.stringify(pts);
+  }
+  return { rows, events, lines, bad, latest, charts, drawn, tasks, lastStep: rows.length ? rows[rows.length - 1].step : null };
 }
 
 // ---- what the page shows ------------------------------------------------------------------
@@ -100,8 +129,14 @@ async function pageState(page) {
     }));
     const charts = [...document.querySelectorAll('#charts .chart')].map((c) => ({
       id: c.dataset.chart, hasData: c.dataset.hasData === 'true', series: Number(c.dataset.series || 0),
-      visible: c.offsetParent !== null,
+      visible: c.offsetParent !== null, title: c.querySelector('h3').textContent, values: Number(c.dataset.values || 0),
+      task: c.dataset.task, metric: c.dataset.metric, chance: c.dataset.chance, errorBars: Number(c.dataset.errorBars || 0),
+      chanceDrawn: c.dataset.chanceDrawn, chanceY: c.dataset.chanceY === undefined || c.dataset.chanceY === '' ? null : Number(c.dataset.chanceY),
     }));
+    const taskLines = [...document.querySelectorAll('#vitals .task')].map((t) => ({
+      run: Number(t.dataset.run), task: t.dataset.task, regressed: t.dataset.regressed === 'true', text: t.textContent,
+    }));
+    const taskWarnings = [...document.querySelectorAll('#vitals .task-warning')].map((t) => ({ run: Number(t.dataset.run), text: t.textContent }));
     const events = [...document.querySelectorAll('#events tr[data-kind]')].map((tr) => ({
       run: Number(tr.dataset.run), kind: tr.dataset.kind, step: Number(tr.dataset.step),
     }));
@@ -110,14 +145,16 @@ async function pageState(page) {
       dot: getComputedStyle(l.querySelector('.dot')).backgroundColor,
     }));
     const vitalsRuns = [...document.querySelectorAll('#vitals .vitals-run')].map((v) => ({ run: Number(v.dataset.run), state: v.dataset.state }));
-    return { runs, cells, charts, events, lights, vitalsRuns, mode: document.body.dataset.mode, renders: Number(document.body.dataset.renders || 0) };
+    return { runs, cells, charts, events, lights, vitalsRuns, taskLines, taskWarnings, mode: document.body.dataset.mode,
+      renders: Number(document.body.dataset.renders || 0) };
   });
 }
 
 // Pixels of each colour in a chart's canvas: {total (not transparent), per colour}.
 async function canvasPixels(page, chartId, colors) {
   return page.evaluate(([id, cols]) => {
-    const cv = document.querySelector(`#chart-${id} canvas`);
+    const sec = [...document.querySelectorAll('#charts .chart')].find((c) => c.dataset.chart === id);
+    const cv = sec && sec.querySelector('canvas');
     if (!cv || !cv.width || !cv.height) return null;
     const d = cv.getContext('2d').getImageData(0, 0, cv.width, cv.height).data;
     const rgb = cols.map((c) => c.match(/\d+/g).slice(0, 3).map(Number));
@@ -230,6 +267,131 @@ function compareVitals(label, st, verdicts) {
   });
 }
 
+// ---- downstream tasks ---------------------------------------------------------------------
+
+const CHANCE_RGB = [107, 114, 128];  // web/dashboard.js CHANCE_COLOR
+
+// Pixels of the chance line's colour in the two canvas rows it is drawn on (y-1 and y).
+async function chanceRowPixels(page, chartId, y) {
+  return page.evaluate(([id, y, rgb]) => {
+    const sec = [...document.querySelectorAll('#charts .chart')].find((c) => c.dataset.chart === id);
+    const cv = sec && sec.querySelector('canvas');
+    if (!cv || y < 1 || y >= cv.height) return null;
+    const d = cv.getContext('2d').getImageData(0, y - 1, cv.width, 2).data;
+    let n = 0;
+    for (let i = 0; i < d.length; i += 4)
+      if (d[i + 3] >= 200 && Math.abs(d[i] - rgb[0]) + Math.abs(d[i + 1] - rgb[1]) + Math.abs(d[i + 2] - rgb[2]) < 40) n++;
+    return { n, width: cv.width };
+  }, [chartId, y, CHANCE_RGB]);
+}
+
+// The task charts, the latest table's task rows and the task lines under the vital signs against
+// the files (expected) and `smelt health --json` (verdicts).
+async function checkTasks(page, label, expected, verdicts) {
+  const st = await pageState(page);
+  const names = [];
+  for (const ex of expected) for (const n of Object.keys(ex.tasks)) if (!names.includes(n)) names.push(n);
+  const taskCharts = st.charts.filter((c) => c.id.startsWith('task:'));
+  check(`${label}: one chart per task`, JSON.stringify(taskCharts.map((c) => c.task)) === JSON.stringify(names),
+    `page ${JSON.stringify(taskCharts.map((c) => c.task))}, files ${JSON.stringify(names)}`);
+  for (const name of names) {
+    const c = taskCharts.find((x) => x.task === name);
+    if (!check(`${label}: task ${name} chart`, c && c.hasData && c.visible, JSON.stringify(c))) continue;
+    const meta = expected.map((ex) => ex.tasks[name]).find(Boolean);
+    const points = expected.reduce((n, ex) => n + (ex.tasks[name] ? ex.tasks[name].points : 0), 0);
+    const bars = expected.reduce((n, ex) => n + (ex.tasks[name] ? ex.tasks[name].bars : 0), 0);
+    check(`${label}: task ${name} metric in the title`, c.metric === meta.metric && c.title.includes(meta.metric), JSON.stringify(c));
+    check(`${label}: task ${name} points`, c.values === points, `page ${c.values}, files ${points}`);
+    check(`${label}: task ${name} error bars`, c.errorBars === bars, `page ${c.errorBars}, files ${bars}`);
+    check(`${label}: task ${name} chance`, c.chance === (meta.chance === null ? '' : String(meta.chance)), `page '${c.chance}', file ${meta.chance}`);
+    if (meta.chance === null) {
+      check(`${label}: task ${name} has no chance line`, c.chanceDrawn === 'false' && c.chanceY === null, JSON.stringify(c));
+      continue;
+    }
+    if (!check(`${label}: task ${name} chance line drawn`, c.chanceDrawn === 'true' && c.chanceY !== null, JSON.stringify(c))) continue;
+    const px = await chanceRowPixels(page, c.id, c.chanceY);
+    check(`${label}: task ${name} chance line on the canvas`, px && px.n >= px.width / 2, JSON.stringify(px));
+  }
+  expected.forEach((ex, i) => {
+    for (const [name, t] of Object.entries(ex.tasks)) {
+      const cell = st.cells.find((x) => x.run === i && x.key === `tasks.${name}.value`);
+      check(`${label}: run ${i} latest ${name}`, cell && Number(cell.value) === t.last.v && Number(cell.step) === t.last.step,
+        `page ${JSON.stringify(cell)}, file ${JSON.stringify(t.last)}`);
+    }
+  });
+  verdicts.forEach((v, i) => {
+    const tasks = Object.entries(v.tasks || {});
+    const lines = st.taskLines.filter((t) => t.run === i);
+    check(`${label}: run ${i} a line per task under the vital signs`, lines.length === tasks.length, `${lines.length} vs ${tasks.length}`);
+    for (const [name, t] of tasks) {
+      const l = lines.find((x) => x.task === name);
+      check(`${label}: run ${i} task line ${name}`, l && l.regressed === t.regressed && l.text.includes(t.metric),
+        `page ${JSON.stringify(l)}, smelt health ${JSON.stringify(t)}`);
+    }
+    const warns = st.taskWarnings.filter((w) => w.run === i).map((w) => w.text);
+    check(`${label}: run ${i} task warnings`, JSON.stringify(warns) === JSON.stringify(v.warnings || []),
+      `page ${JSON.stringify(warns)}, smelt health ${JSON.stringify(v.warnings)}`);
+  });
+  return st;
+}
+
+// spec.mode "tasks": the task charts live, after one more evaluation appended, and in the report.
+async function tasksMain(spec, browser) {
+  const ctx = await browser.newContext({ viewport: { width: 1400, height: 900 }, deviceScaleFactor: 1 });
+  const page = await ctx.newPage();
+  const errors = [];
+  page.on('pageerror', (e) => errors.push(`page error: ${e}`));
+  page.on('console', (m) => { if (m.type() === 'error') errors.push(`console: ${m.text()}`); });
+  await page.goto(spec.url);
+  check('tasks live: page ready', (await waitFor(page, () => document.body.dataset.ready === 'true', null, 20000)) >= 0);
+  // (the vital signs come with the first poll's render, or within 5 s)
+  await waitFor(page, () => document.querySelector('#vitals .vitals-run[data-state]:not([data-state="none"])'), null, 8000);
+  let expected = spec.runs.map(readRun);
+  let verdicts = spec.runs.map((d) => health(spec.smelt, d));
+  check('tasks: the files hold tasks', expected.some((ex) => Object.keys(ex.tasks).length >= 2), JSON.stringify(expected.map((ex) => ex.tasks)));
+  await compare(page, 'tasks live', expected);
+  await checkTasks(page, 'tasks live', expected, verdicts);
+  compareVitals('tasks live', await pageState(page), verdicts);
+  // Log scale redraws the task charts too.
+  await page.check('#log-scale');
+  await page.waitForTimeout(300);
+  for (const name of Object.keys(expected[0].tasks)) {
+    const px = await canvasPixels(page, `task:${name}`, []);
+    check(`tasks log scale: ${name} drew`, px && px.total > 1000, JSON.stringify(px));
+  }
+  await page.uncheck('#log-scale');
+  await page.waitForTimeout(300);
+  // One more evaluation appended: a point more on each task chart.
+  if (spec.append) {
+    fs.appendFileSync(path.join(spec.runs[0], 'metrics.jsonl'), `${JSON.stringify(spec.append)}\n`);
+    const took = await waitFor(page, (s) => {
+      const td = document.querySelector('#latest td[data-run="0"][data-key="step"]');
+      return td && Number(td.dataset.value) === s;
+    }, spec.append.step, 10000);
+    check('tasks append: shown within 5 s', took >= 0 && took <= 5000, `took ${took} ms`);
+    await page.waitForTimeout(5500);  // the vital signs are asked for at most every 5 s
+    expected = spec.runs.map(readRun);
+    verdicts = spec.runs.map((d) => health(spec.smelt, d));
+    await compare(page, 'tasks append', expected);
+    await checkTasks(page, 'tasks append', expected, verdicts);
+  }
+  check('tasks live: no script or console errors', errors.length === 0, errors.join('; '));
+  if (spec.screenshot) await page.screenshot({ path: spec.screenshot, fullPage: true });
+  await ctx.close();
+  // The report, offline.
+  execFileSync(spec.smelt, ['report', ...spec.runs, '-o', spec.report], { stdio: ['ignore', 'ignore', 'inherit'] });
+  const rctx = await browser.newContext({ viewport: { width: 1400, height: 900 }, deviceScaleFactor: 1, offline: true });
+  const rpage = await rctx.newPage();
+  const rerrors = [];
+  rpage.on('pageerror', (e) => rerrors.push(`page error: ${e}`));
+  await rpage.goto('file://' + path.resolve(spec.report));
+  check('tasks report: ready', (await waitFor(rpage, () => document.body.dataset.ready === 'true', null, 20000)) >= 0);
+  await compare(rpage, 'tasks report', expected);
+  await checkTasks(rpage, 'tasks report', expected, verdicts);
+  check('tasks report: no script errors', rerrors.length === 0, rerrors.join('; '));
+  await rctx.close();
+}
+
 async function screenshot(url, out, exe) {
   const browser = await chromium.launch({ executablePath: exe || '/usr/bin/chromium', headless: true });
   const page = await browser.newPage({ viewport: { width: 1400, height: 900 }, deviceScaleFactor: 1 });
@@ -244,6 +406,10 @@ async function main() {
   if (process.argv[2] === '--screenshot') return screenshot(process.argv[3], process.argv[4], process.argv[5]);
   const spec = JSON.parse(fs.readFileSync(process.argv[2], 'utf8'));
   const browser = await chromium.launch({ executablePath: spec.chromium || '/usr/bin/chromium', headless: true });
+  if (spec.mode === 'tasks') {
+    try { await tasksMain(spec, browser); } finally { await browser.close(); }
+    return;
+  }
   try {
     // ---- the live page
     const ctx = await browser.newContext({ viewport: { width: 1400, height: 900 }, deviceScaleFactor: 1 });
