@@ -1,8 +1,9 @@
 // The dashboard's data side (obs/dashboard.hpp) on files whose right answer is plain by
 // construction: lines read by byte offset (complete lines only, a torn last line left for later,
 // the byte limit), malformed lines skipped and counted, a rewritten or shorter file read again from
-// 0, the marks' rules, a run's latest values, the Prometheus text (read back by a parser written
-// from the format's specification), run names, and the report as one self-contained file.
+// 0, the marks' rules, a run's latest values (downstream tasks' too), the Prometheus text (read back
+// by a parser written from the format's specification), run names, and the report as one
+// self-contained file.
 #include "smelt/obs/dashboard.hpp"
 
 #include <unistd.h>
@@ -216,8 +217,26 @@ TEST_F(DashboardData, LatestValuesFollowTheFileIncrementally) {
   EXPECT_TRUE(l.events.empty());
 }
 
+TEST_F(DashboardData, LatestTaskValuesAndMetrics) {
+  const std::string tasks = R"(,"tasks":{"arc":{"metric":"acc_norm","value":0.25,"stderr":0.03,"chance":0.25,"items":200},)"
+                            R"("wiki":{"metric":"bits_per_byte","value":2.5,"stderr":0.05,"chance":null,"items":50}})";
+  test::write_file(path_, line(10, 5.0, tasks) + line(11, 4.9) +
+                              line(20, 4.0, R"(,"tasks":{"arc":{"metric":"acc_norm","value":0.4125,"stderr":0.0348,"chance":0.25},)"
+                                            R"("wiki":{"metric":"bits_per_byte","value":null,"stderr":null,"chance":null}})"));
+  DashboardLatest l;
+  ASSERT_TRUE(l.update(path_).is_ok());
+  EXPECT_EQ(l.values["tasks.arc.value"], 0.4125);
+  EXPECT_EQ(l.values["tasks.arc.stderr"], 0.0348);
+  EXPECT_TRUE(std::isnan(l.values["tasks.wiki.value"])) << "the last evaluation's value was null";
+  EXPECT_EQ(l.values.count("tasks.arc.chance"), 0u) << "only the value and its error";
+  EXPECT_EQ(l.task_metrics["arc"], "acc_norm");
+  EXPECT_EQ(l.task_metrics["wiki"], "bits_per_byte");
+}
+
 TEST_F(DashboardData, PrometheusTextFollowsTheFormatAndCarriesTheLatestValues) {
-  test::write_file(path_, "{\"step\":0,\"eval_loss\":9.5,\"eval_bpb\":3.25}\n" +
+  test::write_file(path_, "{\"step\":0,\"eval_loss\":9.5,\"eval_bpb\":3.25,\"tasks\":{\"arc \\\"e\\\"\":{\"metric\":\"acc_norm\","
+                         "\"value\":0.4125,\"stderr\":0.0348,\"chance\":0.25},\"wiki\":{\"metric\":\"bits_per_byte\","
+                         "\"value\":null,\"stderr\":null,\"chance\":null}}}\n" +
                               line(1, 5.0, ",\"lr\":0.001,\"grad_norm\":1.5,\"grad_norm_ratio\":0.75,\"tokens\":4096,"
                                            "\"tokens_per_s\":1000,\"mfu\":0.5,\"mfu_peak\":0.05,\"step_ms\":250,"
                                            "\"data_wait_ms\":12.5,\"fetch_ms\":{\"p50\":0.5,\"p95\":1.5,\"p99\":2.5},"
@@ -258,6 +277,10 @@ TEST_F(DashboardData, PrometheusTextFollowsTheFormatAndCarriesTheLatestValues) {
   EXPECT_DOUBLE_EQ(p.at("smelt_train_data_fetch_seconds{quantile=0.95," + a + "}"), 0.0015);
   EXPECT_DOUBLE_EQ(p.at("smelt_train_data_fetch_seconds{quantile=0.5," + a + "}"), 0.0005);
   EXPECT_EQ(p.at("smelt_train_source_loss{" + a + ",source=web \"en\"}"), 5.5);
+  EXPECT_EQ(p.at("smelt_train_task_value{metric=acc_norm," + a + ",task=arc \"e\"}"), 0.4125);
+  EXPECT_EQ(p.at("smelt_train_task_stderr{metric=acc_norm," + a + ",task=arc \"e\"}"), 0.0348);
+  EXPECT_TRUE(std::isnan(p.at("smelt_train_task_value{metric=bits_per_byte," + a + ",task=wiki}")));
+  EXPECT_FALSE(p.has("smelt_train_task_value{metric=acc_norm," + b + ",task=arc \"e\"}"));
   EXPECT_EQ(p.at("smelt_train_events_total{kind=checkpoint," + a + "}"), 1);
   EXPECT_EQ(p.at("smelt_train_metrics_bad_lines{" + a + "}"), 1);
   EXPECT_GT(p.at("smelt_train_last_update_timestamp_seconds{" + a + "}"), 1.6e9);

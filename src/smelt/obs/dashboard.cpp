@@ -166,6 +166,22 @@ std::vector<std::string> DashboardMarks::next(const json& line) {
   return marks;
 }
 
+namespace {
+
+// An evaluation line's "tasks" (docs/eval.md): each task's value and stderr as
+// "tasks.NAME.value" and "tasks.NAME.stderr" (NaN: null), and its metric.
+void latest_tasks(const json& tasks, std::map<std::string, double>& values, std::map<std::string, std::string>& metrics) {
+  for (const auto& [name, t] : tasks.items()) {
+    if (!t.is_object()) continue;
+    for (const char* field : {"value", "stderr"})
+      if (auto it = t.find(field); it != t.end() && (it->is_number() || it->is_null()))
+        values[fmt::format("tasks.{}.{}", name, field)] = it->is_number() ? it->get<double>() : NAN;
+    if (auto m = t.find("metric"); m != t.end() && m->is_string()) metrics[name] = m->get<std::string>();
+  }
+}
+
+}  // namespace
+
 Status DashboardLatest::update(const std::string& metrics_path) {
   constexpr size_t kBlock = 8u << 20;
   MetricsChunk c;
@@ -175,6 +191,7 @@ Status DashboardLatest::update(const std::string& metrics_path) {
       lines = bad_lines = 0;
       step = -1;
       values.clear();
+      task_metrics.clear();
       events.clear();
       marks.reset();
     }
@@ -189,7 +206,8 @@ Status DashboardLatest::update(const std::string& metrics_path) {
       if (step >= 0 && s <= step) events["restart"]++;
       step = s;
       for (const auto& [k, v] : j.items()) {
-        if (v.is_number()) values[k] = v.get<double>();
+        if (k == "tasks" && v.is_object()) latest_tasks(v, values, task_metrics);
+        else if (v.is_number()) values[k] = v.get<double>();
         else if (v.is_null()) values[k] = NAN;
         else if (v.is_object())
           for (const auto& [k2, v2] : v.items())
@@ -254,6 +272,23 @@ constexpr PromGauge kGauges[] = {
     {"smelt_train_attention_sparsity_ratio", "attn_sparsity", 1, "Share of attention weights below the threshold, last sampled (0-1)."},
 };
 
+// Each downstream task's last value and standard error, labelled with the task and its metric.
+void prom_tasks(std::string& o, const std::vector<DashboardRun>& runs, const std::vector<DashboardLatest>& latest, size_t n) {
+  constexpr std::pair<const char*, const char*> kFamilies[] = {
+      {"value", "smelt_train_task_value"}, {"stderr", "smelt_train_task_stderr"}};
+  for (const auto& [field, name] : kFamilies) {
+    prom_family(o, name, "gauge",
+                std::string_view(field) == "value"
+                    ? "Headline metric of each downstream task at its last evaluation (acc_norm, bits_per_byte, ...: the metric label)."
+                    : "Standard error of each downstream task's headline metric at its last evaluation.");
+    for (size_t i = 0; i < n; i++)
+      for (const auto& [task, metric] : latest[i].task_metrics)
+        if (auto it = latest[i].values.find(fmt::format("tasks.{}.{}", task, field)); it != latest[i].values.end())
+          o += fmt::format("{}{{run=\"{}\",task=\"{}\",metric=\"{}\"}} {}\n", name, prom_label(runs[i].name), prom_label(task),
+                           prom_label(metric), prom_num(it->second));
+  }
+}
+
 double state_code(const std::string& s) {
   if (s == "ok") return 0;
   if (s == "warn") return 1;
@@ -300,6 +335,7 @@ std::string dashboard_prometheus(const std::vector<DashboardRun>& runs, const st
       if (k.rfind(src, 0) == 0)
         o += fmt::format("smelt_train_source_loss{{{},source=\"{}\"}} {}\n", label(i), prom_label(k.substr(src.size())),
                          prom_num(v));
+  prom_tasks(o, runs, latest, n);
   prom_family(o, "smelt_train_events_total", "counter",
               "Marks in metrics.jsonl by kind: checkpoint, skipped, loss_spike, rollback, lr_restart, restart, ...");
   for (size_t i = 0; i < n; i++)

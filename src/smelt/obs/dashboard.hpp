@@ -70,7 +70,9 @@ struct DashboardLatest {
   int64_t step = -1;                             // of the last step line
   double mtime = 0;                              // metrics.jsonl's, seconds since the epoch
   std::map<std::string, double> values;          // key -> its value in the last step line holding it
-                                                 // ("fetch_ms.p95", "loss_by_source.NAME"; NaN: null)
+                                                 // ("fetch_ms.p95", "loss_by_source.NAME",
+                                                 // "tasks.NAME.value", "tasks.NAME.stderr"; NaN: null)
+  std::map<std::string, std::string> task_metrics;  // downstream task -> its headline metric
   std::map<std::string, int64_t> events;         // marks by kind (DashboardMarks), and "restart":
                                                  // a step line whose step is not above the last
   DashboardMarks marks;
