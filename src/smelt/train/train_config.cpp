@@ -52,7 +52,10 @@ const Schema<EvalOptions>& eval_schema() {
       {field("data", &E::data, "held-out shards ([NAME=]PREFIX,...); \"\" = no evaluation"),
        field("every", &E::every, "every N steps (0 = only at the start and the end)", at_least(0)),
        field("points", &E::points, "instead of every: this many evaluations spread over the run", at_least(0)),
-       field("tokens", &E::tokens, "target tokens per evaluation", at_least(1))}};
+       field("tokens", &E::tokens, "target tokens per evaluation", at_least(1)),
+       field("tasks", &E::tasks, "downstream task files or folders scored at each evaluation (docs/eval.md)"),
+       field("task_limit", &E::task_limit, "items per task at each evaluation (0: all)", at_least(0)),
+       field("task_fewshot", &E::task_fewshot, "examples per item (-1: each task's num_fewshot)", at_least(-1))}};
   return s;
 }
 
@@ -224,6 +227,12 @@ Status train_config_validate(const TrainConfig& c) {
     return Status::error(fmt::format("[eval] every = {} and points = {}: give one of them", c.eval.every,
                                      c.eval.points));
   const ParallelOptions& pl = c.parallel;
+  if (!c.eval.tasks.empty() && (pl.tp * pl.pp > 1 || c.train.device == DeviceKind::kCuda))
+    return Status::error(fmt::format("[eval] tasks: scored on one rank's whole copy of the weights on the CPU, which "
+                                     "[parallel] tp = {}, pp = {} or [train] device = \"cuda\" does not have; score "
+                                     "the run's checkpoints with `smelt eval --tasks` instead (docs/eval.md)", pl.tp, pl.pp));
+  if (!c.eval.tasks.empty() && c.train.tokenizer.empty())
+    return Status::error("[eval] tasks: the tasks are text, so the run needs its tokenizer: set [train] tokenizer");
   if (pl.tp * pl.pp > 1 && c.dist.compression == GradCompression::kTopk)
     return Status::error(fmt::format("[dist.compression] type = \"topk\" with [parallel] tp = {}, pp = {}: top-k "
                                      "compression is for data parallel alone (its residual is per rank of one "

@@ -5,6 +5,7 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include <toml++/toml.h>
 
@@ -72,6 +73,10 @@ struct EvalOptions {             // [eval]
   int every = 0;                 // evaluate every N steps (0: only at the start and the end)
   int points = 0;                // or this many evaluations spread over the run's steps (every = 0)
   int64_t tokens = 65536;        // target tokens per evaluation (capped at the data's size)
+  std::vector<std::string> tasks;  // downstream task files / folders scored at each evaluation (docs/eval.md)
+  int64_t task_limit = 500;      // items per task at each evaluation (0: all)
+  int task_fewshot = -1;         // examples per item (-1: each task's num_fewshot)
+  bool evaluates() const { return !data.empty() || !tasks.empty(); }
 };
 
 struct CkptOptions {             // [ckpt]

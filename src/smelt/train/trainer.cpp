@@ -44,6 +44,7 @@
 #include "smelt/train/pipeline.hpp"
 #include "smelt/train/run_memory.hpp"
 #include "smelt/train/step_report.hpp"
+#include "smelt/train/task_eval.hpp"
 #include "smelt/train/train_state.hpp"
 
 namespace fs = std::filesystem;
@@ -196,6 +197,7 @@ class Trainer {
   Status setup_device(Precision precision);
   Feed feed_;
   std::unique_ptr<Tokenizer> tok_;
+  TaskEvaluator tasks_;  // [eval] tasks (task_eval.hpp)
   EvalText eval_text_;  // token byte lengths for bits per byte (empty without a tokenizer)
   std::string run_dir_, metrics_path_, config_text_;
   std::ofstream metrics_;
@@ -330,6 +332,7 @@ Status Trainer::setup() {
     if (c_.data.eod_id < 0 && tok_->eod_id()) c_.data.eod_id = *tok_->eod_id();
     eval_text_ = EvalText::from(*tok_);
   }
+  if (Status s = tasks_.init(c_.eval, tok_.get(), c_.model); !s) return s;
   if (Status s = loader_config_validate(c_.data); !s) return s;
   // (Token ids >= vocab_size are refused by Model::forward, naming the position.)
   train_batch_shape(c_.data, B_, T_);
@@ -752,6 +755,15 @@ Status Trainer::save(int64_t step, const char* why, ojson* line) {
 
 Status Trainer::eval_now(int64_t step, ojson* line) {
   TraceSpan span("eval", "step", (double)step);
+  double task_s = 0;  // the tasks run on rank 0's whole copy of the weights (no TP/PP: config checks)
+  if (tasks_.active() && lead_ && line)
+    if (Status s = tasks_.run(model_.params(), threads_, step, *line, task_s); !s) return s;
+  if (c_.eval.data.empty()) {
+    last_eval_s_ = task_s;
+    eval_s_sum_ += task_s;
+    if (step_ > 0) warm_eval_s_ += task_s, warm_evals_++;
+    return Status::ok();
+  }
   EvalResult r;
   double t0 = now_s();
   const EvalText* text = eval_text_.bytes.empty() ? nullptr : &eval_text_;
@@ -774,9 +786,9 @@ Status Trainer::eval_now(int64_t step, ojson* line) {
     if (Status s = comm_->allreduce_sum(v, 5); !s) return s;
     r.loss = v[0], r.entropy = v[1], r.perplexity = v[2], r.bits_per_byte = v[3], r.bytes = (uint64_t)v[4];
   }
-  last_eval_s_ = r.seconds;
-  eval_s_sum_ += r.seconds;
-  if (step_ > 0) warm_eval_s_ += r.seconds, warm_evals_++;
+  last_eval_s_ = r.seconds + task_s;
+  eval_s_sum_ += r.seconds + task_s;
+  if (step_ > 0) warm_eval_s_ += r.seconds + task_s, warm_evals_++;
   span.arg("loss", r.loss);
   if (eval_first_ < 0) eval_first_ = r.loss, eval_first_bpb_ = r.bits_per_byte;
   eval_last_ = r.loss, eval_last_bpb_ = r.bits_per_byte;
@@ -918,7 +930,7 @@ Status Trainer::start() {
   }
   tty_ = isatty(STDERR_FILENO);
   run_start_s_ = now_s();
-  if (!c_.eval.data.empty() && step_ == 0) {
+  if (c_.eval.evaluates() && step_ == 0) {
     ojson line;
     line["step"] = 0;
     if (Status s = eval_now(0, &line); !s) return s;
@@ -977,7 +989,7 @@ void Trainer::plan_budget() {
   const double left = 0.97 * (budget_s_ - spent) - reserve;
   // The evaluations still due: points spread over the planned steps, one every `every` steps.
   double n = 0;
-  if (c_.eval.data.empty()) n = left / plan_step_s_;
+  if (!c_.eval.evaluates()) n = left / plan_step_s_;
   else if (c_.eval.every > 0) n = left / (plan_step_s_ + eval_s / c_.eval.every);
   else {
     const double done_share = planned_ ? (double)step_ / (double)total_steps_ : 0.0;
@@ -1450,7 +1462,7 @@ Status Trainer::after_step(const StepStats& st) {
   const bool last = done();
   // A signal adds nothing to the metrics (a resumed run's file equals an uninterrupted run's).
   const int every = eval_every();
-  if (!c_.eval.data.empty() && ((every > 0 && step_ % every == 0) || last)) {
+  if (c_.eval.evaluates() && ((every > 0 && step_ % every == 0) || last)) {
     if (Status s = eval_now(step_, &line); !s) return s;
   }
   const HealthConfig& hc = c_.health;
