@@ -100,6 +100,12 @@ int cli_eval(int argc, char** argv) {
   app.add_option("--seed", tf.seed, "--tasks: seed of the few-shot draw and the bootstrap (default 1234)");
   app.add_option("--samples", tf.samples, "--tasks: write every item's record (token ids, log-likelihoods, "
                  "prediction) to this JSONL file");
+  EvalClozeFlags cf;
+  auto* cloze_opt = app.add_option("--make-cloze", cf.from, "write a cloze task (docs/eval.md) made from these text "
+                                   "files, .jsonl files (\"text\") or token shards (with --tokenizer) to --task-out")
+                        ->excludes(data_opt)->excludes(tasks_opt);
+  app.add_option("--task-out", cf.out, "--make-cloze: the task's path without extension (STEM.jsonl, STEM.toml)");
+  app.add_option("--items", cf.items, "--make-cloze: items at most (default 500)")->check(CLI::PositiveNumber);
   app.add_flag("--no-prefix-reuse", tf.no_prefix_reuse, "--tasks: read every (context, choice) pair whole instead of "
                "the context once per item (the baseline of bench/eval)");
   app.add_option("--max-tokens", max_tokens, "evaluate at most this many target tokens (default 1048576)")
@@ -116,6 +122,15 @@ int cli_eval(int argc, char** argv) {
   app.add_flag("--compressors", compressors, "also compress the evaluated text with gzip -9, zstd -19 and xz -9e "
                                              "and report their bits per byte");
   if (int rc = cli_parse(app, argc, argv, "eval", "warn"); rc >= 0) return rc;
+  if (!cloze_opt->empty()) {
+    if (cf.out.empty()) {
+      spdlog::error("--make-cloze needs --task-out STEM");
+      return kExitUsage;
+    }
+    cf.tokenizer = tok_path;
+    cf.seed = tf.seed;
+    return cli_eval_make_cloze(cf);
+  }
   if (!tasks_opt->empty()) {
     if (ckpt.empty() && tf.gguf.empty()) {
       spdlog::error("--tasks needs a model: --checkpoint DIR or --gguf FILE");

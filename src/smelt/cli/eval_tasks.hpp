@@ -20,4 +20,15 @@ struct EvalTasksFlags {
 
 int cli_eval_tasks(EvalTasksFlags& f);
 
+// `smelt eval --make-cloze SRC... --task-out STEM`: a cloze task (eval/cloze.hpp) from text files
+// (one document each), JSONL files (each line's "text") or token shards (PREFIX with PREFIX.idx,
+// decoded with --tokenizer).
+struct EvalClozeFlags {
+  std::vector<std::string> from;
+  std::string out, tokenizer;
+  int64_t items = 500;
+  uint64_t seed = 1234;
+};
+int cli_eval_make_cloze(const EvalClozeFlags& f);
+
 }  // namespace smelt

@@ -4,6 +4,10 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <memory>
 #include <string>
 #include <thread>
 
@@ -15,6 +19,8 @@
 #include "smelt/cli/load_model.hpp"
 #include "smelt/common/files.hpp"
 #include "smelt/common/progress.hpp"
+#include "smelt/dataset/indexed.hpp"
+#include "smelt/eval/cloze.hpp"
 #include "smelt/eval/run.hpp"
 #include "smelt/eval/scorer.hpp"
 #include "smelt/eval/task.hpp"
@@ -47,7 +53,77 @@ Status write_samples(const std::string& path, const std::vector<TaskResult>& res
   return files_write_atomic(path, text);
 }
 
+// The documents of one --make-cloze source.
+Status cloze_docs(const std::string& src, const Tokenizer* tok, std::vector<std::string>& docs) {
+  std::error_code ec;
+  if (std::filesystem::exists(src + ".idx", ec)) {
+    if (!tok) return Status::error(fmt::format("{}: a token shard: --tokenizer is needed to read its text", src));
+    IndexedDataset ds;
+    if (Status s = ds.open(src); !s) return s;
+    const auto eod = tok->eod_id();
+    for (uint64_t i = 0; i < ds.sequences(); i++) {
+      const TokenView v = ds.sequence(i);
+      std::vector<uint32_t> ids;
+      for (size_t k = 0; k < v.size(); k++)
+        if (!eod || v.at(k) != *eod) ids.push_back(v.at(k));
+      std::string text;
+      tok->decode(ids.data(), ids.size(), text);
+      docs.push_back(std::move(text));
+    }
+    return Status::ok();
+  }
+  std::ifstream in(src, std::ios::binary);
+  if (!in) return Status::error(fmt::format("{}: cannot open (want a text file, a .jsonl file or a token shard prefix)", src));
+  if (std::filesystem::path(src).extension() != ".jsonl") {
+    std::ostringstream all;
+    all << in.rdbuf();
+    docs.push_back(all.str());
+    return Status::ok();
+  }
+  std::string line;
+  for (int64_t n = 1; std::getline(in, line); n++) {
+    auto j = nlohmann::json::parse(line, nullptr, false);
+    if (j.is_discarded() || !j.is_object() || !j.contains("text") || !j["text"].is_string())
+      return Status::error(fmt::format("{} line {}: want a JSON object with a string field \"text\"", src, n));
+    docs.push_back(j["text"].get<std::string>());
+  }
+  return Status::ok();
+}
+
 }  // namespace
+
+int cli_eval_make_cloze(const EvalClozeFlags& f) {
+  std::unique_ptr<Tokenizer> tok;
+  if (!f.tokenizer.empty()) {
+    tok = std::make_unique<Tokenizer>();
+    if (Status s = Tokenizer::load(f.tokenizer, *tok); !s) {
+      spdlog::error("--tokenizer {}: {}", f.tokenizer, s.message());
+      return kExitFailure;
+    }
+  }
+  std::vector<std::string> docs;
+  for (const auto& src : f.from)
+    if (Status s = cloze_docs(src, tok.get(), docs); !s) {
+      spdlog::error("[eval] --make-cloze {}", s.message());
+      return kExitFailure;
+    }
+  ClozeOptions o;
+  o.max_items = f.items;
+  o.seed = f.seed;
+  std::vector<TaskItem> items;
+  if (Status s = cloze_make(docs, o, items); !s) {
+    spdlog::error("{}", s.message());
+    return kExitFailure;
+  }
+  const std::string name = std::filesystem::path(f.out).filename().string();
+  if (Status s = cloze_write(f.out, name, items); !s) {
+    spdlog::error("{}", s.message());
+    return kExitFailure;
+  }
+  std::fprintf(stderr, "eval: cloze task %s: %zu items of %d choices from %zu document(s) -> %s.jsonl, %s.toml\n",
+               name.c_str(), items.size(), o.choices, docs.size(), f.out.c_str(), f.out.c_str());
+  return kExitOk;
+}
 
 int cli_eval_tasks(EvalTasksFlags& f) {
   std::vector<Task> tasks;
