@@ -118,6 +118,7 @@ int cli_pipeline(int argc, char** argv) {
   }
   const std::string refined = (w / "refined").string(), parts = (w / "refined" / "part-*.jsonl.zst").string();
   const std::string tokenizer = (w / "tokenizer.json").string(), tokens = (w / "tokens").string();
+  const std::string cloze = (w / "tasks" / "heldout-cloze").string();
   const std::string valid = (w / "valid").string(), run = (w / "run").string(), sample = (w / "sample.txt").string();
   const std::string th = std::to_string(threads);
   // The training shards and the trainer's data sources made of them.
@@ -138,8 +139,9 @@ int cli_pipeline(int argc, char** argv) {
   const auto t_all = std::chrono::steady_clock::now();
   int n = 0, total = 0;
   for (const auto& s : kPipelineStages) total += wanted(s);
-  if (wanted("tokenize")) total += (int)shards.size() - 1 + (c.holdout > 0);  // a run per shard, one held out
-  if (wanted("eval") && c.holdout <= 0) total--;     // nothing held out: nothing to evaluate
+  // A run per shard, one held out, and the cloze task made of the held-out documents.
+  if (wanted("tokenize")) total += (int)shards.size() - 1 + 2 * (c.holdout > 0);
+  if (wanted("eval")) total += c.holdout > 0 ? 1 : -1;  // the tasks beside the held-out loss; nothing held out: no eval
   auto stage = [&](const std::string& name, const std::vector<std::string>& args, const std::string& out = "") {
     spdlog::info("stage {}/{}: {}", ++n, total, name);
     const auto t0 = std::chrono::steady_clock::now();
@@ -179,23 +181,34 @@ int cli_pipeline(int argc, char** argv) {
     for (const PipelineShard& sh : shards)
       if (int rc = tokenize(sh.name.empty() ? "tokenize" : "tokenize_" + sh.name, sh.prefix, "rest", sh.name); rc)
         return rc;
-    if (c.holdout > 0)
+    if (c.holdout > 0) {
       if (int rc = tokenize("tokenize_holdout", valid, "holdout", ""); rc) return rc;
+      // A multiple-choice task from the held-out documents (docs/eval.md): scored during training
+      // and on the final checkpoint, beside its chance level.
+      if (int rc = stage("cloze_task", {"eval", "--make-cloze", valid, "--tokenizer", tokenizer, "--task-out", cloze,
+                                        "--items", "500", "--seed", std::to_string(c.seed)});
+          rc)
+        return rc;
+    }
   }
   if (wanted("train")) {
     std::vector<std::string> a = {"train", "--config", cfg, "--data", sources, "--run-dir", run,
                                   "--threads", th, "--set", "train.tokenizer=\"" + tokenizer + "\"",
                                   "--set", "data.append_eod=false"};
-    if (c.holdout > 0) a.insert(a.end(), {"--set", "eval.data=\"" + valid + "\""});
+    if (c.holdout > 0)
+      a.insert(a.end(), {"--set", "eval.data=\"" + valid + "\"", "--set", "eval.tasks=[\"" + cloze + ".toml\"]",
+                         "--set", "eval.task_limit=200"});
     if (int rc = stage("train", a); rc) return rc;
   }
-  const std::string eval_json = (w / "eval.json").string();
+  const std::string eval_json = (w / "eval.json").string(), tasks_json = (w / "tasks.json").string();
   if (wanted("eval") && c.holdout > 0) {
     // The final model on the held-out text, and what gzip / zstd / xz make of the same bytes.
     std::vector<std::string> a = {"eval", "--checkpoint", run, "--data", valid, "--max-tokens",
                                   std::to_string(c.eval_tokens), "--compressors", "--output", eval_json,
                                   "--threads", th};
     if (int rc = stage("eval", a, "/dev/null"); rc) return rc;
+    a = {"eval", "--checkpoint", run, "--tasks", cloze + ".toml", "--output", tasks_json, "--threads", th};
+    if (int rc = stage("eval_tasks", a, "/dev/null"); rc) return rc;
   }
   std::vector<PipelineSample> samples;
   if (wanted("generate")) {
@@ -239,6 +252,7 @@ int cli_pipeline(int argc, char** argv) {
   in.refined = refined, in.tokenizer = tokenizer, in.tokens = sources, in.shards = shards;
   in.valid = c.holdout > 0 ? valid : "";
   in.run = run, in.eval = fs::exists(eval_json) ? eval_json : "", in.sample = sample;
+  in.tasks = fs::exists(tasks_json) ? tasks_json : "";
   in.smelt = cli_smelt_command();
   in.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_all).count();
   in.stages = stages;

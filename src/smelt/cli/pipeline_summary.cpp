@@ -134,6 +134,42 @@ json pipeline_read_json(const std::string& path) {
   return json::parse(in, nullptr, false);
 }
 
+namespace {
+
+// The tasks: each one's headline metric at the run's first and last evaluation (metrics.jsonl) and
+// on the final checkpoint (the eval stage's JSON), beside chance.
+void tasks_summary(const std::vector<json>& metrics, const json& final_tasks, std::string& text, json& j) {
+  const json* first = nullptr;
+  const json* last = nullptr;
+  for (const json& m : metrics)
+    if (m.contains("tasks") && m["tasks"].is_object()) {
+      if (!first) first = &m;
+      last = &m;
+    }
+  json out = json::array();
+  if (!final_tasks.is_object() || !final_tasks.contains("tasks")) return;
+  for (const json& t : final_tasks["tasks"]) {
+    const std::string name = t.value("task", std::string()), metric = t.value("metric", std::string());
+    json e = {{"task", name}, {"metric", metric}, {"final", t.value("value", 0.0)},
+              {"final_stderr", t["metrics"].value(metric + "_stderr", 0.0)}, {"items", t.value("items", 0)},
+              {"chance", t.value("chance", json())}};
+    std::string over;
+    if (first && last && (*first)["tasks"].contains(name)) {
+      e["first_step"] = (*first)["step"], e["first"] = (*first)["tasks"][name]["value"];
+      e["last_step"] = (*last)["step"], e["last"] = (*last)["tasks"][name]["value"];
+      over = fmt::format("{:.3f} at step {} -> {:.3f} at step {} in training; ", e["first"].get<double>(),
+                         e["first_step"].get<int64_t>(), e["last"].get<double>(), e["last_step"].get<int64_t>());
+    }
+    text += fmt::format("  task           {} {}: {}final checkpoint {:.3f} +- {:.3f} over {} items{}\n", name, metric,
+                        over, e["final"].get<double>(), e["final_stderr"].get<double>(), e["items"].get<int64_t>(),
+                        e["chance"].is_number() ? fmt::format(" (chance {:.2f})", e["chance"].get<double>()) : "");
+    out.push_back(e);
+  }
+  j["tasks"] = out;
+}
+
+}  // namespace
+
 void pipeline_summary(const PipelineSummaryInput& in, std::string& text, json& j) {
   json prep = pipeline_read_json(in.refined + "/stats.json");
   // the training shards: tokens of each (null where a shard has no stats), and their sum
@@ -160,7 +196,7 @@ void pipeline_summary(const PipelineSummaryInput& in, std::string& text, json& j
   j["seconds"] = in.seconds;
   j["stages"] = json::parse(in.stages.dump());
   j["artifacts"] = {{"refined", in.refined}, {"tokenizer", in.tokenizer}, {"tokens", in.tokens}, {"valid", in.valid},
-                    {"run", in.run}, {"eval", in.eval}, {"sample", in.sample}};
+                    {"run", in.run}, {"eval", in.eval}, {"tasks", in.tasks}, {"sample", in.sample}};
   j["prep"] = prep.is_object() ? json{{"docs_in", prep.value("/documents/read"_json_pointer, json())},
                                       {"docs_out", prep.value("/documents/kept"_json_pointer, json())}}
                                : json();
@@ -244,6 +280,7 @@ void pipeline_summary(const PipelineSummaryInput& in, std::string& text, json& j
       j["beats_compressors"] = bpb < best_bpb;
     }
   }
+  if (!in.tasks.empty()) tasks_summary(metrics, pipeline_read_json(in.tasks), text, j);
   if (!in.run.empty()) curves(metrics, text, j, compressors);
   json samples = json::array();
   if (!in.samples.empty()) text += fmt::format("\n  samples        {}\n", in.sampling);

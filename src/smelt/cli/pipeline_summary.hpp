@@ -25,6 +25,7 @@ struct PipelineSummaryInput {
   // artifacts ("" where the run made none); tokens: the trainer's data sources ("PREFIX" or
   // "en=PREFIX-en:W,zh=PREFIX-zh:W"), made of `shards`
   std::string refined, tokenizer, tokens, valid, run, eval, sample;
+  std::string tasks;  // the eval stage's `smelt eval --tasks` JSON ("" none)
   std::vector<PipelineShard> shards;
   double seconds = 0;
   nlohmann::ordered_json stages = nlohmann::ordered_json::object();  // name -> {exit_code, seconds}, in run order
