@@ -57,7 +57,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       check_error(e);
       continue;
     }
-    if (g.prompt.empty() || (int)g.prompt.size() >= ctx.ctx || g.max_tokens < 1 ||
+    // A scoring-only request (echo, max_tokens 0) may fill the context and generates nothing.
+    if (g.prompt.empty() || (int)g.prompt.size() > ctx.ctx - (r.score_only ? 0 : 1) ||
+        g.max_tokens < (r.score_only ? 0 : 1) ||
         (int)g.prompt.size() + g.max_tokens > ctx.ctx)
       std::abort();
     for (int32_t id : g.prompt)

@@ -714,7 +714,11 @@ json completion_choice(const ApiRequest& r, const ApiChoice& c, const Tokenizer&
   }
   json choice = {{"text", text}, {"logprobs", nullptr}};
   if (r.logprobs) {
-    json lp = completion_logprobs(c.events.data(), c.events.size(), r.top_logprobs, tok, offset);
+    // The engine's record of every sampled token, the end-of-document token that stopped the
+    // request included (its logprob is part of what was scored: lm-evaluation-harness reads echo +
+    // max_tokens 1 as the prompt's entries followed by exactly one generated entry).
+    const std::vector<TokenEvent>& evs = c.result.tokens.empty() ? c.events : c.result.tokens;
+    json lp = completion_logprobs(evs.data(), evs.size(), r.top_logprobs, tok, offset);
     if (r.echo) {
       json all = prompt_logprobs(c.prompt, c.result.prompt_events, r.top_logprobs, tok);
       append_logprobs(all, lp);
