@@ -8,6 +8,8 @@
 
 #include <fmt/format.h>
 
+#include "smelt/kernels/kernels.hpp"
+
 namespace smelt {
 
 Status Scorer::init(const ModelConfig& c, const float* params, int vocab, const ScorerOptions& o) {
@@ -26,6 +28,9 @@ Status Scorer::init(const ModelConfig& c, const float* params, int vocab, const 
   d.batch_invariant = o.batch_invariant;
   if (Status s = dec_.init(c, params, d); !s) return s;
   logits_.assign((size_t)o.max_rows * c.vocab_size, 0.0f);
+  losses_.assign((size_t)o.max_rows, 0.0f);
+  lse_.assign((size_t)o.max_rows, 0.0f);
+  targets_.assign((size_t)o.max_rows, 0);
   last_.assign((size_t)c.vocab_size, 0.0f);
   rows_run_ = 0;
   return Status::ok();
@@ -42,6 +47,36 @@ void Scorer::score_row(const float* z, int32_t target, double& logprob, bool& gr
   const float lse = mx + (float)std::log(sum);
   logprob = (double)(z[target] - lse);
   greedy = arg == target;
+}
+
+// The step's rows with logits scored together by the training loss kernel (one streaming,
+// vectorized softmax per row; the padding ids set to -inf first so they weigh nothing).
+Status Scorer::run_scored(const std::vector<DecodeRow>& rows, const std::vector<int32_t>& targets,
+                          const std::function<void(size_t, double, bool)>& score) {
+  const int V = dec_.config().vocab_size;
+  size_t k = 0;
+  for (size_t at = 0; at < rows.size(); at += (size_t)opt_.max_rows) {
+    const int n = (int)std::min(rows.size() - at, (size_t)opt_.max_rows);
+    if (Status s = dec_.step(rows.data() + at, n, logits_.data()); !s) return s;
+    rows_run_ += (uint64_t)n;
+    int m = 0;
+    for (int i = 0; i < n; i++) m += rows[at + i].logits;
+    for (int i = 0; i < m; i++) {
+      float* z = logits_.data() + (size_t)V * i;
+      std::fill(z + vocab_, z + V, -std::numeric_limits<float>::infinity());
+      targets_[i] = targets[k + i];
+    }
+    cross_entropy_forward(losses_.data(), lse_.data(), logits_.data(), targets_.data(), m, V);
+    for (int i = 0; i < m; i++) {
+      const float* z = logits_.data() + (size_t)V * i;
+      const float zt = z[targets_[i]];
+      bool greedy = true;  // the target is the argmax: nothing above it, nothing equal before it
+      for (int v = 0; v < vocab_ && greedy; v++) greedy = z[v] < zt || (z[v] == zt && v >= targets_[i]);
+      score(k + i, -(double)losses_[i], greedy);
+    }
+    k += (size_t)m;
+  }
+  return Status::ok();
 }
 
 Status Scorer::run(const std::vector<DecodeRow>& rows, const std::function<void(size_t, const float*)>& take) {
@@ -75,12 +110,11 @@ Status Scorer::continuations(int n_ctx, const std::vector<std::vector<int32_t>>&
       target.emplace_back(j, conts[j][k + 1]);
     }
   }
-  return run(rows, [&](size_t r, const float* z) {
-    double lp;
-    bool g;
-    score_row(z, target[r].second, lp, g);
-    out[target[r].first].logprob += lp;
-    out[target[r].first].greedy = out[target[r].first].greedy && g;
+  std::vector<int32_t> ids;
+  for (const auto& t : target) ids.push_back(t.second);
+  return run_scored(rows, ids, [&](size_t k, double lp, bool g) {
+    out[target[k].first].logprob += lp;
+    out[target[k].first].greedy = out[target[k].first].greedy && g;
   });
 }
 
@@ -105,14 +139,11 @@ Status Scorer::pairs(const std::vector<int32_t>& context, const std::vector<std:
         target.emplace_back(j, conts[j][k + 1]);
       }
     }
-    size_t t = 0;
-    Status s = run(rows, [&](size_t, const float* z) {
-      double lp;
-      bool g;
-      score_row(z, target[t].second, lp, g);
-      out[target[t].first].logprob += lp;
-      out[target[t].first].greedy = out[target[t].first].greedy && g;
-      t++;
+    std::vector<int32_t> ids;
+    for (const auto& t : target) ids.push_back(t.second);
+    Status s = run_scored(rows, ids, [&](size_t k, double lp, bool g) {
+      out[target[k].first].logprob += lp;
+      out[target[k].first].greedy = out[target[k].first].greedy && g;
     });
     if (!s) return s;
   }
@@ -162,13 +193,7 @@ Status Scorer::rolling(const std::vector<int32_t>& ids, double& logprob) {
       rows.push_back(DecodeRow{0, ids[i], want});
       if (want) target.push_back(ids[i + 1]);
     }
-    size_t t = 0;
-    Status st = run(rows, [&](size_t, const float* z) {
-      double lp;
-      bool g;
-      score_row(z, target[t++], lp, g);
-      logprob += lp;
-    });
+    Status st = run_scored(rows, target, [&](size_t, double lp, bool) { logprob += lp; });
     if (!st) return st;
     s = e;
   }

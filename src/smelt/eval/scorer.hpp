@@ -54,6 +54,9 @@ class Scorer {
  private:
   // Runs rows in steps of max_rows; for each row with logits, calls take(row index, logits).
   Status run(const std::vector<DecodeRow>& rows, const std::function<void(size_t, const float*)>& take);
+  // Runs rows and scores targets[k] on the k-th row with logits: score(k, log p, is argmax).
+  Status run_scored(const std::vector<DecodeRow>& rows, const std::vector<int32_t>& targets,
+                    const std::function<void(size_t, double, bool)>& score);
   // log p(target) and whether target is the argmax, from one row of logits.
   void score_row(const float* z, int32_t target, double& logprob, bool& greedy) const;
   Status continuations(int n_ctx, const std::vector<std::vector<int32_t>>& conts, size_t first, size_t count,
@@ -64,7 +67,8 @@ class Scorer {
   Decoder dec_;
   ScorerOptions opt_;
   int vocab_ = 0;
-  std::vector<float> logits_, last_;
+  std::vector<float> logits_, last_, losses_, lse_;
+  std::vector<int32_t> targets_;
   uint64_t rows_run_ = 0;
 };
 
