@@ -4,7 +4,7 @@
 // past, as `make demo` sets it on a slow machine) and the evaluation's size made small. Every
 // stage succeeds; the summary has bits per byte beside the three compressors on the same text,
 // the planned steps, the loss chart and greedy and sampled continuations of the config's English
-// and Chinese prompts, the serve command it ends with answers a completion, and the script writes
+// and Chinese prompts, a cloze task of the held-out text scored over training beside chance, the serve command it ends with answers a completion, and the script writes
 // the run's report.html and prints the dashboard command; the commands are typed as the person would
 // (build/smelt).
 #include <sys/wait.h>
@@ -38,8 +38,19 @@ TEST(DemoPipeline, TheDemoConfigRunsEndToEndOnASlice) {
   ASSERT_TRUE(WIFEXITED(rc) && WEXITSTATUS(rc) == 0) << err;
   json j = json::parse(smelt::test::read_file((dir / "pipeline.json").string()));
   for (const char* s :
-       {"prep", "tokenizer", "tokenize_en", "tokenize_zh", "tokenize_holdout", "train", "eval", "generate"})
+       {"prep", "tokenizer", "tokenize_en", "tokenize_zh", "tokenize_holdout", "cloze_task", "train", "eval",
+        "eval_tasks", "generate"})
     EXPECT_EQ(j["stages"][s]["exit_code"], 0) << s;
+  // The cloze task of the held-out documents, over training and on the final checkpoint, beside chance.
+  ASSERT_EQ(j["tasks"].size(), 1u) << j.dump();
+  const json& task = j["tasks"][0];
+  EXPECT_EQ(task["task"], "heldout-cloze");
+  EXPECT_EQ(task["metric"], "acc_norm");
+  EXPECT_DOUBLE_EQ(task["chance"].get<double>(), 0.25);
+  EXPECT_EQ(task["first_step"], 0);
+  EXPECT_GT(task["last_step"].get<int64_t>(), 0);
+  EXPECT_GE(task["items"].get<int64_t>(), 20);
+  EXPECT_NE(err.find("task           heldout-cloze acc_norm: "), std::string::npos) << err;
   EXPECT_GT(j["prep"]["docs_out"].get<int64_t>(), 20);
   // One shard per language, blended 1:1 as the config says: both are read, with a loss each.
   ASSERT_EQ(j["token_shards"].size(), 2u) << j["token_shards"].dump();

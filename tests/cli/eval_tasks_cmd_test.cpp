@@ -291,7 +291,7 @@ TEST_F(EvalTasksCmdTest, GenerationEqualsSmeltGenerateAndPerplexityFollowsItsDef
       std::string prompt = items[r["index"].get<size_t>()]["context"], quoted;
       for (char ch : prompt) quoted += ch == '\'' ? std::string("'\\''") : std::string(1, ch);
       test::CmdResult g = test::run_smelt(fmt::format("generate --checkpoint {} --prompt '<|endoftext|>{}' --temperature 0 "
-                                                      "--max-new-tokens 12 --json", run(), quoted), *dir_);
+                                                      "--max-new-tokens 12 --threads 2 --json", run(), quoted), *dir_);
       ASSERT_EQ(g.rc, 0) << g.err;
       std::string text = json::parse(g.out)["text"];
       text = text.substr(0, text.find('\n'));
