@@ -350,6 +350,27 @@ TEST_F(EvalTasksCmdTest, TheServersEchoedLogprobsAreSmeltEvalsLogLikelihoods) {
   EXPECT_EQ(srv.stop(), 0);
 }
 
+TEST_F(EvalTasksCmdTest, AGgufFileScoresAsItsCheckpoint) {
+  // The f32 GGUF export (its own tokenizer) read back gives the checkpoint's log-likelihoods.
+  const std::string gguf = (*dir_ / "m.gguf").string(), a = (*dir_ / "a.jsonl").string(), b = (*dir_ / "b.jsonl").string();
+  test::CmdResult r = test::run_smelt(fmt::format("export --checkpoint {} --format gguf --dtype f32 --output {}", run(), gguf),
+                                      *dir_);
+  ASSERT_EQ(r.rc, 0) << r.err;
+  eval(run(), fmt::format("--tasks {}/cloze-en.toml --limit 10 --samples {}", tasks(), a));
+  r = test::run_smelt(fmt::format("eval --gguf {} --tasks {}/cloze-en.toml --limit 10 --samples {} --threads 2", gguf,
+                                  tasks(), b), *dir_);
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_EQ(json::parse(r.out)["step"], nullptr);
+  const std::vector<json> x = read_jsonl(a), y = read_jsonl(b);
+  ASSERT_EQ(x.size(), 10u);
+  ASSERT_EQ(y.size(), x.size());
+  for (size_t i = 0; i < x.size(); i++) {
+    EXPECT_EQ(x[i]["context_ids"], y[i]["context_ids"]) << "item " << i;  // the GGUF's tokenizer encodes alike
+    for (size_t j = 0; j < x[i]["requests"].size(); j++)
+      EXPECT_NEAR(x[i]["requests"][j]["logprob"].get<double>(), y[i]["requests"][j]["logprob"].get<double>(), 1e-4);
+  }
+}
+
 TEST_F(EvalTasksCmdTest, ABadTaskFileFailsNamingTheFileAndLine) {
   const fs::path d = *dir_ / "bad";
   fs::create_directories(d);
