@@ -371,6 +371,38 @@ TEST_F(EvalTasksCmdTest, AGgufFileScoresAsItsCheckpoint) {
   }
 }
 
+TEST_F(EvalTasksCmdTest, AHarnessSamplesFileBecomesATaskThatScoresTheSameTexts) {
+  // The cloze task's first items written as lm-evaluation-harness logs them (--log_samples), read
+  // back by --from-harness: the same contexts and continuations, so the same log-likelihoods.
+  const std::vector<json> items = read_jsonl(tasks() + "/cloze-en.jsonl");
+  std::string lines;
+  for (size_t i = 0; i < 10; i++) {
+    json args = json::object();
+    for (size_t j = 0; j < items[i]["choices"].size(); j++)
+      args["gen_args_" + std::to_string(j)] = {{"arg_0", items[i]["context"]}, {"arg_1", items[i]["choices"][j]}};
+    lines += json{{"doc_id", i}, {"target", items[i]["gold"]}, {"arguments", args}, {"resps", json::array()}}.dump() + "\n";
+  }
+  const fs::path d = *dir_ / "harness";
+  fs::create_directories(d);
+  test::write_file((d / "samples_cloze_x.jsonl").string(), lines);
+  test::CmdResult r = test::run_smelt(fmt::format("eval --from-harness {} --task-out {}", (d / "samples_cloze_x.jsonl").string(),
+                                                  (d / "tasks" / "from-harness").string()), *dir_);
+  ASSERT_EQ(r.rc, 0) << r.err;
+  const std::string a = (d / "a.jsonl").string(), b = (d / "b.jsonl").string();
+  eval(run(), fmt::format("--tasks {}/cloze-en.toml --limit 10 --samples {}", tasks(), a));
+  const json res = eval(run(), fmt::format("--tasks {} --samples {}", (d / "tasks").string(), b));
+  EXPECT_EQ(task_of(res, "from-harness")["items"], 10);
+  const std::vector<json> x = read_jsonl(a), y = read_jsonl(b);
+  ASSERT_EQ(x.size(), 10u);
+  ASSERT_EQ(y.size(), 10u);
+  for (size_t i = 0; i < x.size(); i++) {
+    EXPECT_EQ(x[i]["gold"], y[i]["gold"]);
+    EXPECT_EQ(x[i]["context_ids"], y[i]["context_ids"]) << "item " << i;
+    for (size_t j = 0; j < x[i]["requests"].size(); j++)
+      EXPECT_EQ(x[i]["requests"][j]["continuation_ids"], y[i]["requests"][j]["continuation_ids"]) << "item " << i;
+  }
+}
+
 TEST_F(EvalTasksCmdTest, ABadTaskFileFailsNamingTheFileAndLine) {
   const fs::path d = *dir_ / "bad";
   fs::create_directories(d);

@@ -104,7 +104,12 @@ int cli_eval(int argc, char** argv) {
   auto* cloze_opt = app.add_option("--make-cloze", cf.from, "write a cloze task (docs/eval.md) made from these text "
                                    "files, .jsonl files (\"text\") or token shards (with --tokenizer) to --task-out")
                         ->excludes(data_opt)->excludes(tasks_opt);
-  app.add_option("--task-out", cf.out, "--make-cloze: the task's path without extension (STEM.jsonl, STEM.toml)");
+  std::string harness;
+  auto* harness_opt = app.add_option("--from-harness", harness, "write a task made from an lm-evaluation-harness "
+                                     "--log_samples JSONL file (its prompts as they are) to --task-out")
+                          ->excludes(data_opt)->excludes(tasks_opt)->excludes(cloze_opt);
+  app.add_option("--task-out", cf.out, "--make-cloze, --from-harness: the task's path without extension (STEM.jsonl, "
+                 "STEM.toml)");
   app.add_option("--items", cf.items, "--make-cloze: items at most (default 500)")->check(CLI::PositiveNumber);
   app.add_flag("--no-prefix-reuse", tf.no_prefix_reuse, "--tasks: read every (context, choice) pair whole instead of "
                "the context once per item (the baseline of bench/eval)");
@@ -122,6 +127,13 @@ int cli_eval(int argc, char** argv) {
   app.add_flag("--compressors", compressors, "also compress the evaluated text with gzip -9, zstd -19 and xz -9e "
                                              "and report their bits per byte");
   if (int rc = cli_parse(app, argc, argv, "eval", "warn"); rc >= 0) return rc;
+  if (!harness_opt->empty()) {
+    if (cf.out.empty()) {
+      spdlog::error("--from-harness needs --task-out STEM");
+      return kExitUsage;
+    }
+    return cli_eval_from_harness(harness, cf.out);
+  }
   if (!cloze_opt->empty()) {
     if (cf.out.empty()) {
       spdlog::error("--make-cloze needs --task-out STEM");

@@ -31,4 +31,8 @@ struct EvalClozeFlags {
 };
 int cli_eval_make_cloze(const EvalClozeFlags& f);
 
+// `smelt eval --from-harness SAMPLES.jsonl --task-out STEM`: a task from lm-evaluation-harness's
+// --log_samples file (eval/harness_samples.hpp).
+int cli_eval_from_harness(const std::string& samples, const std::string& out);
+
 }  // namespace smelt

@@ -21,6 +21,7 @@
 #include "smelt/common/progress.hpp"
 #include "smelt/dataset/indexed.hpp"
 #include "smelt/eval/cloze.hpp"
+#include "smelt/eval/harness_samples.hpp"
 #include "smelt/eval/run.hpp"
 #include "smelt/eval/scorer.hpp"
 #include "smelt/eval/task.hpp"
@@ -122,6 +123,22 @@ int cli_eval_make_cloze(const EvalClozeFlags& f) {
   }
   std::fprintf(stderr, "eval: cloze task %s: %zu items of %d choices from %zu document(s) -> %s.jsonl, %s.toml\n",
                name.c_str(), items.size(), o.choices, docs.size(), f.out.c_str(), f.out.c_str());
+  return kExitOk;
+}
+
+int cli_eval_from_harness(const std::string& samples, const std::string& out) {
+  Task t;
+  if (Status s = harness_samples_read(samples, t); !s) {
+    spdlog::error("{}", s.message());
+    return kExitFailure;
+  }
+  t.name = std::filesystem::path(out).filename().string();
+  if (Status s = task_write(out, t); !s) {
+    spdlog::error("{}", s.message());
+    return kExitFailure;
+  }
+  std::fprintf(stderr, "eval: task %s (%s, %zu items, the harness's prompts as they are) -> %s.jsonl, %s.toml\n",
+               t.name.c_str(), task_kind_name(t.kind), t.items.size(), out.c_str(), out.c_str());
   return kExitOk;
 }
 
