@@ -203,7 +203,7 @@ int cli_pipeline(int argc, char** argv) {
                                   "--threads", th, "--set", "train.tokenizer=\"" + tokenizer + "\"",
                                   "--set", "data.append_eod=false"};
     if (c.holdout > 0) a.insert(a.end(), {"--set", "eval.data=\"" + valid + "\""});
-    if (has_tasks) a.insert(a.end(), {"--set", "eval.tasks=[\"" + cloze + ".toml\"]", "--set", "eval.task_limit=200"});
+    if (has_tasks) a.insert(a.end(), {"--set", "eval.tasks=[\"" + cloze + ".toml\"]"});  // [eval] task_limit: the config's
     if (int rc = stage("train", a); rc) return rc;
   }
   const std::string eval_json = (w / "eval.json").string(), tasks_json = (w / "tasks.json").string();
