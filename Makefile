@@ -16,8 +16,9 @@ build: deps
 	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release >/dev/null
 	@cmake --build $(BUILD) -j$(JOBS)
 
+# A failure ends with each failed test's assertion lines (scripts/test-failures), where a log's tail shows them.
 test: build
-	cd $(BUILD) && ctest --output-on-failure -j$(JOBS)
+	cd $(BUILD) && { ctest --output-on-failure -j$(JOBS) || { $(CURDIR)/scripts/test-failures Testing/Temporary/LastTest.log; exit 1; }; }
 
 # The main job on the built-in default corpus (Debian's documentation, crawled into WARC files):
 # installs only what the demo needs, builds only the two binaries the pipeline runs (not the

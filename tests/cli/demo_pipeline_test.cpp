@@ -36,7 +36,9 @@ TEST(DemoPipeline, TheDemoConfigRunsEndToEndOnASlice) {
                           "bash scripts/demo >" + (dir.string() + ".err") + " 2>&1";
   int rc = std::system(cmd.c_str());
   const std::string err = smelt::test::read_file(dir.string() + ".err");
-  ASSERT_TRUE(WIFEXITED(rc) && WEXITSTATUS(rc) == 0) << err;
+  // what a failure prints: the log's end (a CI log shows only its own end)
+  const std::string tail = err.substr(err.size() > 2000 ? err.size() - 2000 : 0);
+  ASSERT_TRUE(WIFEXITED(rc) && WEXITSTATUS(rc) == 0) << tail;
   json j = json::parse(smelt::test::read_file((dir / "pipeline.json").string()));
   for (const char* s :
        {"prep", "tokenizer", "tokenize_en", "tokenize_zh", "tokenize_holdout", "cloze_task", "train", "eval",
@@ -51,7 +53,7 @@ TEST(DemoPipeline, TheDemoConfigRunsEndToEndOnASlice) {
   EXPECT_EQ(task["first_step"], 0);
   EXPECT_GT(task["last_step"].get<int64_t>(), 0);
   EXPECT_GE(task["items"].get<int64_t>(), 20);
-  EXPECT_NE(err.find("task           heldout-cloze acc_norm: "), std::string::npos) << err;
+  EXPECT_NE(err.find("task           heldout-cloze acc_norm: "), std::string::npos) << tail;
   EXPECT_GT(j["prep"]["docs_out"].get<int64_t>(), 20);
   // One shard per language, blended 1:1 as the config says: both are read, with a loss each.
   ASSERT_EQ(j["token_shards"].size(), 2u) << j["token_shards"].dump();
@@ -60,13 +62,17 @@ TEST(DemoPipeline, TheDemoConfigRunsEndToEndOnASlice) {
             "en=" + (dir / "tokens-en").string() + ":1,zh=" + (dir / "tokens-zh").string() + ":1");
   EXPECT_TRUE(j["train_loss_by_source"].contains("en") && j["train_loss_by_source"].contains("zh"))
       << j["train_loss_by_source"].dump();
-  EXPECT_NE(err.find("training loss  by blend source"), std::string::npos) << err;
+  EXPECT_NE(err.find("training loss  by blend source"), std::string::npos) << tail;
   const json& tr = j["train"];
   EXPECT_EQ(tr["time_budget"]["minutes"].get<double>(), 0.5);
-  EXPECT_NE(err.find("[demo] training budget 0.50 min: 0 s are left of the deadline"), std::string::npos) << err;
+  EXPECT_NE(err.find("[demo] training budget 0.50 min: 0 s are left of the deadline"), std::string::npos) << tail;
   EXPECT_TRUE(tr["time_budget"]["planned_steps"].is_number()) << tr.dump();
   EXPECT_LT(tr["eval_last_bpb"].get<double>(), tr["eval_first_bpb"].get<double>());
-  EXPECT_LT(tr["timing"]["seconds"].get<double>(), 0.5 * 60 + 10);
+  // The run ends by its plan (or at the deadline) with its final evaluation; a slow or busy machine
+  // may make that last evaluation slower than those measured before it, so the bound is loose
+  // (the trainer's own tests hold the budget closely).
+  EXPECT_TRUE(tr["time_budget"]["ended_by"] == "plan" || tr["time_budget"]["ended_by"] == "deadline") << tr.dump();
+  EXPECT_LT(tr["timing"]["seconds"].get<double>(), 2 * 0.5 * 60) << tr.dump();
   const json& ev = j["eval"];
   EXPECT_GT(ev["bits_per_byte"].get<double>(), 0.5);
   ASSERT_EQ(ev["compressors"].size(), 3u);
@@ -78,15 +84,15 @@ TEST(DemoPipeline, TheDemoConfigRunsEndToEndOnASlice) {
   for (const auto& s : j["samples"]) zh = zh || s["prompt"] == "内核";
   EXPECT_TRUE(zh);
   EXPECT_GE(j["validation_curve"].size(), 2u);
-  EXPECT_NE(err.find("bits per byte on the same text"), std::string::npos) << err;
-  EXPECT_NE(err.find("xz -9e"), std::string::npos) << err;
-  EXPECT_NE(err.find("loss (nats per token)"), std::string::npos) << err;
-  EXPECT_NE(err.find("sample (greedy) \"内核\""), std::string::npos) << err;
-  EXPECT_NE(err.find("[demo] crawl"), std::string::npos) << "the script times its phases: " << err;
+  EXPECT_NE(err.find("bits per byte on the same text"), std::string::npos) << tail;
+  EXPECT_NE(err.find("xz -9e"), std::string::npos) << tail;
+  EXPECT_NE(err.find("loss (nats per token)"), std::string::npos) << tail;
+  EXPECT_NE(err.find("sample (greedy) \"内核\""), std::string::npos) << tail;
+  EXPECT_NE(err.find("[demo] crawl"), std::string::npos) << "the script times its phases: " << tail;
   // The summary ends with the one command that serves the model, typed as from where the demo ran
   // (the source folder: build/smelt, not a `smelt` that is not on PATH): it does.
   const std::string smelt = fs::path(SMELT_BINARY).lexically_relative(SMELT_SOURCE_DIR).string();
-  EXPECT_NE(err.find("serve it       " + smelt + " serve --checkpoint"), std::string::npos) << err;
+  EXPECT_NE(err.find("serve it       " + smelt + " serve --checkpoint"), std::string::npos) << tail;
   const std::string serve = j["serve_command"].get<std::string>();
   ASSERT_EQ(serve.rfind(smelt + " serve ", 0), 0u) << serve;
   {
@@ -101,9 +107,9 @@ TEST(DemoPipeline, TheDemoConfigRunsEndToEndOnASlice) {
   fs::remove(dir.string() + ".serve.err");
   // Then the run's dashboard: the command in the summary, and the script's report beside the run.
   const std::string run = j["artifacts"]["run"].get<std::string>();
-  EXPECT_NE(err.find("watch it       " + smelt + " dashboard " + run), std::string::npos) << err;
+  EXPECT_NE(err.find("watch it       " + smelt + " dashboard " + run), std::string::npos) << tail;
   EXPECT_EQ(j["dashboard_command"], smelt + " dashboard " + run);
-  EXPECT_NE(err.find("[demo] dashboard: " + std::string(SMELT_BINARY) + " dashboard " + run), std::string::npos) << err;
+  EXPECT_NE(err.find("[demo] dashboard: " + std::string(SMELT_BINARY) + " dashboard " + run), std::string::npos) << tail;
   const std::string report = smelt::test::read_file(run + "/report.html");
   EXPECT_EQ(report.rfind("<!doctype html>", 0), 0u) << "the demo writes RUN/report.html";
   EXPECT_NE(report.find("id=\"smelt-data\""), std::string::npos);
