@@ -18,6 +18,7 @@
 #include "cli/tiny_checkpoint.hpp"
 #include "serve/raw_http.hpp"
 #include "serve/serve_process.hpp"
+#include "shared_fixture.hpp"
 #include "smelt/dataset/indexed.hpp"
 #include "smelt/tokenizer/tokenizer.hpp"
 #include "test_files.hpp"
@@ -58,22 +59,29 @@ const json& task_of(const json& result, const std::string& name) {
 
 class EvalTasksCmdTest : public ::testing::Test {
  protected:
+  // The trained model, its tokenizer, text and tasks: made once for all of this file's test
+  // processes (tests/shared_fixture.hpp); each process writes its own outputs in dir_.
   static void SetUpTestSuite() {
     dir_ = new fs::path(fs::temp_directory_path() / fmt::format("smelt_eval_tasks_{}", ::getpid()));
     fs::remove_all(*dir_);
-    fs::create_directories(*dir_ / "tasks");
-    const std::string tok = (*dir_ / "tok.json").string();
-    ASSERT_TRUE(test::train_tiny_tokenizer(tok, 512));
-    test::write_file(en(), head_lines(kEnSrc));
-    test::write_file(zh(), head_lines(kZhSrc));
-    write_shard(tok);
+    fs::create_directories(*dir_);
+    fixture_ = new fs::path(test::shared_fixture("eval-tasks-model", {SMELT_BINARY}, make_fixture));
+    ASSERT_FALSE(fixture_->empty()) << "the shared fixture could not be made";
+  }
+  static bool make_fixture(const fs::path& d) {
+    fs::create_directories(d / "tasks");
+    const std::string tok = (d / "tok.json").string();
+    if (!test::train_tiny_tokenizer(tok, 512)) return fail("tokenizer");
+    test::write_file((d / "en.txt").string(), head_lines(kEnSrc));
+    test::write_file((d / "zh.txt").string(), head_lines(kZhSrc));
+    if (!write_shard(d, tok)) return false;
     test::CmdResult r;
-    for (const auto& [src, name] : {std::pair{en(), "cloze-en"}, std::pair{zh(), "cloze-zh"}}) {
-      r = test::run_smelt(fmt::format("eval --make-cloze {} --task-out {} --items 80", src,
-                                      (*dir_ / "tasks" / name).string()), *dir_);
-      ASSERT_EQ(r.rc, 0) << r.err;
+    for (const auto& [src, name] : {std::pair{"en.txt", "cloze-en"}, std::pair{"zh.txt", "cloze-zh"}}) {
+      r = test::run_smelt(fmt::format("eval --make-cloze {} --task-out {} --items 80", (d / src).string(),
+                                      (d / "tasks" / name).string()), d);
+      if (r.rc != 0) return fail(r.err);
     }
-    test::write_file((*dir_ / "run.toml").string(), fmt::format(R"([model]
+    test::write_file((d / "run.toml").string(), fmt::format(R"([model]
 vocab_size = 512
 d_model = 64
 n_layers = 2
@@ -95,40 +103,46 @@ warmup_steps = 20
 every = 400
 tasks = ["{}"]
 task_limit = 0
-)", tok, tasks()));
+)", tok, (d / "tasks").string()));
     r = test::run_smelt(fmt::format("train --config {} --data {} --run-dir {} --log-level warn",
-                                                    (*dir_ / "run.toml").string(), (*dir_ / "train").string(),
-                                                    (*dir_ / "run").string()), *dir_);
-    ASSERT_EQ(r.rc, 0) << r.err;
+                                    (d / "run.toml").string(), (d / "train").string(), (d / "run").string()), d);
+    if (r.rc != 0) return fail(r.err);
     // The same shape untrained (init_std 0.02), saved with the same tokenizer.
     ModelConfig c;
     c.vocab_size = 512, c.d_model = 64, c.n_layers = 2, c.n_heads = 4, c.n_kv_heads = 2, c.ffn_hidden = 176;
     c.max_seq_len = 128;
     Model m;
-    ASSERT_TRUE(m.init(c, 1, 64, 1, 11).is_ok());
-    ASSERT_TRUE(test::save_tiny_checkpoint(m, (*dir_ / "untrained").string(), 0, tok).is_ok());
+    if (!m.init(c, 1, 64, 1, 11).is_ok()) return fail("model init");
+    if (!test::save_tiny_checkpoint(m, (d / "untrained").string(), 0, tok).is_ok())
+      return fail("untrained checkpoint");
+    return true;
   }
   static void TearDownTestSuite() {
     fs::remove_all(*dir_);
     delete dir_;
+    delete fixture_;
   }
   // Every line of 8 bytes or more of both files a document, tokenized with the test's tokenizer.
-  static void write_shard(const std::string& tok_path) {
+  static bool write_shard(const fs::path& d, const std::string& tok_path) {
     Tokenizer tok;
-    ASSERT_TRUE(Tokenizer::load(tok_path, tok).is_ok());
     IndexedWriter w;
-    ASSERT_TRUE(w.open((*dir_ / "train").string(), IndexedDType::kUInt16).is_ok());
-    for (const auto& f : {en(), zh()}) {
-      std::istringstream in(test::read_file(f));
+    if (!Tokenizer::load(tok_path, tok).is_ok() || !w.open((d / "train").string(), IndexedDType::kUInt16).is_ok())
+      return fail("tokenizer or shard");
+    for (const char* f : {"en.txt", "zh.txt"}) {
+      std::istringstream in(test::read_file((d / f).string()));
       std::string line;
       while (std::getline(in, line)) {
         if (line.size() < 8) continue;
         std::vector<uint32_t> ids;
         tok.encode(line, ids, false);
-        ASSERT_TRUE(w.add_document(ids).is_ok());
+        if (!w.add_document(ids).is_ok()) return fail("shard document");
       }
     }
-    ASSERT_TRUE(w.finish().is_ok());
+    return w.finish().is_ok() || fail("shard finish");
+  }
+  static bool fail(const std::string& why) {
+    ADD_FAILURE() << why;
+    return false;
   }
   // `smelt eval --tasks ARGS` on a model; the JSON it prints.
   static json eval(const std::string& model, const std::string& args) {
@@ -136,19 +150,22 @@ task_limit = 0
     EXPECT_EQ(r.rc, 0) << r.err;
     return r.rc == 0 ? json::parse(r.out) : json();
   }
-  static std::string run() { return (*dir_ / "run").string(); }
-  static std::string en() { return (*dir_ / "en.txt").string(); }
-  static std::string zh() { return (*dir_ / "zh.txt").string(); }
+  static std::string run() { return (*fixture_ / "run").string(); }
+  static std::string untrained_dir() { return (*fixture_ / "untrained").string(); }
+  static std::string en() { return (*fixture_ / "en.txt").string(); }
+  static std::string zh() { return (*fixture_ / "zh.txt").string(); }
   // Items of a task file.
   static size_t lines_of(const std::string& name) { return read_jsonl(tasks() + "/" + name + ".jsonl").size(); }
-  static std::string tasks() { return (*dir_ / "tasks").string(); }
-  static fs::path* dir_;
+  static std::string tasks() { return (*fixture_ / "tasks").string(); }
+  static fs::path* dir_;      // this process's outputs
+  static fs::path* fixture_;  // shared, read only
 };
 fs::path* EvalTasksCmdTest::dir_ = nullptr;
+fs::path* EvalTasksCmdTest::fixture_ = nullptr;
 
 TEST_F(EvalTasksCmdTest, ATrainedModelScoresAboveChanceAndAnUntrainedOneNearIt) {
   const json trained = eval(run(), "--tasks " + tasks());
-  const json untrained = eval((*dir_ / "untrained").string(), "--tasks " + tasks());
+  const json untrained = eval(untrained_dir(), "--tasks " + tasks());
   for (const char* name : {"cloze-en", "cloze-zh"}) {
     const json& t = task_of(trained, name);
     const json& u = task_of(untrained, name);
@@ -167,7 +184,7 @@ TEST_F(EvalTasksCmdTest, ATrainedModelScoresAboveChanceAndAnUntrainedOneNearIt) 
 }
 
 TEST_F(EvalTasksCmdTest, TrainingScoresTheTasksAtEachEvaluationAndTheFinalScoreIsTheCheckpoints) {
-  const std::vector<json> lines = read_jsonl((*dir_ / "run" / "metrics.jsonl").string());
+  const std::vector<json> lines = read_jsonl((*fixture_ / "run" / "metrics.jsonl").string());
   std::vector<json> evals;
   for (const auto& l : lines)
     if (l.contains("tasks")) evals.push_back(l);
