@@ -47,10 +47,12 @@ void print_table(const std::vector<TaskResult>& results) {
     }
 }
 
+// A generated text can end inside a UTF-8 sequence (or a byte-level model make bytes that are not
+// UTF-8 at all): such bytes are written as U+FFFD, as the server does, never a failed dump.
 Status write_samples(const std::string& path, const std::vector<TaskResult>& results) {
   std::string text;
   for (const auto& r : results)
-    for (const auto& s : r.samples) text += s.dump() + "\n";
+    for (const auto& s : r.samples) text += s.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
   return files_write_atomic(path, text);
 }
 
@@ -212,9 +214,10 @@ int cli_eval_tasks(EvalTasksFlags& f) {
       spdlog::error("{}", s.message());
       return kExitFailure;
     }
-  std::printf("%s\n", j.dump(2).c_str());
+  const std::string text = j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace);
+  std::printf("%s\n", text.c_str());
   if (!f.output.empty())
-    if (Status s = files_write_atomic(f.output, j.dump(2) + "\n"); !s) {
+    if (Status s = files_write_atomic(f.output, text + "\n"); !s) {
       spdlog::error("{}", s.message());
       return kExitFailure;
     }

@@ -189,7 +189,8 @@ void report(const GenerateFlags& f, const LoadedModel& m, int n_prompt, WeightFo
                                       {"top_p", f.top_p}, {"seed", f.seed}, {"repeat_penalty", f.repeat_penalty},
                                       {"repeat_last_n", f.repeat_last_n}, {"frequency_penalty", f.frequency_penalty},
                                       {"presence_penalty", f.presence_penalty}}}};
-    std::fputs((j.dump() + "\n").c_str(), stdout);
+    // (a text cut inside a UTF-8 sequence: its bytes as U+FFFD, as the server writes them)
+    std::fputs((j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n").c_str(), stdout);
   }
   std::fputs(fmt::format("[generate] {} prompt tokens ({:.0f} tokens/s prefill), {} new tokens in "
                          "{:.2f} s ({:.1f} tokens/s), stopped by {}\n",

@@ -276,7 +276,7 @@ int cli_pipeline(int argc, char** argv) {
   std::string text;
   json j;
   pipeline_summary(in, text, j);
-  if (Status s = files_write_atomic((w / "pipeline.json").string(), j.dump(2) + "\n"); !s) {
+  if (Status s = files_write_atomic((w / "pipeline.json").string(), j.dump(2, ' ', false, json::error_handler_t::replace) + "\n"); !s) {
     spdlog::error("{}", s.message());
     return kExitFailure;
   }
