@@ -12,7 +12,7 @@
   const DASHES = [[], [6, 4], [2, 3], [10, 3, 2, 3], [1, 5]];
   const MARK_COLORS = {
     checkpoint: '#64748b', skipped: '#d97706', loss_spike: '#ca8a04', rollback: '#dc2626',
-    checkpoint_failed: '#b91c1c', lr_restart: '#7c3aed', restart: '#111827', time_budget_plan: '#0891b2',
+    checkpoint_failed: '#b91c1c', lr_restart: '#7c3aed', restart: '#111827', launch_end: '#111827', time_budget_plan: '#0891b2',
     vital_sign: '#e11d48', spike_no_checkpoint: '#b45309',
   };
   const MARK_OTHER = '#94a3b8';
@@ -122,7 +122,11 @@
       case 'checkpoint': return line.ckpt_stall_ms !== undefined ? `saved; the step stalled ${fmtNum(line.ckpt_stall_ms)} ms` : 'saved';
       case 'skipped': return 'non-finite loss or gradient: the update was skipped';
       case 'loss_spike': return `loss spike (${line.loss_spike} in a row)`;
-      case 'restart': return 'the run was resumed: the steps from here were written again';
+      case 'restart': return line && line.cause !== undefined
+        ? `smelt launch restarted it (${line.cause}${line.rank != null ? ', rank ' + line.rank : ''}${line.host ? ', host ' + line.host : ''}): `
+          + `${line.steps_lost} steps and ${fmtNum(line.lost_s)} s lost, resumed from step ${line.step}`
+        : 'the run was resumed: the steps from here were written again';
+      case 'launch_end': return `smelt launch ended (${line.outcome}): ${line.restarts} restarts, goodput ${fmtNum(line.goodput)} of ${fmtNum(line.wall_s)} s`;
       case 'vital_sign': return `${line.sign}: ${line.state} since step ${line.since}${line.detail ? ' (' + line.detail + ')' : ''}`;
       case 'spike_no_checkpoint': return 'loss spikes in a row, but no checkpoint to roll back to';
       default: {

@@ -27,6 +27,7 @@
   X("machine", cli_machine, FULL, "the CPU, its peaks, the GEMM back ends and a model's GEMM rates")    \
   X("plan", cli_plan, FULL, "the parallel layouts of a model on a cluster: memory and step time")      \
   X("serve", cli_serve, FULL, "an OpenAI-compatible HTTP server over a checkpoint or GGUF file")        \
+  X("launch", cli_launch, LIGHT, "run a training command; restart it from its last checkpoint on failure")  \
   X("health", cli_health, LIGHT, "a run's vital signs against their bands (exit 1 when one is bad)")    \
   X("dashboard", cli_dashboard, LIGHT, "a live page of training runs' curves, vital signs and events")  \
   X("report", cli_report, LIGHT, "training runs' dashboard as one self-contained HTML file")

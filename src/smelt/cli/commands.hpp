@@ -18,6 +18,7 @@ int cli_pipeline(int argc, char** argv);  // pipeline_cmd.cpp
 int cli_machine(int argc, char** argv);   // machine_cmd.cpp
 int cli_plan(int argc, char** argv);      // plan_cmd.cpp
 int cli_serve(int argc, char** argv);     // serve_cmd.cpp
+int cli_launch(int argc, char** argv);    // launch_cmd.cpp
 int cli_health(int argc, char** argv);    // health_cmd.cpp
 int cli_dashboard(int argc, char** argv); // dashboard_cmd.cpp
 int cli_report(int argc, char** argv);    // dashboard_cmd.cpp

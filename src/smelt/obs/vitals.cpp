@@ -393,6 +393,7 @@ json VitalsReport::to_json() const {
   j["tasks"] = json::object();
   for (const auto& t : tasks) j["tasks"][t.name] = t.to_json();
   j["warnings"] = warnings;
+  if (restarts.any()) j["restarts"] = restarts.to_json();
   return j;
 }
 
@@ -426,6 +427,7 @@ std::string VitalsReport::text() const {
     out += "\n";
   }
   for (const auto& t : tasks) out += "  " + t.summary() + "\n";
+  if (restarts.any()) out += "  " + restarts.summary() + "\n";
   for (const auto& w : warnings) out += "  warning: " + w + "\n";
   return out;
 }
@@ -458,6 +460,7 @@ Status vitals_check_run(const std::string& run_dir, VitalsReport& out, int64_t f
       continue;
     }
     out.lines++;
+    out.restarts.observe(j);  // (the whole run's, whatever --from-step says)
     const int64_t step = j["step"].get<int64_t>();
     out.last_step = std::max(out.last_step, step);
     if (step <= from_step) continue;

@@ -13,6 +13,7 @@
 #include <toml++/toml.h>
 
 #include "smelt/common/status.hpp"
+#include "smelt/obs/run_restarts.hpp"
 #include "smelt/obs/task_trend.hpp"
 
 namespace smelt {
@@ -105,6 +106,7 @@ struct VitalsReport {
   std::vector<VitalSign> signs;
   std::vector<TaskTrend> tasks;       // in order of first appearance
   std::vector<std::string> warnings;  // one per regressed task (TaskTrend::warning)
+  RunRestarts restarts;               // smelt launch's restarts and goodput (none: not supervised)
   nlohmann::json to_json() const;
   std::string text() const;  // a table a person reads
 };

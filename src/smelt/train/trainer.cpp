@@ -86,17 +86,30 @@ struct Feed {
 
 // Keeps the metrics lines of steps <= step (a resume continues the file where the checkpoint was).
 // Keeps the lines up to `step`; when the checkpoint's own line (`step_line`, its step's line as
-// written) never reached the file (a kill between the commit and the write), appends it.
+// written) never reached the file (a kill between the commit and the write), appends it. The
+// "restart" events `smelt launch` writes between attempts are the run's history, not a step's
+// results: every one is kept, after the kept lines, in the order written.
 Status truncate_metrics(const std::string& path, int64_t step, const std::string& step_line) {
   std::ifstream in(path);
   const bool existed = (bool)in;
-  std::string line, kept;
+  std::string line, kept, restarts;
   int64_t last = -1;
+  bool cut = false;
   while (existed && std::getline(in, line)) {
     if (line.empty()) continue;
     json j = json::parse(line, nullptr, false);
-    if (j.is_discarded() || !j.contains("step")) break;  // a torn last line from a kill
-    if (j["step"].get<int64_t>() > step) break;
+    if (j.is_discarded() || !j.contains("step")) {  // a torn line from a kill: what follows is kept only if a restart
+      cut = true;
+      continue;
+    }
+    if (j.value("event", std::string()) == "restart") {
+      (cut ? restarts : kept) += line + "\n";
+      continue;
+    }
+    if (cut || j["step"].get<int64_t>() > step) {
+      cut = true;
+      continue;
+    }
     kept += line + "\n";
     if (!j.contains("event")) last = j["step"].get<int64_t>();
   }
@@ -104,6 +117,7 @@ Status truncate_metrics(const std::string& path, int64_t step, const std::string
     json j = json::parse(step_line, nullptr, false);
     if (!j.is_discarded() && j.value("step", (int64_t)-1) == step) kept += step_line + "\n";
   }
+  kept += restarts;
   if (!existed && kept.empty()) return Status::ok();
   return files_write_atomic(path, kept);
 }

@@ -1,0 +1,117 @@
+// A supervised job's process group: start, stderr relay, stop. Not the restart policy.
+#include "smelt/launch/job.hpp"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include <fmt/format.h>
+
+#include "smelt/common/clock.hpp"
+
+namespace smelt {
+
+namespace {
+constexpr size_t kTailBytes = 256 << 10;
+}
+
+Job::~Job() {
+  if (running()) stop(5);
+  if (err_fd_ >= 0) ::close(err_fd_);
+}
+
+Status Job::start(const std::vector<std::string>& argv, std::FILE* log) {
+  if (argv.empty()) return Status::error("no command to launch");
+  int fds[2];
+  if (::pipe2(fds, O_CLOEXEC) != 0) return Status::error(fmt::format("pipe: {}", std::strerror(errno)));
+  std::vector<char*> args;
+  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  const pid_t pid = ::fork();
+  if (pid < 0) {
+    ::close(fds[0]), ::close(fds[1]);
+    return Status::error(fmt::format("fork: {}", std::strerror(errno)));
+  }
+  if (pid == 0) {
+    ::setpgid(0, 0);  // the job's own group: a stop reaches mpirun and every rank it started here
+    sigset_t none;    // the supervisor takes SIGINT/SIGTERM on a thread of its own (blocked here)
+    sigemptyset(&none);
+    ::sigprocmask(SIG_SETMASK, &none, nullptr);
+    ::dup2(fds[1], STDERR_FILENO);
+    ::execvp(args[0], args.data());
+    std::fprintf(stderr, "smelt launch: cannot run %s: %s\n", args[0], std::strerror(errno));
+    ::_exit(127);
+  }
+  ::setpgid(pid, pid);  // also from this side, so a stop right after the fork finds the group
+  ::close(fds[1]);
+  ::fcntl(fds[0], F_SETFL, O_NONBLOCK);
+  pid_ = pid, err_fd_ = fds[0], ended_ = false, exit_code_ = -1, term_signal_ = 0, log_ = log;
+  tail_.clear();
+  return Status::ok();
+}
+
+void Job::read_available() {
+  if (err_fd_ < 0) return;
+  char buf[16384];
+  for (;;) {
+    const ssize_t n = ::read(err_fd_, buf, sizeof buf);
+    if (n > 0) {
+      (void)!::write(STDERR_FILENO, buf, (size_t)n);
+      if (log_) std::fwrite(buf, 1, (size_t)n, log_), std::fflush(log_);
+      tail_.append(buf, (size_t)n);
+      if (tail_.size() > 2 * kTailBytes) tail_.erase(0, tail_.size() - kTailBytes);
+      continue;
+    }
+    if (n == 0) {  // every writer closed it
+      ::close(err_fd_);
+      err_fd_ = -1;
+    }
+    return;
+  }
+}
+
+void Job::reap(int status) {
+  ended_ = true;
+  if (WIFEXITED(status)) exit_code_ = WEXITSTATUS(status), term_signal_ = 0;
+  else if (WIFSIGNALED(status)) exit_code_ = -1, term_signal_ = WTERMSIG(status);
+}
+
+bool Job::poll(int wait_ms) {
+  if (ended_) return false;
+  if (err_fd_ >= 0) {
+    pollfd p{err_fd_, POLLIN, 0};
+    ::poll(&p, 1, wait_ms);
+  } else if (wait_ms > 0) {
+    ::usleep((useconds_t)wait_ms * 1000);
+  }
+  read_available();
+  int status = 0;
+  if (::waitpid(pid_, &status, WNOHANG) == pid_) {
+    reap(status);
+    read_available();
+    return false;
+  }
+  return true;
+}
+
+void Job::stop(double grace_s) {
+  if (pid_ <= 0) return;
+  // The group outlives its leader when a rank is stopped or slow to die: signal it either way.
+  ::kill(-pid_, SIGCONT);
+  ::kill(-pid_, SIGTERM);
+  const double until = now_s() + grace_s;
+  while (!ended_ && now_s() < until) poll(50);
+  ::kill(-pid_, SIGKILL);
+  if (!ended_) {
+    int status = 0;
+    if (::waitpid(pid_, &status, 0) == pid_) reap(status);
+  }
+  for (int i = 0; i < 20 && err_fd_ >= 0; i++) poll(50);  // what the group wrote while dying
+}
+
+}  // namespace smelt

@@ -1,0 +1,50 @@
+// One attempt of a supervised job: a child process in its own process group whose standard error
+// the supervisor reads (echoed, logged, the last part kept for the failure's cause), and a stop
+// that reaches every process of the group. Not the restart policy (launch/supervisor.cpp).
+#pragma once
+#include <sys/types.h>
+
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "smelt/common/status.hpp"
+
+namespace smelt {
+
+class Job {
+ public:
+  Job() = default;
+  ~Job();
+  Job(const Job&) = delete;
+  Job& operator=(const Job&) = delete;
+
+  // Starts argv[0] (looked up on PATH) with argv, stdout inherited, stderr piped to this side.
+  // `log` (may be null): every byte of the job's stderr is appended there too.
+  Status start(const std::vector<std::string>& argv, std::FILE* log);
+  // Reads what stderr has for up to `wait_ms`, echoes it to this process's stderr; returns true
+  // while the job runs, false once it has ended (then exit_code()/term_signal() say how).
+  bool poll(int wait_ms);
+  // SIGCONT (a stopped rank must see the rest), SIGTERM, then SIGKILL after `grace_s` to the whole
+  // group; waits for the leader and drains stderr. Safe after the job ended on its own.
+  void stop(double grace_s);
+  pid_t pid() const { return pid_; }
+  bool running() const { return pid_ > 0 && !ended_; }
+  int exit_code() const { return exit_code_; }      // -1 when ended by a signal
+  int term_signal() const { return term_signal_; }  // 0 when it exited
+  // The last bytes of stderr (up to 256 KiB), for the failure's cause.
+  const std::string& tail() const { return tail_; }
+
+ private:
+  void read_available();
+  void reap(int status);
+
+  pid_t pid_ = -1;
+  int err_fd_ = -1;
+  bool ended_ = false;
+  int exit_code_ = -1, term_signal_ = 0;
+  std::string tail_;
+  std::FILE* log_ = nullptr;
+};
+
+}  // namespace smelt

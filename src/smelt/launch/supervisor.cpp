@@ -1,0 +1,302 @@
+// The restart loop of `smelt launch`: attempt, watch (exit, metrics stall), classify, verify the
+// checkpoints, record the restart, back off, resume. Not process handling (launch/job.cpp) nor
+// reading causes (launch/failure.cpp).
+#include "smelt/launch/supervisor.hpp"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include "smelt/common/clock.hpp"
+#include "smelt/common/files.hpp"
+#include "smelt/launch/failure.hpp"
+#include "smelt/launch/job.hpp"
+#include "smelt/launch/progress.hpp"
+
+namespace fs = std::filesystem;
+using ojson = nlohmann::ordered_json;
+
+namespace smelt {
+
+namespace {
+
+std::atomic<bool> g_stop{false};
+
+std::string shell_quote(const std::string& s) {
+  std::string q = "'";
+  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
+double unix_now() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+// The newest valid checkpoint of the run, by `smelt ckpt list RUN --json` (every file's CRC32C
+// checked); newer ones that are not valid are named in `skipped`.
+struct Newest {
+  bool found = false;
+  int64_t step = 0;
+  std::string dir;
+  std::vector<std::string> skipped;
+};
+
+Status newest_valid(const LaunchOptions& o, Newest& out) {
+  out = Newest{};
+  std::error_code ec;
+  if (!fs::is_directory(fs::path(o.run_dir) / "checkpoints", ec)) return Status::ok();
+  const std::string cmd = shell_quote(o.smelt) + " ckpt list " + shell_quote(o.run_dir) + " --json 2>/dev/null";
+  std::FILE* p = ::popen(cmd.c_str(), "r");
+  if (!p) return Status::error("cannot run " + cmd);
+  std::string text;
+  char buf[4096];
+  for (size_t n; (n = std::fread(buf, 1, sizeof buf, p)) > 0;) text.append(buf, n);
+  const int rc = ::pclose(p);
+  nlohmann::json list = nlohmann::json::parse(text, nullptr, false);
+  if (list.is_discarded() || !list.is_array())
+    return Status::error(fmt::format("`{}` (exit status {}) printed no checkpoint list", cmd, rc));
+  std::vector<std::pair<int64_t, std::string>> bad;
+  for (const auto& e : list) {
+    const int64_t step = e.value("step", (int64_t)-1);
+    if (!e.value("valid", false)) {
+      bad.emplace_back(step, fmt::format("{} ({})", e.value("dir", std::string()), e.value("problem", std::string())));
+    } else if (!out.found || step > out.step) {
+      out.found = true, out.step = step, out.dir = e.value("dir", std::string());
+    }
+  }
+  for (const auto& [step, what] : bad)  // only those newer than the one resumed from were passed over
+    if (!out.found || step > out.step) out.skipped.push_back(what);
+  return Status::ok();
+}
+
+Status append_line(const std::string& path, const ojson& line) {
+  std::ofstream f(path, std::ios::app | std::ios::binary);
+  f << line.dump() << "\n";
+  f.flush();
+  return f ? Status::ok() : Status::error(fmt::format("{}: cannot append the restart event", path));
+}
+
+bool has_arg(const std::vector<std::string>& v, const std::string& a) { return std::find(v.begin(), v.end(), a) != v.end(); }
+
+// Sleeps up to s seconds; returns early on a stop request.
+void nap(double s) {
+  const double until = now_s() + s;
+  while (!g_stop && now_s() < until) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+}
+
+// One attempt: started, watched until it ends or stalls, then its whole group stopped.
+struct Attempt {
+  int n = 1;
+  bool resume = false;
+  int64_t resume_step = 0;
+  double started = 0, ended = 0;
+  bool stalled = false, stopped = false;
+  std::string stall_detail;
+  Failure failure;
+  double back_at = -1;  // when its first new step line came
+};
+
+Status run_attempt(const LaunchOptions& o, const std::string& launcher, std::FILE* log, RunProgress& prog,
+                   Attempt& a) {
+  const std::vector<std::string> argv = launch_command(o, launcher, a.resume);
+  std::string shown;
+  for (const auto& s : argv) shown += (shown.empty() ? "" : " ") + s;
+  spdlog::info("launch: attempt {}: {}", a.n, shown);
+  if (log) std::fprintf(log, "[launch] attempt %d: %s\n", a.n, shown.c_str()), std::fflush(log);
+  a.started = now_s();
+  prog.begin_attempt(a.n, a.resume_step, a.started);
+  Job job;
+  if (Status s = job.start(argv, log); !s) return s;
+  while (job.poll(200)) {
+    const double now = now_s();
+    if (prog.read(now) && a.back_at < 0) a.back_at = now;
+    if (g_stop) {
+      a.stopped = true;
+      break;
+    }
+    const bool first = prog.last_step() < 0;
+    const double limit = first ? o.start_s : o.stall_s;
+    if (limit > 0 && now - prog.last_step_time() > limit) {
+      a.stalled = true;
+      a.stall_detail = first ? fmt::format("no step line in metrics.jsonl {:.0f} s after the start", limit)
+                             : fmt::format("no new step line in metrics.jsonl for {:.0f} s after step {}", limit,
+                                           prog.last_step());
+      spdlog::warn("launch: {}: ending the job", a.stall_detail);
+      break;
+    }
+  }
+  a.ended = now_s();
+  job.stop(a.stopped ? std::max(o.grace_s, 60.0) : o.grace_s);  // a stop request: time to save
+  if (prog.read(now_s()) && a.back_at < 0) a.back_at = now_s();
+  a.failure = failure_classify(job.exit_code(), job.term_signal(), a.stalled, a.stall_detail, job.tail());
+  return Status::ok();
+}
+
+ojson attempt_json(const Attempt& a, const RunProgress& prog, double t0) {
+  ojson j = {{"attempt", a.n},
+             {"resumed_from_step", a.resume ? ojson(a.resume_step) : ojson(nullptr)},
+             {"start_s", a.started - t0},
+             {"end_s", a.ended - t0},
+             {"last_step", prog.last_step() >= 0 ? ojson(prog.last_step()) : ojson(nullptr)},
+             {"exit_code", a.failure.exit_code},
+             {"cause", a.failure.cause.empty() ? ojson(nullptr) : ojson(a.failure.cause)}};
+  if (!a.failure.detail.empty()) j["detail"] = a.failure.detail;
+  return j;
+}
+
+// The restart event (metrics.jsonl) for a failed attempt resumed from `to`.
+ojson restart_event(const Attempt& a, const RunProgress& prog, const Newest& to, int restart, double backoff) {
+  const Failure& f = a.failure;
+  const int64_t failed_at = prog.last_step() >= 0 ? prog.last_step() : a.resume_step;
+  const double resumed_seen = prog.seen_at(to.step);
+  const double from = resumed_seen >= 0 && resumed_seen >= a.started ? resumed_seen : a.started;
+  ojson e = {{"step", to.found ? to.step : 0},
+             {"event", "restart"},
+             {"restart", restart},
+             {"cause", f.cause},
+             {"rank", f.rank >= 0 ? ojson(f.rank) : ojson(nullptr)},
+             {"host", f.host.empty() ? ojson(nullptr) : ojson(f.host)},
+             {"exit_code", f.exit_code},
+             {"signal", f.signal},
+             {"failed_at_step", failed_at},
+             {"steps_lost", std::max<int64_t>(0, failed_at - (to.found ? to.step : 0))},
+             // the work after the checkpoint that is done again, and the wait for the failure to show
+             {"lost_s", a.ended - from},
+             {"backoff_s", backoff},
+             {"checkpoint", to.found ? ojson(to.dir) : ojson(nullptr)},
+             {"detail", f.detail},
+             {"time", unix_now()}};
+  if (!to.skipped.empty()) e["skipped_checkpoints"] = to.skipped;
+  return e;
+}
+
+// After a stop request (SIGTERM from the scheduler): the ranks got SIGTERM, each saves at the end of
+// its step and exits. Saved when the newest valid checkpoint is at or past the last step seen.
+void stopped_outcome(const LaunchOptions& o, const RunProgress& prog, std::string& outcome, int& exit_code) {
+  Newest n;
+  if (Status s = newest_valid(o, n); !s) spdlog::warn("launch: {}", s.message());
+  const bool saved = n.found && n.step >= prog.last_step();
+  outcome = saved ? fmt::format("stopped (saved at step {})", n.step)
+                  : fmt::format("stopped (not saved: the newest valid checkpoint is {} and step {} was reached)",
+                                n.found ? fmt::format("step {}", n.step) : std::string("none"), prog.last_step());
+  exit_code = saved ? 0 : 1;
+  spdlog::info("launch: {}", outcome);
+}
+
+}  // namespace
+
+void launch_request_stop() { g_stop = true; }
+
+std::string launch_pick_launcher(const LaunchOptions& o) {
+  if (o.launcher != "auto") return o.launcher;
+  if (const char* j = std::getenv("SLURM_JOB_ID"); j && *j) return "srun";
+  return o.np > 1 ? "mpirun" : "direct";
+}
+
+std::vector<std::string> launch_command(const LaunchOptions& o, const std::string& launcher, bool resume) {
+  std::vector<std::string> argv;
+  if (launcher == "mpirun") {
+    argv = {"mpirun", "-np", std::to_string(o.np)};
+  } else if (launcher == "srun") {
+    // --kill-on-bad-exit: a rank that fails ends the step at once (as mpirun does)
+    argv = {"srun", "--ntasks", std::to_string(o.np), "--kill-on-bad-exit=1"};
+  }
+  argv.insert(argv.end(), o.launcher_args.begin(), o.launcher_args.end());
+  argv.insert(argv.end(), o.command.begin(), o.command.end());
+  if (resume && !has_arg(o.command, "--resume")) argv.push_back("--resume");
+  return argv;
+}
+
+Status launch_run(const LaunchOptions& o, LaunchResult& out) {
+  const std::string launcher = launch_pick_launcher(o);
+  std::error_code ec;
+  fs::create_directories(o.run_dir, ec);
+  const std::string metrics = (fs::path(o.run_dir) / "metrics.jsonl").string();
+  std::FILE* log = std::fopen((fs::path(o.run_dir) / "launch.log").c_str(), "a");
+  RunProgress prog(metrics);
+  const double t0 = now_s();
+  Attempt a;
+  a.resume = has_arg(o.command, "--resume");
+  if (a.resume) {
+    Newest n;
+    if (Status s = newest_valid(o, n); !s) return s;
+    a.resume_step = n.found ? n.step : 0;
+  }
+  ojson attempts = ojson::array(), restarts = ojson::array();
+  std::string outcome;
+  for (int restart = 0;; restart++) {
+    if (Status s = run_attempt(o, launcher, log, prog, a); !s) {
+      if (log) std::fclose(log);
+      return s;
+    }
+    attempts.push_back(attempt_json(a, prog, t0));
+    if (restart > 0 && a.back_at >= 0) restarts.back()["back_training_s"] = a.back_at - (t0 + restarts.back()["detected_s"].get<double>());
+    const Failure& f = a.failure;
+    out.exit_code = f.cause.empty() ? 0 : (a.failure.exit_code > 0 ? a.failure.exit_code : 1);
+    if (a.stopped || g_stop) {  // mpirun exits non-zero on SIGTERM: what counts is the save
+      stopped_outcome(o, prog, outcome, out.exit_code);
+      break;
+    }
+    if (f.cause.empty()) {
+      outcome = "completed";
+      break;
+    }
+    spdlog::warn("launch: attempt {} failed: {}{}{}: {}", a.n, f.cause, f.rank >= 0 ? fmt::format(", rank {}", f.rank) : "",
+                 f.host.empty() ? "" : ", host " + f.host, f.detail);
+    if (f.cause == "usage") {
+      outcome = "gave up: the command is wrong (exit code 2)";
+      break;
+    }
+    if (restart >= o.max_restarts) {
+      outcome = fmt::format("gave up after {} restarts", restart);
+      break;
+    }
+    const double backoff = std::min(o.backoff_max_s, o.backoff_s * std::pow(2.0, restart));
+    spdlog::info("launch: restart {} of at most {} in {:.1f} s", restart + 1, o.max_restarts, backoff);
+    nap(backoff);
+    Newest to;
+    if (Status s = newest_valid(o, to); !s) spdlog::warn("launch: {}", s.message());
+    for (const auto& k : to.skipped) spdlog::warn("launch: not valid, passed over: {}", k);
+    ojson ev = restart_event(a, prog, to, restart + 1, backoff);
+    if (Status s = append_line(metrics, ev); !s) spdlog::warn("launch: {}", s.message());
+    ev["detected_s"] = a.ended - t0;
+    restarts.push_back(ev);
+    Attempt next;
+    next.n = a.n + 1, next.resume = true, next.resume_step = to.found ? to.step : 0;
+    a = next;
+  }
+  const double wall = now_s() - t0, kept = prog.kept_seconds();
+  const double goodput = wall > 0 ? kept / wall : 0.0;
+  ojson end = {{"step", prog.last_step() >= 0 ? prog.last_step() : a.resume_step},
+               {"event", "launch_end"},
+               {"outcome", outcome},
+               {"restarts", (int)restarts.size()},
+               {"wall_s", wall},
+               {"kept_s", kept},
+               {"goodput", goodput},
+               {"time", unix_now()}};
+  if (Status s = append_line(metrics, end); !s) spdlog::warn("launch: {}", s.message());
+  out.json = {{"run_dir", o.run_dir}, {"launcher", launcher}, {"ranks", o.np}, {"outcome", outcome},
+              {"exit_code", out.exit_code}, {"restarts", restarts}, {"attempts", attempts},
+              {"wall_s", wall}, {"kept_s", kept}, {"goodput", goodput}};
+  if (Status s = files_write_atomic((fs::path(o.run_dir) / "launch.json").string(), out.json.dump(2) + "\n"); !s)
+    spdlog::warn("launch: {}", s.message());
+  out.text = fmt::format("launch: {} after {} attempt(s), {} restart(s); {:.1f} s wall, {:.1f} s on steps kept: "
+                         "goodput {:.3f} ({}/launch.json)\n",
+                         outcome, attempts.size(), restarts.size(), wall, kept, goodput, o.run_dir);
+  if (log) std::fclose(log);
+  return Status::ok();
+}
+
+}  // namespace smelt

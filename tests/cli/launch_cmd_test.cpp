@@ -1,0 +1,310 @@
+// `smelt launch` end to end on one machine, under a real `mpirun`: a 2-rank run of a tiny model
+// meets 10 faults injected from outside at seeded random steps (a rank SIGKILLed, a rank SIGSTOPped
+// until the job's own hang timeout names it, every rank stopped until the supervisor's stall
+// timeout, the newest checkpoint corrupted before a kill) and is restarted every time; it ends with
+// the per-step losses and final weights of an uninterrupted run, bit for bit, each restart an
+// event in metrics.jsonl with its cause, rank and lost steps (at most one checkpoint interval, two
+// where the newest checkpoint was corrupt), and its goodput in launch.json. Also: a command that is
+// wrong (exit 2) is not restarted, restarts run out, and SIGTERM to the supervisor saves the run.
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <random>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "smelt/ckpt/checkpoint.hpp"
+#include "test_files.hpp"
+#include "train_test_util.hpp"
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+using namespace smelt;
+
+namespace {
+
+const char* kMpirunArgs = "--allow-run-as-root --oversubscribe --mca btl self,vader --mca btl_vader_single_copy_mechanism none";
+
+// The ranks of the job training in `run` now: rank -> pid (processes whose command line names the
+// run folder and whose environment has an Open MPI rank).
+std::map<int, pid_t> ranks_of(const fs::path& run) {
+  std::map<int, pid_t> out;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator("/proc", ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::string cmd = test::read_file((e.path() / "cmdline").string());
+    for (char& c : cmd) c = c == '\0' ? ' ' : c;
+    if (cmd.find(" train ") == std::string::npos || cmd.find(run.string() + " ") == std::string::npos) continue;
+    if (cmd.rfind("mpirun", 0) == 0 || cmd.find("launch ") != std::string::npos) continue;
+    const std::string env = test::read_file((e.path() / "environ").string());
+    const size_t at = env.find("OMPI_COMM_WORLD_RANK=");
+    if (at == std::string::npos) continue;
+    std::string stat = test::read_file((e.path() / "stat").string());  // skip zombies
+    const size_t close = stat.rfind(')');
+    if (close == std::string::npos || close + 2 >= stat.size() || stat[close + 2] == 'Z') continue;
+    out[std::atoi(env.c_str() + at + 21)] = (pid_t)std::stoi(name);
+  }
+  return out;
+}
+
+// The newest step line in RUN/metrics.jsonl (-1: none).
+int64_t last_step(const fs::path& run) {
+  std::ifstream in(run / "metrics.jsonl");
+  std::string line;
+  int64_t last = -1;
+  while (std::getline(in, line)) {
+    json j = json::parse(line, nullptr, false);
+    if (!j.is_discarded() && j.is_object() && !j.contains("event") && j.contains("step")) last = j["step"].get<int64_t>();
+  }
+  return last;
+}
+
+std::vector<json> events(const fs::path& run, const std::string& kind) {
+  std::vector<json> out;
+  for (const auto& j : test::read_metrics(run, true, true))
+    if (j.value("event", "") == kind) out.push_back(j);
+  return out;
+}
+
+std::vector<json> step_lines(const fs::path& run) {
+  std::vector<json> out;
+  for (const auto& j : test::read_metrics(run))
+    if (!j.contains("event")) out.push_back(j);
+  return out;
+}
+
+class LaunchTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = test::fresh_test_dir("smelt_launch");
+    const std::string d = SMELT_TEST_DATA;
+    test::write_byte_shard((dir_ / "train").string(), {d + "/tokenizer/english.txt", d + "/tokenizer/chinese.txt"});
+    test::write_file((dir_ / "run.toml").string(), test::byte_model_toml(32, false) + R"([data]
+seq_len = 32
+batch_size = 4
+eod_id = 256
+[train]
+steps = 400
+threads = 1
+peak_gflops = 50
+[optim]
+lr = 3e-3
+warmup_steps = 10
+[ckpt]
+save_every = 10
+keep_last = 3
+[dist]
+timeout_s = 4
+)");
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  std::string train_args(const std::string& run, const std::string& extra = "") const {
+    return fmt::format("{} train --config {} --data {} --run-dir {} {}", SMELT_BINARY, (dir_ / "run.toml").string(),
+                       (dir_ / "train").string(), (dir_ / run).string(), extra);
+  }
+  // `smelt launch` in the background; its output in RUN.log.
+  pid_t launch(const std::string& run, const std::string& opts, const std::string& extra = "") const {
+    const std::string cmd = fmt::format("exec {} launch --np 2 --launcher mpirun --launcher-args '{}' {} --json -- {} > {}.json 2> {}.log",
+                                        SMELT_BINARY, kMpirunArgs, opts, train_args(run, extra),
+                                        (dir_ / run).string(), (dir_ / run).string());
+    pid_t pid = fork();
+    if (pid == 0) {
+      execl("/bin/sh", "sh", "-c", cmd.c_str(), (char*)nullptr);
+      _exit(127);
+    }
+    return pid;
+  }
+  static int wait_exit(pid_t pid, int seconds) {
+    int st = 0;
+    for (int i = 0; i < seconds * 20; i++) {
+      if (waitpid(pid, &st, WNOHANG) == pid) return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    kill(pid, SIGKILL);
+    waitpid(pid, &st, 0);
+    return -1;
+  }
+  std::string log(const std::string& run) const { return test::read_file((dir_ / (run + ".log")).string()); }
+  static std::vector<float> weights(const fs::path& run_dir, const std::string& name) {
+    std::string dir;
+    EXPECT_TRUE(ckpt_find_latest(run_dir.string(), dir).is_ok());
+    CkptManifest m;
+    EXPECT_TRUE(ckpt_read_manifest(dir, m).is_ok());
+    const CkptTensorInfo* t = m.find(name);
+    if (!t) return {};
+    std::vector<float> v(t->bytes / 4);
+    EXPECT_TRUE(ckpt_load_tensor(dir, m, name, v.data(), (int64_t)v.size()).is_ok());
+    return v;
+  }
+
+  fs::path dir_;
+};
+
+struct Fault {
+  int64_t at_step;
+  std::string kind;  // kill | stop | stall | corrupt
+  int rank;
+};
+
+// Breaks the newest checkpoint's largest file (one byte flipped): its CRC32C no longer matches.
+void corrupt_newest(const fs::path& run) {
+  std::string latest = test::read_file((run / "checkpoints" / "latest").string());
+  while (!latest.empty() && (latest.back() == '\n' || latest.back() == ' ')) latest.pop_back();
+  fs::path biggest;
+  uintmax_t size = 0;
+  for (const auto& e : fs::directory_iterator(run / "checkpoints" / latest))
+    if (e.is_regular_file() && e.file_size() > size) size = e.file_size(), biggest = e.path();
+  std::fstream f(biggest, std::ios::in | std::ios::out | std::ios::binary);
+  f.seekg((std::streamoff)(size / 2));
+  char c = 0;
+  f.read(&c, 1);
+  c ^= 0x5A;
+  f.seekp((std::streamoff)(size / 2));
+  f.write(&c, 1);
+}
+
+}  // namespace
+
+TEST_F(LaunchTest, TenFaultsRestartedEveryTimeEndAsAnUninterruptedRun) {
+  ASSERT_EQ(std::system("command -v mpirun > /dev/null 2>&1"), 0) << "mpirun is missing: scripts/install-deps";
+  // The reference: the same 2 ranks, never interrupted.
+  const std::string ref = fmt::format("mpirun -np 2 {} {} > {} 2>&1", kMpirunArgs, train_args("ref"),
+                                      (dir_ / "ref.log").string());
+  ASSERT_EQ(std::system(ref.c_str()), 0) << log("ref");
+  // Ten faults at seeded random steps, in the order the run reaches them.
+  std::mt19937 rng(36);
+  const char* kinds[] = {"kill", "stop", "kill", "stall", "kill", "corrupt", "stop", "kill", "kill", "stop"};
+  std::vector<Fault> faults;
+  int64_t at = 0;
+  for (const char* k : kinds) {
+    at += 15 + (int64_t)(rng() % 20);
+    faults.push_back({at, k, (int)(rng() % 2)});
+  }
+  ASSERT_LT(faults.back().at_step, 390);
+  const pid_t sup = launch("run", "--max-restarts 20 --backoff 0.2 --backoff-max 1 --stall-timeout 15 --start-timeout 120 --grace 3");
+  std::set<pid_t> hit;  // ranks already faulted (a dying job's ranks are not faulted again)
+  size_t next = 0;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(400);
+  int st = 0;
+  bool ended = false;
+  while (!ended && std::chrono::steady_clock::now() < deadline) {
+    ended = waitpid(sup, &st, WNOHANG) == sup;
+    if (ended || next == faults.size()) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      continue;
+    }
+    const Fault& f = faults[next];
+    std::map<int, pid_t> ranks = ranks_of(dir_ / "run");
+    if (ranks.size() != 2 || hit.count(ranks[0]) || hit.count(ranks[1]) || last_step(dir_ / "run") < f.at_step) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+      continue;
+    }
+    if (f.kind == "kill") kill(ranks[f.rank], SIGKILL);
+    if (f.kind == "stop") kill(ranks[f.rank], SIGSTOP);
+    if (f.kind == "stall") kill(ranks[0], SIGSTOP), kill(ranks[1], SIGSTOP);
+    if (f.kind == "corrupt") corrupt_newest(dir_ / "run"), kill(ranks[f.rank], SIGKILL);
+    hit.insert(ranks[0]), hit.insert(ranks[1]);
+    next++;
+  }
+  if (!ended) {
+    kill(sup, SIGKILL);
+    waitpid(sup, &st, 0);
+  }
+  ASSERT_TRUE(ended && WIFEXITED(st) && WEXITSTATUS(st) == 0) << log("run");
+  EXPECT_EQ(next, faults.size()) << "faults injected";
+  // Every step's loss, gradient norm and token count, and the final weights: the uninterrupted run's bits.
+  const std::vector<json> a = step_lines(dir_ / "ref"), b = step_lines(dir_ / "run");
+  ASSERT_EQ(a.size(), 400u);
+  ASSERT_EQ(b.size(), a.size());
+  for (size_t i = 0; i < a.size(); i++) EXPECT_EQ(a[i].dump(), b[i].dump()) << "step " << i + 1;
+  for (const char* t : {"lm_head.weight", "model.layers.1.mlp.down_proj.weight", "optim.v.model.norm.weight"})
+    EXPECT_EQ(weights(dir_ / "ref", t), weights(dir_ / "run", t)) << t;
+  // The restarts: one per fault, each with its cause and rank (a busy machine may add a hang of its
+  // own: every injected fault must be there, in order).
+  const std::vector<json> rs = events(dir_ / "run", "restart");
+  ASSERT_GE(rs.size(), faults.size()) << log("run");
+  size_t k = 0;
+  for (const json& r : rs) {
+    if (k == faults.size()) break;
+    const Fault& f = faults[k];
+    const std::string want = f.kind == "stop" ? "hang" : f.kind == "stall" ? "stall" : "killed";
+    if (r["cause"] != want) continue;
+    // (a hang found outside a step's reduction ends the job without a name)
+    if (f.kind == "kill" || f.kind == "corrupt" || (f.kind == "stop" && !r["rank"].is_null())) {
+      EXPECT_EQ(r["rank"], f.rank) << r.dump();
+    }
+    const int64_t interval = f.kind == "corrupt" ? 20 : 10;
+    EXPECT_LE(r["steps_lost"].get<int64_t>(), interval) << r.dump();
+    EXPECT_EQ(r["step"].get<int64_t>() % 10, 0) << "resumed from a checkpoint step: " << r.dump();
+    if (f.kind == "corrupt") {
+      EXPECT_TRUE(r.contains("skipped_checkpoints")) << r.dump();
+    }
+    k++;
+  }
+  std::string seen;
+  for (const json& r : rs) seen += fmt::format("\n  {} rank {} at step {}: {}", r["cause"].dump(), r["rank"].dump(),
+                                              r["failed_at_step"].dump(), r["detail"].get<std::string>());
+  EXPECT_EQ(k, faults.size()) << "every fault's restart, in order; the restarts:" << seen;
+  // The end: goodput in metrics.jsonl and launch.json.
+  const std::vector<json> end = events(dir_ / "run", "launch_end");
+  ASSERT_EQ(end.size(), 1u);
+  EXPECT_EQ(end[0]["outcome"], "completed");
+  const json lj = json::parse(test::read_file((dir_ / "run" / "launch.json").string()));
+  EXPECT_EQ(lj["restarts"].size(), rs.size());
+  const double goodput = lj["goodput"].get<double>();
+  EXPECT_GT(goodput, 0.0);
+  EXPECT_LT(goodput, 1.0);
+  EXPECT_EQ(json::parse(test::read_file((dir_ / "run.json").string()))["goodput"], lj["goodput"]);
+  for (const auto& r : lj["restarts"]) EXPECT_GT(r.value("back_training_s", -1.0), 0.0) << r.dump();
+}
+
+TEST_F(LaunchTest, AWrongCommandIsNotRestartedAndRestartsRunOut) {
+  // exit 2 (usage): no restart mends it
+  pid_t sup = launch("bad", "--max-restarts 5 --backoff 0", "--set train.no_such_key=1");
+  EXPECT_EQ(wait_exit(sup, 60), 1) << log("bad");
+  json j = json::parse(test::read_file((dir_ / "bad" / "launch.json").string()));
+  EXPECT_EQ(j["attempts"].size(), 1u);
+  EXPECT_EQ(j["restarts"].size(), 0u);
+  EXPECT_NE(j["outcome"].get<std::string>().find("exit code 2"), std::string::npos) << j.dump();
+  // A fault on every attempt (the hang injection fires again after each resume): two restarts, then it gives up.
+  sup = launch("hang", "--max-restarts 2 --backoff 0.1", "--set dist.inject_hang_rank=1 --set dist.inject_hang_step=3");
+  EXPECT_EQ(wait_exit(sup, 120), 1) << log("hang");
+  j = json::parse(test::read_file((dir_ / "hang" / "launch.json").string()));
+  EXPECT_EQ(j["attempts"].size(), 3u) << j.dump();
+  EXPECT_EQ(j["outcome"], "gave up after 2 restarts");
+  for (const auto& r : j["restarts"]) {
+    EXPECT_EQ(r["cause"], "hang") << r.dump();
+    EXPECT_EQ(r["rank"], 1) << r.dump();
+  }
+}
+
+TEST_F(LaunchTest, SigtermToTheSupervisorSavesTheRunAndDoesNotRestart) {
+  pid_t sup = launch("term", "--backoff 0", "--set train.steps=100000 --set ckpt.save_every=0");
+  for (int i = 0; i < 1200 && last_step(dir_ / "term") < 20; i++) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  ASSERT_GE(last_step(dir_ / "term"), 20) << log("term");
+  kill(sup, SIGTERM);
+  EXPECT_EQ(wait_exit(sup, 120), 0) << log("term");
+  json j = json::parse(test::read_file((dir_ / "term" / "launch.json").string()));
+  EXPECT_EQ(j["outcome"].get<std::string>().rfind("stopped (saved at step ", 0), 0u) << j.dump();
+  EXPECT_EQ(j["attempts"].size(), 1u);
+  // the trainer saved on the way down: a valid checkpoint at the step it stopped
+  std::string ck;
+  ASSERT_TRUE(ckpt_find_latest((dir_ / "term").string(), ck).is_ok());
+  CkptManifest m;
+  ASSERT_TRUE(ckpt_read_manifest(ck, m).is_ok());
+  EXPECT_GE(m.step, 20);
+  EXPECT_TRUE(ranks_of(dir_ / "term").empty()) << "no rank is left running";
+}
