@@ -218,85 +218,123 @@ std::vector<std::string> launch_command(const LaunchOptions& o, const std::strin
   return argv;
 }
 
-Status launch_run(const LaunchOptions& o, LaunchResult& out) {
-  const std::string launcher = launch_pick_launcher(o);
+namespace {
+
+// One supervised run: the attempts, the restarts between them, and the summary at the end.
+class Supervisor {
+ public:
+  explicit Supervisor(const LaunchOptions& o)
+      : o_(o), launcher_(launch_pick_launcher(o)),
+        metrics_((fs::path(o.run_dir) / "metrics.jsonl").string()), prog_(metrics_) {}
+  ~Supervisor() {
+    if (log_) std::fclose(log_);
+  }
+  Status run(LaunchResult& out);
+
+ private:
+  // After attempt a ended: true when the run is over (outcome and exit code set).
+  bool over(const Attempt& a, int restart, std::string& outcome, int& exit_code);
+  // The wait, the checkpoint to resume from, the restart event; the next attempt.
+  Attempt restart_after(const Attempt& a, int restart);
+  void finish(const Attempt& last, const std::string& outcome, LaunchResult& out);
+
+  const LaunchOptions& o_;
+  const std::string launcher_, metrics_;
+  RunProgress prog_;
+  std::FILE* log_ = nullptr;
+  double t0_ = now_s();
+  ojson attempts_ = ojson::array(), restarts_ = ojson::array();
+};
+
+Status Supervisor::run(LaunchResult& out) {
   std::error_code ec;
-  fs::create_directories(o.run_dir, ec);
-  const std::string metrics = (fs::path(o.run_dir) / "metrics.jsonl").string();
-  std::FILE* log = std::fopen((fs::path(o.run_dir) / "launch.log").c_str(), "a");
-  RunProgress prog(metrics);
-  const double t0 = now_s();
+  fs::create_directories(o_.run_dir, ec);
+  log_ = std::fopen((fs::path(o_.run_dir) / "launch.log").c_str(), "a");
   Attempt a;
-  a.resume = has_arg(o.command, "--resume");
+  a.resume = has_arg(o_.command, "--resume");
   if (a.resume) {
     Newest n;
-    if (Status s = newest_valid(o, n); !s) return s;
+    if (Status s = newest_valid(o_, n); !s) return s;
     a.resume_step = n.found ? n.step : 0;
   }
-  ojson attempts = ojson::array(), restarts = ojson::array();
   std::string outcome;
   for (int restart = 0;; restart++) {
-    if (Status s = run_attempt(o, launcher, log, prog, a); !s) {
-      if (log) std::fclose(log);
-      return s;
+    if (Status s = run_attempt(o_, launcher_, log_, prog_, a); !s) return s;
+    attempts_.push_back(attempt_json(a, prog_, t0_));
+    if (restart > 0 && a.back_at >= 0) {  // the restart before this attempt: when training was back
+      ojson& r = restarts_.back();
+      r["back_training_s"] = a.back_at - (t0_ + r["detected_s"].get<double>());
+      r["back_time"] = unix_now() - (now_s() - a.back_at);
     }
-    attempts.push_back(attempt_json(a, prog, t0));
-    if (restart > 0 && a.back_at >= 0) restarts.back()["back_training_s"] = a.back_at - (t0 + restarts.back()["detected_s"].get<double>());
-    const Failure& f = a.failure;
-    out.exit_code = f.cause.empty() ? 0 : (a.failure.exit_code > 0 ? a.failure.exit_code : 1);
-    if (a.stopped || g_stop) {  // mpirun exits non-zero on SIGTERM: what counts is the save
-      stopped_outcome(o, prog, outcome, out.exit_code);
-      break;
-    }
-    if (f.cause.empty()) {
-      outcome = "completed";
-      break;
-    }
-    spdlog::warn("launch: attempt {} failed: {}{}{}: {}", a.n, f.cause, f.rank >= 0 ? fmt::format(", rank {}", f.rank) : "",
-                 f.host.empty() ? "" : ", host " + f.host, f.detail);
-    if (f.cause == "usage") {
-      outcome = "gave up: the command is wrong (exit code 2)";
-      break;
-    }
-    if (restart >= o.max_restarts) {
-      outcome = fmt::format("gave up after {} restarts", restart);
-      break;
-    }
-    const double backoff = std::min(o.backoff_max_s, o.backoff_s * std::pow(2.0, restart));
-    spdlog::info("launch: restart {} of at most {} in {:.1f} s", restart + 1, o.max_restarts, backoff);
-    nap(backoff);
-    Newest to;
-    if (Status s = newest_valid(o, to); !s) spdlog::warn("launch: {}", s.message());
-    for (const auto& k : to.skipped) spdlog::warn("launch: not valid, passed over: {}", k);
-    ojson ev = restart_event(a, prog, to, restart + 1, backoff);
-    if (Status s = append_line(metrics, ev); !s) spdlog::warn("launch: {}", s.message());
-    ev["detected_s"] = a.ended - t0;
-    restarts.push_back(ev);
-    Attempt next;
-    next.n = a.n + 1, next.resume = true, next.resume_step = to.found ? to.step : 0;
-    a = next;
+    if (over(a, restart, outcome, out.exit_code)) break;
+    a = restart_after(a, restart);
   }
-  const double wall = now_s() - t0, kept = prog.kept_seconds();
+  finish(a, outcome, out);
+  return Status::ok();
+}
+
+bool Supervisor::over(const Attempt& a, int restart, std::string& outcome, int& exit_code) {
+  const Failure& f = a.failure;
+  exit_code = f.cause.empty() ? 0 : (f.exit_code > 0 ? f.exit_code : 1);
+  if (a.stopped || g_stop) {  // mpirun exits non-zero on SIGTERM: what counts is the save
+    stopped_outcome(o_, prog_, outcome, exit_code);
+    return true;
+  }
+  if (f.cause.empty()) {
+    outcome = "completed";
+    return true;
+  }
+  spdlog::warn("launch: attempt {} failed: {}{}{}: {}", a.n, f.cause, f.rank >= 0 ? fmt::format(", rank {}", f.rank) : "",
+               f.host.empty() ? "" : ", host " + f.host, f.detail);
+  if (f.cause == "usage") outcome = "gave up: the command is wrong (exit code 2)";
+  else if (restart >= o_.max_restarts) outcome = fmt::format("gave up after {} restarts", restart);
+  return !outcome.empty();
+}
+
+Attempt Supervisor::restart_after(const Attempt& a, int restart) {
+  const double backoff = std::min(o_.backoff_max_s, o_.backoff_s * std::pow(2.0, restart));
+  spdlog::info("launch: restart {} of at most {} in {:.1f} s", restart + 1, o_.max_restarts, backoff);
+  nap(backoff);
+  Newest to;
+  if (Status s = newest_valid(o_, to); !s) spdlog::warn("launch: {}", s.message());
+  for (const auto& k : to.skipped) spdlog::warn("launch: not valid, passed over: {}", k);
+  ojson ev = restart_event(a, prog_, to, restart + 1, backoff);
+  if (Status s = append_line(metrics_, ev); !s) spdlog::warn("launch: {}", s.message());
+  ev["detected_s"] = a.ended - t0_;  // (launch.json only: seconds from the launch, and the Unix time)
+  ev["detected_time"] = unix_now() - (now_s() - a.ended);
+  restarts_.push_back(ev);
+  Attempt next;
+  next.n = a.n + 1, next.resume = true, next.resume_step = to.found ? to.step : 0;
+  return next;
+}
+
+void Supervisor::finish(const Attempt& last, const std::string& outcome, LaunchResult& out) {
+  const double wall = now_s() - t0_, kept = prog_.kept_seconds();
   const double goodput = wall > 0 ? kept / wall : 0.0;
-  ojson end = {{"step", prog.last_step() >= 0 ? prog.last_step() : a.resume_step},
-               {"event", "launch_end"},
-               {"outcome", outcome},
-               {"restarts", (int)restarts.size()},
-               {"wall_s", wall},
-               {"kept_s", kept},
-               {"goodput", goodput},
-               {"time", unix_now()}};
-  if (Status s = append_line(metrics, end); !s) spdlog::warn("launch: {}", s.message());
-  out.json = {{"run_dir", o.run_dir}, {"launcher", launcher}, {"ranks", o.np}, {"outcome", outcome},
-              {"exit_code", out.exit_code}, {"restarts", restarts}, {"attempts", attempts},
+  const ojson end = {{"step", prog_.last_step() >= 0 ? prog_.last_step() : last.resume_step},
+                     {"event", "launch_end"},
+                     {"outcome", outcome},
+                     {"restarts", (int)restarts_.size()},
+                     {"wall_s", wall},
+                     {"kept_s", kept},
+                     {"goodput", goodput},
+                     {"time", unix_now()}};
+  if (Status s = append_line(metrics_, end); !s) spdlog::warn("launch: {}", s.message());
+  out.json = {{"run_dir", o_.run_dir}, {"launcher", launcher_}, {"ranks", o_.np}, {"outcome", outcome},
+              {"exit_code", out.exit_code}, {"restarts", restarts_}, {"attempts", attempts_},
               {"wall_s", wall}, {"kept_s", kept}, {"goodput", goodput}};
-  if (Status s = files_write_atomic((fs::path(o.run_dir) / "launch.json").string(), out.json.dump(2) + "\n"); !s)
+  if (Status s = files_write_atomic((fs::path(o_.run_dir) / "launch.json").string(), out.json.dump(2) + "\n"); !s)
     spdlog::warn("launch: {}", s.message());
   out.text = fmt::format("launch: {} after {} attempt(s), {} restart(s); {:.1f} s wall, {:.1f} s on steps kept: "
                          "goodput {:.3f} ({}/launch.json)\n",
-                         outcome, attempts.size(), restarts.size(), wall, kept, goodput, o.run_dir);
-  if (log) std::fclose(log);
-  return Status::ok();
+                         outcome, attempts_.size(), restarts_.size(), wall, kept, goodput, o_.run_dir);
+}
+
+}  // namespace
+
+Status launch_run(const LaunchOptions& o, LaunchResult& out) {
+  Supervisor sup(o);
+  return sup.run(out);
 }
 
 }  // namespace smelt
