@@ -638,6 +638,7 @@ Status ckpt_retain(const std::string& run_dir, int keep_last, int64_t keep_every
     // rename first, so a crash mid-delete leaves a .tmp that the next save removes, never a
     // half-deleted step folder
     std::string del = d.dir + ".del.tmp";
+    ActiveTmp deleting(del);  // a save on the writer thread meanwhile does not take it for a leftover
     if (std::rename(d.dir.c_str(), del.c_str()) != 0)
       return Status::error(fmt::format("{}: cannot remove: {}", d.dir, std::strerror(errno)));
     std::error_code ec;

@@ -56,7 +56,8 @@ Status newest_valid(const LaunchOptions& o, Newest& out) {
   out = Newest{};
   std::error_code ec;
   if (!fs::is_directory(fs::path(o.run_dir) / "checkpoints", ec)) return Status::ok();
-  const std::string cmd = shell_quote(o.smelt) + " ckpt list " + shell_quote(o.run_dir) + " --json 2>/dev/null";
+  const std::string err = (fs::path(o.run_dir) / ".launch-ckpt-list.err").string();
+  const std::string cmd = shell_quote(o.smelt) + " ckpt list " + shell_quote(o.run_dir) + " --json 2>" + shell_quote(err);
   std::FILE* p = ::popen(cmd.c_str(), "r");
   if (!p) return Status::error("cannot run " + cmd);
   std::string text;
@@ -64,8 +65,13 @@ Status newest_valid(const LaunchOptions& o, Newest& out) {
   for (size_t n; (n = std::fread(buf, 1, sizeof buf, p)) > 0;) text.append(buf, n);
   const int rc = ::pclose(p);
   nlohmann::json list = nlohmann::json::parse(text, nullptr, false);
-  if (list.is_discarded() || !list.is_array())
-    return Status::error(fmt::format("`{}` (exit status {}) printed no checkpoint list", cmd, rc));
+  if (list.is_discarded() || !list.is_array()) {
+    std::string why;
+    if (!files_read_small(err, why)) why.clear();
+    return Status::error(fmt::format("`{}` (exit status {}) printed no checkpoint list: {}{}", cmd, rc,
+                                     text.substr(0, 300), why.substr(0, 300)));
+  }
+  fs::remove(err, ec);
   std::vector<std::pair<int64_t, std::string>> bad;
   for (const auto& e : list) {
     const int64_t step = e.value("step", (int64_t)-1);
@@ -105,6 +111,7 @@ struct Attempt {
   std::string stall_detail;
   Failure failure;
   double back_at = -1;  // when its first new step line came
+  double last_progress = 0;  // when its newest step line had come, at the failure
 };
 
 Status run_attempt(const LaunchOptions& o, const std::string& launcher, std::FILE* log, RunProgress& prog,
@@ -137,6 +144,7 @@ Status run_attempt(const LaunchOptions& o, const std::string& launcher, std::FIL
     }
   }
   a.ended = now_s();
+  a.last_progress = prog.last_step_time();
   job.stop(a.stopped ? std::max(o.grace_s, 60.0) : o.grace_s);  // a stop request: time to save
   if (prog.read(now_s()) && a.back_at < 0) a.back_at = now_s();
   a.failure = failure_classify(job.exit_code(), job.term_signal(), a.stalled, a.stall_detail, job.tail());
@@ -159,8 +167,10 @@ ojson attempt_json(const Attempt& a, const RunProgress& prog, double t0) {
 ojson restart_event(const Attempt& a, const RunProgress& prog, const Newest& to, int restart, double backoff) {
   const Failure& f = a.failure;
   const int64_t failed_at = prog.last_step() >= 0 ? prog.last_step() : a.resume_step;
+  // Lost: from reaching the step resumed from (or, when the job saved past what it had done before
+  // it stopped, from its last progress) to the failure being seen.
   const double resumed_seen = prog.seen_at(to.step);
-  const double from = resumed_seen >= 0 && resumed_seen >= a.started ? resumed_seen : a.started;
+  const double from = std::min(resumed_seen >= 0 && resumed_seen >= a.started ? resumed_seen : a.started, a.last_progress);
   ojson e = {{"step", to.found ? to.step : 0},
              {"event", "restart"},
              {"restart", restart},
@@ -296,7 +306,13 @@ Attempt Supervisor::restart_after(const Attempt& a, int restart) {
   spdlog::info("launch: restart {} of at most {} in {:.1f} s", restart + 1, o_.max_restarts, backoff);
   nap(backoff);
   Newest to;
-  if (Status s = newest_valid(o_, to); !s) spdlog::warn("launch: {}", s.message());
+  for (int tries = 1;; tries++) {  // (a listing can meet a folder that goes away under it)
+    Status s = newest_valid(o_, to);
+    if (s) break;
+    spdlog::warn("launch: {}", s.message());
+    if (tries == 3) break;
+    nap(1.0);
+  }
   for (const auto& k : to.skipped) spdlog::warn("launch: not valid, passed over: {}", k);
   ojson ev = restart_event(a, prog_, to, restart + 1, backoff);
   if (Status s = append_line(metrics_, ev); !s) spdlog::warn("launch: {}", s.message());
