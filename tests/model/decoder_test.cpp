@@ -195,6 +195,28 @@ TEST(Decoder, Q8_0StaysCloseToF32) { EXPECT_LT(format_vs_f32(WeightFormat::kQ8_0
 // Half weights and half inputs: 11 significant bits against int8's 8, so well inside q8_0's error.
 TEST(Decoder, F16StaysCloseToF32) { EXPECT_LT(format_vs_f32(WeightFormat::kF16), 0.02); }
 
+// decoder_bytes, which a training run's memory plan counts for its task scorer before the decoder
+// exists, is what init allocates, in every weight format, tied or not.
+TEST(Decoder, BytesAreKnownBeforeInit) {
+  for (bool tied : {false, true}) {
+    ModelConfig c = tiny();
+    c.tie_embeddings = tied;
+    Model m;
+    ASSERT_TRUE(m.init(c, 1, 32, 1, 1));
+    for (WeightFormat f : {WeightFormat::kF32, WeightFormat::kBf16, WeightFormat::kF16, WeightFormat::kQ8_0})
+      for (int slot_tokens : {0, 16}) {
+        DecoderOptions o;
+        o.slots = 3;
+        o.slot_tokens = slot_tokens;
+        o.max_rows = 24;
+        o.format = f;
+        Decoder d;
+        ASSERT_TRUE(d.init(c, m.params(), o));
+        EXPECT_EQ(decoder_bytes(c, o), d.bytes()) << weight_format_name(f) << " tied " << tied;
+      }
+  }
+}
+
 TEST(Decoder, BadRowsAreRefusedAndChangeNothing) {
   const ModelConfig c = tiny();
   Model m;

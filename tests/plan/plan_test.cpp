@@ -154,6 +154,7 @@ TEST(PlanMemory, IsTheTrainersPlanOfTheLargestStage) {
     for (int st = 0; st < l.pp; st++) {
       RunMemoryInput in;
       in.B = l.micro, in.T = r.seq, in.dp = l.dp, in.grad_accum = l.accum, in.zero = l.zero;
+      in.save_at_end = r.save_at_end;  // every run saves at its end unless told not to: one staging copy
       const RunMemory rm = run_memory_plan(m, model_shard(l.tp, 0, l.pp, st, bounds), in);
       largest = std::max(largest, rm.total());
       const int slots = l.pp > 1 ? pipeline_slots(l.pp, st, l.accum) : 1;

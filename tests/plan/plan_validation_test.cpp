@@ -72,6 +72,7 @@ TEST(PlanValidation, CalibratedPredictionsTrackMeasuredRuns) {
   r.model = m;
   r.global_batch = 8;
   r.seq = 128;
+  r.save_at_end = false;  // as run.toml's [ckpt]
   struct Row { Layout l; int ranks; };
   for (const Row& row : {Row{layout(1, 1, 1, false, false, 4, 2), 1}, Row{layout(1, 2, 1, false, false, 4, 2), 2}}) {
     const Layout& l = row.l;

@@ -11,6 +11,10 @@
 #include "smelt/dist/grad_reducer.hpp"
 #include "smelt/model/model.hpp"
 #include "smelt/model/params.hpp"
+#include "smelt/ckpt/async_writer.hpp"
+#include "smelt/ckpt/safetensors.hpp"
+#include "smelt/train/optimizer.hpp"
+#include "smelt/train/train_state.hpp"
 
 namespace smelt {
 namespace {
@@ -80,6 +84,56 @@ TEST(RunMemory, ReductionScratchIsTheReducersLargestBucket) {
       const RunMemory plan = run_memory_plan(c, ModelShard{}, in);
       EXPECT_EQ(plan.reduce_bytes, 4 * reducer_largest_bucket(c, d)) << "bucket_mb " << mb << " tied " << tied;
     }
+}
+
+// The staging row is what the checkpoint writer copies: the tensors a save hands it, one buffer for
+// a run that saves only at its end, two with periodic saves, none when it saves neither.
+TEST(RunMemory, StagingIsTheSavedTensors) {
+  for (bool tied : {true, false}) {
+    ModelConfig c;
+    c.tie_embeddings = tied;
+    Model m;
+    ASSERT_TRUE(m.init(c, 1, 8, 1, 3).is_ok());
+    AdamW opt;
+    opt.init(m.layout(), 1);
+    CkptSaveRequest r;
+    train_state_add_tensors(TrainTensors{m, opt}, false, r);
+    int64_t floats = 0;
+    for (const auto& t : r.tensors) {
+      int64_t n = 1;
+      for (int64_t d : t.shape) n *= d;
+      floats += n;
+    }
+    RunMemoryInput in;
+    in.B = 1, in.T = 8;
+    EXPECT_EQ(run_memory_plan(c, ModelShard{}, in).staging_bytes, 0);
+    in.save_at_end = true;
+    const int64_t buffer = ckpt_staging_bytes(floats);
+    EXPECT_GE(buffer, 4 * floats);
+    EXPECT_LT(buffer, 4 * floats + (2 << 20));  // rounded to 2 MiB (huge pages)
+    EXPECT_EQ(run_memory_plan(c, ModelShard{}, in).staging_bytes, buffer) << "tied " << tied;
+    EXPECT_EQ(run_memory_plan(c, ModelShard{}, in).writer_bytes, safetensors_writer_bytes());
+    in.checkpoints = true;
+    EXPECT_EQ(run_memory_plan(c, ModelShard{}, in).staging_bytes, 2 * buffer) << "tied " << tied;
+    in.staged = false;  // [ckpt] async = false on one rank: ckpt_save writes from the tensors
+    EXPECT_EQ(run_memory_plan(c, ModelShard{}, in).staging_bytes, 0);
+  }
+}
+
+// The rows add up: the process and the model, then the larger of the GEMM probe and the step's
+// buffers; the one-line summary names the total and the largest rows.
+TEST(RunMemory, TotalAndSummary) {
+  ModelConfig c;
+  RunMemoryInput in;
+  in.B = 2, in.T = 16, in.save_at_end = true, in.eval_bytes = 1 << 20, in.process_bytes = 20 << 20;
+  const RunMemory rm = run_memory_plan(c, ModelShard{}, in);
+  EXPECT_EQ(rm.eval_bytes, 1 << 20);
+  EXPECT_EQ(rm.total(), (20 << 20) + rm.model.total() + std::max(rm.gemm_probe_bytes, rm.step_bytes()));
+  EXPECT_EQ(rm.step_bytes(), rm.staging_bytes + rm.writer_bytes + (1 << 20));
+  const std::string s = rm.summary(3);
+  EXPECT_EQ(s.rfind("run total ", 0), 0u) << s;
+  EXPECT_NE(s.find("process 20.0 MiB"), std::string::npos) << s;
+  EXPECT_NE(rm.report().find("eval tasks"), std::string::npos) << rm.report();
 }
 
 TEST(RunMemory, BucketMbIsMebibytes) {

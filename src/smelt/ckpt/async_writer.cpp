@@ -79,17 +79,23 @@ CkptWriter::~CkptWriter() {
   thread_.join();
 }
 
+// 2 MiB aligned and asking for transparent huge pages: O_DIRECT pins and maps the buffer for
+// every write, and 2 MiB pages make that 512x fewer pages (physically contiguous runs).
+constexpr size_t kHuge = 2 << 20;
+
+int64_t ckpt_staging_bytes(int64_t floats) {
+  const size_t bytes = (static_cast<size_t>(floats) * sizeof(float) + kHuge - 1) / kHuge * kHuge;
+  return (int64_t)std::max<size_t>(bytes, kHuge);
+}
+
 // Makes s hold at least `floats` floats, 4 KiB aligned, every page touched (so submit does not
 // pay page faults). False when the allocation fails.
 bool CkptWriter::grow(Slot& s, int64_t floats) {
   if (s.capacity >= floats) return true;
   s.buf.reset();
   s.capacity = 0;
-  // 2 MiB aligned and asking for transparent huge pages: O_DIRECT pins and maps the buffer for
-  // every write, and 2 MiB pages make that 512x fewer pages (physically contiguous runs).
-  constexpr size_t kHuge = 2 << 20;
-  size_t bytes = (static_cast<size_t>(floats) * sizeof(float) + kHuge - 1) / kHuge * kHuge;
-  float* p = static_cast<float*>(std::aligned_alloc(kHuge, std::max<size_t>(bytes, kHuge)));
+  const size_t bytes = (size_t)ckpt_staging_bytes(floats);
+  float* p = static_cast<float*>(std::aligned_alloc(kHuge, bytes));
   if (!p) return false;
   ::madvise(p, bytes, MADV_HUGEPAGE);  // a hint: without it (or THP off) the pages are 4 KiB
   std::memset(p, 0, bytes);

@@ -31,6 +31,10 @@ struct CkptCopySeg {  // one tensor's copy into the staging buffer (internal)
   uint32_t crc = 0;  // CRC32C of the n floats, computed by the copy (the writer does not reread them)
 };
 
+// The bytes one staging buffer for `floats` floats takes (2 MiB aligned and rounded: huge pages),
+// for a run's memory plan.
+int64_t ckpt_staging_bytes(int64_t floats);
+
 class CkptWriter {
  public:
   // copy_threads: threads that copy into the staging buffer during submit (the caller's thread is

@@ -45,6 +45,8 @@ int dtype_size(const std::string& d) {
 
 }  // namespace
 
+int64_t safetensors_writer_bytes() { return 2 * (int64_t)kBounce; }
+
 int64_t safetensors_numel(const std::vector<int64_t>& shape) {
   int64_t n = 1;
   for (int64_t d : shape) {

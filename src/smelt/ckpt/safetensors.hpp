@@ -31,6 +31,10 @@ struct SafetensorsTensor {
 // Product of the dimensions (1 for a scalar); -1 when a dimension is negative or it overflows.
 int64_t safetensors_numel(const std::vector<int64_t>& shape);
 
+// The memory a SafetensorsWriter holds while it writes: its two write buffers (a run's memory plan
+// counts them for the checkpoint writer).
+int64_t safetensors_writer_bytes();
+
 class SafetensorsWriter {
  public:
   SafetensorsWriter() = default;

@@ -52,7 +52,8 @@ ojson prediction_json(const Prediction& p) {
                    {"optimizer", m.run.model.optimizer_bytes}, {"activations", m.run.model.activation_bytes},
                    {"bf16", m.run.model.bf16_bytes}, {"gradient_sum", m.run.accum_bytes},
                    {"reduce_scratch", m.run.reduce_bytes}, {"pipeline_sends", m.run.pipeline_bytes},
-                   {"ckpt_staging", m.run.staging_bytes}, {"gemm_probe", m.run.gemm_probe_bytes},
+                   {"ckpt_staging", m.run.staging_bytes}, {"ckpt_writer", m.run.writer_bytes},
+                   {"eval_tasks", m.run.eval_bytes}, {"gemm_probe", m.run.gemm_probe_bytes},
                    {"process", m.process_bytes}};
     j["time"] = {{"step_ms", t.step_ms}, {"gemm_ms", t.gemm_ms}, {"attention_ms", t.attention_ms},
                  {"elementwise_ms", t.elementwise_ms}, {"optimizer_ms", t.optimizer_ms}, {"tp_ms", t.tp_ms},
@@ -142,7 +143,7 @@ int cli_plan(int argc, char** argv) {
   int64_t global_batch = 0, save_every = 0;
   int seq = 0, top = 10, ranks = 0, max_ranks = 4, threads = 1;
   std::vector<int> micro, rows;
-  bool as_json = false, do_calibrate = false;
+  bool as_json = false, do_calibrate = false, no_save_at_end = false;
   app.add_option("--model", model_path, "a model or run config ([model]); with --calibrate, the models whose GEMM "
                  "shapes to measure (repeat --model)");
   app.add_option("--cluster", cluster_path, "the cluster file (configs/clusters/*.toml, or --calibrate's output)");
@@ -152,6 +153,8 @@ int cli_plan(int argc, char** argv) {
   app.add_option("--micro-batch", micro, "rows per micro-batch per rank to consider (default: every divisor)");
   app.add_option("--precision", precision, "fp32 or bf16")->check(CLI::IsMember({"fp32", "bf16"}));
   app.add_option("--save-every", save_every, "periodic checkpoints every N steps (staging memory, the stall)");
+  app.add_flag("--no-save-at-end", no_save_at_end, "the runs set ckpt.save_at_end = false: no staging copy for "
+               "the end's save (counted by default, as every run saves at its end)");
   app.add_option("--set", sets, "section.key=value overrides of the model config");
   app.add_option("--top", top, "layouts to list (default 10)")->check(CLI::PositiveNumber);
   app.add_flag("--json", as_json, "JSON on stdout");
@@ -206,6 +209,7 @@ int cli_plan(int argc, char** argv) {
   r.precision = precision == "bf16" ? Precision::kBf16 : Precision::kFp32;
   r.ranks = ranks;
   r.save_every = save_every;
+  r.save_at_end = !no_save_at_end;
   r.micro_batches = micro;
   const int world = ranks > 0 ? ranks : c.devices();
   const std::string head = fmt::format(

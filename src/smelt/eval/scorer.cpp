@@ -12,13 +12,8 @@
 
 namespace smelt {
 
-Status Scorer::init(const ModelConfig& c, const float* params, int vocab, const ScorerOptions& o) {
-  if (o.max_choices < 1 || o.max_rows < 1) return Status::error("[eval] scorer: max_choices and max_rows must be >= 1");
-  if (vocab < 1 || vocab > c.vocab_size)
-    return Status::error(fmt::format("[eval] the tokenizer's {} ids do not fit the model's vocabulary of {}", vocab,
-                                     c.vocab_size));
-  opt_ = o;
-  vocab_ = vocab;
+namespace {
+DecoderOptions decoder_options(const ScorerOptions& o) {
   DecoderOptions d;
   d.slots = o.max_choices + 1;
   d.slot_tokens = o.ctx;
@@ -26,7 +21,23 @@ Status Scorer::init(const ModelConfig& c, const float* params, int vocab, const 
   d.threads = o.threads;
   d.format = o.format;
   d.batch_invariant = o.batch_invariant;
-  if (Status s = dec_.init(c, params, d); !s) return s;
+  return d;
+}
+}  // namespace
+
+int64_t scorer_bytes(const ModelConfig& c, const ScorerOptions& o) {
+  // logits_ (max_rows, V), losses_, lse_, targets_ (max_rows), last_ (V)
+  return decoder_bytes(c, decoder_options(o)) + 4 * ((int64_t)o.max_rows * (c.vocab_size + 3) + c.vocab_size);
+}
+
+Status Scorer::init(const ModelConfig& c, const float* params, int vocab, const ScorerOptions& o) {
+  if (o.max_choices < 1 || o.max_rows < 1) return Status::error("[eval] scorer: max_choices and max_rows must be >= 1");
+  if (vocab < 1 || vocab > c.vocab_size)
+    return Status::error(fmt::format("[eval] the tokenizer's {} ids do not fit the model's vocabulary of {}", vocab,
+                                     c.vocab_size));
+  opt_ = o;
+  vocab_ = vocab;
+  if (Status s = dec_.init(c, params, decoder_options(o)); !s) return s;
   logits_.assign((size_t)o.max_rows * c.vocab_size, 0.0f);
   losses_.assign((size_t)o.max_rows, 0.0f);
   lse_.assign((size_t)o.max_rows, 0.0f);

@@ -25,6 +25,11 @@ struct ScorerOptions {
   bool batch_invariant = false;  // the serve kernels: the same bits whatever the step's rows
 };
 
+// The bytes a Scorer with these options holds once init ran: its decoder (decoder_bytes, slots
+// max_choices + 1) and its logits and per-row scratch. A training run's memory plan counts it
+// for [eval] tasks.
+int64_t scorer_bytes(const ModelConfig& c, const ScorerOptions& o);
+
 struct LlScore {
   double logprob = 0;  // sum over the continuation's tokens of log p(token | everything before)
   bool greedy = true;  // every continuation token is the argmax at its position

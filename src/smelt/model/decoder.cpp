@@ -25,7 +25,36 @@ constexpr int kGemvBlock = 128;
 // region's barrier is most of a one-row norm's time), and f32 linear layers run on the decode
 // kernel (weights read once for all rows) rather than sgemm.
 constexpr int kWideRows = 16;
+
+// q8_0: each matrix the linear layers read (not the embedding table, unless it is also the LM
+// head) whose rows are whole blocks is quantized.
+bool q8_quantized(const ParamLayout& l, const ParamTensor& t) {
+  return !(t.cols == 1 || t.cols % kQ8Block || (t.offset == l.wte && l.lm_head != l.wte));
+}
 }  // namespace
+
+int64_t decoder_bytes(const ModelConfig& c, const DecoderOptions& o) {
+  const int64_t C = c.d_model, HS = c.head_size(), KV = (int64_t)c.n_kv_heads * HS, H = c.ffn_hidden;
+  const int64_t A = (int64_t)c.n_heads * HS, r = std::max(1, o.max_rows);
+  const int64_t T = o.slot_tokens > 0 ? o.slot_tokens : c.max_seq_len;
+  const int64_t cache = (int64_t)o.slots * c.n_layers * T * KV, widest = std::max({C, A, H});
+  // the KV caches, RoPE table, row buffers (x, ln, head, qkv, att, gu, sw, rstd) and the rows'
+  // positions, slots and tokens
+  int64_t floats = 2 * cache + T * HS + r * (3 * C + c.qkv_size() + A + 3 * H + 1) + 3 * r;
+  int64_t halves = 0, q8 = 0;
+  if (o.format == WeightFormat::kBf16) {
+    halves = param_layout(c).total + r * widest;
+  } else if (o.format == WeightFormat::kF16) {
+    halves = param_layout(c).total;
+    floats += r * widest;
+  } else if (o.format == WeightFormat::kQ8_0) {
+    const ParamLayout l = param_layout(c);
+    for (const ParamTensor& t : l.tensors)
+      if (q8_quantized(l, t)) q8 += t.size() / kQ8Block;
+    q8 += r * widest / kQ8Block + 1;
+  }
+  return (int64_t)sizeof(float) * floats + (int64_t)sizeof(uint16_t) * halves + (int64_t)sizeof(BlockQ8_0) * q8;
+}
 
 const char* weight_format_name(WeightFormat f) {
   switch (f) {
@@ -105,7 +134,7 @@ Status Decoder::init(const ModelConfig& c, const float* params, const DecoderOpt
     q_at_.clear();
     int64_t blocks = 0;
     for (const ParamTensor& t : layout_.tensors) {
-      if (t.cols == 1 || t.cols % kQ8Block || (t.offset == layout_.wte && layout_.lm_head != layout_.wte)) continue;
+      if (!q8_quantized(layout_, t)) continue;
       q_at_[t.offset] = blocks;
       blocks += t.size() / kQ8Block;
     }

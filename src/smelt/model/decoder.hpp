@@ -43,6 +43,10 @@ struct DecoderOptions {
   bool batch_invariant = false;
 };
 
+// The bytes a Decoder with these options will hold (its bytes() after init, which counts its
+// buffers as allocated): what a memory plan counts for it before it exists.
+int64_t decoder_bytes(const ModelConfig& c, const DecoderOptions& o);
+
 // One row of a step: token `token` appended to slot `slot` at position(slot) (rows of the same
 // slot take consecutive positions in the order given); `logits`: this row's next-token logits are
 // wanted.

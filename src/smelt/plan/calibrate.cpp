@@ -200,8 +200,8 @@ Status write_memory_probe(const std::string& work_dir, std::string& prefix, std:
 }
 
 // A training process's memory besides its plan: a 3-step run of the probe model on the probe's
-// shards (write_memory_probe), peak RSS minus the planned bytes of summary.json (the largest over
-// the ranks).
+// shards (write_memory_probe), peak RSS minus the planned bytes of summary.json without their
+// process row (the trainer's own measurement at its start; the largest over the ranks).
 Status process_memory(const CalibrateOptions& o, const std::string& prefix, const std::string& cfg, bool mpi,
                       const std::string& sets, double& mb) {
   const fs::path dir = fs::path(o.work_dir) / (!mpi ? "mem-1" : sets.empty() ? "mem-mpi" : "mem-mp");
@@ -218,7 +218,8 @@ Status process_memory(const CalibrateOptions& o, const std::string& prefix, cons
     return Status::error(fmt::format("calibrate: {}/summary.json: no memory_per_rank", run));
   mb = 0;
   for (const auto& r : j["memory_per_rank"])
-    mb = std::max(mb, (r["peak_rss_bytes"].get<double>() - r["planned_bytes"].get<double>()) / 1e6);
+    mb = std::max(mb, (r["peak_rss_bytes"].get<double>() - r["planned_bytes"].get<double>() +
+                       r.value("process_bytes", 0.0)) / 1e6);
   return Status::ok();
 }
 

@@ -250,7 +250,7 @@ Prediction plan_predict(const PlanRequest& r, const ClusterSpec& c, const Layout
   // the same on every TP rank but for an uneven vocabulary split, where rank 0 has the most).
   RunMemoryInput in;
   in.B = l.micro, in.T = r.seq, in.dp = l.dp, in.grad_accum = l.accum, in.zero = l.zero;
-  in.dist = r.dist, in.checkpoints = r.save_every > 0;
+  in.dist = r.dist, in.checkpoints = r.save_every > 0, in.save_at_end = r.save_at_end;
   in.precision = r.precision, in.threads = c.threads_per_rank;
   const double mp_mb = c.mp_process_mb > 0 ? c.mp_process_mb : c.mpi_process_mb;
   p.memory.process_bytes = (int64_t)((world == 1 ? c.process_mb : l.tp * l.pp > 1 ? mp_mb : c.mpi_process_mb) * 1e6);

@@ -25,6 +25,7 @@ struct PlanRequest {
   Precision precision = Precision::kFp32;
   int ranks = 0;               // 0: every device of the cluster
   int64_t save_every = 0;      // periodic checkpoints (0: none): staging memory and the stall
+  bool save_at_end = true;     // [ckpt] save_at_end (the trainer's default): the end's save stages one copy
   DistConfig dist;             // [dist] overlap, bucket_mb (the run's section, its defaults)
   std::vector<int> micro_batches;  // rows per micro-batch per rank to try (empty: every divisor)
 };

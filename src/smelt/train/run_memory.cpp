@@ -2,10 +2,13 @@
 #include "smelt/train/run_memory.hpp"
 
 #include <algorithm>
+#include <utility>
 #include <vector>
 
 #include <fmt/format.h>
 
+#include "smelt/ckpt/async_writer.hpp"
+#include "smelt/ckpt/safetensors.hpp"
 #include "smelt/dist/communicator.hpp"
 #include "smelt/machine/gemm_select.hpp"
 #include "smelt/model/params.hpp"
@@ -60,14 +63,19 @@ RunMemory run_memory_plan(const ModelConfig& c, const ModelShard& shard, const R
   // 1F1B: a stage sends each micro-batch's output forward (all but the last) and its input's
   // gradient back (all but the first); every copy lives until the step's sends complete.
   if (shard.pp > 1) m.pipeline_bytes = (int64_t)in.grad_accum * ((shard.last() ? 0 : 1) + (shard.first() ? 0 : 1)) * NC * 4;
-  if (in.checkpoints) {
+  if (in.checkpoints || in.save_at_end) {
+    m.writer_bytes = safetensors_writer_bytes();
     // Replica 0's part: its weights (not the replicated copies) and the moments it owns.
     int64_t weights = 0;
     for (const ParamTensor& t : layout.tensors)
       if (!t.replica) weights += t.size();
     const int64_t moments = m.model.optimizer_bytes / 4;
-    m.staging_bytes = 2 * 4 * (weights + moments);
+    // Periodic saves use both buffers (one written while the next fills); a run that saves only
+    // at its end fills one.
+    if (in.staged) m.staging_bytes = (in.checkpoints ? 2 : 1) * ckpt_staging_bytes(weights + moments);
   }
+  m.eval_bytes = in.eval_bytes;
+  m.process_bytes = in.process_bytes;
   m.gemm_probe_bytes = gemm_select_bytes(c, in.B, in.T, in.precision);
   return m;
 }
@@ -80,9 +88,27 @@ std::string RunMemory::report() const {
   s += line("gradient sum", accum_bytes) + line("reduce scratch", reduce_bytes);
   if (pipeline_bytes) s += line("pipeline sends", pipeline_bytes);
   if (staging_bytes) s += line("ckpt staging", staging_bytes);
+  if (writer_bytes) s += line("ckpt writer", writer_bytes);
+  if (eval_bytes) s += line("eval tasks", eval_bytes);
+  if (process_bytes) s += line("process", process_bytes);
   s += line("GEMM probe", gemm_probe_bytes);
   s += fmt::format("  (the GEMM probe is freed before the step's buffers are made: the peak holds the larger)\n");
   return s + line("run total", total());
+}
+
+std::string RunMemory::summary(int rows) const {
+  std::vector<std::pair<const char*, int64_t>> r = {
+      {"parameters", model.param_bytes},   {"gradients", model.grad_bytes},   {"optimizer", model.optimizer_bytes},
+      {"activations", model.activation_bytes}, {"bf16 operands", model.bf16_bytes}, {"gradient sum", accum_bytes},
+      {"reduce scratch", reduce_bytes},    {"pipeline sends", pipeline_bytes}, {"ckpt staging", staging_bytes},
+      {"ckpt writer", writer_bytes},       {"eval tasks", eval_bytes},      {"process", process_bytes}};
+  // the larger of the probe and the step's buffers is the one counted
+  if (gemm_probe_bytes > step_bytes()) r.push_back({"GEMM probe", gemm_probe_bytes});
+  std::stable_sort(r.begin(), r.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
+  std::string s = fmt::format("run total {:.1f} MiB", total() / 1048576.0);
+  for (int i = 0; i < rows && i < (int)r.size() && r[i].second > 0; i++)
+    s += fmt::format("{} {} {:.1f} MiB", i == 0 ? ":" : ",", r[i].first, r[i].second / 1048576.0);
+  return s;
 }
 
 }  // namespace smelt

@@ -1,8 +1,11 @@
 // The trainer's metrics line and summary (step_report.hpp).
 #include "smelt/train/step_report.hpp"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <fstream>
 
 #include <fmt/format.h>
@@ -136,9 +139,10 @@ json summary_json(const RunFacts& f, const TrainSummary& out) {
   j["parameters_this_rank"] = f.parameters_this_rank;
   j["parallel"] = {{"dp", f.dp}, {"tp", f.tp}, {"pp", f.pp}};
   json per_rank = json::array();
-  for (size_t r = 0; 2 * r + 1 < f.memory_per_rank.size(); r++)
-    per_rank.push_back({{"rank", r}, {"planned_bytes", f.memory_per_rank[2 * r]},
-                        {"peak_rss_bytes", f.memory_per_rank[2 * r + 1]}});
+  for (size_t r = 0; 3 * r + 2 < f.memory_per_rank.size(); r++)
+    per_rank.push_back({{"rank", r}, {"planned_bytes", f.memory_per_rank[3 * r]},
+                        {"peak_rss_bytes", f.memory_per_rank[3 * r + 1]},
+                        {"process_bytes", f.memory_per_rank[3 * r + 2]}});
   j["memory_per_rank"] = per_rank;
   j["first_loss"] = or_null(f.first_loss, std::isfinite(f.first_loss));
   j["last_loss"] = or_null(f.last_loss, std::isfinite(f.last_loss));
@@ -227,6 +231,20 @@ int64_t peak_rss_bytes() {
   while (std::getline(in, line))
     if (line.rfind("VmHWM:", 0) == 0) return std::atoll(line.c_str() + 6) * 1024;
   return 0;
+}
+
+ResidentMemory resident_memory() {
+  ResidentMemory m;
+  std::FILE* f = std::fopen("/proc/self/statm", "r");
+  if (!f) return m;
+  long long size = 0, resident = 0, shared = 0;
+  if (std::fscanf(f, "%lld %lld %lld", &size, &resident, &shared) == 3) {
+    const int64_t page = sysconf(_SC_PAGESIZE);
+    m.bytes = resident * page;
+    m.file_bytes = shared * page;
+  }
+  std::fclose(f);
+  return m;
 }
 
 std::string human_count(double x) {

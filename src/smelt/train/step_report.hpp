@@ -71,7 +71,9 @@ struct RunFacts {
   uint64_t tokens = 0, tokens_this_run = 0;
   int64_t parameters = 0, parameters_this_rank = 0;
   int dp = 1, tp = 1, pp = 1, ranks = 1, nodes = 1, threads = 1, zero = 0;
-  std::vector<double> memory_per_rank;  // [2 r] planned bytes, [2 r + 1] peak RSS of rank r
+  // [3 r] planned bytes (the process row included), [3 r + 1] peak RSS, [3 r + 2] the plan's
+  // process row (measured at the start) of rank r
+  std::vector<double> memory_per_rank;
   double first_loss = NAN, last_loss = NAN, eval_first = -1, eval_last = -1;
   double eval_first_bpb = -1, eval_last_bpb = -1;
   bool stopped_by_signal = false, lead = true;
@@ -126,6 +128,14 @@ void run_summary(const RunFacts& f, TrainSummary& out);
 
 // This process's peak resident memory (VmHWM), 0 where /proc does not say.
 int64_t peak_rss_bytes();
+// This process's resident memory now (/proc/self/statm: one short read), and of it the pages
+// backed by files (mapped token shards, the binary, libraries) and shared memory, which the kernel
+// can drop or that others share; 0 where /proc does not say.
+struct ResidentMemory {
+  int64_t bytes = 0, file_bytes = 0;
+  int64_t own() const { return bytes - file_bytes; }  // anonymous: what only this process holds
+};
+ResidentMemory resident_memory();
 // 1.23M, 4.5k: for the console.
 std::string human_count(double x);
 // 1h02m, 3m04s, 5s; "?" for a negative or unknown time.

@@ -33,13 +33,19 @@ Status TaskEvaluator::init(const EvalOptions& e, const Tokenizer* tok, const Mod
   return Status::ok();
 }
 
-Status TaskEvaluator::run(const float* params, int threads, int64_t step, nlohmann::ordered_json& line, double& seconds) {
-  const auto t0 = std::chrono::steady_clock::now();
+ScorerOptions TaskEvaluator::options(int threads) const {
   ScorerOptions o;
   o.threads = threads;
   o.max_choices = max_choices_;
+  return o;
+}
+
+int64_t TaskEvaluator::bytes(int threads) const { return active() ? scorer_bytes(cfg_, options(threads)) : 0; }
+
+Status TaskEvaluator::run(const float* params, int threads, int64_t step, nlohmann::ordered_json& line, double& seconds) {
+  const auto t0 = std::chrono::steady_clock::now();
   Scorer sc;
-  if (Status s = sc.init(cfg_, params, (int)tok_->vocab_size(), o); !s) return s;
+  if (Status s = sc.init(cfg_, params, (int)tok_->vocab_size(), options(threads)); !s) return s;
   EvalRunOptions ro;
   ro.limit = limit_;
   ro.fewshot = fewshot_;

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "smelt/common/status.hpp"
+#include "smelt/eval/scorer.hpp"
 #include "smelt/eval/task.hpp"
 #include "smelt/model/config.hpp"
 
@@ -25,8 +26,12 @@ class TaskEvaluator {
   // Scores every task on params (layout param_layout(c), fp32, the whole model) and writes
   // line["tasks"][name] = {metric, value, stderr, chance, items}; seconds: the time it took.
   Status run(const float* params, int threads, int64_t step, nlohmann::ordered_json& line, double& seconds);
+  // The bytes run holds while it scores (its scorer's decoder and logits; 0 when inactive), for
+  // the run's memory plan.
+  int64_t bytes(int threads) const;
 
  private:
+  ScorerOptions options(int threads) const;
   std::vector<Task> tasks_;
   const Tokenizer* tok_ = nullptr;
   ModelConfig cfg_;

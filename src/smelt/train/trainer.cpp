@@ -182,6 +182,10 @@ class Trainer {
   ojson step_line(const StepStats& st);
   Status after_step(const StepStats& st);
   Status summarize(TrainSummary& out, double seconds);
+  // The run's memory plan for this rank (run_memory_plan with its checkpoints, evaluation and the
+  // process measured at the start).
+  RunMemory run_memory() const;
+  int64_t process_bytes_ = 0;  // resident memory just before the model's allocation
   void measure_gemm_again(double steps_gflops);
   StepStats last_;  // the last step's numbers (for the final status line)
   // [train] time_budget_minutes: the budget, the one-time plan of the step count, how the run ended
@@ -360,6 +364,9 @@ Status Trainer::setup() {
   const Precision precision = bf16 ? Precision::kBf16 : Precision::kFp32;
   model_.set_precision(precision);
   const int slots = pipeline_slots(shard_.pp, shard_.stage, c_.train.grad_accum);
+  // The plan's process row: all this process holds before the plan's buffers (binary, libraries,
+  // MPI and its groups, the tokenizer, the tasks' items).
+  process_bytes_ = resident_memory().bytes;
   if (Status s = model_.init(c_.model, shard_, B_, T_, threads_, c_.train.seed, budget, bounds_.empty() ? 1 : dp,
                              shard_.pp > 1 ? slots : 1);
       !s)
@@ -942,6 +949,9 @@ Status Trainer::start() {
                  c_.train.peak_gflops > 0 ? " ([train] peak_gflops)" : " (the model's GEMMs, measured)", peak_.gflops,
                  peak_.flop_per_cycle, threads_, cpu_info_measured().mhz, cpu_info_measured().mhz_source, peak_.unit);
   }
+  if (!gpu_) {
+    spdlog::info("memory plan of the run (rank {}): {}", comm_->rank(), run_memory().summary(6));
+  }
   tty_ = isatty(STDERR_FILENO);
   run_start_s_ = now_s();
   if (c_.eval.evaluates() && step_ == 0) {
@@ -1505,13 +1515,10 @@ Status Trainer::after_step(const StepStats& st) {
 Status Trainer::summarize(TrainSummary& out, double seconds) {
   // Every rank's planned memory and its measured peak (the memory plan's check against reality).
   RunFacts f;
-  f.memory_per_rank.assign(2 * (size_t)comm_->size(), 0.0);
-  RunMemoryInput mi;
-  mi.B = B_, mi.T = T_, mi.dp = grid_.dp, mi.grad_accum = c_.train.grad_accum, mi.zero = !bounds_.empty();
-  mi.dist = c_.dist, mi.checkpoints = c_.ckpt.save_every > 0;
-  mi.precision = model_.precision(), mi.threads = threads_;
-  f.memory_per_rank[2 * comm_->rank()] = (double)run_memory_plan(c_.model, shard_, mi).total();
-  f.memory_per_rank[2 * comm_->rank() + 1] = (double)peak_rss_bytes();
+  f.memory_per_rank.assign(3 * (size_t)comm_->size(), 0.0);
+  f.memory_per_rank[3 * comm_->rank()] = (double)run_memory().total();
+  f.memory_per_rank[3 * comm_->rank() + 1] = (double)peak_rss_bytes();
+  f.memory_per_rank[3 * comm_->rank() + 2] = (double)process_bytes_;
   if (comm_->size() > 1)
     if (Status s = comm_->allreduce_sum(f.memory_per_rank.data(), (int64_t)f.memory_per_rank.size()); !s) return s;
   f.run_dir = run_dir_;
@@ -1562,6 +1569,18 @@ Status Trainer::summarize(TrainSummary& out, double seconds) {
   run_summary(f, out);
   if (!lead_) return Status::ok();
   return files_write_atomic((fs::path(run_dir_) / "summary.json").string(), out.json.dump(2) + "\n");
+}
+
+RunMemory Trainer::run_memory() const {
+  RunMemoryInput mi;
+  mi.B = B_, mi.T = T_, mi.dp = grid_.dp, mi.grad_accum = c_.train.grad_accum, mi.zero = !bounds_.empty();
+  const bool saves = lead_ || rank_files();  // (replicas of rank 0's state save nothing)
+  mi.dist = c_.dist, mi.checkpoints = saves && c_.ckpt.save_every > 0, mi.save_at_end = saves && c_.ckpt.save_at_end;
+  mi.staged = c_.ckpt.async || rank_files();
+  mi.eval_bytes = lead_ ? tasks_.bytes(threads_) : 0;  // the tasks run on rank 0
+  mi.precision = model_.precision(), mi.threads = threads_;
+  mi.process_bytes = process_bytes_;
+  return run_memory_plan(c_.model, shard_, mi);
 }
 
 // The MFU denominator measured again when the steps ran faster than the start's measurement: a
