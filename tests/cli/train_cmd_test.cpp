@@ -200,6 +200,37 @@ TEST_F(TrainCmdTest, ExitCodesAndMessages) {
 }
 
 // [tokenize] language_weights is checked before any stage runs: a usage error naming the key.
+// [train] memory_ceiling_mb: a rank past it stops after the step with exit 1 and a message that
+// starts with its rank and host (`smelt launch` reads them) and carries the measurement and the
+// plan's rows; a ceiling above the run's need lets it finish. The run's own summary holds the plan
+// beside the peak: the plan, its end's save included, within 16 MiB of the peak (what it does not
+// count: the BLAS's packing buffers, thread stacks, small heap objects).
+TEST_F(TrainCmdTest, MemoryCeilingStopsTheRankWithThePlanBesideIt) {
+  char host[256] = {};
+  ASSERT_EQ(gethostname(host, sizeof host - 1), 0);
+  CmdRun r = run(base("ceiling") + " --steps 3 --set train.memory_ceiling_mb=1", dir_);
+  EXPECT_EQ(r.rc, 1) << r.err;
+  const std::string head = fmt::format("memory ceiling: rank 0 (host {}): ", host);
+  const size_t at = r.err.find(head);
+  ASSERT_NE(at, std::string::npos) << r.err;
+  const std::string msg = r.err.substr(at, r.err.find('\n', at) - at);
+  EXPECT_NE(msg.find("MiB resident after step 1"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("memory_ceiling_mb = 1;"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("the plan: run total"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("process"), std::string::npos) << msg;
+  EXPECT_EQ(metrics(dir_ / "ceiling").back()["step"], 1);  // stopped at its first check
+
+  r = run(base("roomy") + " --steps 3 --set train.memory_ceiling_mb=4096", dir_);
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_EQ(r.err.find("memory ceiling"), std::string::npos) << r.err;
+  const json sum = json::parse(test::read_file((dir_ / "roomy" / "summary.json").string()));
+  const json& m = sum["memory_per_rank"][0];
+  const double planned = m["planned_bytes"], peak = m["peak_rss_bytes"];
+  EXPECT_GT(m["process_bytes"].get<double>(), 1 << 20);
+  EXPECT_GT(planned, peak - (16 << 20)) << "planned " << planned << " peak " << peak;
+  EXPECT_LT(planned, peak * 1.5) << "planned " << planned << " peak " << peak;
+}
+
 TEST_F(TrainCmdTest, PipelineRefusesBadLanguageWeights) {
   const std::vector<std::pair<std::string, std::string>> bad = {
       {"language_weights = 1", "expected a table of language = weight"},

@@ -32,6 +32,8 @@ const Schema<TrainOptions>& train_schema() {
        field("seed", &T::seed, "weight init"),
        field("tokenizer", &T::tokenizer, "its EOD id feeds the loader; copied into every checkpoint"),
        field("memory_mb", &T::memory_mb, "budget for the memory plan (0 = physical memory)", at_least(0)),
+       field("memory_ceiling_mb", &T::memory_ceiling_mb,
+             "a rank whose resident memory passes this many MiB stops with the plan beside it (0 = off)", at_least(0)),
        field("log_every", &T::log_every, "a metrics line every N steps", at_least(1)),
        field("sparsity_every", &T::sparsity_every, "attention sparsity sampled every K steps (0 = never)",
              at_least(0)),

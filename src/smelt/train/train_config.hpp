@@ -58,6 +58,7 @@ struct TrainOptions {            // [train]
   uint64_t seed = 1234;          // weight init (the loader's order comes from [data] seed)
   std::string tokenizer;         // optional: EOD id, hash in checkpoints, a copy for generate
   int64_t memory_mb = 0;         // refuse a model whose plan exceeds this (0: physical memory)
+  int64_t memory_ceiling_mb = 0;  // stop a rank whose resident memory passes this, plan beside it (0: off)
   int log_every = 1;             // metrics.jsonl line every N steps
   int sparsity_every = 50;       // attention sparsity sampled every K steps (0: never)
   int entropy_rows = 128;        // rows sampled for the prediction entropy

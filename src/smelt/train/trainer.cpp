@@ -183,8 +183,9 @@ class Trainer {
   Status after_step(const StepStats& st);
   Status summarize(TrainSummary& out, double seconds);
   // The run's memory plan for this rank (run_memory_plan with its checkpoints, evaluation and the
-  // process measured at the start).
+  // process measured at the start) and [train] memory_ceiling_mb's check of it against reality.
   RunMemory run_memory() const;
+  Status check_memory_ceiling();
   int64_t process_bytes_ = 0;  // resident memory just before the model's allocation
   void measure_gemm_again(double steps_gflops);
   StepStats last_;  // the last step's numbers (for the final status line)
@@ -950,7 +951,13 @@ Status Trainer::start() {
                  peak_.flop_per_cycle, threads_, cpu_info_measured().mhz, cpu_info_measured().mhz_source, peak_.unit);
   }
   if (!gpu_) {
-    spdlog::info("memory plan of the run (rank {}): {}", comm_->rank(), run_memory().summary(6));
+    const RunMemory rm = run_memory();
+    spdlog::info("memory plan of the run (rank {}): {}", comm_->rank(), rm.summary(6));
+    const int64_t ceiling = c_.train.memory_ceiling_mb << 20;
+    if (ceiling > 0 && rm.total() > ceiling)
+      spdlog::warn("rank {}: the plan's {:.1f} MiB is above [train] memory_ceiling_mb = {}: the run stops at the "
+                   "ceiling's first check, after step {}", comm_->rank(), rm.total() / 1048576.0,
+                   c_.train.memory_ceiling_mb, step_ + 1);
   }
   tty_ = isatty(STDERR_FILENO);
   run_start_s_ = now_s();
@@ -1506,6 +1513,7 @@ Status Trainer::after_step(const StepStats& st) {
     watch_vitals(text);
   }
   status_line(step_, st.loss, st.tok_s, st.mfu, st.wait_ms, false);
+  if (Status s = check_memory_ceiling(); !s) return s;  // after the step's evaluation and save
   if (roll)
     if (Status s = rollback(step_); !s) return s;
   return Status::ok();
@@ -1583,6 +1591,26 @@ RunMemory Trainer::run_memory() const {
   return run_memory_plan(c_.model, shard_, mi);
 }
 
+// [train] memory_ceiling_mb: this rank's resident memory (file-backed pages aside: mapped token
+// shards the kernel can drop) against the ceiling, once per step. Past it the run stops with the
+// plan beside the measurement, before the kernel's OOM killer ends the process without a word;
+// `smelt launch` reads the message's first words ("memory ceiling: rank R (host H)").
+Status Trainer::check_memory_ceiling() {
+  const int64_t ceiling = c_.train.memory_ceiling_mb << 20;
+  if (ceiling <= 0) return Status::ok();
+  const ResidentMemory now = resident_memory();
+  if (now.own() <= ceiling) return Status::ok();
+  char host[256] = {};
+  if (gethostname(host, sizeof host - 1) != 0) std::snprintf(host, sizeof host, "?");
+  const RunMemory rm = run_memory();
+  return Status::error(fmt::format(
+      "memory ceiling: rank {} (host {}): {:.1f} MiB resident after step {} (besides {:.1f} MiB of mapped files) "
+      "is above [train] memory_ceiling_mb = {}; the plan: {}; peak RSS so far {:.1f} MiB. fix: raise "
+      "memory_ceiling_mb to the plan, or shrink the plan (a smaller batch, model.recompute = true, dist.zero = 1)",
+      comm_->rank(), host, now.own() / 1048576.0, step_, now.file_bytes / 1048576.0, c_.train.memory_ceiling_mb,
+      rm.summary(5), peak_rss_bytes() / 1048576.0));
+}
+
 // The MFU denominator measured again when the steps ran faster than the start's measurement: a
 // start on a busy or still-cold machine reads low, and MFU would show its 100% cap. The model's
 // step buffers are freed first and must hold at least the probe's, so the process's peak memory
@@ -1620,8 +1648,10 @@ Status train_run(const TrainConfig& c, TrainSummary& out) {
   Trainer t(c);
   Status s = t.run(out);
   if (!s && t.ranks() > 1) {
-    // One rank failing would leave the others blocked in the next reduction: end the job.
-    spdlog::error("rank {}: {}; ending the job", t.rank(), s.message());
+    // One rank failing would leave the others blocked in the next reduction: end the job. (The
+    // memory ceiling's message names its rank and host first, for `smelt launch`.)
+    if (s.message().rfind("memory ceiling: ", 0) == 0) spdlog::error("{}; ending the job", s.message());
+    else spdlog::error("rank {}: {}; ending the job", t.rank(), s.message());
     t.abort(kExitFailure);
   }
   return s;
