@@ -200,9 +200,9 @@ TEST_F(TrainCmdTest, ExitCodesAndMessages) {
 }
 
 // [tokenize] language_weights is checked before any stage runs: a usage error naming the key.
-// [train] memory_ceiling_mb: a rank past it stops after the step with exit 1 and a message that
-// starts with its rank and host (`smelt launch` reads them) and carries the measurement and the
-// plan's rows; a ceiling above the run's need lets it finish. The run's own summary holds the plan
+// [train] memory_ceiling_mb: a rank past it stops after the step (or inside an evaluation) with
+// exit 1 and a message that starts with its rank and host (`smelt launch` reads them) and carries
+// the measurement and the plan's rows; a ceiling above the run's need lets it finish. The run's own summary holds the plan
 // beside the peak: the plan, its end's save included, within 16 MiB of the peak (what it does not
 // count: the BLAS's packing buffers, thread stacks, small heap objects).
 TEST_F(TrainCmdTest, MemoryCeilingStopsTheRankWithThePlanBesideIt) {
@@ -219,6 +219,11 @@ TEST_F(TrainCmdTest, MemoryCeilingStopsTheRankWithThePlanBesideIt) {
   EXPECT_NE(msg.find("the plan: run total"), std::string::npos) << msg;
   EXPECT_NE(msg.find("process"), std::string::npos) << msg;
   EXPECT_EQ(metrics(dir_ / "ceiling").back()["step"], 1);  // stopped at its first check
+  // Inside an evaluation (from step 1 on), after its first batch.
+  r = run(base("ceiling-eval") + " --steps 3 --set eval.every=1 --set train.memory_ceiling_mb=1", dir_);
+  EXPECT_EQ(r.rc, 1) << r.err;
+  EXPECT_NE(r.err.find(head), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("MiB resident during the evaluation at step 1 "), std::string::npos) << r.err;
 
   r = run(base("roomy") + " --steps 3 --set train.memory_ceiling_mb=4096", dir_);
   ASSERT_EQ(r.rc, 0) << r.err;

@@ -185,7 +185,7 @@ class Trainer {
   // The run's memory plan for this rank (run_memory_plan with its checkpoints, evaluation and the
   // process measured at the start) and [train] memory_ceiling_mb's check of it against reality.
   RunMemory run_memory() const;
-  Status check_memory_ceiling();
+  Status check_memory_ceiling(const char* when = "after");
   int64_t process_bytes_ = 0;  // resident memory just before the model's allocation
   void measure_gemm_again(double steps_gflops);
   StepStats last_;  // the last step's numbers (for the final status line)
@@ -789,8 +789,12 @@ Status Trainer::eval_now(int64_t step, ojson* line) {
   EvalResult r;
   double t0 = now_s();
   const EvalText* text = eval_text_.bytes.empty() ? nullptr : &eval_text_;
-  EvalForward pipe;
-  if (shard_.pp > 1) pipe = [this](const Batch& b, float& loss) { return pipeline_forward_loss(b, loss); };
+  // Each batch through the stages, or the model; from step 1 on, the memory ceiling checked after
+  // each (a long evaluation is where a leak would otherwise go unseen until the step's check).
+  EvalForward pipe = [this](const Batch& b, float& loss) {
+    Status s = shard_.pp > 1 ? pipeline_forward_loss(b, loss) : model_.forward_loss(b, loss);
+    return !s || step_ == 0 ? s : check_memory_ceiling("during the evaluation at");
+  };
   if (gpu_) {
     EvalModel em;
     em.max_seq_len = c_.model.max_seq_len;
@@ -1592,10 +1596,10 @@ RunMemory Trainer::run_memory() const {
 }
 
 // [train] memory_ceiling_mb: this rank's resident memory (file-backed pages aside: mapped token
-// shards the kernel can drop) against the ceiling, once per step. Past it the run stops with the
+// shards the kernel can drop) against the ceiling, once per step and after each evaluation batch. Past it the run stops with the
 // plan beside the measurement, before the kernel's OOM killer ends the process without a word;
 // `smelt launch` reads the message's first words ("memory ceiling: rank R (host H)").
-Status Trainer::check_memory_ceiling() {
+Status Trainer::check_memory_ceiling(const char* when) {
   const int64_t ceiling = c_.train.memory_ceiling_mb << 20;
   if (ceiling <= 0) return Status::ok();
   const ResidentMemory now = resident_memory();
@@ -1604,10 +1608,10 @@ Status Trainer::check_memory_ceiling() {
   if (gethostname(host, sizeof host - 1) != 0) std::snprintf(host, sizeof host, "?");
   const RunMemory rm = run_memory();
   return Status::error(fmt::format(
-      "memory ceiling: rank {} (host {}): {:.1f} MiB resident after step {} (besides {:.1f} MiB of mapped files) "
+      "memory ceiling: rank {} (host {}): {:.1f} MiB resident {} step {} (besides {:.1f} MiB of mapped files) "
       "is above [train] memory_ceiling_mb = {}; the plan: {}; peak RSS so far {:.1f} MiB. fix: raise "
       "memory_ceiling_mb to the plan, or shrink the plan (a smaller batch, model.recompute = true, dist.zero = 1)",
-      comm_->rank(), host, now.own() / 1048576.0, step_, now.file_bytes / 1048576.0, c_.train.memory_ceiling_mb,
+      comm_->rank(), host, now.own() / 1048576.0, when, step_, now.file_bytes / 1048576.0, c_.train.memory_ceiling_mb,
       rm.summary(5), peak_rss_bytes() / 1048576.0));
 }
 
