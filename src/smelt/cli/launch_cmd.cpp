@@ -7,11 +7,13 @@
 #include <vector>
 
 #include <CLI/CLI.hpp>
+#include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
 #include "smelt/cli/cli_parse.hpp"
 #include "smelt/cli/commands.hpp"
 #include "smelt/common/stop_signals.hpp"
+#include "smelt/launch/hosts.hpp"
 #include "smelt/launch/supervisor.hpp"
 
 namespace smelt {
@@ -27,6 +29,20 @@ std::string run_dir_of(const std::vector<std::string>& cmd) {
   return "";
 }
 
+// --hosts: --np defaults to the slots; --min-ranks needs --hosts and is at most --np.
+Status hosts_options(LaunchOptions& o, bool np_given) {
+  if (o.hosts.empty())
+    return o.min_ranks > 0 ? Status::error("--min-ranks needs --hosts (the supervisor places the ranks)") : Status::ok();
+  std::vector<LaunchHost> hosts;
+  if (Status s = launch_hosts_parse(o.hosts, hosts); !s) return s;
+  int slots = 0;
+  for (const auto& h : hosts) slots += h.slots;
+  if (!np_given) o.np = slots;
+  if (o.np > slots) return Status::error(fmt::format("--np {}: the hosts have {} slots", o.np, slots));
+  if (o.min_ranks > o.np) return Status::error(fmt::format("--min-ranks {} is more than --np {}", o.min_ranks, o.np));
+  return Status::ok();
+}
+
 }  // namespace
 
 int cli_launch(int argc, char** argv) {
@@ -36,7 +52,16 @@ int cli_launch(int argc, char** argv) {
   LaunchOptions o;
   std::string launcher_args;
   bool json_out = false;
-  app.add_option("--np", o.np, "ranks (mpirun -np, srun --ntasks)")->check(CLI::PositiveNumber);
+  auto* np = app.add_option("--np", o.np, "ranks (mpirun -np, srun --ntasks; with --hosts, their slots by default)")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--hosts", o.hosts, "HOST:SLOTS,...: the supervisor places the ranks, probes the hosts before each "
+                 "attempt and leaves out one not reached or failed twice in a row");
+  app.add_option("--min-ranks", o.min_ranks, "with --hosts: run on as few as this many ranks while hosts are down "
+                 "(fewer data-parallel ranks, the same global batch); default --np")->check(CLI::PositiveNumber);
+  app.add_option("--rejoin-after", o.rejoin_s, "with --hosts: seconds before a dropped host is probed again")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--probe-timeout", o.probe_s, "with --hosts: seconds a host has to run one `true` through the launcher")
+      ->check(CLI::PositiveNumber);
   app.add_option("--launcher", o.launcher, "auto (srun inside a Slurm allocation, mpirun for --np > 1), mpirun, srun, direct")
       ->check(CLI::IsMember({"auto", "mpirun", "srun", "direct"}));
   app.add_option("--launcher-args", launcher_args, "words passed to mpirun/srun before the command (split at spaces)");
@@ -63,14 +88,23 @@ int cli_launch(int argc, char** argv) {
     return kExitUsage;
   }
   o.smelt = cli_self_exe();
-  const std::string launcher = launch_pick_launcher(o);
-  if (launcher == "direct" && o.np > 1) {
-    spdlog::error("--np {} needs a launcher (mpirun or srun); direct runs one process", o.np);
+  if (Status s = hosts_options(o, np->count() > 0); !s) {
+    spdlog::error("{}", s.message());
     return kExitUsage;
   }
-  if (o.dry_run) {
+  const std::string launcher = launch_pick_launcher(o);
+  if (launcher == "direct" && (o.np > 1 || !o.hosts.empty())) {
+    spdlog::error("{} needs a launcher (mpirun or srun); direct runs one process",
+                  o.hosts.empty() ? fmt::format("--np {}", o.np) : std::string("--hosts"));
+    return kExitUsage;
+  }
+  if (o.dry_run) {  // (with --hosts: every host up, nothing probed)
+    LaunchShape all;
+    std::vector<LaunchHost> hosts;
+    const bool placed = !o.hosts.empty() && launch_hosts_parse(o.hosts, hosts) &&
+                        launch_shape(LaunchLayout{}, o.np, o.np, hosts, all);
     std::string shown;
-    for (const auto& s : launch_command(o, launcher, false)) shown += (shown.empty() ? "" : " ") + s;
+    for (const auto& s : launch_command(o, launcher, false, placed ? &all : nullptr)) shown += (shown.empty() ? "" : " ") + s;
     std::printf("%s\n", shown.c_str());
     return kExitOk;
   }

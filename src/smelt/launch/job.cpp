@@ -20,12 +20,27 @@ namespace {
 constexpr size_t kTailBytes = 256 << 10;
 }
 
+std::string shell_quote(const std::string& s) {
+  std::string q = "'";
+  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
+int run_capture(const std::string& shell_cmd, std::string& out) {
+  out.clear();
+  std::FILE* p = ::popen(shell_cmd.c_str(), "r");
+  if (!p) return -1;
+  char buf[4096];
+  for (size_t n; (n = std::fread(buf, 1, sizeof buf, p)) > 0;) out.append(buf, n);
+  return ::pclose(p);
+}
+
 Job::~Job() {
   if (running()) stop(5);
   if (err_fd_ >= 0) ::close(err_fd_);
 }
 
-Status Job::start(const std::vector<std::string>& argv, std::FILE* log) {
+Status Job::start(const std::vector<std::string>& argv, std::FILE* log, bool echo) {
   if (argv.empty()) return Status::error("no command to launch");
   int fds[2];
   if (::pipe2(fds, O_CLOEXEC) != 0) return Status::error(fmt::format("pipe: {}", std::strerror(errno)));
@@ -50,7 +65,7 @@ Status Job::start(const std::vector<std::string>& argv, std::FILE* log) {
   ::setpgid(pid, pid);  // also from this side, so a stop right after the fork finds the group
   ::close(fds[1]);
   ::fcntl(fds[0], F_SETFL, O_NONBLOCK);
-  pid_ = pid, err_fd_ = fds[0], ended_ = false, exit_code_ = -1, term_signal_ = 0, log_ = log;
+  pid_ = pid, err_fd_ = fds[0], ended_ = false, exit_code_ = -1, term_signal_ = 0, log_ = log, echo_ = echo;
   tail_.clear();
   return Status::ok();
 }
@@ -61,7 +76,7 @@ void Job::read_available() {
   for (;;) {
     const ssize_t n = ::read(err_fd_, buf, sizeof buf);
     if (n > 0) {
-      (void)!::write(STDERR_FILENO, buf, (size_t)n);
+      if (echo_) (void)!::write(STDERR_FILENO, buf, (size_t)n);
       if (log_) std::fwrite(buf, 1, (size_t)n, log_), std::fflush(log_);
       tail_.append(buf, (size_t)n);
       if (tail_.size() > 2 * kTailBytes) tail_.erase(0, tail_.size() - kTailBytes);

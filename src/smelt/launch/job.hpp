@@ -12,6 +12,11 @@
 
 namespace smelt {
 
+// s in single quotes for sh.
+std::string shell_quote(const std::string& s);
+// Runs `shell_cmd` through sh; its standard output in `out`. Returns pclose's status (-1: not run).
+int run_capture(const std::string& shell_cmd, std::string& out);
+
 class Job {
  public:
   Job() = default;
@@ -20,9 +25,10 @@ class Job {
   Job& operator=(const Job&) = delete;
 
   // Starts argv[0] (looked up on PATH) with argv, stdout inherited, stderr piped to this side.
-  // `log` (may be null): every byte of the job's stderr is appended there too.
-  Status start(const std::vector<std::string>& argv, std::FILE* log);
-  // Reads what stderr has for up to `wait_ms`, echoes it to this process's stderr; returns true
+  // `log` (may be null): every byte of the job's stderr is appended there too; `echo`: and to this
+  // process's stderr.
+  Status start(const std::vector<std::string>& argv, std::FILE* log, bool echo = true);
+  // Reads what stderr has for up to `wait_ms` (echoed as start said); returns true
   // while the job runs, false once it has ended (then exit_code()/term_signal() say how).
   bool poll(int wait_ms);
   // SIGCONT (a stopped rank must see the rest), SIGTERM, then SIGKILL after `grace_s` to the whole
@@ -41,7 +47,7 @@ class Job {
 
   pid_t pid_ = -1;
   int err_fd_ = -1;
-  bool ended_ = false;
+  bool ended_ = false, echo_ = true;
   int exit_code_ = -1, term_signal_ = 0;
   std::string tail_;
   std::FILE* log_ = nullptr;

@@ -21,6 +21,7 @@
 #include "smelt/common/clock.hpp"
 #include "smelt/common/files.hpp"
 #include "smelt/launch/failure.hpp"
+#include "smelt/launch/hosts.hpp"
 #include "smelt/launch/job.hpp"
 #include "smelt/launch/progress.hpp"
 
@@ -32,12 +33,6 @@ namespace smelt {
 namespace {
 
 std::atomic<bool> g_stop{false};
-
-std::string shell_quote(const std::string& s) {
-  std::string q = "'";
-  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return q + "'";
-}
 
 double unix_now() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
@@ -58,12 +53,9 @@ Status newest_valid(const LaunchOptions& o, Newest& out) {
   if (!fs::is_directory(fs::path(o.run_dir) / "checkpoints", ec)) return Status::ok();
   const std::string err = (fs::path(o.run_dir) / ".launch-ckpt-list.err").string();
   const std::string cmd = shell_quote(o.smelt) + " ckpt list " + shell_quote(o.run_dir) + " --json 2>" + shell_quote(err);
-  std::FILE* p = ::popen(cmd.c_str(), "r");
-  if (!p) return Status::error("cannot run " + cmd);
   std::string text;
-  char buf[4096];
-  for (size_t n; (n = std::fread(buf, 1, sizeof buf, p)) > 0;) text.append(buf, n);
-  const int rc = ::pclose(p);
+  const int rc = run_capture(cmd, text);
+  if (rc == -1) return Status::error("cannot run " + cmd);
   nlohmann::json list = nlohmann::json::parse(text, nullptr, false);
   if (list.is_discarded() || !list.is_array()) {
     std::string why;
@@ -112,11 +104,13 @@ struct Attempt {
   Failure failure;
   double back_at = -1;  // when its first new step line came
   double last_progress = 0;  // when its newest step line had come, at the failure
+  bool shaped = false;        // --hosts: the supervisor placed the ranks
+  LaunchShape shape;
 };
 
 Status run_attempt(const LaunchOptions& o, const std::string& launcher, std::FILE* log, RunProgress& prog,
                    Attempt& a) {
-  const std::vector<std::string> argv = launch_command(o, launcher, a.resume);
+  const std::vector<std::string> argv = launch_command(o, launcher, a.resume, a.shaped ? &a.shape : nullptr);
   std::string shown;
   for (const auto& s : argv) shown += (shown.empty() ? "" : " ") + s;
   spdlog::info("launch: attempt {}: {}", a.n, shown);
@@ -151,6 +145,12 @@ Status run_attempt(const LaunchOptions& o, const std::string& launcher, std::FIL
   return Status::ok();
 }
 
+ojson shape_hosts(const LaunchShape& s) {
+  ojson h = ojson::object();
+  for (const auto& [name, n] : s.hosts) h[name] = n;
+  return h;
+}
+
 ojson attempt_json(const Attempt& a, const RunProgress& prog, double t0) {
   ojson j = {{"attempt", a.n},
              {"resumed_from_step", a.resume ? ojson(a.resume_step) : ojson(nullptr)},
@@ -160,6 +160,7 @@ ojson attempt_json(const Attempt& a, const RunProgress& prog, double t0) {
              {"exit_code", a.failure.exit_code},
              {"cause", a.failure.cause.empty() ? ojson(nullptr) : ojson(a.failure.cause)}};
   if (!a.failure.detail.empty()) j["detail"] = a.failure.detail;
+  if (a.shaped) j["ranks"] = a.shape.ranks, j["hosts"] = shape_hosts(a.shape);
   return j;
 }
 
@@ -214,16 +215,27 @@ std::string launch_pick_launcher(const LaunchOptions& o) {
   return o.np > 1 ? "mpirun" : "direct";
 }
 
-std::vector<std::string> launch_command(const LaunchOptions& o, const std::string& launcher, bool resume) {
+std::vector<std::string> launch_command(const LaunchOptions& o, const std::string& launcher, bool resume,
+                                        const LaunchShape* shape) {
+  const int np = shape ? shape->ranks : o.np;
+  std::string placed;  // a:2,b:2 (mpirun) or a,b (srun)
+  if (shape)
+    for (const auto& [host, n] : shape->hosts)
+      placed += (placed.empty() ? "" : ",") + (launcher == "srun" ? host : fmt::format("{}:{}", host, n));
   std::vector<std::string> argv;
   if (launcher == "mpirun") {
-    argv = {"mpirun", "-np", std::to_string(o.np)};
+    argv = {"mpirun", "-np", std::to_string(np)};
+    if (shape) argv.insert(argv.end(), {"--host", placed});
   } else if (launcher == "srun") {
     // --kill-on-bad-exit: a rank that fails ends the step at once (as mpirun does)
-    argv = {"srun", "--ntasks", std::to_string(o.np), "--kill-on-bad-exit=1"};
+    argv = {"srun", "--ntasks", std::to_string(np), "--kill-on-bad-exit=1"};
+    if (shape) argv.push_back("--nodelist=" + placed);
   }
   argv.insert(argv.end(), o.launcher_args.begin(), o.launcher_args.end());
   argv.insert(argv.end(), o.command.begin(), o.command.end());
+  if (shape && shape->changed)  // fewer data-parallel ranks: the same global batch, more micro-batches
+    argv.insert(argv.end(), {"--set", fmt::format("data.batch_size={}", shape->batch_size), "--set",
+                             fmt::format("train.grad_accum={}", shape->grad_accum)});
   if (resume && !has_arg(o.command, "--resume")) argv.push_back("--resume");
   return argv;
 }
@@ -244,13 +256,17 @@ class Supervisor {
  private:
   // After attempt a ended: true when the run is over (outcome and exit code set).
   bool over(const Attempt& a, int restart, std::string& outcome, int& exit_code);
-  // The wait, the checkpoint to resume from, the restart event; the next attempt.
-  Attempt restart_after(const Attempt& a, int restart);
+  // The wait, the next attempt's hosts, the checkpoint to resume from, the restart event. An error:
+  // too few ranks are left to go on.
+  Status restart_after(const Attempt& a, int restart, Attempt& next);
+  // --hosts: the hosts probed and the shape of the next attempt.
+  Status place(Attempt& a);
   void finish(const Attempt& last, const std::string& outcome, LaunchResult& out);
 
   const LaunchOptions& o_;
   const std::string launcher_, metrics_;
   RunProgress prog_;
+  LaunchFleet fleet_;
   std::FILE* log_ = nullptr;
   double t0_ = now_s();
   ojson attempts_ = ojson::array(), restarts_ = ojson::array();
@@ -267,9 +283,16 @@ Status Supervisor::run(LaunchResult& out) {
     if (Status s = newest_valid(o_, n); !s) return s;
     a.resume_step = n.found ? n.step : 0;
   }
+  if (!o_.hosts.empty()) {
+    if (Status s = fleet_.open(o_, launcher_); !s) return s;
+    if (Status s = place(a); !s) return s;
+  }
   std::string outcome;
   for (int restart = 0;; restart++) {
     if (Status s = run_attempt(o_, launcher_, log_, prog_, a); !s) return s;
+    if (a.shaped && !a.failure.cause.empty() && !a.stopped && !g_stop)
+      if (const std::string h = fleet_.failed(a.failure, a.shape); !h.empty())
+        spdlog::warn("launch: host {} dropped ({})", h, fleet_.down_json().back().value("why", ""));
     attempts_.push_back(attempt_json(a, prog_, t0_));
     if (restart > 0 && a.back_at >= 0) {  // the restart before this attempt: when training was back
       ojson& r = restarts_.back();
@@ -277,7 +300,13 @@ Status Supervisor::run(LaunchResult& out) {
       r["back_time"] = unix_now() - (now_s() - a.back_at);
     }
     if (over(a, restart, outcome, out.exit_code)) break;
-    a = restart_after(a, restart);
+    Attempt next;
+    if (Status s = restart_after(a, restart, next); !s) {
+      outcome = "gave up: " + s.message();
+      spdlog::error("launch: {}", outcome);
+      break;
+    }
+    a = next;
   }
   finish(a, outcome, out);
   return Status::ok();
@@ -301,10 +330,26 @@ bool Supervisor::over(const Attempt& a, int restart, std::string& outcome, int& 
   return !outcome.empty();
 }
 
-Attempt Supervisor::restart_after(const Attempt& a, int restart) {
+Status Supervisor::place(Attempt& a) {
+  std::vector<std::string> notes;
+  Status s = fleet_.plan(a.shape, notes);
+  for (const auto& n : notes) spdlog::warn("launch: {}", n);
+  if (!s) return s;
+  a.shaped = true;
+  if (a.shape.changed)
+    spdlog::warn("launch: attempt {} runs {} of {} ranks: data.batch_size {} x train.grad_accum {} (the same global batch)",
+                 a.n, a.shape.ranks, o_.np, a.shape.batch_size, a.shape.grad_accum);
+  return Status::ok();
+}
+
+Status Supervisor::restart_after(const Attempt& a, int restart, Attempt& next) {
   const double backoff = std::min(o_.backoff_max_s, o_.backoff_s * std::pow(2.0, restart));
   spdlog::info("launch: restart {} of at most {} in {:.1f} s", restart + 1, o_.max_restarts, backoff);
   nap(backoff);
+  next = Attempt{};
+  next.n = a.n + 1, next.resume = true;
+  if (a.shaped)
+    if (Status s = place(next); !s) return s;
   Newest to;
   for (int tries = 1;; tries++) {  // (a listing can meet a folder that goes away under it)
     Status s = newest_valid(o_, to);
@@ -315,13 +360,16 @@ Attempt Supervisor::restart_after(const Attempt& a, int restart) {
   }
   for (const auto& k : to.skipped) spdlog::warn("launch: not valid, passed over: {}", k);
   ojson ev = restart_event(a, prog_, to, restart + 1, backoff);
+  if (next.shaped) {
+    ev["ranks"] = next.shape.ranks, ev["hosts"] = shape_hosts(next.shape), ev["hosts_down"] = fleet_.down_json();
+    if (next.shape.changed) ev["batch_size"] = next.shape.batch_size, ev["grad_accum"] = next.shape.grad_accum;
+  }
   if (Status s = append_line(metrics_, ev); !s) spdlog::warn("launch: {}", s.message());
   ev["detected_s"] = a.ended - t0_;  // (launch.json only: seconds from the launch, and the Unix time)
   ev["detected_time"] = unix_now() - (now_s() - a.ended);
   restarts_.push_back(ev);
-  Attempt next;
-  next.n = a.n + 1, next.resume = true, next.resume_step = to.found ? to.step : 0;
-  return next;
+  next.resume_step = to.found ? to.step : 0;
+  return Status::ok();
 }
 
 void Supervisor::finish(const Attempt& last, const std::string& outcome, LaunchResult& out) {

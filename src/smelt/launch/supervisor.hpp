@@ -27,7 +27,16 @@ struct LaunchOptions {
   double grace_s = 30;      // SIGTERM to SIGKILL when the supervisor ends a job
   std::string smelt;        // this binary, for `smelt ckpt list`
   bool dry_run = false;     // print the first attempt's command and exit
+  // --hosts "a:2,b:2": the supervisor places the ranks (mpirun --host / srun --nodelist), probes the
+  // hosts before each attempt, drops one that is not reached or failed twice in a row, and with
+  // min_ranks < np runs on fewer data-parallel ranks (the global batch kept) until it is back.
+  std::string hosts;
+  int min_ranks = 0;        // 0: np (no shrinking)
+  double rejoin_s = 300;    // a dropped host is probed again this long after it was dropped
+  double probe_s = 30;      // a probe (one `true` through the launcher) not done by then: host down
 };
+
+struct LaunchShape;
 
 struct LaunchResult {
   int exit_code = 1;          // the last attempt's: 0 when the run completed
@@ -36,7 +45,9 @@ struct LaunchResult {
 };
 
 // The command an attempt runs (the launcher's words, then the rank command, + --resume on a restart).
-std::vector<std::string> launch_command(const LaunchOptions& o, const std::string& launcher, bool resume);
+// With a shape (--hosts): its rank count, hosts and batch split.
+std::vector<std::string> launch_command(const LaunchOptions& o, const std::string& launcher, bool resume,
+                                        const LaunchShape* shape = nullptr);
 // auto -> srun inside a Slurm allocation (SLURM_JOB_ID), mpirun for more than one rank, else direct.
 std::string launch_pick_launcher(const LaunchOptions& o);
 // Supervises until the run completes, the restarts run out, or a failure no restart mends.
