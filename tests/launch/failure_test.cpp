@@ -81,6 +81,20 @@ TEST(FailureClassify, MemoryCeilingNamesTheRank) {
   EXPECT_EQ(f.host, "n2");
 }
 
+TEST(FailureClassify, AFullDiskAtASave) {
+  // what smelt train printed when its run folder was a 600 KiB tmpfs, then mpirun's notice
+  Failure f = failure_classify(1, 0, false, "",
+                               "[train] checkpoint: background checkpoint save of step 2 failed: "
+                               "run/checkpoints/step_00000002.tmp/rank-00000.safetensors: write failed at byte 606208: "
+                               "No space left on device\n" + std::string(kMpirunExit));
+  EXPECT_EQ(f.cause, "disk");
+  EXPECT_NE(f.detail.find("step 2"), std::string::npos) << f.detail;
+  EXPECT_EQ(failure_classify(1, 0, false, "", "[train] checkpoint at step 8: commit: Disk quota exceeded\n").cause, "disk");
+  // the disk-rate probe's note is not a failure of its own
+  EXPECT_EQ(failure_classify(1, 0, false, "", "[train] run/.disk-probe: measuring the disk's write rate failed (No space "
+                                              "left on device); checkpoint bandwidth is not judged\n").cause, "exit");
+}
+
 TEST(FailureClassify, SrunTaskLines) {
   Failure f = failure_classify(1, 0, false, "", "srun: error: node12: task 3: Exited with exit code 1\n");
   EXPECT_EQ(f.cause, "exit");

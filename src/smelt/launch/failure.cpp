@@ -30,8 +30,11 @@ bool smelt_message(const std::string& t, Failure& f) {
   static const std::regex memory(R"(memory ceiling: rank (\d+) \(host ([^)]*)\))");
   // the same timeout where no rank could be named (a collective outside a step's reduction)
   static const std::regex unnamed(R"(\[dist\] rank \d+ of \d+: .* waited .* a rank is hung or gone)");
+  // a save that met a full disk or a quota ([ckpt] on_error = "stop")
+  static const std::regex disk(R"(checkpoint[^\n]*(No space left on device|Disk quota exceeded))");
   std::smatch m;
-  if (last_match(t, memory, m)) f.cause = "memory";
+  if (last_match(t, disk, m)) f.cause = "disk";
+  else if (last_match(t, memory, m)) f.cause = "memory";
   else if (last_match(t, hang, m)) f.cause = "hang";
   else if (last_match(t, unnamed, m)) f.cause = "hang";
   else return false;

@@ -9,9 +9,9 @@ namespace smelt {
 struct Failure {
   // "killed" (a rank ended by a signal), "exit" (a rank or the launcher exited non-zero),
   // "hang" (the job's own hang timeout named a rank), "stall" (no new metrics line in time: the
-  // supervisor stopped it), "memory" (a rank passed its memory ceiling), "launch" (a host could
-  // not be reached to start a rank), "usage" (exit code 2: the command itself is wrong; no
-  // restart mends that), or "" (exit 0: not a failure).
+  // supervisor stopped it), "memory" (a rank passed its memory ceiling), "disk" (a checkpoint's
+  // save met a full disk or a quota), "launch" (a host could not be reached to start a rank),
+  // "usage" (exit code 2: the command itself is wrong; no restart mends that), or "" (exit 0).
   std::string cause;
   int rank = -1;         // -1: not known
   std::string host;      // "" when not known
