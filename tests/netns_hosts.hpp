@@ -17,11 +17,11 @@
 //     peer process has unexpectedly disconnected. ... Local host: vm / Local PID: 9851 / Peer host:
 //     10.77.0.2", and at the end "[vm:09831] 2 more processes have sent help message
 //     help-mpi-btl-tcp.txt / peer hung up".
-// (b) Host 2's link set down while a job runs: mpirun prints nothing and does not exit until its
-//     TCP keepalive to host 2's daemon gives up: oob_tcp_keepalive_time 300 + intvl 20 x probes 9
-//     = about 480 s by default (no exit seen within 140 s, even after the job's own MPI_Abort). With
-//     `--mca oob_tcp_keepalive_time 5 --mca oob_tcp_keepalive_intvl 1 --mca oob_tcp_keepalive_probes 3`
-//     it exits 205 (sic) about 8 s after the link went down, having printed
+// (b) Host 2's link set down while a job runs: mpirun prints nothing until its TCP keepalive to
+//     host 2's daemon gives up (oob_tcp_keepalive_time 300 + intvl 20 x probes 9): by default it
+//     exited 205 (sic) 497 s after the link went down (nothing within 140 s, even after the job's
+//     own MPI_Abort); with `--mca oob_tcp_keepalive_time 5 --mca oob_tcp_keepalive_intvl 1
+//     --mca oob_tcp_keepalive_probes 3`, 8 s after. Either way it printed
 //       ORTE has lost communication with a remote daemon.
 //         HNP daemon   : [[18696,0],0] on node vm
 //         Remote daemon: [[18696,0],2] on node 10.77.0.2
@@ -31,8 +31,8 @@
 //       therefore will terminate the job.
 //     `smelt train --set dist.timeout_s=10` itself notices first ("[dist] rank 0 of 4: all-reduce
 //     (alltoallv) waited 10 s for the other ranks ... ending the job", then MPI_ABORT's box), but
-//     mpirun still waits for host 2's daemon. Host 2's daemon and ranks are left running after
-//     mpirun goes (they never hear of it): ~NetnsHosts kills what runs in its namespaces.
+//     mpirun still waits for host 2's daemon. A mpirun killed before then leaves host 2's daemon
+//     and ranks running (they never hear of it): ~NetnsHosts kills what runs in its namespaces.
 // (c) A job started with host 2's link already down: mpirun exits 1 after about 3.4 s, no rank
 //     started, having printed (sometimes after two "[vm:PID] PMIX ERROR: ERROR in file
 //     ../../../../../../src/mca/common/dstore/dstore_base.c at line 1709" lines)
