@@ -17,6 +17,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "smelt/ckpt/checkpoint.hpp"
 #include "smelt/dataset/indexed.hpp"
 #include "smelt/dataset/lineage.hpp"
 #include "test_files.hpp"
@@ -91,6 +92,20 @@ inline std::vector<nlohmann::json> read_metrics(const std::filesystem::path& run
     out.push_back(keep_timing ? j : drop_timing(j));
   }
   return out;
+}
+
+// Tensor `name` (fp32) of the newest valid checkpoint of `run_dir`; empty (and a failure) when absent.
+inline std::vector<float> ckpt_weights(const std::filesystem::path& run_dir, const std::string& name) {
+  std::string dir;
+  EXPECT_TRUE(ckpt_find_latest(run_dir.string(), dir).is_ok()) << run_dir;
+  CkptManifest m;
+  EXPECT_TRUE(ckpt_read_manifest(dir, m).is_ok()) << dir;
+  const CkptTensorInfo* t = m.find(name);
+  EXPECT_NE(t, nullptr) << name;
+  if (!t) return {};
+  std::vector<float> v(t->bytes / 4);
+  EXPECT_TRUE(ckpt_load_tensor(dir, m, name, v.data(), (int64_t)v.size()).is_ok());
+  return v;
 }
 
 // A job started with `sh -c cmd` (exec mpirun ... smelt train --config CONFIG ... --run-dir RUN),

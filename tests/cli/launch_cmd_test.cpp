@@ -26,64 +26,21 @@
 
 #include "smelt/ckpt/checkpoint.hpp"
 #include "test_files.hpp"
+#include "launch_test_util.hpp"
 #include "train_test_util.hpp"
 
 namespace fs = std::filesystem;
 using json = nlohmann::json;
 using namespace smelt;
 
+using test::events;
+using test::last_step;
+using test::ranks_of;
+using test::step_lines;
+
 namespace {
 
 const char* kMpirunArgs = "--allow-run-as-root --oversubscribe --mca btl self,vader --mca btl_vader_single_copy_mechanism none";
-
-// The ranks of the job training in `run` now: rank -> pid (processes whose command line names the
-// run folder and whose environment has an Open MPI rank).
-std::map<int, pid_t> ranks_of(const fs::path& run) {
-  std::map<int, pid_t> out;
-  std::error_code ec;
-  for (const auto& e : fs::directory_iterator("/proc", ec)) {
-    const std::string name = e.path().filename().string();
-    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
-    std::string cmd = test::read_file((e.path() / "cmdline").string());
-    for (char& c : cmd) c = c == '\0' ? ' ' : c;
-    if (cmd.find(" train ") == std::string::npos || cmd.find(run.string() + " ") == std::string::npos) continue;
-    if (cmd.rfind("mpirun", 0) == 0 || cmd.find("launch ") != std::string::npos) continue;
-    const std::string env = test::read_file((e.path() / "environ").string());
-    const size_t at = env.find("OMPI_COMM_WORLD_RANK=");
-    if (at == std::string::npos) continue;
-    std::string stat = test::read_file((e.path() / "stat").string());  // skip zombies
-    const size_t close = stat.rfind(')');
-    if (close == std::string::npos || close + 2 >= stat.size() || stat[close + 2] == 'Z') continue;
-    out[std::atoi(env.c_str() + at + 21)] = (pid_t)std::stoi(name);
-  }
-  return out;
-}
-
-// The newest step line in RUN/metrics.jsonl (-1: none).
-int64_t last_step(const fs::path& run) {
-  std::ifstream in(run / "metrics.jsonl");
-  std::string line;
-  int64_t last = -1;
-  while (std::getline(in, line)) {
-    json j = json::parse(line, nullptr, false);
-    if (!j.is_discarded() && j.is_object() && !j.contains("event") && j.contains("step")) last = j["step"].get<int64_t>();
-  }
-  return last;
-}
-
-std::vector<json> events(const fs::path& run, const std::string& kind) {
-  std::vector<json> out;
-  for (const auto& j : test::read_metrics(run, true, true))
-    if (j.value("event", "") == kind) out.push_back(j);
-  return out;
-}
-
-std::vector<json> step_lines(const fs::path& run) {
-  std::vector<json> out;
-  for (const auto& j : test::read_metrics(run))
-    if (!j.contains("event")) out.push_back(j);
-  return out;
-}
 
 class LaunchTest : public ::testing::Test {
  protected:
@@ -142,15 +99,7 @@ timeout_s = 4
   }
   std::string log(const std::string& run) const { return test::read_file((dir_ / (run + ".log")).string()); }
   static std::vector<float> weights(const fs::path& run_dir, const std::string& name) {
-    std::string dir;
-    EXPECT_TRUE(ckpt_find_latest(run_dir.string(), dir).is_ok());
-    CkptManifest m;
-    EXPECT_TRUE(ckpt_read_manifest(dir, m).is_ok());
-    const CkptTensorInfo* t = m.find(name);
-    if (!t) return {};
-    std::vector<float> v(t->bytes / 4);
-    EXPECT_TRUE(ckpt_load_tensor(dir, m, name, v.data(), (int64_t)v.size()).is_ok());
-    return v;
+    return test::ckpt_weights(run_dir, name);
   }
 
   fs::path dir_;

@@ -73,16 +73,7 @@ keep_last = 5
   std::string log(const std::string& run) { return test::read_file((dir_ / (run + ".log")).string()); }
 
   static std::vector<float> weights(const fs::path& run_dir, const std::string& name) {
-    std::string dir;
-    EXPECT_TRUE(ckpt_find_latest(run_dir.string(), dir).is_ok());
-    CkptManifest m;
-    EXPECT_TRUE(ckpt_read_manifest(dir, m).is_ok());
-    const CkptTensorInfo* t = m.find(name);
-    EXPECT_NE(t, nullptr) << name;
-    if (!t) return {};
-    std::vector<float> v(t->bytes / 4);
-    EXPECT_TRUE(ckpt_load_tensor(dir, m, name, v.data(), (int64_t)v.size()).is_ok());
-    return v;
+    return test::ckpt_weights(run_dir, name);
   }
 
   fs::path dir_;

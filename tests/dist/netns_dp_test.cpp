@@ -73,16 +73,7 @@ warmup_steps = 3
     return json::parse(test::read_file((dir_ / run / "summary.json").string()))["timing"];
   }
   std::vector<float> weights(const std::string& run, const std::string& name) {
-    std::string ck;
-    EXPECT_TRUE(ckpt_find_latest((dir_ / run).string(), ck).is_ok());
-    CkptManifest m;
-    EXPECT_TRUE(ckpt_read_manifest(ck, m).is_ok());
-    const CkptTensorInfo* t = m.find(name);
-    EXPECT_NE(t, nullptr) << name;
-    if (!t) return {};
-    std::vector<float> v(t->bytes / 4);
-    EXPECT_TRUE(ckpt_load_tensor(ck, m, name, v.data(), (int64_t)v.size()).is_ok());
-    return v;
+    return test::ckpt_weights(dir_ / run, name);
   }
 
   fs::path dir_;
