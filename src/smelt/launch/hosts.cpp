@@ -150,8 +150,8 @@ std::vector<std::string> launch_probe_hosts(const std::vector<std::string>& name
       last = at == std::string::npos ? "" : last.substr(at, last.find('\n', at) - at);
       why[i] = fmt::format("a probe exited with status {}: {}", jobs[i]->exit_code(), last.substr(0, 200));
     }
-    jobs[i]->stop(1.0);
   }
+  for (auto& j : jobs) j->stop(1.0);  // (after every verdict: a stop ends everything this process started)
   return why;
 }
 
@@ -176,19 +176,20 @@ Status LaunchFleet::plan(LaunchShape& out, std::vector<std::string>& notes) {
   std::vector<size_t> probed;
   std::vector<std::string> names;
   for (size_t i = 0; i < hosts_.size(); i++)
-    if (hosts_[i].up || now - hosts_[i].down_since >= o_->rejoin_s) probed.push_back(i), names.push_back(hosts_[i].name);
+    if (hosts_[i].up || now - std::max(hosts_[i].down_since, hosts_[i].probed_at) >= o_->rejoin_s)
+      probed.push_back(i), names.push_back(hosts_[i].name);
   const std::vector<std::string> why = launch_probe_hosts(names, launcher_, o_->launcher_args, o_->probe_s);
   for (size_t k = 0; k < probed.size(); k++) {
     LaunchHost& h = hosts_[probed[k]];
     const bool answered = why[k].empty();
     if (answered && !h.up) {
-      notes.push_back(fmt::format("host {} answers again ({} since {:.0f} s ago): back in", h.name, h.why, now - h.down_since));
+      notes.push_back(fmt::format("host {} answers again (left out {:.0f} s ago: {}): back in", h.name, now - h.down_since, h.why));
       h.up = true, h.failures_in_row = 0, h.why.clear();
     } else if (!answered && h.up) {
       h.up = false, h.down_since = now, h.why = why[k];
       notes.push_back(fmt::format("host {}: {}: left out", h.name, h.why));
     } else if (!answered) {
-      h.down_since = now;  // probed again rejoin_s from now
+      h.probed_at = now;  // probed again rejoin_s from now
     }
   }
   return launch_shape(layout_, o_->np, o_->min_ranks > 0 ? o_->min_ranks : o_->np, hosts_, out);

@@ -21,6 +21,7 @@ struct LaunchHost {
   bool up = true;
   int failures_in_row = 0;  // consecutive failed attempts this host was blamed for
   double down_since = 0;    // when it was dropped (now_s())
+  double probed_at = 0;     // when a probe last found it down
   std::string why;          // why it was dropped
 };
 

@@ -4,11 +4,17 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -18,7 +24,41 @@ namespace smelt {
 
 namespace {
 constexpr size_t kTailBytes = 256 << 10;
+
+// Every process below this one now (from /proc: each process's parent).
+std::vector<pid_t> descendants() {
+  std::multimap<pid_t, pid_t> children;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator("/proc", ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.empty() || name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream f(e.path() / "stat");
+    std::string stat;
+    std::getline(f, stat);
+    const size_t close = stat.rfind(')');  // "pid (comm) state ppid ..."
+    if (close == std::string::npos || close + 4 >= stat.size()) continue;
+    children.emplace((pid_t)std::atoi(stat.c_str() + close + 4), (pid_t)std::atoi(name.c_str()));
+  }
+  std::vector<pid_t> out, todo = {::getpid()};
+  while (!todo.empty()) {
+    const pid_t p = todo.back();
+    todo.pop_back();
+    for (auto [it, end] = children.equal_range(p); it != end; ++it) out.push_back(it->second), todo.push_back(it->second);
+  }
+  return out;
 }
+
+// Reaps the ended children that are not the job's leader (orphans adopted).
+void reap_orphans(pid_t leader) {
+  for (const pid_t p : descendants()) {
+    int st = 0;
+    if (p != leader) ::waitpid(p, &st, WNOHANG);
+  }
+}
+
+}  // namespace
+
+void job_adopt_orphans() { ::prctl(PR_SET_CHILD_SUBREAPER, 1); }
 
 std::string shell_quote(const std::string& s) {
   std::string q = "'";
@@ -116,15 +156,24 @@ bool Job::poll(int wait_ms) {
 
 void Job::stop(double grace_s) {
   if (pid_ <= 0) return;
-  // The group outlives its leader when a rank is stopped or slow to die: signal it either way.
-  ::kill(-pid_, SIGCONT);
-  ::kill(-pid_, SIGTERM);
+  // The group outlives its leader when a rank is stopped or slow to die: signal it either way, and
+  // every process below this one (ranks and daemons in groups of their own).
+  const auto signal_all = [this](int sig) {
+    ::kill(-pid_, sig);
+    for (const pid_t p : descendants()) ::kill(p, sig);
+  };
+  signal_all(SIGCONT);
+  signal_all(SIGTERM);
   const double until = now_s() + grace_s;
   while (!ended_ && now_s() < until) poll(50);
-  ::kill(-pid_, SIGKILL);
+  signal_all(SIGKILL);
   if (!ended_) {
     int status = 0;
     if (::waitpid(pid_, &status, 0) == pid_) reap(status);
+  }
+  for (int i = 0; i < 40 && !descendants().empty(); i++) {  // the adopted ones, killed above
+    reap_orphans(pid_);
+    if (!descendants().empty()) ::usleep(50 * 1000);
   }
   for (int i = 0; i < 20 && err_fd_ >= 0; i++) poll(50);  // what the group wrote while dying
 }

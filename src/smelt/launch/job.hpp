@@ -1,6 +1,6 @@
 // One attempt of a supervised job: a child process in its own process group whose standard error
 // the supervisor reads (echoed, logged, the last part kept for the failure's cause), and a stop
-// that reaches every process of the group. Not the restart policy (launch/supervisor.cpp).
+// that reaches every process it started on this machine. Not the restart policy (launch/supervisor.cpp).
 #pragma once
 #include <sys/types.h>
 
@@ -17,6 +17,10 @@ std::string shell_quote(const std::string& s);
 // Runs `shell_cmd` through sh; its standard output in `out`. Returns pclose's status (-1: not run).
 int run_capture(const std::string& shell_cmd, std::string& out);
 
+// Makes this process the reaper of its descendants' orphans (PR_SET_CHILD_SUBREAPER), so a rank
+// whose launcher died is still found (and reaped) by Job::stop.
+void job_adopt_orphans();
+
 class Job {
  public:
   Job() = default;
@@ -32,7 +36,9 @@ class Job {
   // while the job runs, false once it has ended (then exit_code()/term_signal() say how).
   bool poll(int wait_ms);
   // SIGCONT (a stopped rank must see the rest), SIGTERM, then SIGKILL after `grace_s` to the whole
-  // group; waits for the leader and drains stderr. Safe after the job ended on its own.
+  // group and to every descendant of this process (mpirun puts each rank and each daemon it starts
+  // in a group of its own; with job_adopt_orphans() those whose parent died are ours too); waits
+  // for them and drains stderr. Safe after the job ended on its own.
   void stop(double grace_s);
   pid_t pid() const { return pid_; }
   bool running() const { return pid_ > 0 && !ended_; }

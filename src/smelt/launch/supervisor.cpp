@@ -119,11 +119,23 @@ Status run_attempt(const LaunchOptions& o, const std::string& launcher, std::FIL
   prog.begin_attempt(a.n, a.resume_step, a.started);
   Job job;
   if (Status s = job.start(argv, log); !s) return s;
+  size_t tail_seen = 0;
+  double announced = -1;  // when the job said it is ending (smelt's hang, memory or disk message)
   while (job.poll(200)) {
     const double now = now_s();
     if (prog.read(now) && a.back_at < 0) a.back_at = now;
     if (g_stop) {
       a.stopped = true;
+      break;
+    }
+    if (announced < 0 && job.tail().size() != tail_seen) {
+      tail_seen = job.tail().size();
+      const std::string c = failure_classify(1, 0, false, "", job.tail()).cause;
+      if (c == "hang" || c == "memory" || c == "disk") announced = now;
+    }
+    // mpirun can wait minutes on a daemon it cannot reach (a host cut off) after a rank aborted
+    if (announced >= 0 && now - announced > o.grace_s) {
+      spdlog::warn("launch: the job named its failure {:.0f} s ago and has not exited: ending it", now - announced);
       break;
     }
     const bool first = prog.last_step() < 0;
@@ -397,6 +409,7 @@ void Supervisor::finish(const Attempt& last, const std::string& outcome, LaunchR
 }  // namespace
 
 Status launch_run(const LaunchOptions& o, LaunchResult& out) {
+  job_adopt_orphans();  // a rank whose mpirun died is still ours to end
   Supervisor sup(o);
   return sup.run(out);
 }
