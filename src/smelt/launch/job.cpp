@@ -157,13 +157,15 @@ bool Job::poll(int wait_ms) {
 void Job::stop(double grace_s) {
   if (pid_ <= 0) return;
   // The group outlives its leader when a rank is stopped or slow to die: signal it either way, and
-  // every process below this one (ranks and daemons in groups of their own).
+  // every process below this one (ranks and daemons in groups of their own) is woken and, after the
+  // grace, killed. SIGTERM goes to the group only: mpirun passes it on to each rank once (a second
+  // one would end a rank before its save).
   const auto signal_all = [this](int sig) {
     ::kill(-pid_, sig);
     for (const pid_t p : descendants()) ::kill(p, sig);
   };
   signal_all(SIGCONT);
-  signal_all(SIGTERM);
+  ::kill(-pid_, SIGTERM);
   const double until = now_s() + grace_s;
   while (!ended_ && now_s() < until) poll(50);
   signal_all(SIGKILL);

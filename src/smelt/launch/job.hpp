@@ -35,10 +35,10 @@ class Job {
   // Reads what stderr has for up to `wait_ms` (echoed as start said); returns true
   // while the job runs, false once it has ended (then exit_code()/term_signal() say how).
   bool poll(int wait_ms);
-  // SIGCONT (a stopped rank must see the rest), SIGTERM, then SIGKILL after `grace_s` to the whole
-  // group and to every descendant of this process (mpirun puts each rank and each daemon it starts
-  // in a group of its own; with job_adopt_orphans() those whose parent died are ours too); waits
-  // for them and drains stderr. Safe after the job ended on its own.
+  // SIGCONT (a stopped rank must see the rest) and SIGTERM to the group (mpirun passes it on), then
+  // SIGKILL after `grace_s`; SIGCONT and SIGKILL also to every descendant of this process (mpirun
+  // puts each rank and each daemon it starts in a group of its own; with job_adopt_orphans() those
+  // whose parent died are ours too); waits for them and drains stderr. Safe after the job ended.
   void stop(double grace_s);
   pid_t pid() const { return pid_; }
   bool running() const { return pid_ > 0 && !ended_; }
