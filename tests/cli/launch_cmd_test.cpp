@@ -76,9 +76,9 @@ timeout_s = 4
                        (dir_ / "train").string(), (dir_ / run).string(), extra);
   }
   // `smelt launch` in the background; its output in RUN.log.
-  pid_t launch(const std::string& run, const std::string& opts, const std::string& extra = "") const {
-    const std::string cmd = fmt::format("exec {} launch --np 2 --launcher mpirun --launcher-args '{}' {} --json -- {} > {}.json 2> {}.log",
-                                        SMELT_BINARY, kMpirunArgs, opts, train_args(run, extra),
+  pid_t launch(const std::string& run, const std::string& opts, const std::string& extra = "", int np = 2) const {
+    const std::string cmd = fmt::format("exec {} launch --np {} --launcher mpirun --launcher-args '{}' {} --json -- {} > {}.json 2> {}.log",
+                                        SMELT_BINARY, np, kMpirunArgs, opts, train_args(run, extra),
                                         (dir_ / run).string(), (dir_ / run).string());
     pid_t pid = fork();
     if (pid == 0) {
@@ -274,4 +274,38 @@ TEST_F(LaunchTest, SigtermToTheSupervisorSavesTheRunAndDoesNotRestart) {
   ASSERT_TRUE(ckpt_read_manifest(ck, m).is_ok());
   EXPECT_GE(m.step, 20);
   EXPECT_TRUE(ranks_of(dir_ / "term").empty()) << "no rank is left running";
+}
+
+TEST_F(LaunchTest, AHostNotReachedIsLeftOutAndTheRunGoesOnWithTheSameGlobalBatch) {
+  // The reference: 4 ranks, 30 steps. The launch: 2 hosts of 2 slots, the second not reachable
+  // (its probe fails), so 2 ranks with batch_size 2 x grad_accum 2 instead of 4 x 1.
+  const std::string steps = "--set train.steps=30";
+  const std::string ref = fmt::format("mpirun -np 4 {} {} > {} 2>&1", kMpirunArgs, train_args("ref4", steps),
+                                      (dir_ / "ref4.log").string());
+  ASSERT_EQ(std::system(ref.c_str()), 0) << log("ref4");
+  pid_t sup = launch("shrunk", "--hosts localhost:2,no-such-host.invalid:2 --min-ranks 2 --probe-timeout 30", steps, 4);
+  ASSERT_EQ(wait_exit(sup, 180), 0) << log("shrunk");
+  const json lj = json::parse(test::read_file((dir_ / "shrunk" / "launch.json").string()));
+  ASSERT_EQ(lj["attempts"].size(), 1u) << lj.dump();
+  EXPECT_EQ(lj["attempts"][0]["ranks"], 2) << lj.dump();
+  EXPECT_EQ(lj["attempts"][0]["hosts"], json({{"localhost", 2}})) << lj.dump();
+  EXPECT_NE(log("shrunk").find("host no-such-host.invalid: a probe exited with status"), std::string::npos) << log("shrunk");
+  EXPECT_NE(log("shrunk").find("--set data.batch_size=2 --set train.grad_accum=2"), std::string::npos) << log("shrunk");
+  // The same rows each step, summed in another grouping: the losses and weights to fp32 rounding.
+  const std::vector<json> a = step_lines(dir_ / "ref4"), b = step_lines(dir_ / "shrunk");
+  ASSERT_EQ(a.size(), 30u);
+  ASSERT_EQ(b.size(), a.size());
+  for (size_t i = 0; i < a.size(); i++) {
+    EXPECT_NEAR(a[i]["loss"].get<double>(), b[i]["loss"].get<double>(), 1e-4 * a[i]["loss"].get<double>()) << i + 1;
+    EXPECT_EQ(a[i]["tokens"], b[i]["tokens"]) << i + 1;
+  }
+  const std::vector<float> wa = weights(dir_ / "ref4", "lm_head.weight"), wb = weights(dir_ / "shrunk", "lm_head.weight");
+  ASSERT_EQ(wa.size(), wb.size());
+  for (size_t i = 0; i < wa.size(); i++) ASSERT_NEAR(wa[i], wb[i], 1e-5) << i;
+  // Without --min-ranks the run needs all 4: it gives up at once, naming the host and why.
+  sup = launch("full", "--hosts localhost:2,no-such-host.invalid:2 --probe-timeout 30", steps, 4);
+  EXPECT_EQ(wait_exit(sup, 120), 1) << log("full");
+  EXPECT_NE(log("full").find("no-such-host.invalid (a probe exited"), std::string::npos) << log("full");
+  EXPECT_NE(log("full").find("--min-ranks 4"), std::string::npos) << log("full");
+  EXPECT_FALSE(fs::exists(dir_ / "full" / "metrics.jsonl")) << "nothing was started";
 }
