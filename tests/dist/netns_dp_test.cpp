@@ -5,8 +5,8 @@
 // flat reduction to fp32 rounding, not bit for bit: the hierarchical sum is ((g0+g1)+(g2+g3)), the
 // flat one ((g0+g1)+g2)+g3 (docs/dist.md). Measured here: losses 1.2e-7 apart at most, final
 // weights 1e-7; other data orders gave up to 1.7e-5 in rarely seen embedding rows (AdamW scales
-// their small gradients up), hence the weights' 1e-4 bound. The same hierarchical run again gives
-// the same bits. Skipped where namespaces cannot be made (not root, no iproute2, a container
+// their small gradients up), hence the weights' 1e-4 bound. The same hierarchical run again, with
+// host 2's link slowed to 20 Mbit/s, gives the same bits. Skipped where namespaces cannot be made (not root, no iproute2, a container
 // without the rights). One GEMM engine for every run: `auto` picks from a per-machine cache that
 // other runs update.
 #include <sys/wait.h>
@@ -87,7 +87,12 @@ TEST_F(NetnsDpTest, HierarchicalAcrossTwoHostsMatchesFlatOnOne) {
   ASSERT_EQ(train(hosts_.mpirun(2), "hier", hier), 0) << log("hier");
   std::printf("4 ranks on 2 namespace hosts: %.1f s\n",
               std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  // Again with host 2's link slowed to 20 Mbit/s both ways (a token bucket): slower, the same bits.
+  ASSERT_TRUE(hosts_.slow(2, "20mbit"));
+  const auto t1 = std::chrono::steady_clock::now();
   ASSERT_EQ(train(hosts_.mpirun(2), "hier2", hier), 0) << log("hier2");
+  std::printf("the same with host 2 at 20 Mbit/s: %.1f s\n",
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count());
   // The ranks sharing memory are the ranks of one namespace host: 2 nodes of 2.
   EXPECT_EQ(timing("flat")["allreduce"], "flat");
   EXPECT_EQ(timing("hier")["allreduce"], "hierarchical");
