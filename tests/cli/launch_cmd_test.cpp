@@ -309,3 +309,24 @@ TEST_F(LaunchTest, AHostNotReachedIsLeftOutAndTheRunGoesOnWithTheSameGlobalBatch
   EXPECT_NE(log("full").find("--min-ranks 4"), std::string::npos) << log("full");
   EXPECT_FALSE(fs::exists(dir_ / "full" / "metrics.jsonl")) << "nothing was started";
 }
+
+TEST(LaunchCli, HostsOptionsAreCheckedAndPlaced) {
+  int rc = 0;
+  const std::string smelt = SMELT_BINARY, cmd = " -- " + smelt + " train --run-dir /nonexistent/run";
+  std::string out = test::run_command(smelt + " launch --launcher mpirun --hosts a:2,b:2 --dry-run" + cmd, rc);
+  EXPECT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("mpirun -np 4 --host a:2,b:2 "), std::string::npos) << out;
+  out = test::run_command(smelt + " launch --launcher srun --hosts a:2,b:2 --np 2 --dry-run" + cmd, rc);
+  EXPECT_NE(out.find("srun --ntasks 2 --kill-on-bad-exit=1 --nodelist=a "), std::string::npos) << out;
+  const std::pair<const char*, const char*> bad[] = {
+      {"--min-ranks 2", "--min-ranks needs --hosts"},
+      {"--hosts a:2 --np 4", "--np 4: the hosts have 2 slots"},
+      {"--hosts a:2,b:x", "\"b:x\": expected HOST or HOST:SLOTS"},
+      {"--hosts a:2,b:2 --min-ranks 5", "--min-ranks 5 is more than --np 4"},
+      {"--hosts a:2 --launcher direct", "--hosts needs a launcher"}};
+  for (const auto& [opts, msg] : bad) {
+    out = test::run_command(smelt + " launch " + opts + cmd + " 2>&1", rc);
+    EXPECT_EQ(WEXITSTATUS(rc), 2) << opts << ": " << out;
+    EXPECT_NE(out.find(msg), std::string::npos) << opts << ": " << out;
+  }
+}
