@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -17,6 +18,27 @@
 #include "train_test_util.hpp"
 
 namespace smelt::test {
+
+// A fault to inject from outside once the run reaches a step.
+struct Fault {
+  int64_t at_step;
+  std::string kind;
+  int rank;
+};
+
+// `kinds` in order at seeded random steps: each gap + [0, spread) steps after the previous, on a
+// random rank of `ranks`.
+inline std::vector<Fault> fault_schedule(unsigned seed, const std::vector<std::string>& kinds, int gap, int spread,
+                                         int ranks) {
+  std::mt19937 rng(seed);
+  std::vector<Fault> faults;
+  int64_t at = 0;
+  for (const auto& k : kinds) {
+    at += gap + (int64_t)(rng() % (unsigned)spread);
+    faults.push_back({at, k, (int)(rng() % (unsigned)ranks)});
+  }
+  return faults;
+}
 
 // The ranks of the job training in `run` now: rank -> pid (processes whose command line names the
 // run folder and whose environment has an Open MPI rank).

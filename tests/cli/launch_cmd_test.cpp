@@ -34,6 +34,7 @@ using json = nlohmann::json;
 using namespace smelt;
 
 using test::events;
+using test::Fault;
 using test::last_step;
 using test::ranks_of;
 using test::step_lines;
@@ -105,12 +106,6 @@ timeout_s = 4
   fs::path dir_;
 };
 
-struct Fault {
-  int64_t at_step;
-  std::string kind;  // kill | stop | stall | corrupt
-  int rank;
-};
-
 // Breaks the newest checkpoint's largest file (one byte flipped): its CRC32C no longer matches.
 void corrupt_newest(const fs::path& run) {
   std::string latest = test::read_file((run / "checkpoints" / "latest").string());
@@ -137,14 +132,8 @@ TEST_F(LaunchTest, TenFaultsRestartedEveryTimeEndAsAnUninterruptedRun) {
                                       (dir_ / "ref.log").string());
   ASSERT_EQ(std::system(ref.c_str()), 0) << log("ref");
   // Ten faults at seeded random steps, in the order the run reaches them.
-  std::mt19937 rng(36);
-  const char* kinds[] = {"kill", "stop", "kill", "stall", "kill", "corrupt", "stop", "kill", "kill", "stop"};
-  std::vector<Fault> faults;
-  int64_t at = 0;
-  for (const char* k : kinds) {
-    at += 15 + (int64_t)(rng() % 20);
-    faults.push_back({at, k, (int)(rng() % 2)});
-  }
+  const std::vector<Fault> faults = test::fault_schedule(
+      36, {"kill", "stop", "kill", "stall", "kill", "corrupt", "stop", "kill", "kill", "stop"}, 15, 20, 2);
   ASSERT_LT(faults.back().at_step, 390);
   const pid_t sup = launch("run", "--max-restarts 20 --backoff 0.2 --backoff-max 1 --stall-timeout 15 --start-timeout 120 --grace 3");
   std::set<pid_t> hit;  // ranks already faulted (a dying job's ranks are not faulted again)
