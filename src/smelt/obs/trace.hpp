@@ -1,7 +1,7 @@
 // The process-wide timeline tracer (docs/trace.md): spans, counters and instants recorded into one
 // buffer per thread and written as Chrome trace-event JSON, which Perfetto and chrome://tracing
 // open. Off, every site costs one relaxed atomic load. Not the trainer's choice of steps
-// (train/trainer.cpp) nor reading traces back (trace_tools.hpp).
+// (train/trainer_trace.cpp) nor reading traces back (trace_tools.hpp).
 #pragma once
 #include <atomic>
 #include <cstdint>

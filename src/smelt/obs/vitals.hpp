@@ -2,7 +2,7 @@
 // monitor that judges metrics.jsonl lines against them, step by step. The trainer feeds it each
 // line as it writes it (and logs the first time a sign leaves its band); `smelt health` and the
 // dashboard feed it a finished or running file and get the same verdict. Not the recovery rules
-// (train/health.hpp) nor how the lines are made (train/trainer.cpp).
+// (train/health.hpp) nor how the lines are made (train/trainer_report.cpp).
 #pragma once
 #include <cstdint>
 #include <memory>

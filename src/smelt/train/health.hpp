@@ -1,7 +1,7 @@
 // Health-driven recovery rules of the trainer ([health]): skip non-finite updates, roll back to the
 // last good checkpoint after repeated loss spikes (EMA + deviations) and quarantine the data window
 // that caused them, restart the LR schedule when the evaluation's token entropy collapses. Also the
-// fault injection the tests use to trigger each rule. Not the actions' mechanics (trainer.cpp).
+// fault injection the tests use to trigger each rule. Not the actions' mechanics (trainer.cpp, trainer_eval.cpp).
 #pragma once
 #include <cstdint>
 #include <string>

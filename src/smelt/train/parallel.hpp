@@ -3,7 +3,7 @@
 // then PP; the data-, tensor- and pipeline-parallel groups; and what the trainer does across
 // them besides the data-parallel reduction (dist/grad_reducer.hpp): the gradient syncs of shared
 // tensors and the global gradient norm. Not the model's split (model/shard.hpp) nor the schedule
-// (trainer.cpp).
+// (trainer_pipeline.cpp).
 #pragma once
 #include <cstdint>
 #include <memory>
