@@ -173,8 +173,14 @@ class NetnsHosts {
     std::ofstream f(agent_);
     f << "#!/bin/sh\n# mpirun's rsh agent for " << tag_ << ": HOST COMMAND... runs COMMAND in HOST's namespace\n"
       << "h=$1; shift\ncase \"$h\" in\n";
-    for (int k = 1; k <= hosts; k++) f << "  " << host_ip(k) << ") ns=" << host_ns(k) << ";;\n";
-    f << "  *) echo \"netns agent: unknown host $h\" >&2; exit 1;;\nesac\nexec ip netns exec \"$ns\" sh -c \"$*\"\n";
+    // Each host its own TMPDIR, as real hosts have their own /tmp: the namespaces share the hostname
+    // and /tmp, and two Open MPI daemons making the same session folder (/tmp/ompi.HOST.UID/jf.N)
+    // at once failed a start now and then ("File exists").
+    for (int k = 1; k <= hosts; k++)
+      f << "  " << host_ip(k) << ") ns=" << host_ns(k) << "; tmp=" << (dir / (tag_ + "_tmp" + std::to_string(k))).string()
+        << ";;\n";
+    f << "  *) echo \"netns agent: unknown host $h\" >&2; exit 1;;\nesac\n"
+      << "mkdir -p \"$tmp\"\nexec ip netns exec \"$ns\" env TMPDIR=\"$tmp\" sh -c \"$*\"\n";
     f.close();
     std::error_code ec;
     std::filesystem::permissions(agent_, std::filesystem::perms::owner_all, std::filesystem::perm_options::add, ec);
