@@ -45,12 +45,14 @@ namespace {
 
 constexpr int kSteps = 240, kSaveEvery = 10;
 
-// Fills the file system under `dir` but for `leave` bytes (a file "ballast" there); returns its size.
+// Fills the file system under `dir` but for `leave` bytes (appending to a file "ballast" there: a
+// checkpoint retention frees space after the fill, so the test tops it up); returns the bytes added.
 int64_t fill_disk(const fs::path& dir, int64_t leave) {
   struct statvfs v {};
   if (statvfs(dir.c_str(), &v) != 0) return -1;
   const int64_t n = (int64_t)v.f_bavail * (int64_t)v.f_frsize - leave;
-  std::ofstream f(dir / "ballast", std::ios::binary);
+  if (n <= 0) return 0;
+  std::ofstream f(dir / "ballast", std::ios::binary | std::ios::app);
   const std::string mb(1 << 20, '\0');
   int64_t done = 0;
   while (done < n && f) {
@@ -157,6 +159,8 @@ TEST_F(LaunchHostsTest, TwoHostsTenFaultsShrinkGrowAndEndAsAnUninterruptedRun) {
     if (ballast && restarts > restarts_at_fault) {
       std::error_code ec;
       ballast = !fs::remove(live / "ballast", ec);
+    } else if (ballast) {
+      fill_disk(live, 256 << 10);  // full until the save fails
     }
     if (next == faults.size() || link_down || ballast) continue;
     const Fault& f = faults[next];
