@@ -123,7 +123,8 @@ TEST(CudaKernels, RopeForwardAndBackwardWithAndWithoutPositions) {
   SMELT_REQUIRE_CUDA_DEVICE();
   const int B = 3, T = 50, NH = 4, NKV = 2, HS = 32, QKV = (NH + 2 * NKV) * HS, N = B * T;
   std::vector<float> table((size_t)T * HS);
-  rope_table(table.data(), T, HS, 10000.0f);
+  const std::vector<double> freq = rope_theta_freq(HS, 10000.0f);
+  rope_table(table.data(), T, HS, freq.data());
   std::vector<int32_t> pos(N);
   for (int n = 0; n < N; n++) pos[n] = (n * 7) % T;
   DeviceVec<float> d_table(table);
@@ -132,9 +133,9 @@ TEST(CudaKernels, RopeForwardAndBackwardWithAndWithoutPositions) {
     const auto x = randn((size_t)N * QKV, 21 + with_pos);
     std::vector<float> f = x, b = x;
     const int32_t* p = with_pos ? pos.data() : nullptr;
-    rope_forward_ref(f.data(), p, N, T, QKV, 0, NH, HS, 10000.0f);
-    rope_forward_ref(f.data(), p, N, T, QKV, NH * HS, NKV, HS, 10000.0f);
-    rope_backward_ref(b.data(), p, N, T, QKV, 0, NH, HS, 10000.0f);
+    rope_forward_ref(f.data(), p, N, T, QKV, 0, NH, HS, freq.data());
+    rope_forward_ref(f.data(), p, N, T, QKV, NH * HS, NKV, HS, freq.data());
+    rope_backward_ref(b.data(), p, N, T, QKV, 0, NH, HS, freq.data());
     DeviceVec<float> d_f(x), d_b(x);
     const int32_t* dp = with_pos ? d_pos.p : nullptr;
     cuda::rope_forward(d_f.p, dp, d_table.p, N, T, QKV, 0, NH, HS, nullptr);

@@ -10,7 +10,8 @@ TEST(Rope, MatchesReferenceInverseAndFiniteDifferences) {
   const int B = 2, T = 37, NH = 3, NKV = 1, HS = 16, N = B * T, QKV = (NH + 2 * NKV) * HS;
   const float theta = 10000.0f;
   std::vector<float> table((size_t)T * HS);
-  rope_table(table.data(), T, HS, theta);
+  const std::vector<double> freq = rope_theta_freq(HS, theta);
+  rope_table(table.data(), T, HS, freq.data());
   std::vector<int32_t> pos(N);
   for (int n = 0; n < N; n++) pos[n] = (n % T) < 20 ? n % T : n % T - 20;  // a restart at t=20
   for (const int32_t* p : {(const int32_t*)nullptr, (const int32_t*)pos.data()}) {
@@ -18,8 +19,8 @@ TEST(Rope, MatchesReferenceInverseAndFiniteDifferences) {
     auto y = x, y_ref = x;
     rope_forward(y.data(), p, table.data(), N, T, QKV, 0, NH, HS);
     rope_forward(y.data(), p, table.data(), N, T, QKV, NH * HS, NKV, HS);
-    rope_forward_ref(y_ref.data(), p, N, T, QKV, 0, NH, HS, theta);
-    rope_forward_ref(y_ref.data(), p, N, T, QKV, NH * HS, NKV, HS, theta);
+    rope_forward_ref(y_ref.data(), p, N, T, QKV, 0, NH, HS, freq.data());
+    rope_forward_ref(y_ref.data(), p, N, T, QKV, NH * HS, NKV, HS, freq.data());
     EXPECT_LT(max_err(y, y_ref), 1e-5);
     // v columns untouched
     for (int n = 0; n < N; n++)
@@ -29,8 +30,8 @@ TEST(Rope, MatchesReferenceInverseAndFiniteDifferences) {
     rope_backward(back.data(), p, table.data(), N, T, QKV, NH * HS, NKV, HS);
     EXPECT_LT(max_err(back, x), 1e-5);
     auto back_ref = y;
-    rope_backward_ref(back_ref.data(), p, N, T, QKV, 0, NH, HS, theta);
-    rope_backward_ref(back_ref.data(), p, N, T, QKV, NH * HS, NKV, HS, theta);
+    rope_backward_ref(back_ref.data(), p, N, T, QKV, 0, NH, HS, freq.data());
+    rope_backward_ref(back_ref.data(), p, N, T, QKV, NH * HS, NKV, HS, freq.data());
     EXPECT_LT(max_err(back_ref, back), 1e-5);
 
     auto dout = randn((size_t)N * QKV, 2);

@@ -63,6 +63,30 @@ void full_logits(Model& m, const std::vector<int32_t>& seq, std::vector<float>& 
   out.assign(last, last + V);
 }
 
+// The open-weight families' extras on a small model: q/k/v biases, QK-norm, head_dim 24 (4 x 24
+// != 64), llama3 RoPE scaling acting within the sequence; biases and norms given random values
+// (they start at 0 and 1, where a misuse would not show).
+ModelConfig extras(ModelConfig c) {
+  c.qkv_bias = c.qk_norm = true;
+  c.head_dim = 24;
+  c.rope_scaling = RopeScaling::kLlama3;
+  c.rope_factor = 8;
+  c.rope_original_max_seq_len = 16;
+  return c;
+}
+void perturb_extras(Model& m) {
+  uint64_t x = 99;
+  for (const auto& t : m.layout().tensors) {
+    const bool bias = t.name.find(".bias") != std::string::npos, norm = t.name.find("_norm.weight") != std::string::npos;
+    if (!bias && !(norm && t.name.find("self_attn") != std::string::npos)) continue;
+    for (int64_t i = 0; i < t.size(); i++) {
+      x = x * 6364136223846793005ull + 1442695040888963407ull;
+      const float u = (float)((x >> 40) / 16777216.0) - 0.5f;  // [-0.5, 0.5)
+      m.params()[t.offset + i] = bias ? u : 1.0f + 0.5f * u;
+    }
+  }
+}
+
 struct DecodeCase {
   const char* name;
   ModelConfig cfg;
@@ -80,6 +104,7 @@ TEST_P(GreedyDecode, KvCacheEqualsFullRecomputation) {
   Model m;
   m.set_precision(dc.precision);
   ASSERT_TRUE(m.init(c, 1, total, dc.threads, 1234));
+  perturb_extras(m);
   InferenceSession s;
   ASSERT_TRUE(s.init(c, m.params(), total, dc.threads, dc.precision));
   // bf16 on both sides rounds the linear layers' inputs alike, but the training forward also runs
@@ -134,7 +159,8 @@ INSTANTIATE_TEST_SUITE_P(
                       DecodeCase{"mha_untied_3layers", tiny(89, 32, 3, 2, 2, 64, false, 64), 1, 50, 2},
                       DecodeCase{"gqa_tied_bf16", tiny(97, 64, 2, 4, 2, 96, true, 64), 7, 45, 1, Precision::kBf16},
                       DecodeCase{"mqa_untied_bf16", tiny(131, 48, 2, 6, 1, 80, false, 64), 5, 48, 2,
-                                 Precision::kBf16}),
+                                 Precision::kBf16},
+                      DecodeCase{"extras_gqa_untied", extras(tiny(97, 64, 2, 4, 2, 96, false, 64)), 7, 45, 2}),
     [](const ::testing::TestParamInfo<DecodeCase>& i) { return std::string(i.param.name); });
 
 TEST(Inference, ChunkedPrefillAndTokenByTokenPrefillMatchFullForward) {

@@ -187,14 +187,27 @@ struct Layout {
   bool tied;
   int tp, pp;
   double tol;  // max relative gradient error per box (0: bit for bit)
+  bool extras = false;  // q/k/v biases, QK-norm, head_dim 32 (4 x 32 != d_model), llama3 RoPE scaling
 };
+
+ModelConfig layout_config(const Layout& k) {
+  ModelConfig c = tiny(k.nkv, k.tied);
+  if (k.extras) {
+    c.qkv_bias = c.qk_norm = true;
+    c.head_dim = 32;
+    c.rope_scaling = RopeScaling::kLlama3;
+    c.rope_factor = 8;
+    c.rope_original_max_seq_len = 16;
+  }
+  return c;
+}
 
 class Sharded : public ::testing::TestWithParam<Layout> {};
 
 TEST_P(Sharded, InitLossAndEveryGradientBoxMatchTheWholeModel) {
   const Layout& k = GetParam();
   kernels_set_threads(1);
-  const ModelConfig c = tiny(k.nkv, k.tied);
+  const ModelConfig c = layout_config(k);
   const Batch b = make_batch(2, 24, c.vocab_size, 5);
   Full full(c, b);
   // Initial values: the whole model's, box for box (a fresh shard, before any step).
@@ -243,7 +256,9 @@ INSTANTIATE_TEST_SUITE_P(
     Model, Sharded,
     ::testing::Values(Layout{"pp2_tied", 2, true, 1, 2, 0}, Layout{"pp4_untied", 4, false, 1, 4, 0},
                       Layout{"tp2_gqa_tied", 2, true, 2, 1, 1e-4}, Layout{"tp4_kv_replicated_untied", 2, false, 4, 1, 1e-4},
-                      Layout{"tp2_pp2_tied", 4, true, 2, 2, 1e-4}, Layout{"tp4_pp2_mqa_tied", 1, true, 4, 2, 1e-4}),
+                      Layout{"tp2_pp2_tied", 4, true, 2, 2, 1e-4}, Layout{"tp4_pp2_mqa_tied", 1, true, 4, 2, 1e-4},
+                      Layout{"pp2_extras", 2, true, 1, 2, 0, true}, Layout{"tp2_extras", 2, true, 2, 1, 1e-4, true},
+                      Layout{"tp4_kv_replicated_extras_untied", 2, false, 4, 1, 1e-4, true}),
     [](const auto& info) { return std::string(info.param.name); });
 
 TEST(Shard, LayoutsTheModelDoesNotAllowAreRefusedWithTheNumbers) {

@@ -17,6 +17,11 @@ File format ("SMTN" tensor file, little-endian), used both ways:
     data dims-product elements of dtype, row-major
 Input tensors: "config.int" i32 [V, C, L, NH, NKV, H, tied, B, T, steps, segments, positions];
 "config.float" f32 [rope_theta, norm_eps, lr, beta1, beta2, eps, weight_decay, grad_clip];
+optional "config.ext" i32 [head_dim (0: C/NH), qkv_bias, qk_norm, rope_scaling (0 none, 1 linear,
+2 llama3), rope_original_max_seq_len] and "config.rope" f32 [factor, low_freq_factor,
+high_freq_factor]: the open-weight families' features (Qwen2 q/k/v biases
+"self_attn.{q,k,v}_proj.bias", Qwen3 QK-norm "self_attn.{q,k}_norm.weight", an explicit head size,
+Llama 3.1 RoPE scaling), as Hugging Face's modelling code defines them;
 "inputs", "targets" i32 (B,T) (target -1 = no loss); optional "segments", "positions" i32 (B,T);
 every parameter under its Hugging Face Llama name (model.embed_tokens.weight, ...); optional
 "precision.bf16" i32 (1) = 1: bf16 mixed precision of the linear layers and the attention
@@ -126,10 +131,33 @@ def rotate_half(x):
     return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
 
 
+def inv_freqs(hs, theta, scaling):
+    """HF's rotary inverse frequencies, with rope_scaling as transformers' rope init functions
+    define it: "linear" divides every frequency by the factor; "llama3" divides those whose
+    wavelength exceeds original / low_freq_factor, keeps those below original / high_freq_factor
+    and blends the ones between by smooth = (original / wavelen - low) / (high - low)."""
+    inv_freq = theta ** (-torch.arange(0, hs, 2, dtype=torch.float64) / hs)
+    kind = scaling["type"]
+    if kind == 1:
+        return inv_freq / scaling["factor"]
+    if kind == 2:
+        factor, low, high, old = scaling["factor"], scaling["low"], scaling["high"], scaling["original"]
+        wavelen = 2 * math.pi / inv_freq
+        scaled = torch.where(wavelen > old / low, inv_freq / factor, inv_freq)
+        smooth = (old / wavelen - low) / (high - low)
+        smoothed = (1 - smooth) * scaled / factor + smooth * scaled
+        medium = ~(wavelen < old / high) & ~(wavelen > old / low)
+        return torch.where(medium, smoothed, scaled)
+    return inv_freq
+
+
+SCALING = {"type": 0}
+
+
 def rope(x, pos, theta):
     # x (B, heads, T, HS); pos (B, T). HF Llama: angle = pos * theta^(-2i/HS), i < HS/2, duplicated.
     hs = x.shape[-1]
-    inv_freq = theta ** (-torch.arange(0, hs, 2, dtype=torch.float64) / hs)
+    inv_freq = inv_freqs(hs, theta, SCALING)
     ang = pos.to(torch.float64)[..., None] * inv_freq          # (B, T, HS/2)
     ang = torch.cat((ang, ang), dim=-1)[:, None]               # (B, 1, T, HS)
     cos, sin = ang.cos().to(x.dtype), ang.sin().to(x.dtype)   # float64 angles, x's precision
@@ -139,7 +167,8 @@ def rope(x, pos, theta):
 def forward(p, cfg, batch):
     V, C, L, NH, NKV, H, tied, B, T = cfg["int"][:9]
     theta, eps = cfg["float"][0], cfg["float"][1]
-    HS = C // NH
+    ext = cfg.get("ext", [0, 0, 0, 0, 0])
+    HS = ext[0] if ext[0] > 0 else C // NH
     inputs = batch["inputs"].long()
     x = p["model.embed_tokens.weight"][inputs]                 # (B,T,C)
     pos = batch.get("positions")
@@ -153,9 +182,21 @@ def forward(p, cfg, batch):
     for l in range(L):
         pre = "model.layers.%d." % l
         h = rms_norm(x, p[pre + "input_layernorm.weight"], eps)
-        q = linear(h, p[pre + "self_attn.q_proj.weight"]).view(B, T, NH, HS).transpose(1, 2)
-        k = linear(h, p[pre + "self_attn.k_proj.weight"]).view(B, T, NKV, HS).transpose(1, 2)
-        v = linear(h, p[pre + "self_attn.v_proj.weight"]).view(B, T, NKV, HS).transpose(1, 2)
+        q = linear(h, p[pre + "self_attn.q_proj.weight"])
+        k = linear(h, p[pre + "self_attn.k_proj.weight"])
+        v = linear(h, p[pre + "self_attn.v_proj.weight"])
+        if ext[1]:  # Qwen2: nn.Linear(bias=True) on q, k and v only
+            q = q + p[pre + "self_attn.q_proj.bias"]
+            k = k + p[pre + "self_attn.k_proj.bias"]
+            v = v + p[pre + "self_attn.v_proj.bias"]
+        q = q.view(B, T, NH, HS)
+        k = k.view(B, T, NKV, HS)
+        if ext[2]:  # Qwen3: RMSNorm over head_dim on each head, before RoPE
+            q = rms_norm(q, p[pre + "self_attn.q_norm.weight"], eps)
+            k = rms_norm(k, p[pre + "self_attn.k_norm.weight"], eps)
+        q = q.transpose(1, 2)
+        k = k.transpose(1, 2)
+        v = v.view(B, T, NKV, HS).transpose(1, 2)
         q, k = rope(q, pos, theta), rope(k, pos, theta)
         k = k.repeat_interleave(NH // NKV, dim=1)              # query head h uses kv head h // group
         v = v.repeat_interleave(NH // NKV, dim=1)
@@ -181,6 +222,11 @@ def main():
     ci = [int(v) for v in t.pop("config.int").tolist()]
     cf = [float(v) for v in t.pop("config.float").tolist()]
     cfg = {"int": ci, "float": cf}
+    if "config.ext" in t:
+        ext = [int(v) for v in t.pop("config.ext").tolist()]
+        cfg["ext"] = ext
+        factor, low, high = [float(v) for v in t.pop("config.rope").tolist()]
+        SCALING.update({"type": ext[3], "original": ext[4], "factor": factor, "low": low, "high": high})
     if "precision.bf16" in t:
         LINEAR["bf16"] = int(t.pop("precision.bf16").tolist()[0]) == 1
     steps, use_seg, use_pos = ci[9], ci[10], ci[11]

@@ -185,6 +185,15 @@ Status export_gguf(const std::string& step_dir, const std::string& out_path, Ggu
   if (Status s = ckpt_read_manifest(step_dir, m); !s) return s;
   ModelConfig c;
   if (Status s = read_ckpt_config(step_dir, m, c); !s) return s;
+  // What the llama architecture's GGUF keys describe; the families' extras are written by none yet.
+  const char* extra = c.qkv_bias ? "qkv_bias (Qwen2's q/k/v biases)"
+                      : c.qk_norm ? "qk_norm (Qwen3's QK-norm)"
+                      : c.rope_scaling != RopeScaling::kNone ? "rope_scaling"
+                      : c.head_dim > 0 && c.head_dim * c.n_heads != c.d_model ? "head_dim != d_model / n_heads"
+                                                                               : nullptr;
+  if (extra)
+    return Status::error(fmt::format("{}: [model] {}: the GGUF export writes the plain llama architecture only; "
+                                     "export this model with --format hf", step_dir, extra));
 
   const std::string tok_src =
       tokenizer_path.empty() ? (fs::path(step_dir) / "tokenizer.json").string() : tokenizer_path;

@@ -29,10 +29,33 @@ std::vector<int64_t> shape_of(const ParamTensor& t) {
 }
 }  // namespace
 
+const char* export_hf_architecture(const ModelConfig& c) {
+  if (c.qk_norm) return c.qkv_bias ? "" : "Qwen3ForCausalLM";
+  if (c.qkv_bias) return "Qwen2ForCausalLM";
+  return "LlamaForCausalLM";
+}
+
+namespace {
+nlohmann::ordered_json rope_scaling_json(const ModelConfig& c) {
+  switch (c.rope_scaling) {
+    case RopeScaling::kNone: return nullptr;
+    case RopeScaling::kLinear: return {{"rope_type", "linear"}, {"factor", c.rope_factor}};
+    case RopeScaling::kLlama3:
+      return {{"rope_type", "llama3"},
+              {"factor", c.rope_factor},
+              {"low_freq_factor", c.rope_low_freq_factor},
+              {"high_freq_factor", c.rope_high_freq_factor},
+              {"original_max_position_embeddings", c.rope_original_max_seq_len}};
+  }
+  return nullptr;
+}
+}  // namespace
+
 nlohmann::ordered_json export_hf_config(const ModelConfig& c, int64_t eod_id) {
+  const std::string arch = export_hf_architecture(c);
   nlohmann::ordered_json j = {
-      {"architectures", {"LlamaForCausalLM"}},
-      {"model_type", "llama"},
+      {"architectures", {arch}},
+      {"model_type", arch == "Qwen3ForCausalLM" ? "qwen3" : arch == "Qwen2ForCausalLM" ? "qwen2" : "llama"},
       {"hidden_size", c.d_model},
       {"intermediate_size", c.ffn_hidden},
       {"num_attention_heads", c.n_heads},
@@ -42,16 +65,22 @@ nlohmann::ordered_json export_hf_config(const ModelConfig& c, int64_t eod_id) {
       {"vocab_size", c.vocab_size},
       {"rms_norm_eps", c.norm_eps},
       {"rope_theta", c.rope_theta},
-      {"rope_scaling", nullptr},
+      {"rope_scaling", rope_scaling_json(c)},
       {"max_position_embeddings", c.max_seq_len},
       {"tie_word_embeddings", c.tie_embeddings},
       {"hidden_act", "silu"},
-      {"attention_bias", false},
+      {"attention_bias", false},  // (Qwen2 has q/k/v biases by its class, without this key)
       {"mlp_bias", false},
       {"initializer_range", c.init_std},
       {"torch_dtype", "float32"},
       {"use_cache", true},
   };
+  if (arch == "Qwen2ForCausalLM") {
+    j.erase("attention_bias");
+    j.erase("mlp_bias");
+    j.erase("head_dim");  // Qwen2 derives it from hidden_size / num_attention_heads
+    j["use_sliding_window"] = false;
+  }
   if (eod_id >= 0) {
     j["bos_token_id"] = eod_id;
     j["eos_token_id"] = eod_id;
@@ -72,6 +101,9 @@ Status export_hf(const std::string& step_dir, const std::string& out_dir,
     return Status::error(fmt::format("{}/manifest.json: config_toml line {}: {}", step_dir,
                                      e.source().begin.line, e.description()));
   }
+  if (!*export_hf_architecture(c))
+    return Status::error(fmt::format("{}: qkv_bias together with qk_norm is no Hugging Face architecture "
+                                     "(Qwen2 has the biases, Qwen3 the norms)", step_dir));
   std::error_code ec;
   fs::create_directories(out_dir, ec);
   if (ec) return Status::error(fmt::format("--output {}: cannot create: {}", out_dir, ec.message()));
@@ -170,9 +202,23 @@ Status export_hf_load(const std::string& out_dir, ModelConfig& c, std::vector<fl
     c.rope_theta = j.value("rope_theta", 10000.0);
     c.max_seq_len = j.at("max_position_embeddings").get<int>();
     c.tie_embeddings = j.value("tie_word_embeddings", false);
-    if (j.contains("head_dim") && j["head_dim"].get<int>() != c.d_model / c.n_heads)
-      return Status::error(fmt::format("{}: head_dim {} != hidden_size / num_attention_heads = {}", cfg_path,
-                                       j["head_dim"].get<int>(), c.d_model / c.n_heads));
+    if (j.contains("head_dim") && !j["head_dim"].is_null() && j["head_dim"].get<int>() * c.n_heads != c.d_model)
+      c.head_dim = j["head_dim"].get<int>();
+    const std::string arch = j.at("architectures").at(0).get<std::string>();
+    c.qkv_bias = arch == "Qwen2ForCausalLM";
+    c.qk_norm = arch == "Qwen3ForCausalLM";
+    if (const auto& r = j.value("rope_scaling", nlohmann::json()); r.is_object()) {
+      const std::string type = r.value("rope_type", r.value("type", std::string()));
+      if (type == "linear" || type == "llama3") {
+        c.rope_scaling = type == "linear" ? RopeScaling::kLinear : RopeScaling::kLlama3;
+        c.rope_factor = r.at("factor").get<double>();
+      }
+      if (type == "llama3") {
+        c.rope_low_freq_factor = r.at("low_freq_factor").get<double>();
+        c.rope_high_freq_factor = r.at("high_freq_factor").get<double>();
+        c.rope_original_max_seq_len = r.at("original_max_position_embeddings").get<int>();
+      }
+    }
   } catch (const nlohmann::json::exception& e) {
     return Status::error(fmt::format("{}: {}", cfg_path, e.what()));
   }
@@ -234,11 +280,9 @@ Status export_hf_check(const std::string& step_dir, const std::string& out_dir, 
   std::vector<float> pa, pb;
   if (Status s = ckpt_load_model(step_dir, ca, pa); !s) return s;
   if (Status s = export_hf_load(out_dir, cb, pb); !s) return s;
+  // Every key that changes what the model computes (not recompute or init_std).
   auto same = [](const ModelConfig& a, const ModelConfig& b) {
-    return a.vocab_size == b.vocab_size && a.d_model == b.d_model && a.n_layers == b.n_layers &&
-           a.n_heads == b.n_heads && a.n_kv_heads == b.n_kv_heads && a.ffn_hidden == b.ffn_hidden &&
-           a.max_seq_len == b.max_seq_len && a.rope_theta == b.rope_theta && a.norm_eps == b.norm_eps &&
-           a.tie_embeddings == b.tie_embeddings;
+    return model_config_to_toml(model_config_canonical(a)) == model_config_to_toml(model_config_canonical(b));
   };
   if (!same(ca, cb))
     return Status::error(fmt::format("{}/config.json describes a different model than {}", out_dir, step_dir));

@@ -21,7 +21,11 @@ struct HfExportStats {
   bool tokenizer = false;      // tokenizer.json written
 };
 
-// config.json of LlamaForCausalLM for c; eos/bos ids when the tokenizer has an end-of-document
+// The Hugging Face class that computes what c does: Qwen3ForCausalLM (qk_norm), Qwen2ForCausalLM
+// (qkv_bias), else LlamaForCausalLM (head_dim and rope_scaling are Llama keys); "" for qk_norm with
+// qkv_bias, which no class has.
+const char* export_hf_architecture(const ModelConfig& c);
+// config.json of that class for c; eos/bos ids when the tokenizer has an end-of-document
 // token (eod_id < 0: none).
 nlohmann::ordered_json export_hf_config(const ModelConfig& c, int64_t eod_id);
 

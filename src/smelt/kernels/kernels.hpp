@@ -23,6 +23,7 @@
 //    independent of the thread count, so results are bit-identical for any number of threads.
 #pragma once
 #include <cstdint>
+#include <vector>
 
 namespace smelt {
 
@@ -49,11 +50,33 @@ void rmsnorm_forward_ref(float* out, float* rstd, const float* inp, const float*
 void rmsnorm_backward_ref(float* dinp, float* dweight, const float* dout, const float* inp,
                           const float* weight, const float* rstd, int N, int C);
 
+// Per-head RMSNorm (QK-norm): heads [0,nheads) of size HS starting at column col0 of each row of
+// x (N, row_stride), normalised in place with one weight (HS) shared by the heads. raw (N,
+// nheads*HS) keeps the input and rstd (N*nheads) its scale for backward.
+void head_rmsnorm_forward(float* x, float* raw, float* rstd, const float* weight, int N, int row_stride,
+                          int col0, int nheads, int HS, float eps);
+// dx: the same heads of the gradient, in place from d(normalised) to d(raw) (OVERWRITES: the
+// heads are not the residual stream); dweight (HS) +=.
+void head_rmsnorm_backward(float* dx, float* dweight, const float* raw, const float* weight, const float* rstd,
+                           int N, int row_stride, int col0, int nheads, int HS);
+void head_rmsnorm_forward_ref(float* x, float* raw, float* rstd, const float* weight, int N, int row_stride,
+                              int col0, int nheads, int HS, float eps);
+void head_rmsnorm_backward_ref(float* dx, float* dweight, const float* raw, const float* weight,
+                               const float* rstd, int N, int row_stride, int col0, int nheads, int HS);
+
+// ---- bias.cpp -------------------------------------------------------------------------------
+// out (N,OC) += bias (OC) on every row; dbias (OC) += the column sums of dout (N,OC), each column
+// summed over the rows in order (the same bits for any thread count).
+void bias_forward(float* out, const float* bias, int N, int OC);
+void bias_backward(float* dbias, const float* dout, int N, int OC);
+
 // ---- rope.cpp -------------------------------------------------------------------------------
 // Rotary embedding [Su et al. 2021] in the Hugging Face Llama "rotate_half" layout: in each head,
-// element i pairs with i + HS/2, angle = pos * theta^(-2i/HS).
+// element i pairs with i + HS/2, angle = pos * inv_freq[i % (HS/2)] (theta^(-2i/HS) unscaled:
+// rope_theta_freq; the model's scaled ones: rope_inv_freq in model/config.hpp).
 // table (max_pos, HS/2, 2): cos, sin interleaved, filled once by rope_table.
-void rope_table(float* table, int max_pos, int HS, float theta);
+std::vector<double> rope_theta_freq(int HS, double theta);
+void rope_table(float* table, int max_pos, int HS, const double* inv_freq);
 // x (N, row_stride): heads [0,nheads) of size HS start at column col0 of each row; rotated in
 // place. pos (N) positions (nullptr: n % T). Backward is the inverse rotation, also in place.
 void rope_forward(float* x, const int32_t* pos, const float* table, int N, int T, int row_stride,
@@ -61,9 +84,9 @@ void rope_forward(float* x, const int32_t* pos, const float* table, int N, int T
 void rope_backward(float* dx, const int32_t* pos, const float* table, int N, int T,
                    int row_stride, int col0, int nheads, int HS);
 void rope_forward_ref(float* x, const int32_t* pos, int N, int T, int row_stride, int col0,
-                      int nheads, int HS, float theta);
+                      int nheads, int HS, const double* inv_freq);
 void rope_backward_ref(float* dx, const int32_t* pos, int N, int T, int row_stride, int col0,
-                       int nheads, int HS, float theta);
+                       int nheads, int HS, const double* inv_freq);
 
 // ---- attention.cpp --------------------------------------------------------------------------
 // Causal grouped-query attention, flash-style [Dao et al. 2022]: 64x64 query/key tiles (one small

@@ -36,6 +36,8 @@ int64_t layout(Activations* a, const ShardDims& d, bool recompute, int B, int T,
     la.ln1 = take(p + "ln1", N * C);
     la.rstd1 = take(p + "rstd1", N);
     la.qkv = take(p + "qkv", N * QKV);
+    la.qk_raw = d.qk_norm ? take(p + "qk_raw", N * (d.NH + d.NKV) * d.HS) : nullptr;
+    la.qk_rstd = d.qk_norm ? take(p + "qk_rstd", N * (d.NH + d.NKV)) : nullptr;
     la.att = take(p + "att", N * A);
     la.lse = take(p + "lse", (int64_t)B * d.NH * T);
     la.xmid = take(p + "xmid", N * C);
@@ -56,12 +58,14 @@ int64_t layout(Activations* a, const ShardDims& d, bool recompute, int B, int T,
   float* datt = take("datt", N * A);
   float* dgu = take("dgu", N * 2 * H);
   float* dsw = take("dsw", N * H);
+  float* dqk_norm = d.qk_norm ? take("dqk_norm", 2 * d.HS) : nullptr;
   if (a && base) {
     a->resid = resid;
     a->layers.clear();
     for (int l = 0; l < L; l++) a->layers.push_back(sets_v[recompute ? 0 : l]);
     a->lnf = lnf; a->rstdf = rstdf; a->logits = logits; a->losses = losses; a->lse_ce = lse_ce;
     a->dres = dres; a->dln = dln; a->dqkv = dqkv; a->datt = datt; a->dgu = dgu; a->dsw = dsw;
+    a->dqk_norm = dqk_norm;
   }
   return off;
 }

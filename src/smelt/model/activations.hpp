@@ -18,6 +18,8 @@ struct LayerActs {
   float* ln1;    // (N,C) input_layernorm output
   float* rstd1;  // (N)
   float* qkv;    // (N,QKV) q,k after RoPE, v
+  float* qk_raw;   // qk_norm: (N,(NH+NKV)*HS) q,k before their norm (else nullptr)
+  float* qk_rstd;  // qk_norm: (N*(NH+NKV))
   float* att;    // (N,NH*HS) attention output
   float* lse;    // (B,NH,T) attention logsumexp
   float* xmid;   // (N,C) residual after attention
@@ -45,6 +47,7 @@ struct Activations {
   float* datt = nullptr;     // (N,NH*HS)
   float* dgu = nullptr;      // (N,2H)
   float* dsw = nullptr;      // (N,H)
+  float* dqk_norm = nullptr; // qk_norm: (2*HS) one micro-batch's q,k norm weight gradient (summed over TP)
   std::vector<std::pair<std::string, int64_t>> slices;  // [slice] name, floats (for the report)
 };
 

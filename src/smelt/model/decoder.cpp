@@ -41,6 +41,7 @@ int64_t decoder_bytes(const ModelConfig& c, const DecoderOptions& o) {
   // the KV caches, RoPE table, row buffers (x, ln, head, qkv, att, gu, sw, rstd) and the rows'
   // positions, slots and tokens
   int64_t floats = 2 * cache + T * HS + r * (3 * C + c.qkv_size() + A + 3 * H + 1) + 3 * r;
+  if (c.qk_norm) floats += r * (c.n_heads + c.n_kv_heads) * (HS + 1);  // q,k before the norm and their scales
   int64_t halves = 0, q8 = 0;
   if (o.format == WeightFormat::kBf16) {
     halves = param_layout(c).total + r * widest;
@@ -102,7 +103,8 @@ Status Decoder::init(const ModelConfig& c, const float* params, const DecoderOpt
   kcache_.assign(cache, 0.0f);
   vcache_.assign(cache, 0.0f);
   rope_.assign((size_t)opt.slot_tokens * HS, 0.0f);
-  rope_table(rope_.data(), opt.slot_tokens, HS, (float)c.rope_theta);
+  const std::vector<double> inv_freq = rope_inv_freq(c);
+  rope_table(rope_.data(), opt.slot_tokens, HS, inv_freq.data());
   const size_t r = opt.max_rows;
   x_.assign(r * C, 0.0f);
   ln_.assign(r * C, 0.0f);
@@ -112,6 +114,9 @@ Status Decoder::init(const ModelConfig& c, const float* params, const DecoderOpt
   gu_.assign(r * 2 * H, 0.0f);
   sw_.assign(r * H, 0.0f);
   rstd_.assign(r, 0.0f);
+  const size_t qk_heads = c.qk_norm ? (size_t)(c.n_heads + c.n_kv_heads) : 0;
+  qk_raw_.assign(r * qk_heads * HS, 0.0f);
+  qk_rstd_.assign(r * qk_heads, 0.0f);
   posbuf_.assign(r, 0);
   slotbuf_.assign(r, 0);
   tokbuf_.assign(r, 0);
@@ -151,7 +156,8 @@ Status Decoder::init(const ModelConfig& c, const float* params, const DecoderOpt
   }
   bytes_ = (int64_t)sizeof(float) *
                (int64_t)(2 * cache + rope_.size() + x_.size() + ln_.size() + head_.size() + qkv_.size() +
-                         att_.size() + gu_.size() + sw_.size() + rstd_.size() + xr_.size() + 3 * r) +
+                         att_.size() + gu_.size() + sw_.size() + rstd_.size() + xr_.size() + qk_raw_.size() +
+                         qk_rstd_.size() + 3 * r) +
            (int64_t)sizeof(uint16_t) * (int64_t)(w16_.size() + x16_.size()) +
            (int64_t)sizeof(BlockQ8_0) * (int64_t)(wq_.size() + xq_.size());
   return Status::ok();
@@ -274,6 +280,12 @@ void Decoder::layer(int l, int n) {
   kernels_set_threads(threads);
   linear(qkv_.data(), ln_.data(), o.wqkv, n, C, QKV, 0.0f);
   kernels_set_threads(row_threads);
+  if (o.bqkv >= 0) bias_forward(qkv_.data(), w_ + o.bqkv, n, QKV);
+  if (o.qk_norm >= 0) {  // row-wise: batch invariant
+    head_rmsnorm_forward(qkv_.data(), qk_raw_.data(), qk_rstd_.data(), w_ + o.qk_norm, n, QKV, 0, NH, HS, eps);
+    head_rmsnorm_forward(qkv_.data(), qk_raw_.data() + (size_t)n * NH * HS, qk_rstd_.data() + (size_t)n * NH,
+                         w_ + o.qk_norm + HS, n, QKV, A, NKV, HS, eps);
+  }
   rope_forward(qkv_.data(), posbuf_.data(), rope_.data(), n, n, QKV, 0, NH, HS);
   rope_forward(qkv_.data(), posbuf_.data(), rope_.data(), n, n, QKV, A, NKV, HS);
   kernels_set_threads(threads);

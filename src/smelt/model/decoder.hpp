@@ -103,6 +103,7 @@ class Decoder {
   std::vector<float> kcache_, vcache_;  // (slots, L, slot_tokens, NKV*HS) each, keys after RoPE
   std::vector<float> rope_;             // (slot_tokens, HS/2, 2)
   std::vector<float> x_, ln_, qkv_, att_, gu_, sw_, rstd_, head_;  // per-row scratch
+  std::vector<float> qk_raw_, qk_rstd_;  // qk_norm: per-row q,k before their norm, and its scales
   std::vector<int32_t> posbuf_, slotbuf_, tokbuf_;                 // (max_rows)
 };
 

@@ -113,7 +113,8 @@ Status Model::init(const ModelConfig& c, const ModelShard& shard, int B, int T, 
     w16_ = {}, x16_ = {}, d16_ = {}, qkv16_ = {}, attn16_scratch_ = {}, head_block_ = {};
   }
   sparsity_scratch_.assign(T, 0.0f);
-  rope_table(rope_.data(), c.max_seq_len, c.head_size(), (float)c.rope_theta);
+  inv_freq_ = rope_inv_freq(c);
+  rope_table(rope_.data(), c.max_seq_len, c.head_size(), inv_freq_.data());
   init_params(seed);
   return Status::ok();
 }
@@ -148,8 +149,9 @@ void Model::init_params(uint64_t seed) {
   constexpr uint64_t kGamma = 0x9E3779B97F4A7C15ull;
   for (const auto& t : layout_.tensors) {
     float* p = params_.data() + t.offset;
-    if (t.full_cols == 1) {
-      for (int64_t i = 0; i < t.size(); i++) p[i] = 1.0f;
+    if (t.full_cols == 1) {  // norms start at 1, biases at 0
+      const bool bias = t.name.size() > 5 && t.name.compare(t.name.size() - 5, 5, ".bias") == 0;
+      for (int64_t i = 0; i < t.size(); i++) p[i] = bias ? 0.0f : 1.0f;
       continue;
     }
     bool resid = t.name.find("o_proj") != std::string::npos || t.name.find("down_proj") != std::string::npos;
@@ -197,6 +199,61 @@ void Model::linear_backward(float* dinp, int64_t w, const float* dout, const flo
   }
 }
 
+// qkv (N,QKV) from the GEMM -> + bias -> q,k heads RMSNormed -> RoPE on q,k (what attention reads).
+void Model::qkv_extras_forward(int l, int T) {
+  const int N = (int)(batch_->B * (int64_t)batch_->T), HS = d_.HS, NH = d_.NH, NKV = d_.NKV, QKV = d_.qkv();
+  const LayerOffsets& o = layout_.layers[l];
+  const LayerActs& a = acts_.layers[l];
+  const float* w = params_.data();
+  const int32_t* pos = batch_->positions.empty() ? nullptr : batch_->positions.data();
+  const bool ref = reference_;
+  if (o.bqkv >= 0) bias_forward(a.qkv, w + o.bqkv, N, QKV);
+  if (o.qk_norm >= 0) {
+    auto norm = ref ? head_rmsnorm_forward_ref : head_rmsnorm_forward;
+    const float eps = (float)cfg_.norm_eps;
+    norm(a.qkv, a.qk_raw, a.qk_rstd, w + o.qk_norm, N, QKV, 0, NH, HS, eps);
+    norm(a.qkv, a.qk_raw + (int64_t)N * NH * HS, a.qk_rstd + (int64_t)N * NH, w + o.qk_norm + HS, N, QKV, NH * HS,
+         NKV, HS, eps);
+  }
+  if (ref) {
+    rope_forward_ref(a.qkv, pos, N, T, QKV, 0, NH, HS, inv_freq_.data());
+    rope_forward_ref(a.qkv, pos, N, T, QKV, NH * HS, NKV, HS, inv_freq_.data());
+  } else {
+    rope_forward(a.qkv, pos, rope_.data(), N, T, QKV, 0, NH, HS);
+    rope_forward(a.qkv, pos, rope_.data(), N, T, QKV, NH * HS, NKV, HS);
+  }
+}
+
+// dqkv from attention -> through RoPE -> through the QK-norm (its weights' gradient summed over the
+// TP ranks, each of which saw its own heads) -> the bias's gradient; dqkv is then the GEMM output's.
+void Model::qkv_extras_backward(int l, int T) {
+  const int N = (int)(batch_->B * (int64_t)batch_->T), HS = d_.HS, NH = d_.NH, NKV = d_.NKV, QKV = d_.qkv();
+  const LayerOffsets& o = layout_.layers[l];
+  const LayerActs& a = acts_.layers[l];
+  const Activations& s = acts_;
+  const float* w = params_.data();
+  float* g = grads_.data();
+  const int32_t* pos = batch_->positions.empty() ? nullptr : batch_->positions.data();
+  const bool ref = reference_;
+  if (ref) {
+    rope_backward_ref(s.dqkv, pos, N, T, QKV, 0, NH, HS, inv_freq_.data());
+    rope_backward_ref(s.dqkv, pos, N, T, QKV, NH * HS, NKV, HS, inv_freq_.data());
+  } else {
+    rope_backward(s.dqkv, pos, rope_.data(), N, T, QKV, 0, NH, HS);
+    rope_backward(s.dqkv, pos, rope_.data(), N, T, QKV, NH * HS, NKV, HS);
+  }
+  if (o.qk_norm >= 0) {
+    auto norm = ref ? head_rmsnorm_backward_ref : head_rmsnorm_backward;
+    std::memset(s.dqk_norm, 0, sizeof(float) * 2 * HS);
+    norm(s.dqkv, s.dqk_norm, a.qk_raw, w + o.qk_norm, a.qk_rstd, N, QKV, 0, NH, HS);
+    norm(s.dqkv, s.dqk_norm + HS, a.qk_raw + (int64_t)N * NH * HS, w + o.qk_norm + HS, a.qk_rstd + (int64_t)N * NH,
+         N, QKV, NH * HS, NKV, HS);
+    tp_sum(s.dqk_norm, 2 * HS);
+    for (int i = 0; i < 2 * HS; i++) g[o.qk_norm + i] += s.dqk_norm[i];
+  }
+  if (o.bqkv >= 0) bias_backward(g + o.bqkv, s.dqkv, N, QKV);
+}
+
 void Model::layer_forward(int l, int B, int T) {
   TraceSpan span("forward.layer", "layer", d_.l0 + l);
   const ModelConfig& c = cfg_;
@@ -205,7 +262,6 @@ void Model::layer_forward(int l, int B, int T) {
   const LayerOffsets& o = layout_.layers[l];
   const float* w = params_.data();
   const LayerActs& a = acts_.layers[l];
-  const int32_t* pos = batch_->positions.empty() ? nullptr : batch_->positions.data();
   const int32_t* seg = batch_->segments.empty() || !batch_->mask_segments ? nullptr : batch_->segments.data();
   float* x = acts_.resid[l];
 
@@ -215,15 +271,11 @@ void Model::layer_forward(int l, int B, int T) {
   prof_mark(kPNormF);
   linear_forward(a.qkv, a.ln1, o.wqkv, N, C, QKV, 0.0f);
   prof_mark(kPQkvF);
+  qkv_extras_forward(l, T);
+  prof_mark(kPRopeF);
   if (ref) {
-    rope_forward_ref(a.qkv, pos, N, T, QKV, 0, NH, HS, (float)c.rope_theta);
-    rope_forward_ref(a.qkv, pos, N, T, QKV, NH * HS, NKV, HS, (float)c.rope_theta);
-    prof_mark(kPRopeF);
     attention_forward_ref(a.att, a.qkv, seg, ref_scratch_.data(), B, T, NH, NKV, HS);
   } else {
-    rope_forward(a.qkv, pos, rope_.data(), N, T, QKV, 0, NH, HS);
-    rope_forward(a.qkv, pos, rope_.data(), N, T, QKV, NH * HS, NKV, HS);
-    prof_mark(kPRopeF);
     if (precision_ == Precision::kBf16)
       attention_forward_bf16(a.att, a.lse, qkv16_.data(), attn16_scratch_.data(), a.qkv, seg, B, T, NH, NKV, HS);
     else
@@ -448,7 +500,6 @@ void Model::cross_entropy_backward_tp(const Batch& b, float dloss) {
 
 void Model::layer_backward(int l, int B, int T) {
   TraceSpan span("backward.layer", "layer", d_.l0 + l);
-  const ModelConfig& c = cfg_;
   const int N = B * T, C = d_.C, H = d_.H, HS = d_.HS;
   const int NH = d_.NH, NKV = d_.NKV, QKV = d_.qkv(), A = d_.A();
   const LayerOffsets& o = layout_.layers[l];
@@ -456,7 +507,6 @@ void Model::layer_backward(int l, int B, int T) {
   float* g = grads_.data();
   const LayerActs& a = acts_.layers[l];
   const Activations& s = acts_;
-  const int32_t* pos = batch_->positions.empty() ? nullptr : batch_->positions.data();
   const int32_t* seg = batch_->segments.empty() || !batch_->mask_segments ? nullptr : batch_->segments.data();
 
   // MLP block: y = xmid + down(swiglu(gate_up(rmsnorm(xmid)))); dres holds dy, becomes dxmid.
@@ -475,21 +525,15 @@ void Model::layer_backward(int l, int B, int T) {
   // Attention block: xmid = x + o(attn(rope(qkv(rmsnorm(x))))); dres becomes dx.
   linear_backward(s.datt, o.wo, s.dres, a.att, N, A, C);
   prof_mark(kPOB);
-  if (ref) {
+  if (ref)
     attention_backward_ref(s.dqkv, s.datt, a.qkv, seg, ref_scratch_.data(), B, T, NH, NKV, HS);
-    prof_mark(kPAttnB);
-    rope_backward_ref(s.dqkv, pos, N, T, QKV, 0, NH, HS, (float)c.rope_theta);
-    rope_backward_ref(s.dqkv, pos, N, T, QKV, NH * HS, NKV, HS, (float)c.rope_theta);
-  } else {
-    if (precision_ == Precision::kBf16)
-      attention_backward_bf16(s.dqkv, qkv16_.data(), d16_.data(), attn16_scratch_.data(), s.datt, a.qkv, a.att,
-                              a.lse, seg, B, T, NH, NKV, HS);
-    else
-      attention_backward(s.dqkv, s.datt, a.qkv, a.att, a.lse, seg, B, T, NH, NKV, HS);
-    prof_mark(kPAttnB);
-    rope_backward(s.dqkv, pos, rope_.data(), N, T, QKV, 0, NH, HS);
-    rope_backward(s.dqkv, pos, rope_.data(), N, T, QKV, NH * HS, NKV, HS);
-  }
+  else if (precision_ == Precision::kBf16)
+    attention_backward_bf16(s.dqkv, qkv16_.data(), d16_.data(), attn16_scratch_.data(), s.datt, a.qkv, a.att,
+                            a.lse, seg, B, T, NH, NKV, HS);
+  else
+    attention_backward(s.dqkv, s.datt, a.qkv, a.att, a.lse, seg, B, T, NH, NKV, HS);
+  prof_mark(kPAttnB);
+  qkv_extras_backward(l, T);
   prof_mark(kPRopeB);
   linear_backward(s.dln, o.wqkv, s.dqkv, a.ln1, N, C, QKV);
   tp_sum(s.dln, (int64_t)N * C);

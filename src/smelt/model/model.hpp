@@ -132,6 +132,10 @@ class Model {
   void prof_mark(int op);
   void layer_forward(int l, int B, int T);
   void layer_backward(int l, int B, int T);
+  // The attention input's extras after the q/k/v GEMM: bias, QK-norm, RoPE (and their backward,
+  // from the attention's dqkv back to the GEMM's output gradient).
+  void qkv_extras_forward(int l, int T);
+  void qkv_extras_backward(int l, int T);
   // One linear layer, out (N,OC) = beta out + inp (N,IC) @ W^T with W at params offset w, in the
   // model's precision (and on the references in reference mode); its backward likewise.
   void linear_forward(float* out, const float* inp, int64_t w, int N, int IC, int OC, float beta);
@@ -169,6 +173,7 @@ class Model {
   Activations acts_;
   std::vector<float> params_, grads_;
   std::vector<float> rope_;  // (max_seq_len, HS/2, 2)
+  std::vector<double> inv_freq_;  // (HS/2) RoPE's frequencies, scaled (rope_inv_freq)
   mutable std::vector<float> sparsity_scratch_;  // (Tmax) attention_sparsity's scores
   int Bmax_ = 0, Tmax_ = 0, threads_ = 1;
   bool reference_ = false;

@@ -53,6 +53,21 @@ ParamLayout param_layout(const ModelConfig& c, const ModelShard& s) {
         p.tensors.back().replica = s.tp_rank % (s.tp / c.n_kv_heads) != 0;
       }
     }
+    if (c.qkv_bias) {  // sharded as the rows they add to; owned as the projections are
+      o.bqkv = add(pre + "self_attn.q_proj.bias", NH * HS, 1, false, held, d.q0 * HS, d.NH * HS, 0, 1);
+      if (held) p.tensors.back().replica = false;
+      for (const char* kv : {"self_attn.k_proj.bias", "self_attn.v_proj.bias"}) {
+        add(pre + kv, NKV * HS, 1, false, held, d.kv0 * HS, d.NKV * HS, 0, 1);
+        if (held) {
+          p.tensors.back().kv_shared = d.kv_replicated;
+          p.tensors.back().replica = d.kv_replicated && s.tp_rank % (s.tp / c.n_kv_heads) != 0;
+        }
+      }
+    }
+    if (c.qk_norm) {  // every TP rank holds them (rank 0 owns them); the model sums their gradient over TP
+      o.qk_norm = whole(pre + "self_attn.q_norm.weight", HS, 1, false, held);
+      whole(pre + "self_attn.k_norm.weight", HS, 1, false, held);
+    }
     o.wo = add(pre + "self_attn.o_proj.weight", C, NH * HS, true, held, 0, C, d.q0 * HS, d.NH * HS);
     o.ln2 = whole(pre + "post_attention_layernorm.weight", C, 1, false, held);
     o.wgu = add(pre + "mlp.gate_proj.weight", H, C, true, held, d.h0, d.H, 0, C);

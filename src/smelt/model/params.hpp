@@ -33,9 +33,10 @@ struct ParamTensor {
 };
 
 // Offsets (in floats) of one layer's tensors. q,k,v are adjacent (one fused GEMM: wqkv) and so
-// are gate,up (one fused GEMM: wgu), in that order.
+// are gate,up (one fused GEMM: wgu), in that order; so are the q,k,v biases (bqkv, one vector of
+// the qkv row's width) and the q,k norms (qk_norm: two HS vectors). -1: the config has none.
 struct LayerOffsets {
-  int64_t ln1, wqkv, wo, ln2, wgu, wdown;
+  int64_t ln1, wqkv, bqkv = -1, qk_norm = -1, wo, ln2, wgu, wdown;
 };
 
 struct ParamLayout {
@@ -45,7 +46,8 @@ struct ParamLayout {
   int64_t total = 0;                 // floats
 };
 
-// Order: model.embed_tokens.weight; per layer: input_layernorm, self_attn.{q,k,v,o}_proj,
+// Order: model.embed_tokens.weight; per layer: input_layernorm, self_attn.{q,k,v}_proj.weight,
+// self_attn.{q,k,v}_proj.bias (qkv_bias), self_attn.{q,k}_norm.weight (qk_norm), o_proj,
 // post_attention_layernorm, mlp.{gate,up,down}_proj; model.norm.weight; lm_head.weight (untied).
 ParamLayout param_layout(const ModelConfig& c);
 // One shard's tensors, in the same order, each the box of its full tensor the shard holds

@@ -77,6 +77,7 @@ ShardDims shard_dims(const ModelConfig& c, const ModelShard& s) {
   d.L = (s.layer_end < 0 ? c.n_layers : s.layer_end) - s.layer_begin;
   d.embed = s.first();
   d.head = s.last();
+  d.qkv_bias = c.qkv_bias, d.qk_norm = c.qk_norm;
   return d;
 }
 

@@ -34,6 +34,7 @@ struct ShardDims {
   bool embed = true;        // looks up the embedding (first stage)
   bool head = true;         // the final norm, the LM head and the loss (last stage)
   bool kv_replicated = false;  // fewer KV heads than TP ranks: each KV head is held by tp / n_kv_heads ranks
+  bool qkv_bias = false, qk_norm = false;  // the config's (the layer's extra tensors and activations)
   int qkv() const { return (NH + 2 * NKV) * HS; }
   int A() const { return NH * HS; }
 };

@@ -6,13 +6,18 @@
 
 namespace smelt {
 
-void rope_table(float* table, int max_pos, int HS, float theta) {
+std::vector<double> rope_theta_freq(int HS, double theta) {
+  std::vector<double> f(HS / 2);
+  for (int i = 0; i < HS / 2; i++) f[i] = std::pow(theta, -2.0 * i / HS);
+  return f;
+}
+
+void rope_table(float* table, int max_pos, int HS, const double* inv_freq) {
   int half = HS / 2;
   for (int p = 0; p < max_pos; p++)
     for (int i = 0; i < half; i++) {
       // angle in double so the table matches an fp64 reference to fp32 rounding
-      double freq = std::pow((double)theta, -2.0 * i / HS);
-      double a = p * freq;
+      double a = p * inv_freq[i];
       table[((int64_t)p * half + i) * 2] = (float)std::cos(a);
       table[((int64_t)p * half + i) * 2 + 1] = (float)std::sin(a);
     }
@@ -53,7 +58,7 @@ void rope_backward(float* dx, const int32_t* pos, const float* table, int N, int
 namespace {
 // The textbook form: x*cos + sign*rotate_half(x)*sin, angles computed directly.
 void rope_ref(float* x, const int32_t* pos, int N, int T, int row_stride, int col0, int nheads,
-              int HS, float theta, double sign) {
+              int HS, const double* inv_freq, double sign) {
   int half = HS / 2;
   for (int n = 0; n < N; n++) {
     int p = pos ? pos[n] : n % T;
@@ -61,7 +66,7 @@ void rope_ref(float* x, const int32_t* pos, int N, int T, int row_stride, int co
       float* v = x + (int64_t)n * row_stride + col0 + h * HS;
       double tmp[1024];
       for (int i = 0; i < HS; i++) {
-        double a = p * std::pow((double)theta, -2.0 * (i % half) / HS);
+        double a = p * inv_freq[i % half];
         double rot = i < half ? -v[i + half] : v[i - half];
         tmp[i] = v[i] * std::cos(a) + sign * rot * std::sin(a);
       }
@@ -73,13 +78,13 @@ void rope_ref(float* x, const int32_t* pos, int N, int T, int row_stride, int co
 }  // namespace
 
 void rope_forward_ref(float* x, const int32_t* pos, int N, int T, int row_stride, int col0,
-                      int nheads, int HS, float theta) {
-  rope_ref(x, pos, N, T, row_stride, col0, nheads, HS, theta, 1.0);
+                      int nheads, int HS, const double* inv_freq) {
+  rope_ref(x, pos, N, T, row_stride, col0, nheads, HS, inv_freq, 1.0);
 }
 
 void rope_backward_ref(float* dx, const int32_t* pos, int N, int T, int row_stride, int col0,
-                       int nheads, int HS, float theta) {
-  rope_ref(dx, pos, N, T, row_stride, col0, nheads, HS, theta, -1.0);
+                       int nheads, int HS, const double* inv_freq) {
+  rope_ref(dx, pos, N, T, row_stride, col0, nheads, HS, inv_freq, -1.0);
 }
 
 }  // namespace smelt

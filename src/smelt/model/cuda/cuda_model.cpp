@@ -117,6 +117,9 @@ Status CudaModel::init(const ModelConfig& c, int B, int T, Precision precision, 
                                      c.head_size()));
   if (precision != Precision::kFp32 && precision != Precision::kBf16)
     return Status::error("[cuda] precision: fp32 or bf16");
+  if (c.qkv_bias || c.qk_norm)
+    return Status::error(fmt::format("[cuda] [model] {}: the CUDA backend has no kernels for it yet; train this "
+                                     "model on the CPU (--device cpu)", c.qkv_bias ? "qkv_bias" : "qk_norm"));
   if (auto e = cuda::set_device(device); !e.empty()) return Status::error("[cuda] " + e);
   cfg_ = c;
   layout_ = param_layout(c);
@@ -138,7 +141,8 @@ Status CudaModel::init(const ModelConfig& c, int B, int T, Precision precision, 
   plan_buffers();
   cuda::memset_device(base_, 0, bytes_, stream_);
   std::vector<float> table((size_t)c.max_seq_len * c.head_size());
-  rope_table(table.data(), c.max_seq_len, c.head_size(), (float)c.rope_theta);
+  const std::vector<double> inv_freq = rope_inv_freq(c);
+  rope_table(table.data(), c.max_seq_len, c.head_size(), inv_freq.data());
   cuda::copy_to_device(rope_, table.data(), (int64_t)table.size() * 4, stream_);
   const int N = B * T;
   h_order_.assign(N, 0), h_starts_.assign(N + 1, 0), h_tokens_.assign(N, 0), h_count_.assign(c.vocab_size, 0);
