@@ -9,6 +9,7 @@
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
 
 #include "smelt/cli/cli_parse.hpp"
@@ -19,15 +20,37 @@
 #include "smelt/common/stop_signals.hpp"
 #include "smelt/model/activations.hpp"
 #include "smelt/obs/trace.hpp"
+#include "smelt/train/init_from.hpp"
 #include "smelt/train/train_config.hpp"
 #include "smelt/train/trainer.hpp"
 
 namespace smelt {
 
+namespace {
+
+// --init-from (or [train] init_from): the config's [model] and tokenizer become the source's
+// before it is read (init_from.hpp).
+int apply_init_from(toml::table& root) {
+  const std::string from = root["train"]["init_from"].value_or(std::string());
+  if (from.empty()) return kExitOk;
+  InitSource src;
+  if (Status s = init_from_resolve(from, src); !s) {
+    spdlog::error("{}", s.message());
+    return kExitFailure;
+  }
+  std::vector<std::string> changed;
+  init_from_apply(src, root, &changed);
+  spdlog::info("[model] from {}{}", src.step_dir.empty() ? src.hf_dir : src.step_dir,
+               changed.empty() ? std::string() : fmt::format(" ({} set from it)", fmt::join(changed, ", ")));
+  return kExitOk;
+}
+
+}  // namespace
+
 int cli_train(int argc, char** argv) {
   CLI::App app{"smelt train: train the Llama-style decoder on token shards (docs/train.md)"};
   app.name("smelt train");
-  std::string config_path, data, run_dir, trace_steps, device;
+  std::string config_path, data, run_dir, trace_steps, device, init_from;
   std::vector<std::string> sets;
   int64_t steps = -1, save_every = -1;
   int threads = -1;
@@ -50,6 +73,9 @@ int cli_train(int argc, char** argv) {
                  "write a timeline trace of steps A-B (or one step N) to RUN/trace/rank*.json (trace.steps; "
                  "docs/trace.md)");
   app.add_flag("--resume", resume, "continue from the newest valid checkpoint in the run folder");
+  app.add_option("--init-from", init_from,
+                 "start from these weights: a run folder, a checkpoint step folder or a Hugging Face folder "
+                 "(train.init_from; fresh optimizer and schedule; docs/import.md)");
   app.add_flag("--print-config", print_config, "print the resolved configuration and exit");
   app.add_flag("--dry-run", dry_run, "plan the memory, check the data and exit");
   app.add_flag("--json", json_out, "print the summary as JSON on stdout");
@@ -65,6 +91,7 @@ int cli_train(int argc, char** argv) {
   if (save_every >= 0) sets.push_back(fmt::format("ckpt.save_every={}", save_every));
   if (!run_dir.empty()) sets.push_back("train.run_dir=\"" + run_dir + "\"");
   if (!device.empty()) sets.push_back("train.device=\"" + device + "\"");
+  if (!init_from.empty()) sets.push_back("train.init_from=\"" + init_from + "\"");
   if (!trace_steps.empty()) {
     int64_t first = 0, last = -1;
     Status s = trace_parse_steps(trace_steps, first, last);
@@ -84,6 +111,7 @@ int cli_train(int argc, char** argv) {
     spdlog::error("{}", st.message());
     return kExitUsage;
   }
+  if (int rc = apply_init_from(root); rc != kExitOk) return rc;
   TrainConfig c;
   if (Status s = train_config_read(root, c); !s) {
     spdlog::error("{}", s.message());

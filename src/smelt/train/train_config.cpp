@@ -31,6 +31,8 @@ const Schema<TrainOptions>& train_schema() {
        field("threads", &T::threads, "0 = every core", in_range(0, 1024, "0: every core")),
        field("seed", &T::seed, "weight init"),
        field("tokenizer", &T::tokenizer, "its EOD id feeds the loader; copied into every checkpoint"),
+       field("init_from", &T::init_from,
+             "start from these weights (run, checkpoint or Hugging Face folder): fresh optimizer and schedule"),
        field("memory_mb", &T::memory_mb, "budget for the memory plan (0 = physical memory)", at_least(0)),
        field("memory_ceiling_mb", &T::memory_ceiling_mb,
              "a rank whose resident memory passes this many MiB stops with the plan beside it (0 = off)", at_least(0)),

@@ -57,6 +57,9 @@ struct TrainOptions {            // [train]
   int threads = 0;               // 0: every core
   uint64_t seed = 1234;          // weight init (the loader's order comes from [data] seed)
   std::string tokenizer;         // optional: EOD id, hash in checkpoints, a copy for generate
+  // Continued pretraining: start from these weights (a run folder, a checkpoint step folder or a
+  // Hugging Face folder; train/init_from.hpp) with a fresh optimizer and schedule.
+  std::string init_from;
   int64_t memory_mb = 0;         // refuse a model whose plan exceeds this (0: physical memory)
   int64_t memory_ceiling_mb = 0;  // stop a rank whose resident memory passes this, plan beside it (0: off)
   int log_every = 1;             // metrics.jsonl line every N steps

@@ -42,6 +42,9 @@ Status Trainer::start() {
     std::error_code ec;
     fs::remove(metrics_path_, ec);
   }
+  if (!have_resume_pos_ && !c_.train.init_from.empty()) {
+    if (Status s = init_weights_from(); !s) return s;
+  }
   if (Status s = feed_.open(data_, have_resume_pos_ ? &loader_pos_ : nullptr); !s) return s;
   if (lead_) {
     metrics_.open(metrics_path_, std::ios::app);

@@ -11,6 +11,7 @@
 #include "smelt/common/clock.hpp"
 #include "smelt/common/config.hpp"
 #include "smelt/common/files.hpp"
+#include "smelt/train/init_from.hpp"
 #include "smelt/train/step_report.hpp"
 #include "smelt/train/trainer_impl.hpp"
 
@@ -156,6 +157,32 @@ Status Trainer::resume_from_checkpoint() {
   last_ckpt_ = dir;
   spdlog::info("resuming from {} (step {}, {} tokens)", dir, step_, human_count((double)tokens_));
   return lead_ ? truncate_metrics(metrics_path_, step_, st.value("metrics_line", std::string())) : Status::ok();
+}
+
+Status Trainer::init_weights_from() {
+  InitSource src;
+  if (Status s = init_from_resolve(c_.train.init_from, src); !s) return s;
+  ModelConfig want = src.model;
+  want.max_seq_len = c_.model.max_seq_len;
+  if (model_config_to_toml(model_config_canonical(want)) != model_config_to_toml(model_config_canonical(c_.model)))
+    return Status::error(fmt::format("[train] init_from {}: this run's [model] is not the source's (smelt train "
+                                     "--init-from sets it; a config that names init_from itself must copy the "
+                                     "source's [model])", c_.train.init_from));
+  if (Status s = init_from_load(src, c_.model, model_.layout(), model_.params()); !s) return s;
+  if (gpu_) gpu_->from_host(model_, opt_);
+  std::vector<std::string> unchecked;
+  if (tok_) {
+    if (Status s = init_from_check_data(c_.data.sources, *tok_, &unchecked); !s) return s;
+    for (const auto& p : unchecked)
+      spdlog::warn("[train] init_from: {}.stats.json names no tokenizer; cannot check that {} was tokenized with the "
+                   "model's tokenizer", p, p);
+  } else {
+    spdlog::warn("[train] init_from {}: no tokenizer ([train] tokenizer, or the source's tokenizer.json): the data's "
+                 "tokenizer is not checked", c_.train.init_from);
+  }
+  spdlog::info("weights from {} ({} parameters); optimizer and schedule start fresh at step 0",
+               src.step_dir.empty() ? src.hf_dir : src.step_dir, param_count(c_.model));
+  return Status::ok();
 }
 
 // Every rank writes its part, then (a barrier) rank 0 commits the step: used for a multi-rank save

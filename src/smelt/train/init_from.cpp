@@ -1,0 +1,143 @@
+// --init-from: the source's config and tokenizer, its weights into a shard, the shards' tokenizer
+// check (init_from.hpp).
+#include "smelt/train/init_from.hpp"
+
+#include <filesystem>
+#include <sstream>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
+#include <toml++/toml.h>
+
+#include "smelt/ckpt/checkpoint.hpp"
+#include "smelt/common/files.hpp"
+#include "smelt/dataset/blend.hpp"
+
+namespace fs = std::filesystem;
+
+namespace smelt {
+
+namespace {
+
+Status resolve_checkpoint(const std::string& source, InitSource& out) {
+  std::error_code ec;
+  if (fs::exists(fs::path(source) / "manifest.json", ec)) {
+    out.step_dir = source;
+  } else {
+    std::vector<std::string> warnings;
+    Status s = ckpt_find_latest(source, out.step_dir, &warnings);
+    for (const auto& w : warnings) spdlog::warn("{}", w);
+    if (!s)
+      return Status::error(fmt::format("[train] init_from {}: not a Hugging Face folder (no config.json), not a "
+                                       "checkpoint (no manifest.json) and {}", source, s.message()));
+  }
+  CkptManifest m;
+  if (Status s = ckpt_read_manifest(out.step_dir, m); !s) return s;
+  try {
+    toml::table root = toml::parse(m.config_toml);
+    if (Status s = model_config_read(root, out.model); !s)
+      return Status::error(fmt::format("{}/manifest.json config_toml: {}", out.step_dir, s.message()));
+  } catch (const toml::parse_error& e) {
+    return Status::error(fmt::format("{}/manifest.json: config_toml line {}: {}", out.step_dir, e.source().begin.line,
+                                     e.description()));
+  }
+  const fs::path tok = fs::path(out.step_dir) / "tokenizer.json";
+  if (fs::exists(tok, ec)) out.tokenizer_path = tok.string();
+  return Status::ok();
+}
+
+// A Hugging Face folder goes through `smelt import` first (its checks and its record of the source).
+Status init_from_resolve_hf(const std::string& source, InitSource&) {
+  return Status::error(fmt::format("[train] init_from {}: a Hugging Face folder; import it first (smelt import --hf {} "
+                                   "--output RUN) and start from RUN", source, source));
+}
+
+}  // namespace
+
+Status init_from_resolve(const std::string& source, InitSource& out) {
+  out = InitSource{};
+  out.given = source;
+  std::error_code ec;
+  if (!fs::is_directory(source, ec))
+    return Status::error(fmt::format("[train] init_from {}: not a directory (want a run folder, a checkpoint step "
+                                     "folder or a Hugging Face folder)", source));
+  Status s = Status::ok();
+  if (fs::exists(fs::path(source) / "config.json", ec)) {
+    out.hf_dir = source;
+    s = init_from_resolve_hf(source, out);
+  } else {
+    s = resolve_checkpoint(source, out);
+  }
+  if (!s) return s;
+  out.model.recompute = false;
+  return Status::ok();
+}
+
+void init_from_apply(const InitSource& src, toml::table& root, std::vector<std::string>* changed) {
+  ModelConfig next = src.model;
+  const toml::node_view<toml::node> run = root["model"];
+  next.recompute = run["recompute"].value_or(false);
+  next.max_seq_len = (int)run["max_seq_len"].value_or((int64_t)next.max_seq_len);
+  toml::table model = model_config_to_toml(next);
+  if (changed && run.is_table()) {
+    auto text = [](const toml::node* n) {
+      if (!n) return std::string();
+      toml::table t;
+      t.insert_or_assign("v", *n);
+      std::ostringstream os;
+      os << t;
+      return os.str();
+    };
+    for (const auto& [k, v] : *run.as_table())
+      if (text(&v) != text(model.get(k))) changed->push_back(std::string(k.str()));
+  }
+  root.insert_or_assign("model", std::move(model));
+  if (!root["train"].is_table()) root.insert_or_assign("train", toml::table{});
+  toml::table& train = *root["train"].as_table();
+  if (train["tokenizer"].value_or(std::string()).empty() && !src.tokenizer_path.empty())
+    train.insert_or_assign("tokenizer", src.tokenizer_path);
+}
+
+Status init_from_load(const InitSource& src, const ModelConfig& cfg, const ParamLayout& layout, float* params) {
+  (void)cfg;
+  CkptManifest m;
+  if (Status s = ckpt_read_manifest(src.step_dir, m); !s) return s;
+  for (const ParamTensor& t : layout.tensors)
+    if (Status s = ckpt_read_box(src.step_dir, m, t.name, t.full_rows, t.full_cols,
+                                 CkptBox{t.row0, t.col0, t.rows, t.cols}, params + t.offset);
+        !s)
+      return Status::error(fmt::format("[train] init_from {}: {}", src.given, s.message()));
+  return Status::ok();
+}
+
+Status init_from_check_data(const std::string& sources, const Tokenizer& tok, std::vector<std::string>* unchecked) {
+  std::vector<DataSource> src;
+  if (Status s = blend_parse_sources(sources, src); !s) return s;
+  const std::string want = fmt::format("{:016x}", tok.content_hash());
+  for (const DataSource& d : src) {
+    const std::string path = d.prefix + ".stats.json";
+    std::string text;
+    std::error_code ec;
+    if (!fs::exists(path, ec) || !files_read_small(path, text)) {
+      if (unchecked) unchecked->push_back(d.prefix);
+      continue;
+    }
+    std::string have;
+    try {
+      have = nlohmann::json::parse(text).at("tokenizer").value("content_hash", "");
+    } catch (const std::exception& e) {
+      return Status::error(fmt::format("{}: {}", path, e.what()));
+    }
+    if (have.empty()) {
+      if (unchecked) unchecked->push_back(d.prefix);
+    } else if (have != want) {
+      return Status::error(fmt::format("[train] init_from: data source {} was tokenized with tokenizer {} ({}), not "
+                                       "with the model's ({}): re-tokenize it with the model's tokenizer.json", d.name,
+                                       have, path, want));
+    }
+  }
+  return Status::ok();
+}
+
+}  // namespace smelt
