@@ -23,6 +23,7 @@
   X("generate", cli_generate, FULL, "sample text from a checkpoint or GGUF file (KV-cache decoding)")   \
   X("ckpt", cli_ckpt, FULL, "verify | list checkpoints")                                                \
   X("export", cli_export, FULL, "a checkpoint -> Hugging Face safetensors or a GGUF file")              \
+  X("import", cli_import, FULL, "a Hugging Face Llama/Mistral/Qwen folder -> a Smelt checkpoint")      \
   X("pipeline", cli_pipeline, FULL, "run every stage of a pipeline config in order")                    \
   X("machine", cli_machine, FULL, "the CPU, its peaks, the GEMM back ends and a model's GEMM rates")    \
   X("plan", cli_plan, FULL, "the parallel layouts of a model on a cluster: memory and step time")      \

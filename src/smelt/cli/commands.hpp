@@ -14,6 +14,7 @@ int cli_eval(int argc, char** argv);      // eval_cmd.cpp
 int cli_generate(int argc, char** argv);  // generate_cmd.cpp
 int cli_ckpt(int argc, char** argv);      // ckpt_cmd.cpp: verify | list
 int cli_export(int argc, char** argv);    // export_cmd.cpp
+int cli_import(int argc, char** argv);    // import_cmd.cpp
 int cli_pipeline(int argc, char** argv);  // pipeline_cmd.cpp
 int cli_machine(int argc, char** argv);   // machine_cmd.cpp
 int cli_plan(int argc, char** argv);      // plan_cmd.cpp
