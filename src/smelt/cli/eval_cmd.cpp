@@ -192,6 +192,11 @@ int cli_eval(int argc, char** argv) {
     spdlog::error("{}: the stored config does not parse: {}", dir, e.description());
     return kExitFailure;
   }
+  // A checkpoint no run wrote (`smelt import`'s) stores no sources: --data's stand in.
+  if (root["data"]["sources"].value_or(std::string()).empty()) {
+    if (!root["data"].is_table()) root.insert_or_assign("data", toml::table{});
+    root["data"].as_table()->insert_or_assign("sources", data);
+  }
   LoaderConfig lc;
   if (Status s = loader_config_read(root, lc); !s) {
     spdlog::error("{}: stored [data]: {}", dir, s.message());
