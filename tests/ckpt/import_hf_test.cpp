@@ -393,6 +393,10 @@ struct FamilyCase {
   int vocab;              // 0: the tokenizer's, rounded up to 64
 };
 
+void PrintTo(const FamilyCase& c, std::ostream* os) {
+  *os << c.family << " " << c.dtype << " " << c.shards << " shard(s), " << c.tokenizer;
+}
+
 class ImportHfFamily : public ::testing::TestWithParam<FamilyCase> {};
 
 TEST_P(ImportHfFamily, LogprobsMatchTheHfForwardOnRealTextAndExportGivesTheSourceBack) {
