@@ -298,8 +298,8 @@ std::vector<int32_t> greedy(const ModelConfig& c, const std::vector<float>& p, c
 }
 
 // (c) llama.cpp on file (imported as c, p, tok): its tokenization of the prompts, its top-10
-// next-token log-probs and its greedy continuations against ours.
-void llama_cpp_agrees(const fs::path& dir, const std::string& file, const ModelConfig& c, const std::vector<float>& p,
+// next-token log-probs and its greedy continuations against ours. Returns what llama.cpp said.
+json llama_cpp_agrees(const fs::path& dir, const std::string& file, const ModelConfig& c, const std::vector<float>& p,
                       const Tokenizer& tok, const std::string& what) {
   std::vector<int> never;
   for (int id = kShrunkVocab; id < c.vocab_size; id++) never.push_back(id);
@@ -308,7 +308,9 @@ void llama_cpp_agrees(const fs::path& dir, const std::string& file, const ModelC
   const std::string sp = (dir / "spec.json").string(), out = (dir / "llama.json").string();
   std::ofstream(sp) << spec.dump();
   const std::string node = "cd " + kRef + " && node llama_gguf_check.mjs '" + sp + "' > '" + out + "'";
-  ASSERT_EQ(sh(node, dir / "llama.err"), 0) << node << "\n" << slurp((dir / "llama.err").string());
+  const int rc = sh(node, dir / "llama.err");
+  EXPECT_EQ(rc, 0) << node << "\n" << slurp((dir / "llama.err").string());
+  if (rc != 0) return json();
   const json j = json::parse(slurp(out));
   EXPECT_FALSE(j["degraded"].get<bool>()) << j["warnings"].dump();
   double worst_lp = 0;
@@ -332,6 +334,7 @@ void llama_cpp_agrees(const fs::path& dir, const std::string& file, const ModelC
               "log-prob max|diff| %.3g\n", what.c_str(), j["llama_cpp"].get<std::string>().c_str(), kPredict,
               agree.c_str(), worst_lp);
   EXPECT_LE(worst_lp, kLlamaLogprobTol);
+  return j;
 }
 
 TEST_P(ImportGgufConverted, MatchesHfImportReferenceAndLlamaCpp) {
@@ -446,7 +449,20 @@ TEST_P(ImportGgufConverted, MatchesHfImportReferenceAndLlamaCpp) {
     EXPECT_LE(d, bound);
 
     if (t != "f32") continue;
-    llama_cpp_agrees(dir, gguf(t), c, p, tok, std::string(fam.name) + " f32");
+    const json j = llama_cpp_agrees(dir, gguf(t), c, p, tok, std::string(fam.name) + " f32");
+    ASSERT_TRUE(j.is_object());
+    // The CLI: `smelt import --gguf` into a run, then `smelt generate` greedy continues each prompt
+    // as llama.cpp does.
+    const std::string run = (dir / "run").string();
+    test::CmdResult x = test::run_smelt(fmt::format("import --gguf '{}' --output '{}' --json", gguf(t), run), dir);
+    ASSERT_EQ(x.rc, 0) << x.err;
+    EXPECT_EQ(json::parse(x.out)["architecture"], fam.arch);
+    for (size_t q = 0; q < kPrompts.size(); q++) {
+      test::CmdResult g = test::run_smelt(fmt::format("generate --checkpoint '{}' --prompt '{}' --temperature 0 "
+                                                      "--max-new-tokens {} --json", run, kPrompts[q], kPredict), dir);
+      ASSERT_EQ(g.rc, 0) << g.err;
+      EXPECT_EQ(json::parse(g.out)["ids"], j["prompts"][q]["continuation"]) << kPrompts[q];
+    }
   }
 
   // (d) Refusals, each naming what it refuses.

@@ -1,5 +1,5 @@
 // `smelt import --hf DIR --output RUN`: a Hugging Face checkpoint folder -> step 0 of a Smelt run
-// (docs/import.md), with a resolved config that eval, generate, serve, export and train read;
+// (docs/import.md); `--gguf FILE` the same from a llama.cpp GGUF file (ckpt/import_gguf.cpp), with a resolved config that eval, generate, serve, export and train read;
 // --check runs the imported model on real text beside an independent PyTorch forward of the source
 // folder (tests/reference/hf_family.py). Not the import itself (ckpt/import_hf.cpp).
 #include <unistd.h>
@@ -20,6 +20,7 @@
 #include <nlohmann/json.hpp>
 
 #include "smelt/ckpt/checkpoint.hpp"
+#include "smelt/ckpt/import_gguf.hpp"
 #include "smelt/ckpt/import_hf.hpp"
 #include "smelt/cli/cli_parse.hpp"
 #include "smelt/cli/commands.hpp"
@@ -27,6 +28,7 @@
 #include "smelt/common/files.hpp"
 #include "smelt/common/log.hpp"
 #include "smelt/dataset/loader_config.hpp"
+#include "smelt/model/params.hpp"
 #include "smelt/tokenizer/tokenizer.hpp"
 #include "smelt/train/step_report.hpp"
 
@@ -232,19 +234,59 @@ Status run_check(const HfImportResult& imp, const std::string& hf_dir, const std
   return Status::ok();
 }
 
+// --gguf FILE: import_gguf into the run (docs/import.md "GGUF"), with the same resolved config.
+int run_gguf_import(const std::string& gguf, const std::string& output, int max_seq_len, bool force, bool json_out) {
+  const auto t0 = std::chrono::steady_clock::now();
+  GgufImportOptions o;
+  o.gguf_path = gguf;
+  o.run_dir = output;
+  o.max_seq_len = max_seq_len;
+  o.force = force;
+  o.config_toml = import_config_toml;
+  GgufImportResult r;
+  if (Status s = import_gguf(o, r); !s) {
+    spdlog::error("{}", s.message());
+    return kExitFailure;
+  }
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  for (const auto& x : r.removed) spdlog::info("--force: removed {}", x);
+  std::string types;
+  for (const auto& [t, n] : r.info.types) types += fmt::format("{}{} {}", types.empty() ? "" : ", ", t, n);
+  std::fputs(fmt::format("[import] {} ({}) -> {}: {:.2f}M params in {} tensors ({}), max_seq_len {} (context_length "
+                         "{}), RoPE {}, tokenizer.ggml.pre {}, {:.2f} s, peak RSS {:.0f} MiB\n",
+                         gguf, r.info.architecture, r.step_dir, r.params / 1e6, param_layout(r.config).tensors.size(),
+                         types, r.config.max_seq_len, r.info.context_length, r.info.rope, r.info.pre, secs,
+                         peak_rss_bytes() / 1048576.0)
+                 .c_str(),
+             stderr);
+  if (json_out)
+    std::fputs((json{{"source", gguf}, {"output", output}, {"checkpoint", r.step_dir},
+                     {"architecture", r.info.architecture}, {"params", r.params}, {"tensor_types", r.info.types},
+                     {"max_seq_len", r.config.max_seq_len}, {"context_length", r.info.context_length},
+                     {"rope", r.info.rope}, {"pre", r.info.pre}, {"removed", r.removed}, {"seconds", secs},
+                     {"peak_rss_bytes", peak_rss_bytes()}}
+                    .dump() +
+                "\n")
+                   .c_str(),
+               stdout);
+  return kExitOk;
+}
+
 }  // namespace
 
 int cli_import(int argc, char** argv) {
   CLI::App app{"smelt import: a Hugging Face checkpoint folder (LlamaForCausalLM, MistralForCausalLM, "
-               "Qwen2ForCausalLM, Qwen3ForCausalLM; safetensors in F32, F16 or BF16) -> step 0 of a Smelt run "
-               "(docs/import.md)"};
+               "Qwen2ForCausalLM, Qwen3ForCausalLM; safetensors in F32, F16 or BF16) or a GGUF file (llama, qwen2; "
+               "F32/F16/BF16/Q8_0) -> step 0 of a Smelt run (docs/import.md)"};
   app.name("smelt import");
-  std::string hf, output, tok_path;
+  std::string hf, gguf, output, tok_path;
   std::vector<std::string> check_files;
   int max_seq_len = 4096, threads = 0;
   bool check = false, json_out = false, force = false;
-  app.add_option("--hf", hf, "the Hugging Face folder: config.json, model.safetensors (or "
-                 "model.safetensors.index.json and its shards), tokenizer.json (required)")->required();
+  auto* hf_opt = app.add_option("--hf", hf, "the Hugging Face folder: config.json, model.safetensors (or "
+                                "model.safetensors.index.json and its shards), tokenizer.json (this or --gguf)");
+  app.add_option("--gguf", gguf, "a GGUF file of llama.cpp's llama or qwen2 architecture (F32/F16/BF16/Q8_0 "
+                 "tensors, byte-level BPE tokenizer; docs/import.md \"GGUF\")")->excludes(hf_opt);
   app.add_option("-o,--output", output, "the run folder; the checkpoint goes to RUN/checkpoints/step_00000000 "
                  "(required)")->required();
   app.add_option("--max-seq-len", max_seq_len, "longest context: min(max_position_embeddings, this) sizes the RoPE "
@@ -259,6 +301,18 @@ int cli_import(int argc, char** argv) {
   app.add_option("--threads", threads, "--check: threads of the forward (0 = every core)")->check(CLI::NonNegativeNumber);
   app.add_flag("--json", json_out, "print a JSON summary on stdout");
   if (int rc = cli_parse(app, argc, argv, "import"); rc >= 0) return rc;
+  if (hf.empty() == gguf.empty()) {
+    spdlog::error("smelt import: give --hf DIR or --gguf FILE");
+    return kExitUsage;
+  }
+  if (!gguf.empty()) {
+    if (check || !check_files.empty() || !tok_path.empty()) {
+      spdlog::error("--gguf: {} is for --hf (the file carries its tokenizer; the reference reads HF folders)",
+                    !tok_path.empty() ? "--tokenizer" : "--check");
+      return kExitUsage;
+    }
+    return run_gguf_import(gguf, output, max_seq_len, force, json_out);
+  }
   std::vector<CheckText> texts;
   if (!check_files.empty()) {
     check = true;
