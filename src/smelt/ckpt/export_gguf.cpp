@@ -7,19 +7,19 @@
 #include "smelt/ckpt/export_gguf.hpp"
 
 #include <algorithm>
-#include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <limits>
 #include <unordered_map>
-#include <unordered_set>
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
 #include "smelt/ckpt/checkpoint.hpp"
 #include "smelt/ckpt/export_hf.hpp"
+#include "smelt/ckpt/import_gguf.hpp"
 #include "smelt/common/files.hpp"
 #include "smelt/kernels/decode_linear.hpp"
 #include "smelt/model/params.hpp"
@@ -101,16 +101,6 @@ int rope_heads(const std::string& ours, const ModelConfig& c) {
 
 std::vector<int64_t> gguf_ne(const ParamTensor& t) {
   return t.cols == 1 ? std::vector<int64_t>{t.rows} : std::vector<int64_t>{t.cols, t.rows};
-}
-
-// The shortest decimal that reads back as f, as a double: 1e-5 stored as float32 loads as 1e-5
-// again, so a round-tripped config equals the original.
-double float_to_double(float f) {
-  char buf[32];
-  auto r = std::to_chars(buf, buf + sizeof buf, f);
-  double d = f;
-  std::from_chars(buf, r.ptr, d);
-  return d;
 }
 
 // The vocabulary as llama.cpp's gpt2 tokenizer reads it: tokens in the byte-level alphabet,
@@ -321,205 +311,21 @@ Status export_gguf(const std::string& step_dir, const std::string& out_path, Ggu
   return Status::ok();
 }
 
-namespace {
-
-Status tokenizer_from_gguf(const GgufReader& r, int V, Tokenizer& tok, std::string& pre_out) {
-  const std::string& path = r.path();
-  std::string model;
-  if (Status s = r.get_string("tokenizer.ggml.model", model); !s) return s;
-  if (model != "gpt2")
-    return Status::error(fmt::format("{}: tokenizer.ggml.model is '{}'; Smelt loads byte-level BPE ('gpt2') only{}",
-                                     path, model, model == "llama" ? " (this is a SentencePiece vocabulary)" : ""));
-  std::string pre;
-  if (!r.find("tokenizer.ggml.pre"))
-    return Status::error(fmt::format("{}: no tokenizer.ggml.pre; llama.cpp would fall back to its 'default' "
-                                     "pre-tokenizer (and warn GENERATION QUALITY WILL BE DEGRADED), which Smelt "
-                                     "does not implement", path));
-  if (Status s = r.get_string("tokenizer.ggml.pre", pre); !s) return s;
-  BpeModel m;
-  // The flags llama.cpp's llama-vocab.cpp attaches to each name.
-  if (pre == "gpt-2") m.pretokenizer = "gpt2";
-  else if (pre == "llama-bpe" || pre == "llama3" || pre == "llama-v3") {
-    m.pretokenizer = "llama3";
-    m.ignore_merges = true;
-  } else if (pre == "dbrx" || pre == "smaug-bpe") m.pretokenizer = "llama3";
-  else if (pre == "qwen2") m.pretokenizer = "qwen2";
-  else if (pre == "gpt-4o") m.pretokenizer = "o200k";
-  else
-    return Status::error(fmt::format("{}: tokenizer.ggml.pre '{}' is not one Smelt has (gpt-2, llama-bpe, dbrx, "
-                                     "smaug-bpe, qwen2, gpt-4o)", path, pre));
-  pre_out = pre;
-  const std::vector<std::string>* tokens = nullptr;
-  const std::vector<std::string>* merges = nullptr;
-  if (Status s = r.get_strings("tokenizer.ggml.tokens", tokens); !s) return s;
-  if (Status s = r.get_strings("tokenizer.ggml.merges", merges); !s) return s;
-  if ((int)tokens->size() != V)
-    return Status::error(fmt::format("{}: tokenizer.ggml.tokens has {} entries, token_embd.weight {} rows", path,
-                                     tokens->size(), V));
-  const std::vector<int64_t>* types = nullptr;
-  if (r.find("tokenizer.ggml.token_type")) {
-    if (Status s = r.get_ints("tokenizer.ggml.token_type", types); !s) return s;
-    if (types->size() != tokens->size())
-      return Status::error(fmt::format("{}: tokenizer.ggml.token_type has {} entries, tokens {}", path, types->size(),
-                                       tokens->size()));
-  }
-  m.vocab.resize(tokens->size());
-  std::unordered_map<std::string, uint32_t> id_of;
-  id_of.reserve(tokens->size() * 2);
-  size_t last = 0;  // one past the last id that is not an UNUSED placeholder
-  for (size_t id = 0; id < tokens->size(); id++) {
-    const std::string& t = (*tokens)[id];
-    int64_t type = types ? (*types)[id] : kTokNormal;
-    if (type == kTokNormal) {
-      std::string raw;
-      if (!byte_level_decode(t, raw)) raw = t;  // not in the alphabet: its UTF-8 text, as load_hf does
-      m.vocab[id] = raw;
-      id_of.emplace(t, (uint32_t)id);
-    } else if (type == kTokControl || type == kTokUserDefined) {
-      m.vocab[id] = t;
-      m.specials.push_back({t, (uint32_t)id, type == kTokControl});
-    } else if (type != kTokUnused) {
-      return Status::error(fmt::format("{}: tokenizer.ggml.token_type[{}] = {} (token '{}'); Smelt's byte-level BPE "
-                                       "has normal (1), control (3), user-defined (4) and unused (5) tokens", path,
-                                       id, type, t));
-    }
-    if (type != kTokUnused) last = id + 1;
-  }
-  m.vocab.resize(last);
-  m.merges.reserve(merges->size());
-  for (size_t i = 0; i < merges->size(); i++) {
-    const std::string& s = (*merges)[i];
-    size_t sp = s.find(' ', 1);
-    auto a = sp == std::string::npos ? id_of.end() : id_of.find(s.substr(0, sp));
-    auto b = sp == std::string::npos ? id_of.end() : id_of.find(s.substr(sp + 1));
-    if (a == id_of.end() || b == id_of.end())
-      return Status::error(fmt::format("{}: tokenizer.ggml.merges[{}] = '{}': expected two normal tokens separated "
-                                       "by a space", path, i, s));
-    m.merges.emplace_back(a->second, b->second);
-  }
-  m.info = {{"source", path}, {"format", "gguf"}, {"tokenizer.ggml.pre", pre}};
-  if (Status s = Tokenizer::from_model(std::move(m), tok); !s)
-    return Status::error(fmt::format("{}: tokenizer: {}", path, s.message()));
-  return Status::ok();
-}
-
-}  // namespace
-
+// Every GGUF this build reads goes through the import (import_gguf.hpp): the llama and qwen2
+// architectures, F32/F16/BF16/Q8_0, the tokenizer from tokenizer.ggml.*; the context uncapped.
 Status gguf_load_model(const std::string& path, ModelConfig& c, std::vector<float>& params, Tokenizer& tok,
                        GgufModelInfo* info) {
-  GgufReader r;
-  if (Status s = r.open(path); !s) return s;
-  std::string arch;
-  if (Status s = r.get_string("general.architecture", arch); !s) return s;
-  if (arch != "llama")
-    return Status::error(fmt::format("{}: general.architecture is '{}'; Smelt loads 'llama' only (RMSNorm, RoPE, "
-                                     "SwiGLU, no biases)", path, arch));
-  uint32_t ctx = 0, C = 0, L = 0, H = 0, NH = 0, NKV = 0, rope_dim = 0;
-  float theta = 10000.0f, eps = 0;
-  for (auto [key, out] : {std::pair{"llama.context_length", &ctx}, {"llama.embedding_length", &C},
-                          {"llama.block_count", &L}, {"llama.feed_forward_length", &H},
-                          {"llama.attention.head_count", &NH}})
-    if (Status s = r.get_u32(key, *out); !s) return s;
-  NKV = NH;
-  if (Status s = r.get_u32("llama.attention.head_count_kv", NKV, false); !s) return s;
-  if (Status s = r.get_f32("llama.rope.freq_base", theta, false); !s) return s;
-  if (Status s = r.get_f32("llama.attention.layer_norm_rms_epsilon", eps); !s) return s;
-  if (NH == 0 || C % NH != 0)
-    return Status::error(fmt::format("{}: llama.embedding_length {} is not a multiple of llama.attention.head_count {}",
-                                     path, C, NH));
-  const uint32_t HS = C / NH;
-  rope_dim = HS;
-  if (Status s = r.get_u32("llama.rope.dimension_count", rope_dim, false); !s) return s;
-  if (rope_dim != HS)
-    return Status::error(fmt::format("{}: llama.rope.dimension_count {} != head size {}; Smelt rotates whole heads",
-                                     path, rope_dim, HS));
-  for (const char* k : {"llama.attention.key_length", "llama.attention.value_length"}) {
-    uint32_t v = HS;
-    if (Status s = r.get_u32(k, v, false); !s) return s;
-    if (v != HS) return Status::error(fmt::format("{}: {} {} != embedding_length / head_count = {}", path, k, v, HS));
-  }
-  std::string scaling = "none";
-  if (Status s = r.get_string("llama.rope.scaling.type", scaling, false); !s) return s;
-  if (!scaling.empty() && scaling != "none")
-    return Status::error(fmt::format("{}: llama.rope.scaling.type is '{}'; Smelt has plain RoPE only", path, scaling));
-  uint32_t experts = 0;
-  if (Status s = r.get_u32("llama.expert_count", experts, false); !s) return s;
-  if (experts > 0)
-    return Status::error(fmt::format("{}: llama.expert_count {}: mixture-of-experts models are not supported", path,
-                                     experts));
-  const GgufTensorInfo* emb = r.find_tensor("token_embd.weight");
-  if (!emb || emb->ne.size() != 2)
-    return Status::error(fmt::format("{}: no 2-D tensor token_embd.weight", path));
-  c = ModelConfig{};
-  c.vocab_size = (int)emb->ne[1];
-  c.d_model = (int)C;
-  c.n_layers = (int)L;
-  c.n_heads = (int)NH;
-  c.n_kv_heads = (int)NKV;
-  c.ffn_hidden = (int)H;
-  c.max_seq_len = (int)ctx;
-  c.rope_theta = float_to_double(theta);
-  c.norm_eps = float_to_double(eps);
-  c.tie_embeddings = r.find_tensor("output.weight") == nullptr;
-  uint32_t nv = (uint32_t)c.vocab_size;
-  if (Status s = r.get_u32("llama.vocab_size", nv, false); !s) return s;
-  if ((int)nv != c.vocab_size)
-    return Status::error(fmt::format("{}: llama.vocab_size {} but token_embd.weight has {} rows", path, nv,
-                                     c.vocab_size));
-  if (Status s = model_config_validate(c); !s) return Status::error(fmt::format("{}: {}", path, s.message()));
-
-  ParamLayout layout = param_layout(c);
-  std::unordered_set<std::string> wanted;
-  for (const auto& t : layout.tensors) wanted.insert(gguf_tensor_name(t.name));
-  for (const auto& g : r.tensors())
-    if (!wanted.count(g.name))
-      return Status::error(fmt::format("{}: tensor {} is not part of Smelt's Llama ({} layers{}); RoPE frequency "
-                                       "factors, biases and other extras are not supported", path, g.name, L,
-                                       c.tie_embeddings ? ", tied head" : ""));
-  params.assign((size_t)layout.total, 0.0f);
-  GgufModelInfo inf;
-  bool any_q8 = false, any_f16 = false;
-  for (const auto& t : layout.tensors) {
-    const std::string name = gguf_tensor_name(t.name);
-    const GgufTensorInfo* g = r.find_tensor(name);
-    if (!g) return Status::error(fmt::format("{}: no tensor {} (our {})", path, name, t.name));
-    const std::vector<int64_t> ne = gguf_ne(t);
-    if (g->ne != ne)
-      return Status::error(fmt::format("{}: tensor {} has ne [{}], the llama.* metadata needs [{}]", path, name,
-                                       fmt::join(g->ne, ", "), fmt::join(ne, ", ")));
-    if (g->type != (uint32_t)GgmlType::kF32 && g->type != (uint32_t)GgmlType::kF16 &&
-        g->type != (uint32_t)GgmlType::kQ8_0)
-      return Status::error(fmt::format("{}: tensor {} is {}; Smelt loads F32, F16 and Q8_0", path, name,
-                                       ggml_type_name(g->type)));
-    inf.types[ggml_type_name(g->type)]++;
-    if (t.cols > 1) {
-      any_q8 |= g->type == (uint32_t)GgmlType::kQ8_0;
-      any_f16 |= g->type == (uint32_t)GgmlType::kF16;
-    }
-    float* out = params.data() + t.offset;
-    const uint8_t* data = r.tensor_data(*g);
-    if (g->type == (uint32_t)GgmlType::kF32) {
-      std::memcpy(out, data, 4 * t.size());
-    } else if (g->type == (uint32_t)GgmlType::kF16) {
-      for (int64_t k = 0; k < t.size(); k++) {
-        uint16_t h;
-        std::memcpy(&h, data + 2 * k, 2);
-        out[k] = f32_from_fp16(h);
-      }
-    } else {
-      dequantize_row_q8_0(out, reinterpret_cast<const BlockQ8_0*>(data), t.size());
-    }
-    if (int heads = rope_heads(t.name, c)) gguf_permute_rope_rows(out, heads, c.head_size(), t.cols, true);
-  }
-  std::string pre;
-  if (Status s = tokenizer_from_gguf(r, c.vocab_size, tok, pre); !s) return s;
+  GgufImportInfo gi;
+  if (Status s = import_gguf_model(path, std::numeric_limits<int>::max(), c, params, tok, &gi); !s) return s;
   if (info) {
-    inf.path = path;
-    (void)r.get_string("general.name", inf.name, false);
-    inf.pre = pre;
-    inf.file_type = any_q8 ? "q8_0" : any_f16 ? "f16" : "f32";  // q8_0 may hold F16 fallbacks
-    inf.file_bytes = (int64_t)r.file_size();
-    *info = inf;
+    *info = GgufModelInfo{};
+    info->path = path;
+    info->name = gi.name;
+    info->pre = gi.pre;
+    info->types = gi.types;
+    info->file_bytes = gi.file_bytes;
+    // the matrices' storage (the norms are F32 in every file; q8_0 may hold F16 fallbacks)
+    info->file_type = gi.types.count("Q8_0") ? "q8_0" : gi.types.count("F16") ? "f16" : gi.types.count("BF16") ? "bf16" : "f32";
   }
   return Status::ok();
 }

@@ -55,16 +55,11 @@ struct GgufModelInfo {
   int64_t file_bytes = 0;
 };
 
-// Loads a GGUF file of the `llama` architecture (Smelt's, or any other whose tensors are F32, F16
-// or Q8_0 and whose tokenizer is byte-level BPE with a pre-tokenizer Smelt has) into:
-//   c       the config (context_length -> max_seq_len, an absent output.weight -> tied);
-//   params  fp32, param_layout(c) order, exactly what ckpt_load_model gives: F16 and Q8_0 are
-//           dequantized, Q and K rows put back into our rotate_half order;
-//   tok     rebuilt from tokenizer.ggml.{tokens,token_type,merges,pre} (a Smelt file gives the
-//           tokenizer it was exported from, same content hash).
-// Refused, with the file, the key or tensor and what Smelt supports: another architecture, a
-// tensor type other than F32/F16/Q8_0, RoPE scaling or partial rotary, a missing or extra tensor,
-// a SentencePiece or unknown tokenizer. info may be null.
+// Loads a GGUF file as import_gguf_model does (import_gguf.hpp: the llama and qwen2 architectures,
+// F32/F16/BF16/Q8_0 dequantized, Q and K rows put back into our rotate_half order, the tokenizer
+// rebuilt from tokenizer.ggml.*; a Smelt file gives the tokenizer it was exported from, same
+// content hash), with max_seq_len = {arch}.context_length: what generate, serve and --check read.
+// Refused, naming the file and the key or tensor: whatever import_gguf_model refuses. info may be null.
 Status gguf_load_model(const std::string& path, ModelConfig& c, std::vector<float>& params, Tokenizer& tok,
                        GgufModelInfo* info = nullptr);
 

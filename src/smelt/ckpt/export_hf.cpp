@@ -8,11 +8,13 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <limits>
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
 #include "smelt/ckpt/checkpoint.hpp"
+#include "smelt/ckpt/import_hf.hpp"
 #include "smelt/ckpt/safetensors.hpp"
 #include "smelt/common/files.hpp"
 #include "smelt/model/model.hpp"
@@ -186,61 +188,12 @@ Status export_hf(const std::string& step_dir, const std::string& out_dir,
 }
 
 Status export_hf_load(const std::string& out_dir, ModelConfig& c, std::vector<float>& params) {
-  const std::string cfg_path = (fs::path(out_dir) / "config.json").string();
-  std::string text;
-  if (Status s = files_read_small(cfg_path, text); !s) return s;
-  try {
-    auto j = nlohmann::json::parse(text);
-    c = ModelConfig{};
-    c.d_model = j.at("hidden_size").get<int>();
-    c.ffn_hidden = j.at("intermediate_size").get<int>();
-    c.n_heads = j.at("num_attention_heads").get<int>();
-    c.n_kv_heads = j.value("num_key_value_heads", c.n_heads);
-    c.n_layers = j.at("num_hidden_layers").get<int>();
-    c.vocab_size = j.at("vocab_size").get<int>();
-    c.norm_eps = j.at("rms_norm_eps").get<double>();
-    c.rope_theta = j.value("rope_theta", 10000.0);
-    c.max_seq_len = j.at("max_position_embeddings").get<int>();
-    c.tie_embeddings = j.value("tie_word_embeddings", false);
-    if (j.contains("head_dim") && !j["head_dim"].is_null() && j["head_dim"].get<int>() * c.n_heads != c.d_model)
-      c.head_dim = j["head_dim"].get<int>();
-    const std::string arch = j.at("architectures").at(0).get<std::string>();
-    c.qkv_bias = arch == "Qwen2ForCausalLM";
-    c.qk_norm = arch == "Qwen3ForCausalLM";
-    if (const auto& r = j.value("rope_scaling", nlohmann::json()); r.is_object()) {
-      const std::string type = r.value("rope_type", r.value("type", std::string()));
-      if (type == "linear" || type == "llama3") {
-        c.rope_scaling = type == "linear" ? RopeScaling::kLinear : RopeScaling::kLlama3;
-        c.rope_factor = r.at("factor").get<double>();
-      }
-      if (type == "llama3") {
-        c.rope_low_freq_factor = r.at("low_freq_factor").get<double>();
-        c.rope_high_freq_factor = r.at("high_freq_factor").get<double>();
-        c.rope_original_max_seq_len = r.at("original_max_position_embeddings").get<int>();
-      }
-    }
-  } catch (const nlohmann::json::exception& e) {
-    return Status::error(fmt::format("{}: {}", cfg_path, e.what()));
-  }
-  if (Status s = model_config_validate(c); !s) return Status::error(fmt::format("{}: {}", cfg_path, s.message()));
-
-  const std::string st_path = (fs::path(out_dir) / "model.safetensors").string();
-  SafetensorsReader r;
-  if (Status s = r.open(st_path); !s) return s;
-  ParamLayout layout = param_layout(c);
-  params.assign((size_t)layout.total, 0.0f);
-  for (const auto& t : layout.tensors) {
-    const SafetensorsTensor* x = r.find(t.name);
-    if (!x) return Status::error(fmt::format("{}: no tensor {}", st_path, t.name));
-    if (x->dtype != "F32" || x->shape != shape_of(t))
-      return Status::error(fmt::format("{}: tensor {} is {} [{}], config.json needs F32 [{}]", st_path, t.name,
-                                       x->dtype, fmt::join(x->shape, ", "), fmt::join(shape_of(t), ", ")));
-    if (Status s = r.read_at(x->begin, params.data() + t.offset, 4 * t.size()); !s) return s;
-  }
-  if (r.tensors().size() != layout.tensors.size())
-    return Status::error(fmt::format("{}: {} tensors, config.json describes {}", st_path, r.tensors().size(),
-                                     layout.tensors.size()));
-  return Status::ok();
+  // Read back as any Hugging Face folder is imported (import_hf.hpp), with the context uncapped:
+  // the round trip a --check proves is export then import.
+  HfModelInfo info;
+  if (Status s = import_hf_config(out_dir, std::numeric_limits<int>::max(), info); !s) return s;
+  c = info.config;
+  return import_hf_weights(out_dir, c, params);
 }
 
 Status export_logits_diff(const ModelConfig& c, const std::vector<float>& pa, const std::vector<float>& pb,

@@ -38,8 +38,9 @@ nlohmann::ordered_json export_hf_config(const ModelConfig& c, int64_t eod_id);
 Status export_hf(const std::string& step_dir, const std::string& out_dir,
                  const std::string& tokenizer_path, HfExportStats* stats = nullptr);
 
-// Reads an exported folder back: config.json into c, model.safetensors into a flat buffer in
-// param_layout(c) order. Errors name the file, the tensor and the expected shape.
+// Reads an exported folder back through the import (import_hf_config with the context uncapped,
+// import_hf_weights): config.json into c, the weights into a flat buffer in param_layout(c) order.
+// Errors name the file, the field or tensor and what was expected.
 Status export_hf_load(const std::string& out_dir, ModelConfig& c, std::vector<float>& params);
 
 // The logits of one fixed batch (2 rows of up to 32 pseudo-random ids) under two parameter buffers

@@ -3,7 +3,7 @@
 // (llama.cpp rotates adjacent pairs there, we rotate i with i + HS/2 as HF does; qwen2 uses NEOX
 // RoPE, already our order), rope_freqs.weight read back into the llama3 scaling it was computed
 // from, and the vocabulary turned back from GPT-2's byte-level alphabet. Not the export's loader
-// (export_gguf.cpp's gguf_load_model reads only the files Smelt writes).
+// (export_gguf.cpp's gguf_load_model, which generate, serve and the perplexity scorer use, is this import without the checkpoint).
 #include "smelt/ckpt/import_gguf.hpp"
 
 #include <algorithm>
@@ -20,6 +20,7 @@
 #include "smelt/ckpt/checkpoint.hpp"
 #include "smelt/ckpt/export_gguf.hpp"
 #include "smelt/ckpt/gguf.hpp"
+#include "smelt/ckpt/import_hf.hpp"
 #include "smelt/common/config.hpp"
 #include "smelt/kernels/decode_linear.hpp"
 #include "smelt/model/params.hpp"
@@ -451,21 +452,8 @@ Status import_gguf(const GgufImportOptions& o, GgufImportResult& out) {
   for (const auto& [k, v] : out.info.tokens.items()) st[k] = v;
 
   // The destination: refused before anything is written when it holds checkpoints.
-  std::error_code ec;
-  const fs::path ckpt_dir = fs::path(o.run_dir) / "checkpoints";
-  std::vector<fs::path> old_steps;
-  if (fs::exists(ckpt_dir, ec)) {
-    int entries = 0;
-    for (const auto& e : fs::directory_iterator(ckpt_dir, ec)) {
-      entries++;
-      const std::string n = e.path().filename().string();
-      if (n.rfind("step_", 0) == 0 && n != "step_00000000") old_steps.push_back(e.path());
-    }
-    if (entries > 0 && !o.force)
-      return Status::error(fmt::format("{}: not empty ({} entries); the import writes step_00000000 there: choose "
-                                       "another --output or give --force to replace those checkpoints",
-                                       ckpt_dir.string(), entries));
-  }
+  std::vector<std::string> old_steps;
+  if (Status s = import_check_destination(o.run_dir, o.force, old_steps); !s) return s;
   // The rebuilt tokenizer goes into the checkpoint as tokenizer.json (ckpt_save copies a file).
   const fs::path tok_tmp = fs::temp_directory_path() / fmt::format("smelt-import-gguf-{}-tokenizer.json", ::getpid());
   if (Status s = tok.save_hf(tok_tmp.string()); !s) return s;
@@ -477,35 +465,15 @@ Status import_gguf(const GgufImportOptions& o, GgufImportResult& out) {
     }
   } remove_tmp{tok_tmp};
 
-  const ParamLayout layout = param_layout(c);
-  CkptSaveRequest r;
-  r.step = 0;
-  r.config_toml = o.config_toml ? o.config_toml(c, tok.eod_id() ? (int64_t)*tok.eod_id() : -1)
-                                : config_to_string(toml::table{{"model", model_config_to_toml(c)}});
-  r.tokenizer_path = tok_tmp.string();
-  r.state = {{"step", 0}, {"import", st}};
-  for (const auto& t : layout.tensors)
-    r.tensors.push_back({t.name, t.cols == 1 ? std::vector<int64_t>{t.rows} : std::vector<int64_t>{t.rows, t.cols},
-                         params.data() + t.offset});
-  const bool made_run = !fs::exists(o.run_dir, ec), made_ckpt = !fs::exists(ckpt_dir, ec);
-  CkptSaveStats ss;
-  if (Status s = ckpt_save(o.run_dir, r, &ss); !s) {
-    if (made_ckpt) fs::remove(ckpt_dir, ec);  // only when empty: ckpt_save removed its .tmp folder
-    if (made_run) fs::remove(o.run_dir, ec);
+  const std::string config_toml = o.config_toml
+                                      ? o.config_toml(c, tok.eod_id() ? (int64_t)*tok.eod_id() : -1)
+                                      : config_to_string(toml::table{{"model", model_config_to_toml(c)}});
+  ImportSaved saved;
+  if (Status s = import_save_step0(o.run_dir, c, params, config_toml, tok_tmp.string(), st, old_steps, saved); !s)
     return s;
-  }
-  // --force: the other steps go once step 0 is committed (a newer step would otherwise be "latest").
-  for (const auto& p : old_steps) {
-    const fs::path del = p.string() + ".del.tmp";
-    fs::rename(p, del, ec);
-    if (!ec) fs::remove_all(del, ec);
-    if (ec)
-      return Status::error(fmt::format("{}: cannot remove: {} (the import is committed in {})", p.string(),
-                                       ec.message(), ss.dir));
-    out.removed.push_back(p.string());
-  }
-  out.step_dir = ss.dir;
-  out.params = layout.total;
+  out.removed = std::move(saved.removed);
+  out.step_dir = saved.step_dir;
+  out.params = param_count(c);
   out.import_state = std::move(st);
   return Status::ok();
 }

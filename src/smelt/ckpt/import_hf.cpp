@@ -432,6 +432,58 @@ Status import_hf_weights(const std::string& hf_dir, const ModelConfig& c, std::v
   return Status::ok();
 }
 
+Status import_check_destination(const std::string& run_dir, bool force, std::vector<std::string>& old_steps) {
+  std::error_code ec;
+  const fs::path ckpt_dir = fs::path(run_dir) / "checkpoints";
+  old_steps.clear();
+  if (!fs::exists(ckpt_dir, ec)) return Status::ok();
+  int entries = 0;
+  for (const auto& e : fs::directory_iterator(ckpt_dir, ec)) {
+    entries++;
+    const std::string n = e.path().filename().string();
+    if (n.rfind("step_", 0) == 0 && n != "step_00000000") old_steps.push_back(e.path().string());
+  }
+  if (entries > 0 && !force)
+    return Status::error(fmt::format("{}: not empty ({} entries); the import writes step_00000000 there: choose "
+                                     "another --output or give --force to replace those checkpoints",
+                                     ckpt_dir.string(), entries));
+  return Status::ok();
+}
+
+Status import_save_step0(const std::string& run_dir, const ModelConfig& c, const std::vector<float>& params,
+                         const std::string& config_toml, const std::string& tokenizer_path, const nlohmann::json& st,
+                         const std::vector<std::string>& old_steps, ImportSaved& out) {
+  std::error_code ec;
+  const ParamLayout layout = param_layout(c);
+  CkptSaveRequest r;
+  r.step = 0;
+  r.config_toml = config_toml;
+  r.tokenizer_path = tokenizer_path;
+  r.state = {{"step", 0}, {"import", st}};
+  for (const auto& t : layout.tensors) r.tensors.push_back({t.name, shape_of(t), params.data() + t.offset});
+  const fs::path ckpt_dir = fs::path(run_dir) / "checkpoints";
+  const bool made_run = !fs::exists(run_dir, ec), made_ckpt = !fs::exists(ckpt_dir, ec);
+  CkptSaveStats ss;
+  if (Status s = ckpt_save(run_dir, r, &ss); !s) {
+    if (made_ckpt) fs::remove(ckpt_dir, ec);  // only when empty: ckpt_save removed its .tmp folder
+    if (made_run) fs::remove(run_dir, ec);
+    return s;
+  }
+  // --force: the other steps go once step 0 is committed (a newer step would otherwise be "latest").
+  out = ImportSaved{};
+  out.step_dir = ss.dir;
+  for (const auto& p : old_steps) {
+    const std::string del = p + ".del.tmp";
+    fs::rename(p, del, ec);
+    if (!ec) fs::remove_all(del, ec);
+    if (ec)
+      return Status::error(fmt::format("{}: cannot remove: {} (the import is committed in {})", p, ec.message(),
+                                       ss.dir));
+    out.removed.push_back(p);
+  }
+  return Status::ok();
+}
+
 Status import_hf(const HfImportOptions& o, HfImportResult& out) {
   out = HfImportResult{};
   IMPORT_TRY(import_hf_config(o.hf_dir, o.max_seq_len, out.info));
@@ -476,52 +528,20 @@ Status import_hf(const HfImportOptions& o, HfImportResult& out) {
   st["hf_config"] = out.info.config_json;
 
   // The destination: refused before the weights are read when it holds checkpoints.
-  const fs::path ckpt_dir = fs::path(o.run_dir) / "checkpoints";
-  std::vector<fs::path> old_steps;
-  if (fs::exists(ckpt_dir, ec)) {
-    int entries = 0;
-    for (const auto& e : fs::directory_iterator(ckpt_dir, ec)) {
-      entries++;
-      const std::string n = e.path().filename().string();
-      if (n.rfind("step_", 0) == 0 && n != "step_00000000") old_steps.push_back(e.path());
-    }
-    if (entries > 0 && !o.force)
-      return Status::error(fmt::format("{}: not empty ({} entries); the import writes step_00000000 there: choose "
-                                       "another --output or give --force to replace those checkpoints",
-                                       ckpt_dir.string(), entries));
-  }
+  std::vector<std::string> old_steps;
+  IMPORT_TRY(import_check_destination(o.run_dir, o.force, old_steps));
 
   std::vector<float> params;
   IMPORT_TRY(import_hf_weights(o.hf_dir, c, params, &out.weights));
   const ParamLayout layout = param_layout(c);
 
-  CkptSaveRequest r;
-  r.step = 0;
-  if (o.config_toml) {
-    r.config_toml = o.config_toml(c, tok.eod_id() ? (int64_t)*tok.eod_id() : -1);
-  } else {
-    r.config_toml = config_to_string(toml::table{{"model", model_config_to_toml(c)}});
-  }
-  r.tokenizer_path = tok_path;
-  r.state = {{"step", 0}, {"import", st}};
-  for (const auto& t : layout.tensors) r.tensors.push_back({t.name, shape_of(t), params.data() + t.offset});
-  const bool made_run = !fs::exists(o.run_dir, ec), made_ckpt = !fs::exists(ckpt_dir, ec);
-  CkptSaveStats ss;
-  if (Status s = ckpt_save(o.run_dir, r, &ss); !s) {
-    if (made_ckpt) fs::remove(ckpt_dir, ec);  // only when empty: ckpt_save removed its .tmp folder
-    if (made_run) fs::remove(o.run_dir, ec);
-    return s;
-  }
-  // --force: the other steps go once step 0 is committed (a newer step would otherwise be "latest").
-  for (const auto& p : old_steps) {
-    const fs::path del = p.string() + ".del.tmp";
-    fs::rename(p, del, ec);
-    if (!ec) fs::remove_all(del, ec);
-    if (ec) return Status::error(fmt::format("{}: cannot remove: {} (the import is committed in {})", p.string(),
-                                             ec.message(), ss.dir));
-    out.removed.push_back(p.string());
-  }
-  out.step_dir = ss.dir;
+  const std::string config_toml =
+      o.config_toml ? o.config_toml(c, tok.eod_id() ? (int64_t)*tok.eod_id() : -1)
+                    : config_to_string(toml::table{{"model", model_config_to_toml(c)}});
+  ImportSaved saved;
+  IMPORT_TRY(import_save_step0(o.run_dir, c, params, config_toml, tok_path, st, old_steps, saved));
+  out.removed = std::move(saved.removed);
+  out.step_dir = saved.step_dir;
   out.tokenizer_path = tok_path;
   out.params = layout.total;
   out.import_state = std::move(st);

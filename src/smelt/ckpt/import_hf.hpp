@@ -78,6 +78,20 @@ struct HfImportResult {
   std::vector<std::string> removed;  // --force: the checkpoints replaced
 };
 
+// What both imports (this and import_gguf.hpp) share. import_check_destination refuses a non-empty
+// RUN/checkpoints unless force, listing the steps other than step 0 it holds; import_save_step0
+// writes params (param_layout(c) order) as step 0 through ckpt_save with the resolved config, the
+// tokenizer file and the state {"step": 0, "import": st} (a failed save removes the folders it
+// created), then removes old_steps (--force: a newer step would otherwise be "latest").
+Status import_check_destination(const std::string& run_dir, bool force, std::vector<std::string>& old_steps);
+struct ImportSaved {
+  std::string step_dir;              // the committed checkpoint
+  std::vector<std::string> removed;  // old_steps, removed
+};
+Status import_save_step0(const std::string& run_dir, const ModelConfig& c, const std::vector<float>& params,
+                         const std::string& config_toml, const std::string& tokenizer_path, const nlohmann::json& st,
+                         const std::vector<std::string>& old_steps, ImportSaved& out);
+
 // The whole import: config, tokenizer (Tokenizer::load; its vocabulary must fit vocab_size), the
 // tokenizer's settings (tokenizer_config.json: bos/eos tokens and ids, add_bos_token,
 // chat_template; generation_config.json) into the checkpoint's state under "import", weights, then
