@@ -3,9 +3,11 @@
 // RoPE scaling) with a fresh optimizer and schedule, alone and under tensor x pipeline parallelism
 // through mpirun; its [model] and tokenizer come from the source; shards made with another
 // tokenizer are refused, naming the shard; --resume wins over --init-from once the run has a
-// checkpoint.
+// checkpoint; a Hugging Face folder (Qwen3's layout, written by tests/reference/hf_family.py) starts
+// the run with the weights `smelt import` reads from it.
 #include <sys/wait.h>
 
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <string>
@@ -16,9 +18,12 @@
 #include <nlohmann/json.hpp>
 
 #include "smelt/ckpt/checkpoint.hpp"
+#include "smelt/ckpt/import_hf.hpp"
 #include "smelt/model/params.hpp"
 #include "test_files.hpp"
+#include "test_references.hpp"
 #include "tiny_checkpoint.hpp"
+#include "tokenizer/tok_test_util.hpp"
 #include "train_test_util.hpp"
 
 namespace fs = std::filesystem;
@@ -161,6 +166,10 @@ TEST_F(InitFromTest, StartsFromTheSourceWeightsWithAFreshOptimizer) {
   EXPECT_NE(cfg.find("qk_norm = true"), std::string::npos) << cfg;
   EXPECT_NE(cfg.find("tokenizer.json"), std::string::npos) << cfg;
   EXPECT_NE(log("one").find("set from it"), std::string::npos) << log("one");
+  // smelt eval reads the run (its [data] eod_id comes from the tokenizer the source gave it).
+  EXPECT_EQ(sh(fmt::format("{} eval --checkpoint {} --data text={} --max-tokens 2048 > {}/eval.log 2>&1", SMELT_BINARY,
+                           (dir_ / "one").string(), (dir_ / "shard_a").string(), dir_.string())),
+            0) << test::read_file((dir_ / "eval.log").string());
 }
 
 // tp 2 x pp 2 through mpirun: each rank loads its box of every tensor from the source.
@@ -205,6 +214,45 @@ TEST_F(InitFromTest, ResumeWinsOnceTheRunHasACheckpoint) {
   ASSERT_EQ(lines.size(), 3u);
   EXPECT_EQ(lines.back()["step"], 3);
   EXPECT_NE(weights("r", c)[1], after2[1]);
+}
+
+// A Hugging Face folder as the source: its config.json gives [model] (Qwen3: QK-norm, head_dim 128
+// over d_model 256), its tokenizer.json the tokenizer, and the run's weights are import_hf's
+// reading of its bf16 safetensors (2 shards), bit for bit but where one step at lr 1e-30 moves an exact zero.
+TEST_F(InitFromTest, AHuggingFaceFolderStartsTheRunWithItsWeights) {
+  const std::string py = std::string(SMELT_SOURCE_DIR) + "/tests/reference/hf_family.py";
+  SMELT_REQUIRE_REFERENCE(sh("/usr/bin/python3 -c 'import torch' 2> /dev/null") == 0, "python3-torch");
+  const std::string hf = (dir_ / "hf").string(), tokq = test::fixtures() + "/qwen2.json";
+  ASSERT_EQ(sh(fmt::format("/usr/bin/python3 {} write {} --family qwen3 --dtype bf16 --shards 2 --seed 5 --tokenizer {} "
+                           "> {}/hf.log 2>&1", py, hf, tokq, dir_.string())),
+            0) << test::read_file((dir_ / "hf.log").string());
+  const std::string data = std::string(SMELT_TEST_DATA) + "/tokenizer_train/";
+  ASSERT_EQ(sh(fmt::format("{} tokenize --tokenizer {} -i {}en_coding_style.rst {}zh_coding_style.rst -o {} --append-eod "
+                           "-t 1 --log-level error", SMELT_BINARY, tokq, data, data, (dir_ / "shard_q").string())),
+            0);
+  ASSERT_EQ(sh(fmt::format("{} train --config {} --data text={} --init-from {} --run-dir {} > {} 2>&1", SMELT_BINARY,
+                           (dir_ / "continue.toml").string(), (dir_ / "shard_q").string(), hf, (dir_ / "fromhf").string(),
+                           (dir_ / "fromhf.log").string())),
+            0) << log("fromhf");
+  HfModelInfo info;
+  ASSERT_TRUE(import_hf_config(hf, 64, info).is_ok());
+  EXPECT_TRUE(info.config.qk_norm);
+  EXPECT_EQ(info.config.head_size(), 128);
+  std::vector<float> want;
+  ASSERT_TRUE(import_hf_weights(hf, info.config, want).is_ok());
+  const auto got = weights("fromhf", info.config);
+  const auto layout = param_layout(info.config);
+  for (size_t i = 0; i < layout.tensors.size(); i++) {
+    const ParamTensor& t = layout.tensors[i];
+    // One AdamW step at lr 1e-30 moves a weight by at most ~1e-30: nothing, but for the weights
+    // bf16 rounded to exactly 0 (which it moves to +-1e-30).
+    int64_t differ = 0, first = -1;
+    for (int64_t k = 0; k < t.size(); k++)
+      if (std::fabs(got[i][k] - want[t.offset + k]) > 1e-29f) differ++, first = first < 0 ? k : first;
+    EXPECT_EQ(differ, 0) << t.name << " first at " << first << ": " << (first >= 0 ? got[i][first] : 0) << " vs "
+                         << (first >= 0 ? want[t.offset + first] : 0);
+  }
+  EXPECT_NE(log("fromhf").find("Qwen3ForCausalLM"), std::string::npos) << log("fromhf");
 }
 
 }  // namespace

@@ -15,19 +15,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "test_files.hpp"  // read_file, write_file
+
 namespace smelt::test {
-
-inline std::string read_file(const std::string& p) {
-  std::ifstream f(p, std::ios::binary);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
-
-inline void write_file(const std::string& p, const std::string& s) {
-  std::ofstream f(p, std::ios::binary);
-  f << s;
-}
 
 inline std::string run_capture(const std::string& cmd) {
   std::string out;

@@ -197,18 +197,6 @@ int cli_eval(int argc, char** argv) {
     if (!root["data"].is_table()) root.insert_or_assign("data", toml::table{});
     root["data"].as_table()->insert_or_assign("sources", data);
   }
-  LoaderConfig lc;
-  if (Status s = loader_config_read(root, lc); !s) {
-    spdlog::error("{}: stored [data]: {}", dir, s.message());
-    return kExitFailure;
-  }
-  lc.prefetch_threads = 0;
-  lc.stream_tokenizer.clear();
-  int B = 1, T = 1;
-  train_batch_shape(lc, B, T);
-  std::string precision_key = "fp32";
-  if (auto p = root["train"]["precision"].value<std::string>()) precision_key = *p;
-  const bool bf16 = dtype == "bf16" || (dtype == "run" && precision_key == "bf16");
   // The text view of the tokens: the checkpoint's tokenizer, or --tokenizer.
   std::unique_ptr<Tokenizer> tok;
   if (tok_path.empty() && fs::exists(fs::path(dir) / "tokenizer.json")) tok_path = (fs::path(dir) / "tokenizer.json").string();
@@ -222,6 +210,21 @@ int cli_eval(int argc, char** argv) {
     spdlog::error("--compressors needs the text: {} holds no tokenizer.json; give --tokenizer", dir);
     return kExitUsage;
   }
+  // A run that took its end-of-document id from its tokenizer stores eod_id = -1: the tokenizer's.
+  if (root["data"]["eod_id"].value_or((int64_t)-1) < 0 && tok && tok->eod_id() && root["data"].is_table())
+    root["data"].as_table()->insert_or_assign("eod_id", (int64_t)*tok->eod_id());
+  LoaderConfig lc;
+  if (Status s = loader_config_read(root, lc); !s) {
+    spdlog::error("{}: stored [data]: {}", dir, s.message());
+    return kExitFailure;
+  }
+  lc.prefetch_threads = 0;
+  lc.stream_tokenizer.clear();
+  int B = 1, T = 1;
+  train_batch_shape(lc, B, T);
+  std::string precision_key = "fp32";
+  if (auto p = root["train"]["precision"].value<std::string>()) precision_key = *p;
+  const bool bf16 = dtype == "bf16" || (dtype == "run" && precision_key == "bf16");
   const int nthreads0 = threads > 0 ? threads : (int)std::max(1u, std::thread::hardware_concurrency());
   if (dtype == "q8_0" && kl_vs.empty()) kl_vs = "f32";
   if (!kl_vs.empty()) return eval_kl(dir, m.step, mc, params, dtype == "run" ? (bf16 ? "bf16" : "f32") : dtype, kl_vs, lc, data,

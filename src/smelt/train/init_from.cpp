@@ -2,6 +2,7 @@
 // check (init_from.hpp).
 #include "smelt/train/init_from.hpp"
 
+#include <algorithm>
 #include <filesystem>
 #include <sstream>
 
@@ -11,6 +12,7 @@
 #include <toml++/toml.h>
 
 #include "smelt/ckpt/checkpoint.hpp"
+#include "smelt/ckpt/import_hf.hpp"
 #include "smelt/common/files.hpp"
 #include "smelt/dataset/blend.hpp"
 
@@ -19,6 +21,10 @@ namespace fs = std::filesystem;
 namespace smelt {
 
 namespace {
+
+// The context an init_from of a Hugging Face folder reads (as smelt import's default); the run's
+// own [model] max_seq_len replaces it when set.
+constexpr int kInitFromMaxSeqLen = 4096;
 
 Status resolve_checkpoint(const std::string& source, InitSource& out) {
   std::error_code ec;
@@ -47,10 +53,32 @@ Status resolve_checkpoint(const std::string& source, InitSource& out) {
   return Status::ok();
 }
 
-// A Hugging Face folder goes through `smelt import` first (its checks and its record of the source).
-Status init_from_resolve_hf(const std::string& source, InitSource&) {
-  return Status::error(fmt::format("[train] init_from {}: a Hugging Face folder; import it first (smelt import --hf {} "
-                                   "--output RUN) and start from RUN", source, source));
+// A Hugging Face folder: import_hf's reading of config.json (the families, every refusal) and of
+// the weights; its tokenizer.json beside them.
+Status resolve_hf(const std::string& source, InitSource& out) {
+  HfModelInfo info;
+  if (Status s = import_hf_config(source, kInitFromMaxSeqLen, info); !s)
+    return Status::error(fmt::format("[train] init_from {}: {}", source, s.message()));
+  out.model = info.config;
+  std::error_code ec;
+  const fs::path tok = fs::path(source) / "tokenizer.json";
+  if (fs::exists(tok, ec)) out.tokenizer_path = tok.string();
+  spdlog::info("[train] init_from {}: {} ({} parameters)", source, info.architecture, param_count(out.model));
+  return Status::ok();
+}
+
+// Every rank reads the whole model (one tensor's source bytes at a time) and keeps its boxes.
+Status load_hf(const InitSource& src, const ModelConfig& cfg, const ParamLayout& layout, float* params) {
+  std::vector<float> full;
+  if (Status s = import_hf_weights(src.hf_dir, cfg, full); !s)
+    return Status::error(fmt::format("[train] init_from {}: {}", src.given, s.message()));
+  const ParamLayout whole = param_layout(cfg);
+  for (const ParamTensor& t : layout.tensors) {
+    const ParamTensor& w = whole.tensors[t.full_index];
+    for (int64_t r = 0; r < t.rows; r++)
+      std::copy_n(full.data() + w.offset + (t.row0 + r) * w.cols + t.col0, t.cols, params + t.offset + r * t.cols);
+  }
+  return Status::ok();
 }
 
 }  // namespace
@@ -65,7 +93,7 @@ Status init_from_resolve(const std::string& source, InitSource& out) {
   Status s = Status::ok();
   if (fs::exists(fs::path(source) / "config.json", ec)) {
     out.hf_dir = source;
-    s = init_from_resolve_hf(source, out);
+    s = resolve_hf(source, out);
   } else {
     s = resolve_checkpoint(source, out);
   }
@@ -100,7 +128,7 @@ void init_from_apply(const InitSource& src, toml::table& root, std::vector<std::
 }
 
 Status init_from_load(const InitSource& src, const ModelConfig& cfg, const ParamLayout& layout, float* params) {
-  (void)cfg;
+  if (!src.hf_dir.empty()) return load_hf(src, cfg, layout, params);
   CkptManifest m;
   if (Status s = ckpt_read_manifest(src.step_dir, m); !s) return s;
   for (const ParamTensor& t : layout.tensors)
