@@ -75,6 +75,30 @@ TEST_F(TokenizeTest, EveryTokenIdAndCount) {
   EXPECT_NE(sum.text.find("bytes/token by language"), std::string::npos) << sum.text;
 }
 
+// --bos: every document starts with the token (before its text, after any previous document's
+// EOD); the stats name it, and it changes the run's fingerprint.
+TEST_F(TokenizeTest, BosStartsEveryDocument) {
+  auto docs = write_inputs(2, 30);
+  TokenizeConfig c = config();
+  TokenEncoder e = byte_encoder();
+  e.bos_id = 300;
+  TokenizeSummary sum;
+  Status s = tokenize_run(c, e, sum);
+  ASSERT_TRUE(s.is_ok()) << s.message();
+  IndexedDataset ds;
+  ASSERT_TRUE(ds.open(c.output).is_ok());
+  ASSERT_EQ(ds.sequences(), docs.size());
+  for (size_t i = 0; i < docs.size(); ++i) {
+    std::vector<uint32_t> want = bytes_of(docs[i].text, 0, 256u);
+    want.insert(want.begin(), 300u);
+    EXPECT_EQ(ds.sequence(i).to_vector(), want) << "sequence " << i;
+  }
+  EXPECT_EQ(stats_of(c.output)["tokenizer"]["bos_id"], 300);
+  // Without it, in the same output: a different run (the fingerprint differs), refused without --overwrite.
+  TokenizeSummary again;
+  EXPECT_FALSE(tokenize_run(c, byte_encoder(), again).is_ok());
+}
+
 // --holdout: the two sides are disjoint, together they are the whole input (in input order), the
 // split follows the document id (not the thread count), and about the asked fraction is held out.
 TEST_F(TokenizeTest, HoldoutSplitIsDisjointAndComplete) {

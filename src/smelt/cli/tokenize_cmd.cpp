@@ -45,7 +45,7 @@ int cli_tokenize(int argc, char** argv) {
                "PREFIX.docs (sequence -> document id) and PREFIX.stats.json"};
   app.name("smelt tokenize");
   TokenizeConfig c;
-  std::string tokenizer_path;
+  std::string tokenizer_path, bos_token;
   double checkpoint_mb = 64;
   app.add_option("--tokenizer", tokenizer_path, "tokenizer.json (Hugging Face) or a tiktoken file (required)")
       ->required()
@@ -54,6 +54,9 @@ int cli_tokenize(int argc, char** argv) {
   app.add_option("-o,--output", c.output, "output prefix: writes PREFIX.bin, .idx, .docs, .stats.json (required)")
       ->required();
   app.add_flag("--append-eod", c.append_eod, "end every document with the tokenizer's end-of-document token");
+  app.add_option("--bos", bos_token,
+                 "start every document with this special token (a model whose tokenizer adds one, e.g. Llama 3's "
+                 "<|begin_of_text|>: the import's add_bos_token)");
   app.add_option("-t,--threads", c.threads, "encoder threads (default: all cores)")->check(CLI::NonNegativeNumber);
   std::string side = "rest";
   app.add_option("--holdout", c.holdout,
@@ -103,6 +106,13 @@ int cli_tokenize(int argc, char** argv) {
   enc.encode = [&tok](std::string_view text, std::vector<uint32_t>& ids) { tok.encode(text, ids, false); };
   enc.vocab_size = tok.vocab_size();
   enc.eod_id = tok.eod_id();
+  if (!bos_token.empty()) {
+    enc.bos_id = tok.token_to_id(bos_token);
+    if (!enc.bos_id) {
+      spdlog::error("--bos {}: not a token of {}", bos_token, tokenizer_path);
+      return kExitUsage;
+    }
+  }
   enc.content_hash = tok.content_hash();
   enc.path = tokenizer_path;
 

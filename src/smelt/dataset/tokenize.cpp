@@ -178,6 +178,7 @@ std::string TokenizeRun::fingerprint_text() const {
   std::string fp = fmt::format("tokenize v{}\ntokenizer {:016x} vocab {}\neod {} {}\nfield {}\n", kStateVersion,
                                enc_.content_hash, enc_.vocab_size, c_.append_eod, enc_.eod_id.value_or(0),
                                c_.text_field);
+  if (enc_.bos_id) fp += fmt::format("bos {}\n", *enc_.bos_id);
   if (c_.holdout > 0) fp += fmt::format("holdout {} {}\n", c_.holdout, c_.take_holdout);
   if (c_.tasks > 1) fp += fmt::format("task {} of {}, {} input files\n", c_.task, c_.tasks, input_files_);
   if (!c_.languages.empty()) {
@@ -345,6 +346,7 @@ void TokenizeRun::encode(simdjson::dom::parser& parser, Item& it) const {
     return;
   }
   it.text_bytes = it.text.size();
+  if (enc_.bos_id) it.ids.push_back(*enc_.bos_id);
   enc_.encode(it.text, it.ids);
   if (c_.append_eod) it.ids.push_back(*enc_.eod_id);
   std::string().swap(it.text);
@@ -384,6 +386,7 @@ json TokenizeRun::stats_json(double seconds) const {
   j["tokenizer"] = {{"path", enc_.path}, {"content_hash", fmt::format("{:016x}", enc_.content_hash)},
                     {"vocab_size", enc_.vocab_size}};
   j["tokenizer"]["eod_id"] = enc_.eod_id ? json(*enc_.eod_id) : json(nullptr);
+  j["tokenizer"]["bos_id"] = enc_.bos_id ? json(*enc_.bos_id) : json(nullptr);
   j["dtype"] = indexed_dtype_name(dtype_);
   j["dtype_code"] = static_cast<int>(dtype_);
   j["append_eod"] = c_.append_eod;

@@ -48,6 +48,9 @@ struct TokenEncoder {
   std::function<void(std::string_view text, std::vector<uint32_t>& ids)> encode;
   uint32_t vocab_size = 0;            // decides the dtype (indexed_dtype_for_vocab)
   std::optional<uint32_t> eod_id;     // required with append_eod
+  // Starts every document (a model whose tokenizer adds one: Llama 3's <|begin_of_text|>,
+  // tokenizer_config.json's add_bos_token; the CLI's --bos TOKEN). Unset: none.
+  std::optional<uint32_t> bos_id;
   uint64_t content_hash = 0;          // part of the resume fingerprint and the stats
   std::string path;                   // the tokenizer file, for the stats
 };
