@@ -29,7 +29,7 @@ import llama_ref  # noqa: E402
 # Smelt's ModelConfig defaults (src/smelt/model/config.hpp), for keys a config leaves out
 SMELT_DEFAULTS = {"vocab_size": 512, "d_model": 64, "n_layers": 2, "n_heads": 4, "n_kv_heads": 4,
                   "ffn_hidden": 176, "rope_theta": 10000.0, "norm_eps": 1e-5,
-                  "tie_embeddings": True}
+                  "tie_embeddings": True, "head_dim": 0, "qkv_bias": False, "qk_norm": False}
 
 
 def bench_shape(cfg):
@@ -37,11 +37,16 @@ def bench_shape(cfg):
     return b.get("batch", d.get("batch_size", 4)), b.get("seq_len", d.get("seq_len", 512))
 
 
-def param_shapes(V, C, L, NH, NKV, H, tied):
-    HS = C // NH
+def param_shapes(V, C, L, NH, NKV, H, tied, HS=0, qkv_bias=False, qk_norm=False):
+    HS = HS or C // NH
     shapes = {"model.embed_tokens.weight": (V, C)}
     for l in range(L):
         pre = "model.layers.%d." % l
+        if qkv_bias:  # Qwen2
+            shapes.update({pre + "self_attn.q_proj.bias": (NH * HS,), pre + "self_attn.k_proj.bias": (NKV * HS,),
+                           pre + "self_attn.v_proj.bias": (NKV * HS,)})
+        if qk_norm:  # Qwen3
+            shapes.update({pre + "self_attn.q_norm.weight": (HS,), pre + "self_attn.k_norm.weight": (HS,)})
         shapes.update({pre + "input_layernorm.weight": (C,),
                        pre + "self_attn.q_proj.weight": (NH * HS, C),
                        pre + "self_attn.k_proj.weight": (NKV * HS, C),
@@ -97,7 +102,7 @@ def main():
     B, T = bench_shape(cfg)
     V, C, L, NH = m["vocab_size"], m["d_model"], m["n_layers"], m["n_heads"]
     NKV, H, tied = m["n_kv_heads"], m["ffn_hidden"], m["tie_embeddings"]
-    shapes = param_shapes(V, C, L, NH, NKV, H, tied)
+    shapes = param_shapes(V, C, L, NH, NKV, H, tied, m["head_dim"], m["qkv_bias"], m["qk_norm"])
     # the FLOP count of model_bench.cpp: 6 x matmul parameters + 12 x L x C x T
     matmul_params = sum(s[0] * s[1] for n, s in shapes.items()
                         if len(s) == 2 and (n != "model.embed_tokens.weight" or tied))
@@ -107,11 +112,12 @@ def main():
     print("flops: %.1f MFLOP per token, %.1f GFLOP per step" %
           (flop_per_token * 1e-6, flop_per_token * B * T * 1e-9))
     g = torch.Generator().manual_seed(1)
-    p = {n: (torch.randn(s, generator=g) * 0.02 if len(s) == 2 else torch.ones(s)).requires_grad_(True)
+    p = {n: (torch.randn(s, generator=g) * 0.02 if len(s) == 2 or n.endswith(".bias") else torch.ones(s)).requires_grad_(True)
          for n, s in shapes.items()}
     batch = {"inputs": torch.randint(0, V, (B, T), generator=g, dtype=torch.int32),
              "targets": torch.randint(0, V, (B, T), generator=g, dtype=torch.int32)}
-    c = {"int": [V, C, L, NH, NKV, H, int(tied), B, T], "float": [m["rope_theta"], m["norm_eps"]]}
+    c = {"int": [V, C, L, NH, NKV, H, int(tied), B, T], "float": [m["rope_theta"], m["norm_eps"]],
+         "ext": [m["head_dim"], int(m["qkv_bias"]), int(m["qk_norm"]), 0, 0]}
     opt = torch.optim.AdamW(list(p.values()), lr=3e-4, betas=(0.9, 0.95), weight_decay=0.1)
     times, cpu = [], 0.0
     for s in range(steps + 1):

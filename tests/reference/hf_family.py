@@ -8,7 +8,7 @@ Qwen3ForCausalLM, in float64 with a full (T,T) attention matrix.
 
 Usage (Debian's python3-torch; the `python3` on PATH may lack torch):
   /usr/bin/python3 hf_family.py write OUT_DIR --family FAMILY --dtype {fp32,fp16,bf16} --shards N
-                                      --seed S --tokenizer TOKENIZER_JSON [--vocab V]
+                                      --seed S --tokenizer TOKENIZER_JSON [--vocab V] [--published]
   /usr/bin/python3 hf_family.py logprobs HF_DIR IN.smtn OUT.smtn
 
 write: FAMILY is one of smollm2, llama3.2, mistral, qwen2.5, qwen3, llama3-untied-big-vocab (see
@@ -434,8 +434,26 @@ def shard_assign(names, sizes, n):
     return out
 
 
+# The published size keys (--published): the full model's shape, for memory and speed benchmarks
+# (bench/import/run), not for the tests (random weights of that size take seconds to minutes).
+PUBLISHED = {
+    "qwen2.5": {"hidden_size": 896, "intermediate_size": 4864, "max_window_layers": 24, "num_attention_heads": 14,
+                "num_hidden_layers": 24, "num_key_value_heads": 2},
+    "qwen3": {"hidden_size": 1024, "intermediate_size": 3072, "max_window_layers": 28, "num_attention_heads": 16,
+              "num_hidden_layers": 28, "num_key_value_heads": 8},
+    "llama3.2": {"hidden_size": 2048, "intermediate_size": 8192, "num_attention_heads": 32, "num_hidden_layers": 16,
+                 "num_key_value_heads": 8, "max_position_embeddings": 131072,
+                 "rope_scaling": {"factor": 32.0, "high_freq_factor": 4.0, "low_freq_factor": 1.0,
+                                  "original_max_position_embeddings": 8192, "rope_type": "llama3"}},
+}
+
+
 def cmd_write(a):
     fam = FAMILIES[a.family]
+    if a.published:
+        if a.family not in PUBLISHED:
+            fail(f"--published: no published sizes for {a.family} (have {', '.join(sorted(PUBLISHED))})")
+        fam = dict(fam, config=dict(fam["config"], **PUBLISHED[a.family]))
     with open(a.tokenizer, encoding="utf-8") as f:
         tok = json.load(f)
     by_content, by_id, max_id, added = tokenizer_ids(tok)
@@ -600,7 +618,7 @@ def forward(p, cfg, tokens):
         u = h @ p[pre + "mlp.up_proj.weight"].T
         x = x + (torch.nn.functional.silu(g) * u) @ p[pre + "mlp.down_proj.weight"].T
     x = rms_norm(x, p["model.norm.weight"], eps)
-    head = p["model.embed_tokens.weight"] if cfg.get("tie_word_embeddings", True) else p["lm_head.weight"]
+    head = p["model.embed_tokens.weight"] if cfg.get("tie_word_embeddings", False) else p["lm_head.weight"]
     return x @ head.T
 
 
@@ -631,6 +649,7 @@ def main():
     w.add_argument("--seed", type=int, default=0)
     w.add_argument("--tokenizer", required=True)
     w.add_argument("--vocab", type=int, default=0)
+    w.add_argument("--published", action="store_true", help="the published size keys (benchmarks)")
     lp = sub.add_parser("logprobs")
     lp.add_argument("hf_dir")
     lp.add_argument("input")
