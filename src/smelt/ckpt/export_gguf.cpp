@@ -65,31 +65,31 @@ void gguf_permute_rope_rows(float* w, int heads, int HS, int64_t cols, bool inve
   }
 }
 
-namespace {
-
-// llama.cpp token types (llama.h LLAMA_TOKEN_TYPE_*).
-constexpr int32_t kTokNormal = 1, kTokControl = 3, kTokUserDefined = 4, kTokUnused = 5;
-
-// Our (Hugging Face) parameter name -> llama.cpp's tensor name.
 std::string gguf_tensor_name(const std::string& ours) {
   if (ours == "model.embed_tokens.weight") return "token_embd.weight";
   if (ours == "model.norm.weight") return "output_norm.weight";
   if (ours == "lm_head.weight") return "output.weight";
   static const std::pair<const char*, const char*> kLayer[] = {
-      {"input_layernorm.weight", "attn_norm.weight"}, {"self_attn.q_proj.weight", "attn_q.weight"},
-      {"self_attn.k_proj.weight", "attn_k.weight"},   {"self_attn.v_proj.weight", "attn_v.weight"},
-      {"self_attn.o_proj.weight", "attn_output.weight"}, {"post_attention_layernorm.weight", "ffn_norm.weight"},
-      {"mlp.gate_proj.weight", "ffn_gate.weight"},    {"mlp.up_proj.weight", "ffn_up.weight"},
-      {"mlp.down_proj.weight", "ffn_down.weight"}};
+      {"input_layernorm.weight", "attn_norm.weight"},   {"self_attn.q_proj.weight", "attn_q.weight"},
+      {"self_attn.k_proj.weight", "attn_k.weight"},     {"self_attn.v_proj.weight", "attn_v.weight"},
+      {"self_attn.q_proj.bias", "attn_q.bias"},         {"self_attn.k_proj.bias", "attn_k.bias"},
+      {"self_attn.v_proj.bias", "attn_v.bias"},         {"self_attn.o_proj.weight", "attn_output.weight"},
+      {"post_attention_layernorm.weight", "ffn_norm.weight"}, {"mlp.gate_proj.weight", "ffn_gate.weight"},
+      {"mlp.up_proj.weight", "ffn_up.weight"},          {"mlp.down_proj.weight", "ffn_down.weight"}};
   const std::string pre = "model.layers.";
-  size_t dot = ours.find('.', pre.size());
+  const size_t dot = ours.find('.', pre.size());
   if (ours.rfind(pre, 0) == 0 && dot != std::string::npos) {
-    std::string rest = ours.substr(dot + 1);
+    const std::string rest = ours.substr(dot + 1);
     for (const auto& [a, b] : kLayer)
       if (rest == a) return "blk." + ours.substr(pre.size(), dot - pre.size()) + "." + b;
   }
   return "";
 }
+
+namespace {
+
+// llama.cpp token types (llama.h LLAMA_TOKEN_TYPE_*).
+constexpr int32_t kTokNormal = 1, kTokControl = 3, kTokUserDefined = 4, kTokUnused = 5;
 
 // 0 = not a RoPE'd projection; else the head count whose rows are permuted.
 int rope_heads(const std::string& ours, const ModelConfig& c) {

@@ -72,6 +72,11 @@ double gguf_check_tolerance(const std::string& file_type);
 Status export_gguf_check(const std::string& step_dir, const std::string& gguf_path, double* max_abs_diff = nullptr,
                          double* rel_diff = nullptr, std::string* file_type = nullptr);
 
+// Our (Hugging Face) parameter name -> llama.cpp's tensor name (token_embd.weight, blk.N.attn_q.weight,
+// blk.N.attn_q.bias, ...); "" for a name llama.cpp's llama/qwen2 layouts do not have. The export
+// and the import both name tensors by it.
+std::string gguf_tensor_name(const std::string& ours);
+
 // The Q/K row order llama.cpp's llama architecture needs (convert_hf_to_gguf.py's permute):
 // within each head of HS rows, row s*HS/2 + j (ours: element i pairs with i + HS/2) goes to row
 // 2j + s (llama.cpp: adjacent pairs). w (heads*HS, cols) in place; inverse puts it back.

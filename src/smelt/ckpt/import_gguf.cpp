@@ -49,28 +49,6 @@ const std::set<std::string> kTokenizerKeys = {
     "model", "pre", "tokens", "token_type", "merges", "scores", "add_bos_token", "add_eos_token",
     "add_sep_token", "add_space_prefix", "token_type_count"};
 
-// Ours (Hugging Face) -> llama.cpp's tensor name.
-std::string gguf_name_of(const std::string& ours) {
-  if (ours == "model.embed_tokens.weight") return "token_embd.weight";
-  if (ours == "model.norm.weight") return "output_norm.weight";
-  if (ours == "lm_head.weight") return "output.weight";
-  static const std::pair<const char*, const char*> kLayer[] = {
-      {"input_layernorm.weight", "attn_norm.weight"},   {"self_attn.q_proj.weight", "attn_q.weight"},
-      {"self_attn.k_proj.weight", "attn_k.weight"},     {"self_attn.v_proj.weight", "attn_v.weight"},
-      {"self_attn.q_proj.bias", "attn_q.bias"},         {"self_attn.k_proj.bias", "attn_k.bias"},
-      {"self_attn.v_proj.bias", "attn_v.bias"},         {"self_attn.o_proj.weight", "attn_output.weight"},
-      {"post_attention_layernorm.weight", "ffn_norm.weight"}, {"mlp.gate_proj.weight", "ffn_gate.weight"},
-      {"mlp.up_proj.weight", "ffn_up.weight"},          {"mlp.down_proj.weight", "ffn_down.weight"}};
-  const std::string pre = "model.layers.";
-  const size_t dot = ours.find('.', pre.size());
-  if (ours.rfind(pre, 0) == 0 && dot != std::string::npos) {
-    const std::string rest = ours.substr(dot + 1);
-    for (const auto& [a, b] : kLayer)
-      if (rest == a) return "blk." + ours.substr(pre.size(), dot - pre.size()) + "." + b;
-  }
-  return "";
-}
-
 bool ends_with(const std::string& s, const char* suffix) {
   const size_t n = std::strlen(suffix);
   return s.size() >= n && s.compare(s.size() - n, n, suffix) == 0;
@@ -398,7 +376,7 @@ Status import_gguf_model(const std::string& path, int max_seq_len, ModelConfig& 
   // Tensors: exactly the layout's (and rope_freqs.weight), in a type Smelt dequantizes.
   const ParamLayout layout = param_layout(c);
   std::set<std::string> wanted = {"rope_freqs.weight"};
-  for (const auto& t : layout.tensors) wanted.insert(gguf_name_of(t.name));
+  for (const auto& t : layout.tensors) wanted.insert(gguf_tensor_name(t.name));
   for (const auto& g : r.tensors())
     if (!wanted.count(g.name))
       return Status::error(fmt::format("{}: tensor {} is not part of Smelt's {} ({} layers{}{}); Smelt does not "
@@ -406,7 +384,7 @@ Status import_gguf_model(const std::string& path, int max_seq_len, ModelConfig& 
                                        c.qkv_bias ? ", q/k/v biases" : ""));
   params.assign((size_t)layout.total, 0.0f);
   for (const auto& t : layout.tensors) {
-    const std::string name = gguf_name_of(t.name);
+    const std::string name = gguf_tensor_name(t.name);
     const GgufTensorInfo* g = r.find_tensor(name);
     if (!g) return Status::error(fmt::format("{}: no tensor {} (our {})", path, name, t.name));
     const std::vector<int64_t> ne = t.cols == 1 ? std::vector<int64_t>{t.rows} : std::vector<int64_t>{t.cols, t.rows};
