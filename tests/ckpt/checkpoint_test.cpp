@@ -150,6 +150,48 @@ TEST_F(CheckpointTest, RoundTripLayoutManifestTensorsAndModel) {
   EXPECT_EQ(found, d);
 }
 
+// Tensors given by `fill` (the imports write a tensor at a time): the same file bytes as the same
+// values given by data, each fill called once in order with a buffer of its tensor's size; a fill
+// that fails fails the save, leaving no step folder and `latest` as it was.
+TEST_F(CheckpointTest, FillTensorsAreWrittenOneAtATimeAndTheirErrorFailsTheSave) {
+  State s = make_state(2.0f);
+  ASSERT_TRUE(ckpt_save(run_, make_request(s, 1)).is_ok());
+  CkptSaveRequest r = make_request(s, 2);
+  std::vector<std::string> called;
+  for (CkptTensorRef& t : r.tensors) {
+    const float* src = t.data;
+    const size_t n = (size_t)(t.shape.size() == 1 ? t.shape[0] : t.shape[0] * t.shape[1]);
+    t.data = nullptr;
+    t.fill = [&called, src, n, name = t.name](float* out) {
+      called.push_back(name);
+      std::copy(src, src + n, out);
+      return Status::ok();
+    };
+  }
+  ASSERT_TRUE(ckpt_save(run_, r).is_ok());
+  ASSERT_EQ(called.size(), r.tensors.size());
+  for (size_t i = 0; i < called.size(); i++) EXPECT_EQ(called[i], r.tensors[i].name);
+  ASSERT_TRUE(ckpt_save(run_, make_request(s, 3)).is_ok());  // the same values by data
+  CkptManifest m;
+  ASSERT_TRUE(ckpt_read_manifest(ckpt_step_dir(run_, 2), m).is_ok());
+  const size_t data = (size_t)m.tensors.front().offset;  // past the header, which names the step
+  EXPECT_EQ(test::read_file(ckpt_step_dir(run_, 2) + "/rank-00000.safetensors").substr(data),
+            test::read_file(ckpt_step_dir(run_, 3) + "/rank-00000.safetensors").substr(data));
+  ModelConfig cfg;
+  std::vector<float> params;
+  ASSERT_TRUE(ckpt_load_model(ckpt_step_dir(run_, 2), cfg, params).is_ok());
+  EXPECT_EQ(params, s.params);
+
+  r.step = 4;
+  r.tensors[3].fill = [](float*) { return Status::error("source.safetensors: read failed at byte 12"); };
+  Status st = ckpt_save(run_, r);
+  ASSERT_FALSE(st.is_ok());
+  EXPECT_TRUE(contains(st.message(), "source.safetensors: read failed at byte 12")) << st.message();
+  EXPECT_FALSE(fs::exists(ckpt_step_dir(run_, 4)));
+  EXPECT_FALSE(fs::exists(ckpt_step_dir(run_, 4) + ".tmp"));
+  EXPECT_EQ(latest(), "step_00000003\n");
+}
+
 TEST_F(CheckpointTest, TiedEmbeddingsHaveNoLmHead) {
   std::string cfg_text = std::string(kConfig);
   cfg_text.replace(cfg_text.find("tie_embeddings = false"), 22, "tie_embeddings = true");

@@ -4,7 +4,8 @@
 // imports it, and its training forward (fp32) on real English and Chinese text (GPL-3, a Debian
 // fortune) must give the next-token log-probabilities hf_family.py's float64 forward of the HF
 // modelling code gives, within 1e-4 absolute (fp32 through two layers measures ~1e-6; a wrong RoPE
-// scaling, bias or norm is O(0.1)); then export_hf of the import gives back the source's values.
+// scaling, bias or norm is O(0.1)), and its bf16 forward within kImportBf16MeanKl of mean KL; then
+// export_hf of the import gives back the source's values.
 // Also every refusal, on small folders written here, and the F16/BF16 conversions bit for bit.
 #include <unistd.h>
 
@@ -467,6 +468,7 @@ TEST_P(ImportHfFamily, LogprobsMatchTheHfForwardOnRealTextAndExportGivesTheSourc
   const char* names[2] = {"english", "chinese"};
   Model model;
   ASSERT_TRUE(import_model_init(model, lc, std::move(params), T, 2));
+  double fp32_max[2] = {0, 0};
   for (int b = 0; b < 2; b++) {
     std::vector<float> ours;
     ASSERT_TRUE(import_logprobs(model, rows[b], ours));
@@ -477,7 +479,23 @@ TEST_P(ImportHfFamily, LogprobsMatchTheHfForwardOnRealTextAndExportGivesTheSourc
                 d.mean_kl, d.ref_nll, d.our_nll);
     EXPECT_FALSE(d.nan);
     EXPECT_LT(d.max_abs, 1e-4) << names[b];
+    fp32_max[b] = d.max_abs;
     EXPECT_LT(std::fabs(d.mean_kl), 1e-7) << names[b];  // (KL of float32 log-probs: rounding may make it < 0)
+  }
+  // bf16 (the linear layers' inputs rounded to bf16, as training runs them): within the stated KL.
+  ASSERT_TRUE(ckpt_load_model(r.step_dir, lc, params));
+  Model model16;
+  ASSERT_TRUE(import_model_init(model16, lc, std::move(params), T, 2, Precision::kBf16));
+  for (int b = 0; b < 2; b++) {
+    std::vector<float> ours;
+    ASSERT_TRUE(import_logprobs(model16, rows[b], ours));
+    LogprobDiff d = import_compare_logprobs(ref["logprobs"].f.data() + (int64_t)b * T * V, ours.data(), T, V, rows[b]);
+    std::printf("[import] %s %s, %s text, bf16: mean KL %.3g (tolerance %.3g), max |Δ logprob| %.3g, NLL ref %.4f "
+                "smelt %.4f\n", fc.family, fc.dtype, names[b], d.mean_kl, kImportBf16MeanKl, d.max_abs, d.ref_nll,
+                d.our_nll);
+    EXPECT_FALSE(d.nan);
+    EXPECT_LE(d.mean_kl, kImportBf16MeanKl) << names[b];
+    EXPECT_GT(d.max_abs, fp32_max[b]) << names[b] << ": the bf16 forward rounds; it is further off than fp32";
   }
 
   // The round trip: export_hf of the import holds the source's values (F32) and its model keys.

@@ -1,6 +1,7 @@
 // `smelt import` end to end (cli/import_cmd.cpp): a Qwen3 folder written by the independent
 // tests/reference/hf_family.py (2 shards, QK-norm, head_dim twice hidden/heads) is imported with
-// --check --json (log-probabilities beside hf_family.py's float64 forward, printed); the imported
+// --check --json (log-probabilities beside hf_family.py's float64 forward, in fp32 and in bf16,
+// printed); an 80-layer folder is imported holding one tensor at a time (peak RSS); the imported
 // run then works with `smelt generate` (its greedy tokens are the reference's argmax at every step),
 // `smelt serve` (the same greedy text), `smelt eval` and `smelt export --format hf --check`.
 // Usage errors exit 2, bad input 1 with the file named; --check fails, saying what, when the
@@ -20,6 +21,8 @@
 #include "cli/tiny_checkpoint.hpp"
 #include "serve/raw_http.hpp"
 #include "serve/serve_process.hpp"
+#include "smelt/ckpt/checkpoint.hpp"
+#include "smelt/ckpt/import_hf.hpp"
 #include "smelt/dataset/indexed.hpp"
 #include "smelt/tokenizer/tokenizer.hpp"
 #include "smtn.hpp"
@@ -95,6 +98,15 @@ TEST_F(ImportCmd, ImportsWithCheckThenGenerateServeEvalAndExportWork) {
                 t["nll"].get<double>());
     EXPECT_LT(t["max_abs_logprob_diff"].get<double>(), 1e-4);
     EXPECT_GE(t["tokens"].get<int>(), 32);
+    // bf16: Smelt's training numerics (bf16 GEMM inputs) against the same reference, a stated KL.
+    const json& b = t["bf16"];
+    std::printf("[import --check] %s bf16: mean KL %.3g (tolerance %.3g), max |Δ logprob| %.3g, NLL %.4f\n",
+                t["text"].get<std::string>().c_str(), b["mean_kl"].get<double>(), b["kl_tolerance"].get<double>(),
+                b["max_abs_logprob_diff"].get<double>(), b["nll"].get<double>());
+    EXPECT_TRUE(b["passed"].get<bool>()) << b.dump();
+    EXPECT_LE(b["mean_kl"].get<double>(), b["kl_tolerance"].get<double>());
+    EXPECT_GT(b["max_abs_logprob_diff"].get<double>(), t["max_abs_logprob_diff"].get<double>())
+        << "the bf16 forward rounds: it is further from the reference than fp32";
   }
   EXPECT_NE(r.err.find("check passed"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("sizes the RoPE table"), std::string::npos) << r.err;
@@ -172,6 +184,37 @@ TEST_F(ImportCmd, ImportsWithCheckThenGenerateServeEvalAndExportWork) {
   ASSERT_EQ(r.rc, 0) << r.err;
   EXPECT_EQ(json::parse(r.out)["max_seq_len"], 128);
   EXPECT_EQ(json::parse(r.out)["check"], "not run");
+}
+
+// The import streams the weights into the checkpoint: it holds one tensor at a time (as fp32),
+// not the model. An 80-layer Mistral-shaped folder (bf16) whose fp32 model is ~6x its largest
+// tensor imports in less memory than half the fp32 model, and the checkpoint holds its values.
+TEST_F(ImportCmd, TheImportHoldsOneTensorAtATimeNotTheWholeModel) {
+  const std::string hf = (dir_ / "deep").string(), run = (dir_ / "deep_run").string();
+  ASSERT_EQ(sh(fmt::format("{} {} write {} --family mistral --dtype bf16 --seed 4 --layers 80 --tokenizer {} > {} 2>&1",
+                           kPython, hf_family_py(), hf, test::fixtures() + "/gpt2.json", (dir_ / "deep.log").string())),
+            0) << test::read_file((dir_ / "deep.log").string());
+  test::CmdResult r = smelt(fmt::format("import --hf {} --output {} --json", hf, run));
+  ASSERT_EQ(r.rc, 0) << r.err;
+  const json j = json::parse(r.out);
+  const json cfg = json::parse(test::read_file(hf + "/config.json"));
+  const double fp32 = 4.0 * j["params"].get<double>();
+  const double largest = 4.0 * cfg["vocab_size"].get<double>() * cfg["hidden_size"].get<double>();
+  const double rss = j["import_peak_rss_bytes"].get<double>();
+  std::printf("[import] %lld layers: the model %.0f MiB in fp32, its largest tensor %.0f MiB; the import's peak RSS "
+              "%.0f MiB\n", (long long)cfg["num_hidden_layers"].get<int64_t>(), fp32 / 1048576, largest / 1048576,
+              rss / 1048576);
+  EXPECT_GT(fp32, 4 * largest);
+  EXPECT_LT(rss, fp32 / 2) << "the import holds more than a tensor at a time";
+  HfModelInfo info;
+  ASSERT_TRUE(import_hf_config(hf, 4096, info).is_ok());
+  std::vector<float> want, got;
+  ASSERT_TRUE(import_hf_weights(hf, info.config, want).is_ok());
+  ModelConfig c;
+  ASSERT_TRUE(ckpt_load_model(j["checkpoint"].get<std::string>(), c, got).is_ok());
+  EXPECT_TRUE(got == want) << "the checkpoint holds the folder's values";
+  fs::remove_all(hf);
+  fs::remove_all(run);
 }
 
 TEST_F(ImportCmd, UsageErrorsExitTwoAndBadInputExitsOneNamingTheFile) {

@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include <fmt/format.h>
@@ -218,7 +219,8 @@ TEST_F(InitFromTest, ResumeWinsOnceTheRunHasACheckpoint) {
 
 // A Hugging Face folder as the source: its config.json gives [model] (Qwen3: QK-norm, head_dim 128
 // over d_model 256), its tokenizer.json the tokenizer, and the run's weights are import_hf's
-// reading of its bf16 safetensors (2 shards), bit for bit but where one step at lr 1e-30 moves an exact zero.
+// reading of its bf16 safetensors (2 shards), bit for bit but where one step at lr 1e-30 moves an
+// exact zero, on one rank and on tp 2.
 TEST_F(InitFromTest, AHuggingFaceFolderStartsTheRunWithItsWeights) {
   const std::string py = std::string(SMELT_SOURCE_DIR) + "/tests/reference/hf_family.py";
   SMELT_REQUIRE_REFERENCE(sh("/usr/bin/python3 -c 'import torch' 2> /dev/null") == 0, "python3-torch");
@@ -230,29 +232,35 @@ TEST_F(InitFromTest, AHuggingFaceFolderStartsTheRunWithItsWeights) {
   ASSERT_EQ(sh(fmt::format("{} tokenize --tokenizer {} -i {}en_coding_style.rst {}zh_coding_style.rst -o {} --append-eod "
                            "-t 1 --log-level error", SMELT_BINARY, tokq, data, data, (dir_ / "shard_q").string())),
             0);
-  ASSERT_EQ(sh(fmt::format("{} train --config {} --data text={} --init-from {} --run-dir {} > {} 2>&1", SMELT_BINARY,
-                           (dir_ / "continue.toml").string(), (dir_ / "shard_q").string(), hf, (dir_ / "fromhf").string(),
-                           (dir_ / "fromhf.log").string())),
-            0) << log("fromhf");
   HfModelInfo info;
   ASSERT_TRUE(import_hf_config(hf, 64, info).is_ok());
   EXPECT_TRUE(info.config.qk_norm);
   EXPECT_EQ(info.config.head_size(), 128);
   std::vector<float> want;
   ASSERT_TRUE(import_hf_weights(hf, info.config, want).is_ok());
-  const auto got = weights("fromhf", info.config);
   const auto layout = param_layout(info.config);
-  for (size_t i = 0; i < layout.tensors.size(); i++) {
-    const ParamTensor& t = layout.tensors[i];
-    // One AdamW step at lr 1e-30 moves a weight by at most ~1e-30: nothing, but for the weights
-    // bf16 rounded to exactly 0 (which it moves to +-1e-30).
-    int64_t differ = 0, first = -1;
-    for (int64_t k = 0; k < t.size(); k++)
-      if (std::fabs(got[i][k] - want[t.offset + k]) > 1e-29f) differ++, first = first < 0 ? k : first;
-    EXPECT_EQ(differ, 0) << t.name << " first at " << first << ": " << (first >= 0 ? got[i][first] : 0) << " vs "
-                         << (first >= 0 ? want[t.offset + first] : 0);
+  // One rank, and tp 2 through mpirun: each rank reads its boxes from the folder (rows of the
+  // column-parallel projections, columns of o_proj and down_proj) a tensor at a time.
+  for (const auto& [run, ranks, extra] : {std::tuple<std::string, int, std::string>{"fromhf", 0, ""},
+                                          {"fromhf_tp2", 2, "--set parallel.tp=2"}}) {
+    std::string cmd = fmt::format("{} train --config {} --data text={} --init-from {} --run-dir {} {} > {} 2>&1",
+                                  SMELT_BINARY, (dir_ / "continue.toml").string(), (dir_ / "shard_q").string(), hf,
+                                  (dir_ / run).string(), extra, (dir_ / (run + ".log")).string());
+    if (ranks > 0) cmd = fmt::format("{} -np {} {}", test::kMpirun, ranks, cmd);
+    ASSERT_EQ(sh(cmd), 0) << log(run);
+    const auto got = weights(run, info.config);
+    for (size_t i = 0; i < layout.tensors.size(); i++) {
+      const ParamTensor& t = layout.tensors[i];
+      // One AdamW step at lr 1e-30 moves a weight by at most ~1e-30: nothing, but for the weights
+      // bf16 rounded to exactly 0 (which it moves to +-1e-30).
+      int64_t differ = 0, first = -1;
+      for (int64_t k = 0; k < t.size(); k++)
+        if (std::fabs(got[i][k] - want[t.offset + k]) > 1e-29f) differ++, first = first < 0 ? k : first;
+      EXPECT_EQ(differ, 0) << run << " " << t.name << " first at " << first << ": "
+                           << (first >= 0 ? got[i][first] : 0) << " vs " << (first >= 0 ? want[t.offset + first] : 0);
+    }
+    EXPECT_NE(log(run).find("Qwen3ForCausalLM"), std::string::npos) << log(run);
   }
-  EXPECT_NE(log("fromhf").find("Qwen3ForCausalLM"), std::string::npos) << log("fromhf");
 }
 
 }  // namespace

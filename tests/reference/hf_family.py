@@ -9,6 +9,7 @@ Qwen3ForCausalLM, in float64 with a full (T,T) attention matrix.
 Usage (Debian's python3-torch; the `python3` on PATH may lack torch):
   /usr/bin/python3 hf_family.py write OUT_DIR --family FAMILY --dtype {fp32,fp16,bf16} --shards N
                                       --seed S --tokenizer TOKENIZER_JSON [--vocab V] [--published]
+                                     [--layers N]
   /usr/bin/python3 hf_family.py logprobs HF_DIR IN.smtn OUT.smtn
 
 write: FAMILY is one of smollm2, llama3.2, mistral, qwen2.5, qwen3, llama3-untied-big-vocab (see
@@ -454,6 +455,13 @@ def cmd_write(a):
         if a.family not in PUBLISHED:
             fail(f"--published: no published sizes for {a.family} (have {', '.join(sorted(PUBLISHED))})")
         fam = dict(fam, config=dict(fam["config"], **PUBLISHED[a.family]))
+    if a.layers:
+        if a.layers < 1:
+            fail(f"--layers {a.layers}: at least 1")
+        layers = {"num_hidden_layers": a.layers}
+        if "max_window_layers" in fam["config"]:
+            layers["max_window_layers"] = a.layers
+        fam = dict(fam, config=dict(fam["config"], **layers))
     with open(a.tokenizer, encoding="utf-8") as f:
         tok = json.load(f)
     by_content, by_id, max_id, added = tokenizer_ids(tok)
@@ -650,6 +658,7 @@ def main():
     w.add_argument("--tokenizer", required=True)
     w.add_argument("--vocab", type=int, default=0)
     w.add_argument("--published", action="store_true", help="the published size keys (benchmarks)")
+    w.add_argument("--layers", type=int, default=0, help="num_hidden_layers (memory tests; 0: the family's)")
     lp = sub.add_parser("logprobs")
     lp.add_argument("hf_dir")
     lp.add_argument("input")

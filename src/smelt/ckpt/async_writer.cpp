@@ -119,7 +119,9 @@ Status CkptWriter::submit(const CkptSaveRequest& r, CkptCopy copy) {
   for (const auto& t : r.tensors) {
     int64_t n = safetensors_numel(t.shape);
     if (n < 0) return Status::error(fmt::format("checkpoint step {}: tensor {} has an invalid shape", r.step, t.name));
-    if (n > 0 && !t.data) return Status::error(fmt::format("checkpoint step {}: tensor {} has no data", r.step, t.name));
+    if (n > 0 && !t.data)
+      return Status::error(fmt::format("checkpoint step {}: tensor {} has no data{}", r.step, t.name,
+                                       t.fill ? " (fill is for the synchronous ckpt_save)" : ""));
     total += n;
   }
   Slot* slot = nullptr;

@@ -197,7 +197,8 @@ Status write_rank(const std::string& tmp, const CkptSaveRequest& r, RankPart& pa
     s.shape = t.shape;
     int64_t n = safetensors_numel(t.shape);
     if (n < 0) return Status::error(fmt::format("checkpoint step {}: tensor {} has an invalid shape", r.step, t.name));
-    if (n > 0 && !t.data) return Status::error(fmt::format("checkpoint step {}: tensor {} has no data", r.step, t.name));
+    if (n > 0 && !t.data && !t.fill)
+      return Status::error(fmt::format("checkpoint step {}: tensor {} has no data", r.step, t.name));
     specs.push_back(std::move(s));
   }
   std::string file = rank_file(r.rank);
@@ -208,8 +209,16 @@ Status write_rank(const std::string& tmp, const CkptSaveRequest& r, RankPart& pa
                                              {"rank", std::to_string(r.rank)},
                                              {"ranks", std::to_string(r.ranks)}};
   if (Status s = w.open(path, specs, meta); !s) return s;
-  for (const auto& t : r.tensors)
-    if (Status s = w.write_next(t.data); !s) return s;
+  std::vector<float> filled;  // a `fill` tensor's values, one tensor at a time
+  for (const auto& t : r.tensors) {
+    const float* data = t.data;
+    if (!data && t.fill) {
+      filled.assign((size_t)safetensors_numel(t.shape), 0.0f);
+      if (Status s = t.fill(filled.data()); !s) return s;
+      data = filled.data();
+    }
+    if (Status s = w.write_next(data); !s) return s;
+  }
   if (Status s = w.finish(); !s) return s;
   part.files.push_back({file, w.file_bytes(), w.file_crc32c()});
   part.bytes += w.file_bytes();

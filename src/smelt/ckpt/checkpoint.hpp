@@ -18,10 +18,14 @@ namespace smelt {
 
 // One tensor to save: fp32, row-major. The data must stay valid and unchanged until the save
 // call returns (the asynchronous writer copies it into its staging buffer before returning).
+// Instead of data, a synchronous ckpt_save takes `fill`: called when the tensor's turn comes to
+// write its values into a buffer of the tensor's size, so a writer that produces one tensor at a
+// time (the imports) holds one tensor, not all of them. Its error fails the save.
 struct CkptTensorRef {
   std::string name;            // "model.layers.0.self_attn.q_proj.weight", "optim.m.<name>", ...
   std::vector<int64_t> shape;  // e.g. {rows, cols} or {size}
   const float* data = nullptr;
+  std::function<Status(float* out)> fill = nullptr;  // when data is null (ckpt_save only)
 };
 
 struct CkptSaveRequest {

@@ -272,13 +272,9 @@ Status tokenizer_from_file(const GgufReader& r, int V, Tokenizer& tok, GgufImpor
   return Status::ok();
 }
 
-}  // namespace
-
-Status import_gguf_model(const std::string& path, int max_seq_len, ModelConfig& c, std::vector<float>& params,
-                         Tokenizer& tok, GgufImportInfo* info_out) {
-  GgufReader r;
-  if (Status s = r.open(path); !s) return s;
-  GgufImportInfo info;
+// The {arch}.* metadata (and rope_freqs.weight) -> c.
+Status read_config(const GgufReader& r, const std::string& path, int max_seq_len, ModelConfig& c,
+                   GgufImportInfo& info) {
   if (Status s = r.get_string("general.architecture", info.architecture); !s) return s;
   const std::string& arch = info.architecture;
   if (arch != "llama" && arch != "qwen2")
@@ -372,17 +368,21 @@ Status import_gguf_model(const std::string& path, int max_seq_len, ModelConfig& 
     if (Status s = rope_from_factors(path, ff, c, info.rope_freqs_max_rel, info.rope); !s) return s;
   }
   if (Status s = model_config_validate(c); !s) return Status::error(fmt::format("{}: {}", path, s.message()));
+  return Status::ok();
+}
 
-  // Tensors: exactly the layout's (and rope_freqs.weight), in a type Smelt dequantizes.
+// Every tensor of the file: exactly the layout's (and rope_freqs.weight), each with the shape the
+// metadata gives, in a type Smelt dequantizes. Counts the types into info.
+Status check_tensors(const GgufReader& r, const std::string& path, const ModelConfig& c, GgufImportInfo& info) {
   const ParamLayout layout = param_layout(c);
+  const std::string& arch = info.architecture;
   std::set<std::string> wanted = {"rope_freqs.weight"};
   for (const auto& t : layout.tensors) wanted.insert(gguf_tensor_name(t.name));
   for (const auto& g : r.tensors())
     if (!wanted.count(g.name))
       return Status::error(fmt::format("{}: tensor {} is not part of Smelt's {} ({} layers{}{}); Smelt does not "
-                                       "compute it", path, g.name, arch, L, c.tie_embeddings ? ", tied head" : "",
-                                       c.qkv_bias ? ", q/k/v biases" : ""));
-  params.assign((size_t)layout.total, 0.0f);
+                                       "compute it", path, g.name, arch, c.n_layers,
+                                       c.tie_embeddings ? ", tied head" : "", c.qkv_bias ? ", q/k/v biases" : ""));
   for (const auto& t : layout.tensors) {
     const std::string name = gguf_tensor_name(t.name);
     const GgufTensorInfo* g = r.find_tensor(name);
@@ -397,27 +397,69 @@ Status import_gguf_model(const std::string& path, int max_seq_len, ModelConfig& 
       return Status::error(fmt::format("{}: tensor {} has ne [{}], the {}.* metadata needs [{}]", path, name,
                                        fmt::join(g->ne, ", "), arch, fmt::join(ne, ", ")));
     info.types[ggml_type_name(g->type)]++;
-    float* out = params.data() + t.offset;
-    dequantize(*g, r.tensor_data(*g), out, t.size());
-    // convert_hf_to_gguf.py's LlamaModel permutes q_proj and k_proj (weights and biases) for llama.
-    if (is_llama && (ends_with(t.name, "q_proj.weight") || ends_with(t.name, "q_proj.bias")))
-      gguf_permute_rope_rows(out, c.n_heads, c.head_size(), t.cols, true);
-    if (is_llama && (ends_with(t.name, "k_proj.weight") || ends_with(t.name, "k_proj.bias")))
-      gguf_permute_rope_rows(out, c.n_kv_heads, c.head_size(), t.cols, true);
   }
+  return Status::ok();
+}
+
+}  // namespace
+
+struct GgufWeights::Impl {
+  GgufReader r;
+  ModelConfig c;
+  bool is_llama = false;
+};
+
+GgufWeights::GgufWeights() = default;
+GgufWeights::~GgufWeights() = default;
+
+Status GgufWeights::open(const std::string& path, int max_seq_len, ModelConfig& c, Tokenizer& tok,
+                         GgufImportInfo* info_out) {
+  impl_ = std::make_unique<Impl>();
+  GgufReader& r = impl_->r;
+  if (Status s = r.open(path); !s) return s;
+  GgufImportInfo info;
+  if (Status s = read_config(r, path, max_seq_len, c, info); !s) return s;
+  if (Status s = check_tensors(r, path, c, info); !s) return s;
   if (Status s = tokenizer_from_file(r, c.vocab_size, tok, info); !s) return s;
   (void)r.get_string("general.name", info.name, false);
   info.file_bytes = (int64_t)r.file_size();
+  impl_->c = c;
+  impl_->is_llama = info.architecture == "llama";
   if (info_out) *info_out = std::move(info);
+  return Status::ok();
+}
+
+Status GgufWeights::read(const ParamTensor& t, float* out) const {
+  if (!impl_) return Status::error(fmt::format("tensor {}: no GGUF file is open", t.name));
+  const GgufTensorInfo* g = impl_->r.find_tensor(gguf_tensor_name(t.name));
+  if (!g) return Status::error(fmt::format("{}: no tensor {}", impl_->r.path(), gguf_tensor_name(t.name)));
+  const ModelConfig& c = impl_->c;
+  dequantize(*g, impl_->r.tensor_data(*g), out, t.size());
+  // convert_hf_to_gguf.py's LlamaModel permutes q_proj and k_proj (weights and biases) for llama.
+  if (impl_->is_llama && (ends_with(t.name, "q_proj.weight") || ends_with(t.name, "q_proj.bias")))
+    gguf_permute_rope_rows(out, c.n_heads, c.head_size(), t.cols, true);
+  if (impl_->is_llama && (ends_with(t.name, "k_proj.weight") || ends_with(t.name, "k_proj.bias")))
+    gguf_permute_rope_rows(out, c.n_kv_heads, c.head_size(), t.cols, true);
+  return Status::ok();
+}
+
+Status import_gguf_model(const std::string& path, int max_seq_len, ModelConfig& c, std::vector<float>& params,
+                         Tokenizer& tok, GgufImportInfo* info) {
+  GgufWeights w;
+  if (Status s = w.open(path, max_seq_len, c, tok, info); !s) return s;
+  const ParamLayout layout = param_layout(c);
+  params.assign((size_t)layout.total, 0.0f);
+  for (const auto& t : layout.tensors)
+    if (Status s = w.read(t, params.data() + t.offset); !s) return s;
   return Status::ok();
 }
 
 Status import_gguf(const GgufImportOptions& o, GgufImportResult& out) {
   out = GgufImportResult{};
   ModelConfig& c = out.config;
-  std::vector<float> params;
+  GgufWeights weights;
   Tokenizer tok;
-  if (Status s = import_gguf_model(o.gguf_path, o.max_seq_len, c, params, tok, &out.info); !s) return s;
+  if (Status s = weights.open(o.gguf_path, o.max_seq_len, c, tok, &out.info); !s) return s;
   json st = {{"source", fs::absolute(o.gguf_path).lexically_normal().string()},
              {"format", "gguf"},
              {"architecture", out.info.architecture},
@@ -447,7 +489,9 @@ Status import_gguf(const GgufImportOptions& o, GgufImportResult& out) {
                                       ? o.config_toml(c, tok.eod_id() ? (int64_t)*tok.eod_id() : -1)
                                       : config_to_string(toml::table{{"model", model_config_to_toml(c)}});
   ImportSaved saved;
-  if (Status s = import_save_step0(o.run_dir, c, params, config_toml, tok_tmp.string(), st, old_steps, saved); !s)
+  if (Status s = import_save_step0(o.run_dir, c, [&](const ParamTensor& t, float* v) { return weights.read(t, v); },
+                                   config_toml, tok_tmp.string(), st, old_steps, saved);
+      !s)
     return s;
   out.removed = std::move(saved.removed);
   out.step_dir = saved.step_dir;

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -47,6 +48,23 @@ struct GgufImportInfo {
 //     qwen2, gpt-4o); "llama" (SentencePiece) and others refused by name.
 Status import_gguf_model(const std::string& path, int max_seq_len, ModelConfig& c, std::vector<float>& params,
                          Tokenizer& tok, GgufImportInfo* info = nullptr);
+
+// The same file read a tensor at a time (the import streams it into the checkpoint): open reads
+// and checks everything import_gguf_model does (c, tok, info) but no tensor's values; read
+// dequantizes one tensor of param_layout(c) into out (t.size() floats), Q/K rows put back. The
+// file stays mapped while this lives.
+struct ParamTensor;
+class GgufWeights {
+ public:
+  GgufWeights();
+  ~GgufWeights();
+  Status open(const std::string& path, int max_seq_len, ModelConfig& c, Tokenizer& tok, GgufImportInfo* info = nullptr);
+  Status read(const ParamTensor& t, float* out) const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
 
 struct GgufImportOptions {
   std::string gguf_path;

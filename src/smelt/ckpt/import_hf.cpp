@@ -171,22 +171,25 @@ struct Located {
   std::string file;
 };
 
-// Reads `count` values of src (F32/F16/BF16) as fp32, in chunks of at most kChunkBytes source bytes,
-// handing each converted chunk to sink(first_index, values, n).
+// Reads values [first, first + count) of src (F32/F16/BF16) as fp32, in chunks of at most
+// kChunkBytes source bytes, handing each converted chunk to sink(index from first, values, n). F32
+// goes straight into direct (when given) without a sink call.
 template <class Sink>
-Status read_converted(const Located& src, int64_t count, std::vector<char>& buf, float* direct, Sink sink) {
+Status read_converted(const Located& src, int64_t first, int64_t count, std::vector<char>& buf, float* direct,
+                      Sink sink) {
   const int es = dtype_bytes(src.t->dtype);
   const int64_t per = kChunkBytes / 4;  // values per chunk
   for (int64_t i = 0; i < count; i += per) {
     const int64_t n = std::min(per, count - i);
+    const int64_t at = src.t->begin + es * (first + i);
     if (src.t->dtype == "F32" && direct) {
-      IMPORT_TRY(src.reader->read_at(src.t->begin + 4 * i, direct + i, 4 * n));
+      IMPORT_TRY(src.reader->read_at(at, direct + i, 4 * n));
       continue;
     }
     buf.resize((size_t)kChunkBytes);
     float* out = reinterpret_cast<float*>(buf.data());
     char* raw = buf.data() + (es == 2 ? 2 * n : 0);  // the 2-byte values sit in the upper half, converted upwards
-    IMPORT_TRY(src.reader->read_at(src.t->begin + es * i, raw, es * n));
+    IMPORT_TRY(src.reader->read_at(at, raw, es * n));
     if (es == 2) {
       const bool bf = src.t->dtype == "BF16";
       for (int64_t k = 0; k < n; k++) {
@@ -198,6 +201,14 @@ Status read_converted(const Located& src, int64_t count, std::vector<char>& buf,
     IMPORT_TRY(sink(i, out, n));
   }
   return Status::ok();
+}
+
+// Values [first, first + count) of src into out, as fp32.
+Status read_into(const Located& src, int64_t first, int64_t count, std::vector<char>& buf, float* out) {
+  return read_converted(src, first, count, buf, out, [&](int64_t i, const float* v, int64_t n) {
+    std::memcpy(out + i, v, 4 * n);
+    return Status::ok();
+  });
 }
 
 std::string token_text(const json& v) {  // "<s>" or {"content": "<s>", ...} (an AddedToken)
@@ -308,27 +319,37 @@ Status import_hf_config(const std::string& hf_dir, int max_seq_len, HfModelInfo&
   return Status::ok();
 }
 
-Status import_hf_weights(const std::string& hf_dir, const ModelConfig& c, std::vector<float>& params,
-                         HfWeightStats* stats) {
-  HfWeightStats st;
-  std::error_code ec;
-  const std::string index_path = (fs::path(hf_dir) / "model.safetensors.index.json").string();
-  const std::string single_path = (fs::path(hf_dir) / "model.safetensors").string();
+struct HfWeights::Impl {
   std::vector<std::unique_ptr<SafetensorsReader>> readers;
   std::vector<std::string> files;
   std::map<std::string, Located> where;  // tensor name -> its file
-  auto open_file = [&](const std::string& p) -> Status {
-    auto r = std::make_unique<SafetensorsReader>();
-    IMPORT_TRY(r->open(p));
-    for (const auto& t : r->tensors()) {
-      auto [it, fresh] = where.emplace(t.name, Located{r.get(), &t, p});
-      if (!fresh)
-        return Status::error(fmt::format("{}: tensor {} is also in {}: which one is meant?", p, t.name, it->second.file));
-    }
-    files.push_back(p);
-    readers.push_back(std::move(r));
-    return Status::ok();
-  };
+  std::string source;                    // the one file, or the index
+  HfWeightStats stats;
+
+  Status open_file(const std::string& p);
+  Status open_files(const std::string& hf_dir);
+  Status account(const ModelConfig& c, const Located*& tied_head);
+  Status check_tied_head(const ModelConfig& c, const Located& head);
+};
+
+Status HfWeights::Impl::open_file(const std::string& p) {
+  auto r = std::make_unique<SafetensorsReader>();
+  IMPORT_TRY(r->open(p));
+  for (const auto& t : r->tensors()) {
+    auto [it, fresh] = where.emplace(t.name, Located{r.get(), &t, p});
+    if (!fresh)
+      return Status::error(fmt::format("{}: tensor {} is also in {}: which one is meant?", p, t.name, it->second.file));
+  }
+  files.push_back(p);
+  readers.push_back(std::move(r));
+  return Status::ok();
+}
+
+// model.safetensors, or the shards model.safetensors.index.json names (each tensor where it says).
+Status HfWeights::Impl::open_files(const std::string& hf_dir) {
+  std::error_code ec;
+  const std::string index_path = (fs::path(hf_dir) / "model.safetensors.index.json").string();
+  const std::string single_path = (fs::path(hf_dir) / "model.safetensors").string();
   if (fs::exists(index_path, ec)) {
     json idx;
     IMPORT_TRY(read_optional_json(index_path, idx));
@@ -342,7 +363,7 @@ Status import_hf_weights(const std::string& hf_dir, const ModelConfig& c, std::v
       if (std::find(shards.begin(), shards.end(), file.get<std::string>()) == shards.end())
         shards.push_back(file.get<std::string>());
     }
-    for (const auto& s : shards) IMPORT_TRY(open_file((fs::path(hf_dir) / s).string()));
+    for (const auto& sh : shards) IMPORT_TRY(open_file((fs::path(hf_dir) / sh).string()));
     for (const auto& [name, file] : idx["weight_map"].items()) {
       auto it = where.find(name);
       const std::string want = (fs::path(hf_dir) / file.get<std::string>()).string();
@@ -356,14 +377,17 @@ Status import_hf_weights(const std::string& hf_dir, const ModelConfig& c, std::v
     return Status::error(fmt::format("{}: neither model.safetensors nor model.safetensors.index.json (PyTorch .bin "
                                      "files are not read: save the model with safe_serialization=True)", hf_dir));
   }
-  const std::string source = files.size() == 1 ? files[0] : index_path;
+  source = files.size() == 1 ? files[0] : index_path;
+  return Status::ok();
+}
 
-  // Every tensor accounted for before any data is read.
+// Every tensor accounted for (the layout's with their shapes and a dtype Smelt reads; a tied head;
+// ignored buffers) before any data is read.
+Status HfWeights::Impl::account(const ModelConfig& c, const Located*& tied_head) {
   const ParamLayout layout = param_layout(c);
   std::set<std::string> wanted;
   for (const auto& t : layout.tensors) wanted.insert(t.name);
-  const std::string kHead = "lm_head.weight", kEmbed = "model.embed_tokens.weight";
-  const Located* tied_head = nullptr;
+  const std::string kHead = "lm_head.weight";
   for (const auto& [name, loc] : where) {
     if (wanted.count(name)) continue;
     if (name == kHead && c.tie_embeddings) {
@@ -371,7 +395,7 @@ Status import_hf_weights(const std::string& hf_dir, const ModelConfig& c, std::v
       continue;
     }
     if (name.size() >= 20 && name.compare(name.size() - 20, 20, ".rotary_emb.inv_freq") == 0) {
-      st.ignored.push_back(name);
+      stats.ignored.push_back(name);
       continue;
     }
     return Status::error(fmt::format("{}: tensor {} ({} [{}]) is not a parameter of the model config.json describes "
@@ -393,42 +417,77 @@ Status import_hf_weights(const std::string& hf_dir, const ModelConfig& c, std::v
       return Status::error(fmt::format("{}: no tensor {} (config.json describes a {}model with it)", source, t.name,
                                        t.name == kHead ? "untied (tie_word_embeddings false) " : ""));
     IMPORT_TRY(check(t.name, it->second, shape_of(t)));
+    const Located& loc = it->second;
+    stats.tensors++;
+    stats.dtypes[loc.t->dtype]++;
+    stats.dtype_bytes[loc.t->dtype] += loc.t->bytes();
+    stats.source_bytes += loc.t->bytes();
+    stats.largest_source_tensor = std::max(stats.largest_source_tensor, loc.t->bytes());
   }
   if (tied_head) IMPORT_TRY(check(kHead, *tied_head, {c.vocab_size, c.d_model}));
+  return Status::ok();
+}
 
-  params.assign((size_t)layout.total, 0.0f);
+// A tied model's lm_head.weight: the same values as the embedding, or the config's tie is wrong.
+// Compared a chunk at a time.
+Status HfWeights::Impl::check_tied_head(const ModelConfig& c, const Located& head) {
+  const std::string kEmbed = "model.embed_tokens.weight";
+  const Located& emb = where.at(kEmbed);
+  std::vector<char> buf, ebuf;
+  std::vector<float> e;
+  IMPORT_TRY(read_converted(head, 0, (int64_t)c.vocab_size * c.d_model, buf, nullptr,
+                            [&](int64_t i, const float* v, int64_t n) -> Status {
+                              e.resize((size_t)n);
+                              IMPORT_TRY(read_into(emb, i, n, ebuf, e.data()));
+                              if (std::memcmp(e.data(), v, 4 * n) == 0) return Status::ok();
+                              int64_t k = 0;
+                              while (std::memcmp(e.data() + k, v + k, 4) == 0) k++;
+                              return Status::error(fmt::format(
+                                  "{}: config.json says tie_word_embeddings = true but lm_head.weight differs from "
+                                  "{} (first at row {}, column {}: {} vs {}); set tie_word_embeddings to false "
+                                  "if the head is its own",
+                                  head.file, kEmbed, (i + k) / c.d_model, (i + k) % c.d_model, v[k], e[k]));
+                            }));
+  stats.ignored.push_back("lm_head.weight (equal to " + kEmbed + ")");
+  return Status::ok();
+}
+
+HfWeights::HfWeights() = default;
+HfWeights::~HfWeights() = default;
+
+Status HfWeights::open(const std::string& hf_dir, const ModelConfig& c) {
+  impl_ = std::make_unique<Impl>();
+  IMPORT_TRY(impl_->open_files(hf_dir));
+  const Located* tied_head = nullptr;
+  IMPORT_TRY(impl_->account(c, tied_head));
+  if (tied_head) IMPORT_TRY(impl_->check_tied_head(c, *tied_head));
+  impl_->stats.shards = (int)impl_->files.size();
+  return Status::ok();
+}
+
+Status HfWeights::read_rows(const ParamTensor& t, int64_t row0, int64_t rows, float* out) const {
+  if (!impl_) return Status::error(fmt::format("tensor {}: no weights are open", t.name));
+  auto it = impl_->where.find(t.name);
+  if (it == impl_->where.end()) return Status::error(fmt::format("tensor {}: not among the opened weights", t.name));
+  if (row0 < 0 || rows < 0 || row0 + rows > t.rows)
+    return Status::error(fmt::format("tensor {}: rows [{}, {}) outside its {}", t.name, row0, row0 + rows, t.rows));
   std::vector<char> buf;
-  for (const auto& t : layout.tensors) {
-    const Located& loc = where.at(t.name);
-    float* dst = params.data() + t.offset;
-    IMPORT_TRY(read_converted(loc, tensor_elems(t), buf, dst, [&](int64_t i, const float* v, int64_t n) {
-      std::memcpy(dst + i, v, 4 * n);
-      return Status::ok();
-    }));
-    st.tensors++;
-    st.dtypes[loc.t->dtype]++;
-    st.dtype_bytes[loc.t->dtype] += loc.t->bytes();
-    st.source_bytes += loc.t->bytes();
-    st.largest_source_tensor = std::max(st.largest_source_tensor, loc.t->bytes());
-  }
-  if (tied_head) {  // the same values as the embedding, or the config's tie is wrong
-    const float* emb = params.data() + layout.wte;
-    IMPORT_TRY(read_converted(*tied_head, (int64_t)c.vocab_size * c.d_model, buf, nullptr,
-                              [&](int64_t i, const float* v, int64_t n) -> Status {
-                                if (std::memcmp(emb + i, v, 4 * n) == 0) return Status::ok();
-                                int64_t k = 0;
-                                while (std::memcmp(emb + i + k, v + k, 4) == 0) k++;
-                                return Status::error(fmt::format(
-                                    "{}: config.json says tie_word_embeddings = true but lm_head.weight differs from "
-                                    "{} (first at row {}, column {}: {} vs {}); set tie_word_embeddings to false "
-                                    "if the head is its own",
-                                    tied_head->file, kEmbed, (i + k) / c.d_model, (i + k) % c.d_model, v[k],
-                                    emb[i + k]));
-                              }));
-    st.ignored.push_back(kHead + " (equal to " + kEmbed + ")");
-  }
-  st.shards = (int)files.size();
-  if (stats) *stats = std::move(st);
+  return read_into(it->second, row0 * t.cols, rows * t.cols, buf, out);
+}
+
+const HfWeightStats& HfWeights::stats() const {
+  static const HfWeightStats kNone;
+  return impl_ ? impl_->stats : kNone;
+}
+
+Status import_hf_weights(const std::string& hf_dir, const ModelConfig& c, std::vector<float>& params,
+                         HfWeightStats* stats) {
+  HfWeights w;
+  IMPORT_TRY(w.open(hf_dir, c));
+  const ParamLayout layout = param_layout(c);
+  params.assign((size_t)layout.total, 0.0f);
+  for (const auto& t : layout.tensors) IMPORT_TRY(w.read(t, params.data() + t.offset));
+  if (stats) *stats = w.stats();
   return Status::ok();
 }
 
@@ -450,7 +509,7 @@ Status import_check_destination(const std::string& run_dir, bool force, std::vec
   return Status::ok();
 }
 
-Status import_save_step0(const std::string& run_dir, const ModelConfig& c, const std::vector<float>& params,
+Status import_save_step0(const std::string& run_dir, const ModelConfig& c, const ImportTensorReader& read,
                          const std::string& config_toml, const std::string& tokenizer_path, const nlohmann::json& st,
                          const std::vector<std::string>& old_steps, ImportSaved& out) {
   std::error_code ec;
@@ -460,7 +519,8 @@ Status import_save_step0(const std::string& run_dir, const ModelConfig& c, const
   r.config_toml = config_toml;
   r.tokenizer_path = tokenizer_path;
   r.state = {{"step", 0}, {"import", st}};
-  for (const auto& t : layout.tensors) r.tensors.push_back({t.name, shape_of(t), params.data() + t.offset});
+  for (const auto& t : layout.tensors)
+    r.tensors.push_back({t.name, shape_of(t), nullptr, [&read, &t](float* out) { return read(t, out); }});
   const fs::path ckpt_dir = fs::path(run_dir) / "checkpoints";
   const bool made_run = !fs::exists(run_dir, ec), made_ckpt = !fs::exists(ckpt_dir, ec);
   CkptSaveStats ss;
@@ -531,15 +591,17 @@ Status import_hf(const HfImportOptions& o, HfImportResult& out) {
   std::vector<std::string> old_steps;
   IMPORT_TRY(import_check_destination(o.run_dir, o.force, old_steps));
 
-  std::vector<float> params;
-  IMPORT_TRY(import_hf_weights(o.hf_dir, c, params, &out.weights));
+  HfWeights weights;
+  IMPORT_TRY(weights.open(o.hf_dir, c));
   const ParamLayout layout = param_layout(c);
 
   const std::string config_toml =
       o.config_toml ? o.config_toml(c, tok.eod_id() ? (int64_t)*tok.eod_id() : -1)
                     : config_to_string(toml::table{{"model", model_config_to_toml(c)}});
   ImportSaved saved;
-  IMPORT_TRY(import_save_step0(o.run_dir, c, params, config_toml, tok_path, st, old_steps, saved));
+  IMPORT_TRY(import_save_step0(o.run_dir, c, [&](const ParamTensor& t, float* v) { return weights.read(t, v); },
+                               config_toml, tok_path, st, old_steps, saved));
+  out.weights = weights.stats();
   out.removed = std::move(saved.removed);
   out.step_dir = saved.step_dir;
   out.tokenizer_path = tok_path;
@@ -548,10 +610,12 @@ Status import_hf(const HfImportOptions& o, HfImportResult& out) {
   return Status::ok();
 }
 
-Status import_model_init(Model& m, const ModelConfig& c, std::vector<float>&& params, int T, int threads) {
+Status import_model_init(Model& m, const ModelConfig& c, std::vector<float>&& params, int T, int threads,
+                         Precision precision) {
   ModelConfig run = c;
   run.recompute = true;  // forward only: one layer's activations are enough
   if (threads <= 0) threads = (int)std::max(1u, std::thread::hardware_concurrency());
+  m.set_precision(precision);
   IMPORT_TRY(m.init(run, 1, std::min(T, c.max_seq_len), threads, 0));
   if ((int64_t)params.size() != m.layout().total)
     return Status::error(fmt::format("{} parameters given, the model has {}", params.size(), m.layout().total));

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -15,6 +16,7 @@
 #include "smelt/common/status.hpp"
 #include "smelt/model/config.hpp"
 #include "smelt/model/model.hpp"
+#include "smelt/model/params.hpp"
 
 namespace smelt {
 
@@ -45,14 +47,33 @@ struct HfWeightStats {
   std::map<std::string, int> dtypes;      // source dtype -> tensors
   std::map<std::string, int64_t> dtype_bytes;  // source dtype -> bytes
   int64_t source_bytes = 0;               // of the parameters read
-  int64_t largest_source_tensor = 0;      // bytes: the one extra buffer the import holds
+  int64_t largest_source_tensor = 0;      // bytes (the import holds one tensor at a time, as fp32)
 };
 
-// DIR/model.safetensors or DIR/model.safetensors.index.json (+ its shards) -> params, a flat fp32
-// buffer in param_layout(c) order. Every tensor of the layout must be there with its shape
-// ((rows, cols) or (size,)) in F32, F16 or BF16; a tied model's lm_head.weight is ignored when it
-// equals the embedding and refused otherwise; *.rotary_emb.inv_freq is ignored; any other tensor
-// is refused by name. Reads one tensor at a time: besides params, one tensor's source bytes.
+// The weights of DIR/model.safetensors or DIR/model.safetensors.index.json (+ its shards), read a
+// tensor (or a range of its rows) at a time as fp32. open checks them all before any is read:
+// every tensor of param_layout(c) there with its shape ((rows, cols) or (size,)) in F32, F16 or
+// BF16; a tied model's lm_head.weight ignored when it equals the embedding (compared a chunk at a
+// time) and refused otherwise; *.rotary_emb.inv_freq ignored; any other tensor refused by name.
+// Memory: the files' headers and a 4 MiB conversion buffer per read; the caller holds the values.
+class HfWeights {
+ public:
+  HfWeights();
+  ~HfWeights();
+  Status open(const std::string& hf_dir, const ModelConfig& c);
+  // Rows [row0, row0 + rows) of t, a tensor of param_layout(c) (whole, not a shard's box), into out
+  // (rows x t.cols floats).
+  Status read_rows(const ParamTensor& t, int64_t row0, int64_t rows, float* out) const;
+  Status read(const ParamTensor& t, float* out) const { return read_rows(t, 0, t.rows, out); }
+  const HfWeightStats& stats() const;  // shards, tensors, dtypes, ignored: known once open
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// Every tensor of HfWeights into params, a flat fp32 buffer in param_layout(c) order (the exports'
+// round trip and the tests; the import itself streams).
 Status import_hf_weights(const std::string& hf_dir, const ModelConfig& c, std::vector<float>& params,
                          HfWeightStats* stats = nullptr);
 
@@ -80,15 +101,17 @@ struct HfImportResult {
 
 // What both imports (this and import_gguf.hpp) share. import_check_destination refuses a non-empty
 // RUN/checkpoints unless force, listing the steps other than step 0 it holds; import_save_step0
-// writes params (param_layout(c) order) as step 0 through ckpt_save with the resolved config, the
-// tokenizer file and the state {"step": 0, "import": st} (a failed save removes the folders it
-// created), then removes old_steps (--force: a newer step would otherwise be "latest").
+// writes step 0 through ckpt_save, each tensor of param_layout(c) asked of `read` when its turn
+// comes (one tensor in memory at a time), with the resolved config, the tokenizer file and the
+// state {"step": 0, "import": st} (a failed save removes the folders it created), then removes
+// old_steps (--force: a newer step would otherwise be "latest").
 Status import_check_destination(const std::string& run_dir, bool force, std::vector<std::string>& old_steps);
 struct ImportSaved {
   std::string step_dir;              // the committed checkpoint
   std::vector<std::string> removed;  // old_steps, removed
 };
-Status import_save_step0(const std::string& run_dir, const ModelConfig& c, const std::vector<float>& params,
+using ImportTensorReader = std::function<Status(const ParamTensor& t, float* out)>;
+Status import_save_step0(const std::string& run_dir, const ModelConfig& c, const ImportTensorReader& read,
                          const std::string& config_toml, const std::string& tokenizer_path, const nlohmann::json& st,
                          const std::vector<std::string>& old_steps, ImportSaved& out);
 
@@ -101,8 +124,10 @@ Status import_save_step0(const std::string& run_dir, const ModelConfig& c, const
 Status import_hf(const HfImportOptions& o, HfImportResult& out);
 
 // --check: a forward-only Model of c for sequences of up to T tokens, holding params (moved in
-// and freed: the model keeps the only copy). threads: 0 = every core.
-Status import_model_init(Model& m, const ModelConfig& c, std::vector<float>&& params, int T, int threads = 0);
+// and freed: the model keeps the only copy), its linear layers in `precision`. threads: 0 = every
+// core.
+Status import_model_init(Model& m, const ModelConfig& c, std::vector<float>&& params, int T, int threads = 0,
+                         Precision precision = Precision::kFp32);
 // Next-token log-probabilities of one sequence under that model (the training forward, fp32): out
 // is (T, V), row t = log softmax of the logits after tokens[0..t], computed in double.
 Status import_logprobs(Model& m, const std::vector<int32_t>& tokens, std::vector<float>& out);
@@ -117,6 +142,9 @@ struct LogprobDiff {
   double tolerance() const;         // 1e-4 * max(1, ref_max_abs) (docs/import.md)
   bool passed() const { return !nan && max_abs <= tolerance(); }
 };
+// --check's bound on Smelt's bf16 forward (bf16 GEMM inputs, fp32 accumulation; the weights
+// exact): the mean KL(ref || ours) over a text's positions, in nats (docs/import.md, "--check").
+constexpr double kImportBf16MeanKl = 2e-3;
 LogprobDiff import_compare_logprobs(const float* ref, const float* ours, int64_t T, int64_t V,
                                     const std::vector<int32_t>& tokens);
 

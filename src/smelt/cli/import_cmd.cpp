@@ -155,11 +155,80 @@ struct CheckText {
 struct CheckResult {
   std::string name;
   int tokens = 0;
-  LogprobDiff d;
+  LogprobDiff d;     // Smelt's fp32 forward against the reference
+  LogprobDiff bf16;  // Smelt's bf16 forward (the linear layers' GEMMs in bf16, as training runs them)
 };
 
-// Runs the imported checkpoint and the reference on each text; fails when a text's log-probs
-// differ beyond LogprobDiff::tolerance().
+// The check's token sequences: each text's first kCheckTokens tokens (after BOS where the
+// tokenizer config names one and does not turn it off: Llama, Mistral; not Qwen).
+Status check_token_ids(const HfImportResult& imp, int max_seq_len, const std::vector<CheckText>& texts,
+                       std::vector<std::vector<int32_t>>& out) {
+  Tokenizer tok;
+  if (Status s = Tokenizer::load(imp.tokenizer_path, tok); !s) return s;
+  const json& st = imp.import_state;
+  const bool add_bos = st["bos_token"].is_string() && st["add_bos_token"] != json(false) &&
+                       st["bos_token_id"].is_number_integer();
+  for (const auto& t : texts) {
+    std::vector<uint32_t> raw;
+    tok.encode(t.text, raw, false);
+    std::vector<int32_t> ids;
+    if (add_bos) ids.push_back(st["bos_token_id"].get<int32_t>());
+    for (uint32_t id : raw) ids.push_back((int32_t)id);
+    ids.resize(std::min<size_t>(ids.size(), (size_t)std::min(kCheckTokens, max_seq_len)));
+    if (ids.size() < 2) return Status::error(fmt::format("--check: text {} gives {} tokens; it needs 2", t.name, ids.size()));
+    out.push_back(std::move(ids));
+  }
+  return Status::ok();
+}
+
+// The reference's (T, V) log-probabilities of ids: hf_family.py logprobs on the source folder, run
+// in a scratch folder of its own.
+Status reference_logprobs(const std::string& python, const std::string& script, const std::string& hf_dir,
+                          const fs::path& work, const std::string& name, const std::vector<int32_t>& ids, int64_t V,
+                          std::vector<float>& ref) {
+  const std::string in = (work / "in.smtn").string(), out = (work / "out.smtn").string();
+  const std::string err = (work / "stderr.txt").string();
+  if (Status s = write_tokens_smtn(in, ids); !s) return s;
+  const std::string cmd = fmt::format("{} {} logprobs {} {} {} > {} 2>&1", python, shell_quote(script),
+                                      shell_quote(hf_dir), shell_quote(in), shell_quote(out), shell_quote(err));
+  if (std::system(cmd.c_str()) != 0) {
+    std::string msg;
+    (void)files_read_small(err, msg);
+    if (msg.size() > 2000) msg = "..." + msg.substr(msg.size() - 2000);
+    return Status::error(fmt::format("--check: the reference failed on text {}: {}\n{}", name, cmd, msg));
+  }
+  std::vector<int64_t> dims;
+  if (Status s = read_smtn_f32(out, "logprobs", ref, dims); !s) return s;
+  const int64_t T = (int64_t)ids.size();
+  if (dims != std::vector<int64_t>{1, T, V})
+    return Status::error(fmt::format("--check: {}: logprobs has dims [{}], expected [1, {}, {}]", out,
+                                     fmt::join(dims, ", "), T, V));
+  return Status::ok();
+}
+
+// The imported checkpoint's log-probabilities of each sequence under `precision`, compared with
+// the reference's into (fp32 ? d : bf16) of each result.
+Status compare_ours(const std::string& step_dir, Precision precision, int threads,
+                    const std::vector<std::vector<int32_t>>& ids, const std::vector<std::vector<float>>& refs,
+                    std::vector<CheckResult>& results) {
+  ModelConfig c;
+  std::vector<float> params;
+  if (Status s = ckpt_load_model(step_dir, c, params); !s) return s;
+  Model model;
+  if (Status s = import_model_init(model, c, std::move(params), kCheckTokens, threads, precision); !s) return s;
+  std::vector<float> ours;
+  for (size_t i = 0; i < ids.size(); i++) {
+    if (Status s = import_logprobs(model, ids[i], ours); !s) return s;
+    const LogprobDiff d = import_compare_logprobs(refs[i].data(), ours.data(), (int64_t)ids[i].size(), c.vocab_size,
+                                                  ids[i]);
+    (precision == Precision::kFp32 ? results[i].d : results[i].bf16) = d;
+  }
+  return Status::ok();
+}
+
+// Runs the imported checkpoint in fp32 and in bf16 and the reference on each text; fails when a
+// text's fp32 log-probs differ beyond LogprobDiff::tolerance() or its bf16 mean KL exceeds
+// kImportBf16MeanKl.
 Status run_check(const HfImportResult& imp, const std::string& hf_dir, const std::vector<CheckText>& texts,
                  int threads, std::vector<CheckResult>& results) {
   const char* python = "/usr/bin/python3";
@@ -172,17 +241,9 @@ Status run_check(const HfImportResult& imp, const std::string& hf_dir, const std
   if (std::system(fmt::format("{} -c 'import torch' > /dev/null 2>&1", python).c_str()) != 0)
     return Status::error(fmt::format("--check: PyTorch is missing: `{} -c 'import torch'` fails (apt-get install "
                                      "python3-torch)", python));
-  ModelConfig c;
-  std::vector<float> params;
-  if (Status s = ckpt_load_model(imp.step_dir, c, params); !s) return s;
-  Model model;
-  if (Status s = import_model_init(model, c, std::move(params), kCheckTokens, threads); !s) return s;
-  Tokenizer tok;
-  if (Status s = Tokenizer::load(imp.tokenizer_path, tok); !s) return s;
-  const json& st = imp.import_state;
-  // BOS first where the tokenizer config names one and does not turn it off (Llama, Mistral; not Qwen)
-  const bool add_bos = st["bos_token"].is_string() && st["add_bos_token"] != json(false) &&
-                       st["bos_token_id"].is_number_integer();
+  const ModelConfig& c = imp.info.config;
+  std::vector<std::vector<int32_t>> ids;
+  if (Status s = check_token_ids(imp, c.max_seq_len, texts, ids); !s) return s;
 
   const fs::path work = fs::temp_directory_path() / fmt::format("smelt-import-check-{}", ::getpid());
   std::error_code ec;
@@ -195,42 +256,27 @@ Status run_check(const HfImportResult& imp, const std::string& hf_dir, const std
       fs::remove_all(p, e);
     }
   } cleanup{work};
-  for (const auto& t : texts) {
-    std::vector<uint32_t> raw;
-    tok.encode(t.text, raw, false);
-    std::vector<int32_t> ids;
-    if (add_bos) ids.push_back(st["bos_token_id"].get<int32_t>());
-    for (uint32_t id : raw) ids.push_back((int32_t)id);
-    ids.resize(std::min<size_t>(ids.size(), (size_t)std::min(kCheckTokens, c.max_seq_len)));
-    if (ids.size() < 2) return Status::error(fmt::format("--check: text {} gives {} tokens; it needs 2", t.name, ids.size()));
-    const std::string in = (work / "in.smtn").string(), out = (work / "out.smtn").string();
-    const std::string err = (work / "stderr.txt").string();
-    if (Status s = write_tokens_smtn(in, ids); !s) return s;
-    const std::string cmd = fmt::format("{} {} logprobs {} {} {} > {} 2>&1", python, shell_quote(script),
-                                        shell_quote(hf_dir), shell_quote(in), shell_quote(out), shell_quote(err));
-    if (std::system(cmd.c_str()) != 0) {
-      std::string msg;
-      (void)files_read_small(err, msg);
-      if (msg.size() > 2000) msg = "..." + msg.substr(msg.size() - 2000);
-      return Status::error(fmt::format("--check: the reference failed on text {}: {}\n{}", t.name, cmd, msg));
-    }
-    std::vector<float> ref, ours;
-    std::vector<int64_t> dims;
-    if (Status s = read_smtn_f32(out, "logprobs", ref, dims); !s) return s;
-    const int64_t T = (int64_t)ids.size(), V = c.vocab_size;
-    if (dims != std::vector<int64_t>{1, T, V})
-      return Status::error(fmt::format("--check: {}: logprobs has dims [{}], expected [1, {}, {}]", out,
-                                       fmt::join(dims, ", "), T, V));
-    if (Status s = import_logprobs(model, ids, ours); !s) return s;
-    results.push_back({t.name, (int)T, import_compare_logprobs(ref.data(), ours.data(), T, V, ids)});
+  std::vector<std::vector<float>> refs(texts.size());
+  for (size_t i = 0; i < texts.size(); i++) {
+    if (Status s = reference_logprobs(python, script, hf_dir, work, texts[i].name, ids[i], c.vocab_size, refs[i]); !s)
+      return s;
+    results.push_back({texts[i].name, (int)ids[i].size(), {}, {}});
   }
-  for (const auto& r : results)
+  for (Precision p : {Precision::kFp32, Precision::kBf16})
+    if (Status s = compare_ours(imp.step_dir, p, threads, ids, refs, results); !s) return s;
+  for (const auto& r : results) {
     if (!r.d.passed())
       return Status::error(fmt::format("--check: text {}: next-token log-probabilities differ from the PyTorch "
                                        "reference by up to {:.3g} (tolerance {:.3g} = 1e-4 x max(1, max |ref "
                                        "logprob| = {:.3g})){}; the checkpoint is kept in {} for inspection",
                                        r.name, r.d.max_abs, r.d.tolerance(), r.d.ref_max_abs,
                                        r.d.nan ? ", NaN values" : "", imp.step_dir));
+    if (r.bf16.nan || !(r.bf16.mean_kl <= kImportBf16MeanKl))
+      return Status::error(fmt::format("--check: text {}: in bf16 the mean KL from the PyTorch reference is {:.3g} "
+                                       "nats (tolerance {:.3g}){}, while fp32 agrees; the checkpoint is kept in {}",
+                                       r.name, r.bf16.mean_kl, kImportBf16MeanKl, r.bf16.nan ? ", NaN values" : "",
+                                       imp.step_dir));
+  }
   return Status::ok();
 }
 
@@ -347,6 +393,7 @@ int cli_import(int argc, char** argv) {
     return kExitFailure;
   }
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const int64_t import_rss = peak_rss_bytes();  // before --check loads the model whole
   const ModelConfig& c = r.info.config;
   spdlog::info("max_seq_len {}: min(max_position_embeddings {}, --max-seq-len {}); it sizes the RoPE table and the "
                "serving caches", c.max_seq_len, r.info.max_position_embeddings, max_seq_len);
@@ -361,14 +408,16 @@ int cli_import(int argc, char** argv) {
   std::string dtypes, check_text;
   for (const auto& [d, n] : r.weights.dtypes) dtypes += fmt::format("{}{} {}", dtypes.empty() ? "" : ", ", d, n);
   for (const auto& x : results)
-    check_text += fmt::format("; {} ({} tokens): max |Δ logprob| {:.3g} (tolerance {:.3g}), mean KL {:.3g}", x.name,
-                              x.tokens, x.d.max_abs, x.d.tolerance(), x.d.mean_kl);
+    check_text += fmt::format("; {} ({} tokens): max |Δ logprob| {:.3g} (tolerance {:.3g}), mean KL {:.3g}; bf16: "
+                              "mean KL {:.3g} (tolerance {:.3g}), max |Δ logprob| {:.3g}", x.name, x.tokens,
+                              x.d.max_abs, x.d.tolerance(), x.d.mean_kl, x.bf16.mean_kl, kImportBf16MeanKl,
+                              x.bf16.max_abs);
   const int64_t rss = peak_rss_bytes();
   std::fputs(fmt::format("[import] {} ({}) -> {}: {:.2f}M params in {} tensors ({}), {} file{}, max_seq_len {}, "
-                         "{:.2f} s, peak RSS {:.0f} MiB; check {}{}\n",
+                         "{:.2f} s, peak RSS {:.0f} MiB (import), {:.0f} MiB (with the check); check {}{}\n",
                          hf, r.info.architecture, r.step_dir, r.params / 1e6, r.weights.tensors, dtypes,
-                         r.weights.shards, r.weights.shards == 1 ? "" : "s", c.max_seq_len, secs, rss / 1048576.0,
-                         check_state, check_text)
+                         r.weights.shards, r.weights.shards == 1 ? "" : "s", c.max_seq_len, secs,
+                         import_rss / 1048576.0, rss / 1048576.0, check_state, check_text)
                  .c_str(),
              stderr);
   if (json_out) {
@@ -377,7 +426,10 @@ int cli_import(int argc, char** argv) {
       checks.push_back({{"text", x.name}, {"tokens", x.tokens}, {"max_abs_logprob_diff", x.d.max_abs},
                         {"max_abs_ref_logprob", x.d.ref_max_abs}, {"tolerance", x.d.tolerance()},
                         {"mean_kl", x.d.mean_kl}, {"ref_nll", x.d.ref_nll}, {"nll", x.d.our_nll},
-                        {"passed", x.d.passed()}});
+                        {"passed", x.d.passed()},
+                        {"bf16", {{"mean_kl", x.bf16.mean_kl}, {"kl_tolerance", kImportBf16MeanKl},
+                                  {"max_abs_logprob_diff", x.bf16.max_abs}, {"nll", x.bf16.our_nll},
+                                  {"passed", !x.bf16.nan && x.bf16.mean_kl <= kImportBf16MeanKl}}}});
     json j = {{"source", hf},
               {"output", output},
               {"checkpoint", r.step_dir},
@@ -394,6 +446,7 @@ int cli_import(int argc, char** argv) {
               {"max_position_embeddings", r.info.max_position_embeddings},
               {"seconds", secs},
               {"peak_rss_bytes", rss},
+              {"import_peak_rss_bytes", import_rss},
               {"check", check_state},
               {"check_texts", checks}};
     std::fputs((j.dump() + "\n").c_str(), stdout);

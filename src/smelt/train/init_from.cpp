@@ -67,16 +67,27 @@ Status resolve_hf(const std::string& source, InitSource& out) {
   return Status::ok();
 }
 
-// Every rank reads the whole model (one tensor's source bytes at a time) and keeps its boxes.
+// Each rank reads its boxes a tensor at a time: the rows of its box straight into place, or, for a
+// box of some columns (a row-parallel projection's), the box's rows in a buffer the columns are
+// taken from. Memory besides the model: at most one tensor.
 Status load_hf(const InitSource& src, const ModelConfig& cfg, const ParamLayout& layout, float* params) {
-  std::vector<float> full;
-  if (Status s = import_hf_weights(src.hf_dir, cfg, full); !s)
+  HfWeights weights;
+  if (Status s = weights.open(src.hf_dir, cfg); !s)
     return Status::error(fmt::format("[train] init_from {}: {}", src.given, s.message()));
   const ParamLayout whole = param_layout(cfg);
+  std::vector<float> rows;
   for (const ParamTensor& t : layout.tensors) {
     const ParamTensor& w = whole.tensors[t.full_index];
-    for (int64_t r = 0; r < t.rows; r++)
-      std::copy_n(full.data() + w.offset + (t.row0 + r) * w.cols + t.col0, t.cols, params + t.offset + r * t.cols);
+    Status s = Status::ok();
+    if (t.cols == w.cols) {
+      s = weights.read_rows(w, t.row0, t.rows, params + t.offset);
+    } else {
+      rows.resize((size_t)(t.rows * w.cols));
+      s = weights.read_rows(w, t.row0, t.rows, rows.data());
+      for (int64_t r = 0; s && r < t.rows; r++)
+        std::copy_n(rows.data() + r * w.cols + t.col0, t.cols, params + t.offset + r * t.cols);
+    }
+    if (!s) return Status::error(fmt::format("[train] init_from {}: {}", src.given, s.message()));
   }
   return Status::ok();
 }
