@@ -26,13 +26,15 @@ TEST(DemoPipeline, TheDemoConfigRunsEndToEndOnASlice) {
   const fs::path dir = fs::temp_directory_path() / ("smelt_demo_slice_" + std::to_string(::getpid()));
   fs::remove_all(dir);
   const std::string bin = fs::path(SMELT_BINARY).parent_path().string();
-  // 4 pages per package; 4096 evaluation tokens and 20 task items per evaluation point (a loaded
-  // machine gets a few steps into the half minute; the evaluations at step 0 must leave room for them). The training budget as `make demo` sets it, from a
-  // deadline: one already past leaves the least the script allows, here 0.5 minutes (enough for
-  // the plan on a busy machine).
+  // 4 pages per package; 4096 evaluation tokens and 20 task items per evaluation point. The
+  // training budget as `make demo` sets it, from a deadline: one already past leaves the least the
+  // script allows, here 1 minute. The run keeps back 1.2x its last evaluation's time for the final
+  // one, and on a loaded machine (ctest -j2 beside another test) the first evaluation at step 0
+  // was measured at 13.5 s against 0.2 s idle: half a minute then left no room for the 3 steps a
+  // plan needs (the run ended by the deadline after 1 step).
   const std::string cmd = "cd " + std::string(SMELT_SOURCE_DIR) + " && SMELT=" + SMELT_BINARY + " DEMO_DIR=" +
                           dir.string() + " DEMO_PAGES=4 DEMO_DEADLINE_S=$(($(date +%s) - 60)) "
-                          "DEMO_MIN_TRAIN_MINUTES=0.5 DEMO_SET='--set eval.tokens=4096 --set eval.task_limit=20 --set ckpt.save_every=0' "
+                          "DEMO_MIN_TRAIN_MINUTES=1 DEMO_SET='--set eval.tokens=4096 --set eval.task_limit=20 --set ckpt.save_every=0' "
                           "bash scripts/demo >" + (dir.string() + ".err") + " 2>&1";
   int rc = std::system(cmd.c_str());
   const std::string err = smelt::test::read_file(dir.string() + ".err");
@@ -64,15 +66,15 @@ TEST(DemoPipeline, TheDemoConfigRunsEndToEndOnASlice) {
       << j["train_loss_by_source"].dump();
   EXPECT_NE(err.find("training loss  by blend source"), std::string::npos) << tail;
   const json& tr = j["train"];
-  EXPECT_EQ(tr["time_budget"]["minutes"].get<double>(), 0.5);
-  EXPECT_NE(err.find("[demo] training budget 0.50 min: 0 s are left of the deadline"), std::string::npos) << tail;
+  EXPECT_EQ(tr["time_budget"]["minutes"].get<double>(), 1.0);
+  EXPECT_NE(err.find("[demo] training budget 1.00 min: 0 s are left of the deadline"), std::string::npos) << tail;
   EXPECT_TRUE(tr["time_budget"]["planned_steps"].is_number()) << tr.dump();
   EXPECT_LT(tr["eval_last_bpb"].get<double>(), tr["eval_first_bpb"].get<double>());
   // The run ends by its plan (or at the deadline) with its final evaluation; a slow or busy machine
   // may make that last evaluation slower than those measured before it, so the bound is loose
   // (the trainer's own tests hold the budget closely).
   EXPECT_TRUE(tr["time_budget"]["ended_by"] == "plan" || tr["time_budget"]["ended_by"] == "deadline") << tr.dump();
-  EXPECT_LT(tr["timing"]["seconds"].get<double>(), 2 * 0.5 * 60) << tr.dump();
+  EXPECT_LT(tr["timing"]["seconds"].get<double>(), 2 * 1.0 * 60) << tr.dump();
   const json& ev = j["eval"];
   EXPECT_GT(ev["bits_per_byte"].get<double>(), 0.5);
   ASSERT_EQ(ev["compressors"].size(), 3u);
