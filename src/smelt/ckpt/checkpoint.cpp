@@ -689,19 +689,40 @@ Status ckpt_load_tensor(const std::string& step_dir, const CkptManifest& m, cons
   return Status::ok();
 }
 
-Status ckpt_load_model(const std::string& step_dir, ModelConfig& cfg, std::vector<float>& params,
-                       CkptManifest* manifest) {
-  CkptManifest m;
-  if (Status s = ckpt_read_manifest(step_dir, m); !s) return s;
+Status ckpt_resolve(const std::string& dir, std::string& step_dir) {
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec))
+    return Status::error(fmt::format("{}: not a directory (want a checkpoint step directory RUN/checkpoints/step_N or "
+                                     "a run directory RUN)", dir));
+  if (fs::exists(fs::path(dir) / "manifest.json", ec)) {
+    step_dir = dir;
+    return Status::ok();
+  }
+  std::vector<std::string> warnings;
+  Status s = ckpt_find_latest(dir, step_dir, &warnings);
+  for (const auto& w : warnings) spdlog::warn("{}", w);
+  if (!s) return Status::error(fmt::format("{}: no manifest.json here and {}", dir, s.message()));
+  return Status::ok();
+}
+
+Status ckpt_model_config(const std::string& step_dir, const CkptManifest& m, ModelConfig& c) {
   toml::table root;
   try {
     root = toml::parse(m.config_toml);
   } catch (const toml::parse_error& e) {
-    return Status::error(fmt::format("{}/manifest.json: config_toml line {}: {}", step_dir,
-                                     e.source().begin.line, e.description()));
+    return Status::error(fmt::format("{}/manifest.json: config_toml line {}: {}", step_dir, e.source().begin.line,
+                                     e.description()));
   }
-  if (Status s = model_config_read(root, cfg); !s)
+  if (Status s = model_config_read(root, c); !s)
     return Status::error(fmt::format("{}/manifest.json config_toml: {}", step_dir, s.message()));
+  return Status::ok();
+}
+
+Status ckpt_load_model(const std::string& step_dir, ModelConfig& cfg, std::vector<float>& params,
+                       CkptManifest* manifest) {
+  CkptManifest m;
+  if (Status s = ckpt_read_manifest(step_dir, m); !s) return s;
+  if (Status s = ckpt_model_config(step_dir, m, cfg); !s) return s;
   ParamLayout layout = param_layout(cfg);
   params.assign(static_cast<size_t>(layout.total), 0.0f);
   for (const auto& p : layout.tensors) {  // each stored whole or as boxes, in any rank's file

@@ -110,6 +110,13 @@ std::vector<CkptListEntry> ckpt_list(const std::string& run_dir);
 Status ckpt_find_latest(const std::string& run_dir, std::string& step_dir,
                         std::vector<std::string>* warnings = nullptr);
 
+// A step directory (holds manifest.json) or a run directory (then its newest valid checkpoint; each
+// newer invalid one is logged as a warning) -> step_dir. The error names dir and why.
+Status ckpt_resolve(const std::string& dir, std::string& step_dir);
+// [model] of the config a manifest stores (config_toml); the error names step_dir's manifest.json.
+struct ModelConfig;
+Status ckpt_model_config(const std::string& step_dir, const CkptManifest& m, ModelConfig& c);
+
 // Reads one tensor's data (count floats) into out; the shape must match.
 Status ckpt_load_tensor(const std::string& step_dir, const CkptManifest& m, const std::string& name,
                         float* out, int64_t count);

@@ -146,19 +146,6 @@ Status vocab_from_tokenizer(const Tokenizer& tok, int V, const std::string& wher
   return Status::ok();
 }
 
-// [model] of the checkpoint's manifest.
-Status read_ckpt_config(const std::string& step_dir, const CkptManifest& m, ModelConfig& c) {
-  try {
-    toml::table root = toml::parse(m.config_toml);
-    if (Status s = model_config_read(root, c); !s)
-      return Status::error(fmt::format("{}/manifest.json config_toml: {}", step_dir, s.message()));
-  } catch (const toml::parse_error& e) {
-    return Status::error(fmt::format("{}/manifest.json: config_toml line {}: {}", step_dir, e.source().begin.line,
-                                     e.description()));
-  }
-  return Status::ok();
-}
-
 // general.name: the run folder's name (RUN/checkpoints/step_N -> RUN), else the step folder's.
 std::string model_name(const std::string& step_dir) {
   fs::path p = fs::absolute(fs::path(step_dir)).lexically_normal();
@@ -174,7 +161,7 @@ Status export_gguf(const std::string& step_dir, const std::string& out_path, Ggu
   CkptManifest m;
   if (Status s = ckpt_read_manifest(step_dir, m); !s) return s;
   ModelConfig c;
-  if (Status s = read_ckpt_config(step_dir, m, c); !s) return s;
+  if (Status s = ckpt_model_config(step_dir, m, c); !s) return s;
   // What the llama architecture's GGUF keys describe; the families' extras are written by none yet.
   const char* extra = c.qkv_bias ? "qkv_bias (Qwen2's q/k/v biases)"
                       : c.qk_norm ? "qk_norm (Qwen3's QK-norm)"

@@ -95,14 +95,7 @@ Status export_hf(const std::string& step_dir, const std::string& out_dir,
   CkptManifest m;
   if (Status s = ckpt_read_manifest(step_dir, m); !s) return s;
   ModelConfig c;
-  try {
-    toml::table root = toml::parse(m.config_toml);
-    if (Status s = model_config_read(root, c); !s)
-      return Status::error(fmt::format("{}/manifest.json config_toml: {}", step_dir, s.message()));
-  } catch (const toml::parse_error& e) {
-    return Status::error(fmt::format("{}/manifest.json: config_toml line {}: {}", step_dir,
-                                     e.source().begin.line, e.description()));
-  }
+  if (Status s = ckpt_model_config(step_dir, m, c); !s) return s;
   if (!*export_hf_architecture(c))
     return Status::error(fmt::format("{}: qkv_bias together with qk_norm is no Hugging Face architecture "
                                      "(Qwen2 has the biases, Qwen3 the norms)", step_dir));
@@ -233,11 +226,7 @@ Status export_hf_check(const std::string& step_dir, const std::string& out_dir, 
   std::vector<float> pa, pb;
   if (Status s = ckpt_load_model(step_dir, ca, pa); !s) return s;
   if (Status s = export_hf_load(out_dir, cb, pb); !s) return s;
-  // Every key that changes what the model computes (not recompute or init_std).
-  auto same = [](const ModelConfig& a, const ModelConfig& b) {
-    return model_config_to_toml(model_config_canonical(a)) == model_config_to_toml(model_config_canonical(b));
-  };
-  if (!same(ca, cb))
+  if (!model_config_same(ca, cb))
     return Status::error(fmt::format("{}/config.json describes a different model than {}", out_dir, step_dir));
   LogitsDiff d;
   if (Status s = export_logits_diff(ca, pa, pb, d); !s) return s;

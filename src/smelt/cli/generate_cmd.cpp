@@ -33,20 +33,8 @@ namespace smelt {
 
 // A step directory (holds manifest.json) or a run directory (its newest valid checkpoint).
 Status cli_resolve_checkpoint(const std::string& dir, std::string& step_dir) {
-  std::error_code ec;
-  if (!fs::is_directory(dir, ec))
-    return Status::error(fmt::format("--checkpoint {}: not a directory (want a step directory "
-                                     "RUN/checkpoints/step_N or a run directory RUN)", dir));
-  if (fs::exists(fs::path(dir) / "manifest.json", ec)) {
-    step_dir = dir;
-    return Status::ok();
-  }
-  std::vector<std::string> warnings;
-  Status s = ckpt_find_latest(dir, step_dir, &warnings);
-  for (const auto& w : warnings) spdlog::warn("{}", w);
-  if (!s)
-    return Status::error(fmt::format("--checkpoint {}: no manifest.json here and {}", dir, s.message()));
-  spdlog::info("newest valid checkpoint: {}", step_dir);
+  if (Status s = ckpt_resolve(dir, step_dir); !s) return Status::error("--checkpoint " + s.message());
+  if (step_dir != dir) spdlog::info("newest valid checkpoint: {}", step_dir);
   return Status::ok();
 }
 

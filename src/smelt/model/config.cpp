@@ -86,6 +86,10 @@ ModelConfig model_config_canonical(ModelConfig c) {
   return c;
 }
 
+bool model_config_same(const ModelConfig& a, const ModelConfig& b) {
+  return model_config_to_toml(model_config_canonical(a)) == model_config_to_toml(model_config_canonical(b));
+}
+
 std::vector<double> rope_inv_freq(const ModelConfig& c) {
   std::vector<double> f = rope_theta_freq(c.head_size(), c.rope_theta);
   if (c.rope_scaling == RopeScaling::kLinear) {

@@ -59,6 +59,8 @@ std::vector<double> rope_inv_freq(const ModelConfig& c);
 // scaling keys its type does not read at their defaults, recompute off, init_std 0. Two configs
 // describe the same model when their canonical forms are equal (exports' and imports' checks).
 ModelConfig model_config_canonical(ModelConfig c);
+// The same model: equal canonical forms (every key that changes what the model computes).
+bool model_config_same(const ModelConfig& a, const ModelConfig& b);
 
 // Reads [model] (missing keys keep their defaults) and validates. Errors name key, value, allowed.
 Status model_config_read(const toml::table& root, ModelConfig& c);

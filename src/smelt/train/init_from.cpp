@@ -28,26 +28,12 @@ constexpr int kInitFromMaxSeqLen = 4096;
 
 Status resolve_checkpoint(const std::string& source, InitSource& out) {
   std::error_code ec;
-  if (fs::exists(fs::path(source) / "manifest.json", ec)) {
-    out.step_dir = source;
-  } else {
-    std::vector<std::string> warnings;
-    Status s = ckpt_find_latest(source, out.step_dir, &warnings);
-    for (const auto& w : warnings) spdlog::warn("{}", w);
-    if (!s)
-      return Status::error(fmt::format("[train] init_from {}: not a Hugging Face folder (no config.json), not a "
-                                       "checkpoint (no manifest.json) and {}", source, s.message()));
-  }
+  if (Status s = ckpt_resolve(source, out.step_dir); !s)
+    return Status::error(fmt::format("[train] init_from: not a Hugging Face folder (no config.json) and {}",
+                                     s.message()));
   CkptManifest m;
   if (Status s = ckpt_read_manifest(out.step_dir, m); !s) return s;
-  try {
-    toml::table root = toml::parse(m.config_toml);
-    if (Status s = model_config_read(root, out.model); !s)
-      return Status::error(fmt::format("{}/manifest.json config_toml: {}", out.step_dir, s.message()));
-  } catch (const toml::parse_error& e) {
-    return Status::error(fmt::format("{}/manifest.json: config_toml line {}: {}", out.step_dir, e.source().begin.line,
-                                     e.description()));
-  }
+  if (Status s = ckpt_model_config(out.step_dir, m, out.model); !s) return s;
   const fs::path tok = fs::path(out.step_dir) / "tokenizer.json";
   if (fs::exists(tok, ec)) out.tokenizer_path = tok.string();
   return Status::ok();

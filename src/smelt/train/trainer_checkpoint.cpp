@@ -103,17 +103,9 @@ Status Trainer::resume_from_checkpoint() {
   }
   CkptManifest m;
   if (Status s = ckpt_read_manifest(dir, m); !s) return s;
-  toml::table root;
-  try {
-    root = toml::parse(m.config_toml);
-  } catch (const toml::parse_error& e) {
-    return Status::error(fmt::format("{}: the stored config does not parse: {}", dir, e.description()));
-  }
   ModelConfig saved;
-  if (Status s = model_config_read(root, saved); !s) return Status::error(fmt::format("{}: {}", dir, s.message()));
-  saved.recompute = c_.model.recompute;  // recomputation changes memory, not the model
-  if (config_to_string(toml::table{{"model", model_config_to_toml(saved)}}) !=
-      config_to_string(toml::table{{"model", model_config_to_toml(c_.model)}}))
+  if (Status s = ckpt_model_config(dir, m, saved); !s) return s;
+  if (!model_config_same(saved, c_.model))
     return Status::error(fmt::format("{}: the checkpoint's [model] differs from this run's; resume with the same "
                                      "[model] section (stored in {}/config.toml)", dir, dir));
   if (Status s = train_state_load_tensors(tensors(), dir, m); !s) return s;
@@ -164,7 +156,7 @@ Status Trainer::init_weights_from() {
   if (Status s = init_from_resolve(c_.train.init_from, src); !s) return s;
   ModelConfig want = src.model;
   want.max_seq_len = c_.model.max_seq_len;
-  if (model_config_to_toml(model_config_canonical(want)) != model_config_to_toml(model_config_canonical(c_.model)))
+  if (!model_config_same(want, c_.model))
     return Status::error(fmt::format("[train] init_from {}: this run's [model] is not the source's (smelt train "
                                      "--init-from sets it; a config that names init_from itself must copy the "
                                      "source's [model])", c_.train.init_from));
