@@ -191,6 +191,13 @@ TEST_F(TrainCmdTest, ExitCodesAndMessages) {
           "--set train.memory_mb=16384 --set data.seq_len=256 --set data.eod_id=0", dir_);
   EXPECT_EQ(r.rc, 1);
   EXPECT_NE(r.err.find("the memory plan needs"), std::string::npos) << r.err;
+  // --dry-run plans the run's precision: bf16 adds the weights' bf16 copy and the GEMM operands.
+  for (const char* p : {"fp32", "bf16"}) {
+    r = run(base("x") + " --dry-run --set train.precision=" + p, dir_);
+    EXPECT_EQ(r.rc, 0) << r.err;
+    EXPECT_NE(r.out.find(fmt::format("({}):", p)), std::string::npos) << r.out;
+    EXPECT_EQ(r.out.find("bf16 operands") != std::string::npos, std::string(p) == "bf16") << r.out;
+  }
   r = run(base("x") + " --print-config", dir_);
   EXPECT_EQ(r.rc, 0);
   EXPECT_NE(r.out.find("[optim]"), std::string::npos);

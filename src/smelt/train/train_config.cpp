@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include "smelt/common/config.hpp"
+#include "smelt/kernels/kernels.hpp"
 #include "smelt/obs/trace.hpp"
 
 namespace smelt {
@@ -175,6 +176,14 @@ void check_sections(const toml::table& root, std::vector<std::string>& errors) {
 }
 
 }  // namespace
+
+// auto: bf16 where the CPU has bf16 units (its GEMMs then run 2-4x fp32's), fp32 elsewhere.
+Precision train_precision(const TrainConfig& c) {
+  const bool cuda = c.train.device == DeviceKind::kCuda;
+  const bool bf16 = c.train.precision == PrecisionMode::kBf16 ||
+                    (c.train.precision == PrecisionMode::kAuto && (cuda || gemm_bf16_native()));
+  return bf16 ? Precision::kBf16 : Precision::kFp32;
+}
 
 Status train_config_read(const toml::table& root, TrainConfig& c) {
   std::vector<std::string> errors;

@@ -124,6 +124,9 @@ struct TrainConfig {
 // Reads every section of root (unknown keys and sections are errors) and validates: each key
 // against its field table where it is read, then the rules between keys and sections.
 Status train_config_read(const toml::table& root, TrainConfig& c);
+// The linear layers' precision the run uses: [train] precision, auto = bf16 where the CPU has bf16
+// units (oneDNN's avx512_core_bf16 or AMX) or the device is CUDA, else fp32.
+Precision train_precision(const TrainConfig& c);
 // The rules between keys and sections (stopping rules, eval every/points, data vs model, ...);
 // each key's own range is checked by train_config_read.
 Status train_config_validate(const TrainConfig& c);

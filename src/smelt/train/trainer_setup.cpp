@@ -77,11 +77,8 @@ Status Trainer::setup() {
   const int64_t budget = c_.train.memory_mb > 0 ? c_.train.memory_mb << 20 : memory_physical_bytes();
   const int dp = grid_.dp;
   if (c_.dist.zero == 1 && dp > 1) bounds_ = zero_shard_bounds(param_layout(c_.model, shard_).total, dp);
-  // auto: bf16 where the CPU has bf16 units (its GEMMs then run 2-4x fp32's), fp32 elsewhere.
   const bool cuda = c_.train.device == DeviceKind::kCuda;
-  const bool bf16 = c_.train.precision == PrecisionMode::kBf16 ||
-                    (c_.train.precision == PrecisionMode::kAuto && (cuda || gemm_bf16_native()));
-  const Precision precision = bf16 ? Precision::kBf16 : Precision::kFp32;
+  const Precision precision = train_precision(c_);
   model_.set_precision(precision);
   const int slots = pipeline_slots(shard_.pp, shard_.stage, c_.train.grad_accum);
   // The plan's process row: all this process holds before the plan's buffers (binary, libraries,
