@@ -9,7 +9,9 @@
 //    log-probs against hf_family.py's float64 PyTorch forward; linear RoPE scaling (smollm2 shape);
 //  - llama.cpp (node-llama-cpp, tests/reference/llama_gguf_check.mjs) on the same F32 files: its
 //    tokenization of English and Chinese prompts and its greedy continuation equal ours;
-// and the refusals (another architecture, a Q4_K tensor, a SentencePiece tokenizer) by name.
+// and the refusals (another architecture, a Q4_K tensor, a SentencePiece tokenizer) by name. The
+// way back too: Smelt's GGUF export of each folder's HF import equals the converter's file, tensor
+// for tensor and key for key (llama with rope_freqs.weight, qwen2 with biases, linear scaling).
 #include <unistd.h>
 
 #include <algorithm>
@@ -337,6 +339,60 @@ json llama_cpp_agrees(const fs::path& dir, const std::string& file, const ModelC
   return j;
 }
 
+// The way back: Smelt's import of an fp32 HF folder exported to GGUF F32 holds the independent
+// converter's tensors bit for bit (its permuted llama Q/K rows, qwen2's biases; rope_freqs.weight
+// within 1e-6 relative: each side derives it in its own arithmetic) and its {arch}.* keys (but
+// context_length: the import caps the context at 4096; and attention.key_length / value_length,
+// which the converter writes whenever config.json names head_dim and Smelt when the head size
+// is not embedding_length / head_count, so absent only when it equals that).
+void expect_export_is_the_converters(const fs::path& dir, const std::string& hf_dir, const std::string& converted,
+                                     const std::string& want_arch, const ModelConfig& hc) {
+  HfImportOptions o;
+  o.hf_dir = hf_dir;
+  o.run_dir = (dir / "hf_run").string();
+  HfImportResult r;
+  Status s = import_hf(o, r);
+  ASSERT_TRUE(s) << s.message();
+  const std::string ours = (dir / "ours_f32.gguf").string();
+  s = export_gguf(r.step_dir, ours, GgufDtype::kF32);
+  ASSERT_TRUE(s) << s.message();
+  GgufReader a, b;
+  ASSERT_TRUE(a.open(ours));
+  ASSERT_TRUE(b.open(converted));
+  std::string arch;
+  ASSERT_TRUE(a.get_string("general.architecture", arch));
+  EXPECT_EQ(arch, want_arch);
+  EXPECT_EQ(a.tensors().size(), b.tensors().size());
+  for (const GgufTensorInfo& tb : b.tensors()) {
+    const GgufTensorInfo* ta = a.find_tensor(tb.name);
+    ASSERT_NE(ta, nullptr) << tb.name;
+    ASSERT_EQ(ta->type, tb.type) << tb.name;
+    ASSERT_EQ(ta->ne, tb.ne) << tb.name;
+    const float* va = reinterpret_cast<const float*>(a.tensor_data(*ta));
+    const float* vb = reinterpret_cast<const float*>(b.tensor_data(tb));
+    if (tb.name == "rope_freqs.weight") {
+      for (int64_t k = 0; k < tb.elements(); k++) EXPECT_NEAR(va[k] / vb[k], 1.0, 1e-6) << tb.name << " " << k;
+    } else {
+      EXPECT_EQ(std::memcmp(va, vb, (size_t)tb.bytes), 0) << tb.name;
+    }
+  }
+  for (const std::string& k : b.keys()) {
+    if (k.rfind(arch + ".", 0) != 0 || k == arch + ".context_length") continue;
+    const GgufValue* x = a.find(k);
+    const GgufValue* y = b.find(k);
+    if (!x && (k == arch + ".attention.key_length" || k == arch + ".attention.value_length")) {
+      EXPECT_EQ(y->u, (uint64_t)(hc.d_model / hc.n_heads)) << k;
+      continue;
+    }
+    ASSERT_NE(x, nullptr) << k << " is missing from Smelt's file";
+    EXPECT_EQ(x->u, y->u) << k;
+    EXPECT_EQ(x->f, y->f) << k;
+    EXPECT_EQ(x->str, y->str) << k;
+  }
+  std::printf("[%s] Smelt's GGUF export of the HF import: %zu tensors and the %s.* keys of the converter's file\n",
+              hf_dir.c_str(), b.tensors().size(), arch.c_str());
+}
+
 TEST_P(ImportGgufConverted, MatchesHfImportReferenceAndLlamaCpp) {
   const Family fam = GetParam();
   const fs::path dir = dir_ / fam.name;
@@ -465,6 +521,9 @@ TEST_P(ImportGgufConverted, MatchesHfImportReferenceAndLlamaCpp) {
     }
   }
 
+  // (e) The way back.
+  expect_export_is_the_converters(dir, (dir / "fp32").string(), gguf("f32"), fam.arch, hc);
+
   // (d) Refusals, each naming what it refuses.
   if (std::string(fam.arch) != "llama") return;
   const std::pair<std::string, std::vector<std::string>> refusals[] = {
@@ -512,6 +571,7 @@ TEST_F(ImportGguf, LinearRopeScalingMatchesHfImportAndLlamaCpp) {
   ASSERT_EQ(p.size(), w.size());
   EXPECT_EQ(std::memcmp(p.data(), w.data(), 4 * p.size()), 0);
   llama_cpp_agrees(dir, file, c, p, tok, "smollm2 linear x4 f32");
+  expect_export_is_the_converters(dir, hf, file, "llama", info.config);
 }
 
 INSTANTIATE_TEST_SUITE_P(Families, ImportGgufConverted,

@@ -1,8 +1,9 @@
-// Smelt's Llama <-> GGUF (export_gguf.hpp). The mapping is one table of names (ours are Hugging
+// Smelt's decoder <-> GGUF (export_gguf.hpp). The mapping is one table of names (ours are Hugging
 // Face's; llama.cpp's are token_embd, blk.N.attn_q, ...), one row permutation for Q and K (our
 // RoPE pairs element i with i + HS/2, as HF's rotate_half; llama.cpp's llama architecture uses
 // LLAMA_ROPE_TYPE_NORM, adjacent pairs 2j, 2j+1, so convert_hf_to_gguf.py permutes the rows and
-// so do we), and the tokenizer's vocabulary in GPT-2's byte-level alphabet with token types.
+// so do we; its qwen2 uses NEOX, our order), and the tokenizer's vocabulary in GPT-2's byte-level
+// alphabet with token types.
 // Not the byte format (gguf.cpp).
 #include "smelt/ckpt/export_gguf.hpp"
 
@@ -22,6 +23,7 @@
 #include "smelt/ckpt/import_gguf.hpp"
 #include "smelt/common/files.hpp"
 #include "smelt/kernels/decode_linear.hpp"
+#include "smelt/kernels/kernels.hpp"
 #include "smelt/model/params.hpp"
 #include "smelt/tokenizer/byte_level.hpp"
 #include "smelt/tokenizer/tokenizer.hpp"
@@ -146,6 +148,46 @@ Status vocab_from_tokenizer(const Tokenizer& tok, int V, const std::string& wher
   return Status::ok();
 }
 
+// The llama.cpp architecture of a model: `qwen2` with q/k/v biases (NEOX RoPE, as ours), else
+// `llama`. Refused, naming the key: QK-norm (llama.cpp's qwen3, not written yet) and Llama 3's RoPE
+// scaling on qwen2 (llama.cpp reads rope_freqs.weight for llama only).
+Status gguf_export_architecture(const std::string& step_dir, const ModelConfig& c, std::string& arch) {
+  if (c.qk_norm)
+    return Status::error(fmt::format("{}: [model] qk_norm (Qwen3's QK-norm): the GGUF export writes llama.cpp's "
+                                     "llama and qwen2 architectures, not qwen3; export this model with --format hf",
+                                     step_dir));
+  arch = c.qkv_bias ? "qwen2" : "llama";
+  if (arch == "qwen2" && c.rope_scaling == RopeScaling::kLlama3)
+    return Status::error(fmt::format("{}: [model] rope_scaling = \"llama3\" with qkv_bias: llama.cpp reads Llama 3's "
+                                     "scaling (rope_freqs.weight) for the llama architecture only; export this model "
+                                     "with --format hf", step_dir));
+  return Status::ok();
+}
+
+// {arch}.* keys: the sizes, RoPE (head size, base, linear scaling) and the norm's epsilon; the head
+// size as attention.key_length / value_length when it is not embedding_length / head_count.
+void add_arch_keys(GgufWriter& w, const std::string& arch, const ModelConfig& c) {
+  const auto key = [&](const char* k) { return arch + "." + k; };
+  w.add_u32(key("vocab_size"), c.vocab_size);
+  w.add_u32(key("context_length"), c.max_seq_len);
+  w.add_u32(key("embedding_length"), c.d_model);
+  w.add_u32(key("block_count"), c.n_layers);
+  w.add_u32(key("feed_forward_length"), c.ffn_hidden);
+  w.add_u32(key("attention.head_count"), c.n_heads);
+  w.add_u32(key("attention.head_count_kv"), c.n_kv_heads);
+  if (c.head_size() * c.n_heads != c.d_model) {
+    w.add_u32(key("attention.key_length"), c.head_size());
+    w.add_u32(key("attention.value_length"), c.head_size());
+  }
+  w.add_u32(key("rope.dimension_count"), c.head_size());
+  w.add_f32(key("rope.freq_base"), (float)c.rope_theta);
+  w.add_f32(key("attention.layer_norm_rms_epsilon"), (float)c.norm_eps);
+  if (c.rope_scaling == RopeScaling::kLinear) {
+    w.add_string(key("rope.scaling.type"), "linear");
+    w.add_f32(key("rope.scaling.factor"), (float)c.rope_factor);
+  }
+}
+
 // general.name: the run folder's name (RUN/checkpoints/step_N -> RUN), else the step folder's.
 std::string model_name(const std::string& step_dir) {
   fs::path p = fs::absolute(fs::path(step_dir)).lexically_normal();
@@ -162,15 +204,8 @@ Status export_gguf(const std::string& step_dir, const std::string& out_path, Ggu
   if (Status s = ckpt_read_manifest(step_dir, m); !s) return s;
   ModelConfig c;
   if (Status s = ckpt_model_config(step_dir, m, c); !s) return s;
-  // What the llama architecture's GGUF keys describe; the families' extras are written by none yet.
-  const char* extra = c.qkv_bias ? "qkv_bias (Qwen2's q/k/v biases)"
-                      : c.qk_norm ? "qk_norm (Qwen3's QK-norm)"
-                      : c.rope_scaling != RopeScaling::kNone ? "rope_scaling"
-                      : c.head_dim > 0 && c.head_dim * c.n_heads != c.d_model ? "head_dim != d_model / n_heads"
-                                                                               : nullptr;
-  if (extra)
-    return Status::error(fmt::format("{}: [model] {}: the GGUF export writes the plain llama architecture only; "
-                                     "export this model with --format hf", step_dir, extra));
+  std::string arch;
+  if (Status s = gguf_export_architecture(step_dir, c, arch); !s) return s;
 
   const std::string tok_src =
       tokenizer_path.empty() ? (fs::path(step_dir) / "tokenizer.json").string() : tokenizer_path;
@@ -203,21 +238,12 @@ Status export_gguf(const std::string& step_dir, const std::string& out_path, Ggu
     spdlog::warn("{}: no end-of-document token; llama.cpp then takes id 11 as BOS/EOS (its gpt2 default)", tok_src);
 
   GgufWriter w;
-  w.add_string("general.architecture", "llama");
+  w.add_string("general.architecture", arch);
   w.add_string("general.name", model_name(step_dir));
   w.add_u32("general.file_type", dtype == GgufDtype::kF32 ? 0 : dtype == GgufDtype::kF16 ? 1 : 7);  // LLAMA_FTYPE_*
   w.add_u32("general.quantization_version", 2);  // GGML_QNT_VERSION
   w.add_u32("general.alignment", kGgufDefaultAlignment);
-  w.add_u32("llama.vocab_size", c.vocab_size);
-  w.add_u32("llama.context_length", c.max_seq_len);
-  w.add_u32("llama.embedding_length", c.d_model);
-  w.add_u32("llama.block_count", c.n_layers);
-  w.add_u32("llama.feed_forward_length", c.ffn_hidden);
-  w.add_u32("llama.attention.head_count", c.n_heads);
-  w.add_u32("llama.attention.head_count_kv", c.n_kv_heads);
-  w.add_u32("llama.rope.dimension_count", c.head_size());
-  w.add_f32("llama.rope.freq_base", (float)c.rope_theta);
-  w.add_f32("llama.attention.layer_norm_rms_epsilon", (float)c.norm_eps);
+  add_arch_keys(w, arch, c);
   w.add_string("tokenizer.ggml.model", "gpt2");
   w.add_string("tokenizer.ggml.pre", pre);
   w.add_strings("tokenizer.ggml.tokens", vocab.tokens);
@@ -231,11 +257,18 @@ Status export_gguf(const std::string& step_dir, const std::string& out_path, Ggu
   w.add_bool("tokenizer.ggml.add_bos_token", false);
   w.add_bool("tokenizer.ggml.add_eos_token", false);
 
-  // Each tensor's type, decided before the header is written.
+  // Each tensor's type, decided before the header is written. Llama 3's RoPE scaling travels as
+  // llama.cpp's rope_freqs.weight: per frequency, the unscaled over the scaled (convert_hf_to_gguf.py).
   ParamLayout layout = param_layout(c);
   std::vector<GgmlType> types;
   int64_t largest = 0;
   GgufExportStats st;
+  std::vector<float> rope_freqs;
+  if (c.rope_scaling == RopeScaling::kLlama3) {
+    const std::vector<double> plain = rope_theta_freq(c.head_size(), c.rope_theta), scaled = rope_inv_freq(c);
+    for (size_t i = 0; i < plain.size(); i++) rope_freqs.push_back((float)(plain[i] / scaled[i]));
+    w.add_tensor("rope_freqs.weight", {(int64_t)rope_freqs.size()}, GgmlType::kF32);
+  }
   for (const auto& t : layout.tensors) {  // presence and shapes: checked by ckpt_read_box below
     GgmlType g = GgmlType::kF32;
     if (t.cols > 1 && dtype == GgufDtype::kF16) g = GgmlType::kF16;
@@ -258,11 +291,13 @@ Status export_gguf(const std::string& step_dir, const std::string& out_path, Ggu
   std::vector<float> buf((size_t)largest);
   std::vector<uint8_t> conv((size_t)largest * 2);  // F16 or Q8_0 bytes (<= 2 per value)
   Status s = w.open(tmp);
+  if (s && !rope_freqs.empty()) s = w.write_tensor(rope_freqs.data(), 4 * (int64_t)rope_freqs.size());
   for (size_t i = 0; s && i < layout.tensors.size(); i++) {
     const ParamTensor& t = layout.tensors[i];
     s = ckpt_read_box(step_dir, m, t.name, t.rows, t.cols, CkptBox{0, 0, t.rows, t.cols}, buf.data());
     if (!s) break;
-    if (int heads = rope_heads(t.name, c)) gguf_permute_rope_rows(buf.data(), heads, c.head_size(), t.cols, false);
+    const int heads = arch == "llama" ? rope_heads(t.name, c) : 0;  // qwen2 rotates as we do (NEOX)
+    if (heads) gguf_permute_rope_rows(buf.data(), heads, c.head_size(), t.cols, false);
     switch (types[i]) {
       case GgmlType::kF32: s = w.write_tensor(buf.data(), 4 * t.size()); break;
       case GgmlType::kF16: {
