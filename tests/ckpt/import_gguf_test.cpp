@@ -19,6 +19,7 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <tuple>
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>
@@ -572,6 +573,40 @@ TEST_F(ImportGguf, LinearRopeScalingMatchesHfImportAndLlamaCpp) {
   EXPECT_EQ(std::memcmp(p.data(), w.data(), 4 * p.size()), 0);
   llama_cpp_agrees(dir, file, c, p, tok, "smollm2 linear x4 f32");
   expect_export_is_the_converters(dir, hf, file, "llama", info.config);
+}
+
+// What llama.cpp's architectures the export writes cannot hold is refused by name: QK-norm
+// (qwen3) and Llama 3 RoPE scaling beside q/k/v biases (qwen2 reads no rope_freqs.weight).
+TEST_F(ImportGguf, ExportRefusesQkNormAndLlama3ScalingWithBiasesByName) {
+  const std::string tok_path = shrunk("llama3");
+  ModelConfig base;
+  base.vocab_size = 4032;
+  base.d_model = 64;
+  base.n_layers = 1;
+  base.n_heads = 4;
+  base.n_kv_heads = 2;
+  base.ffn_hidden = 96;
+  base.max_seq_len = 128;
+  ModelConfig qk = base, bias3 = base;
+  qk.qk_norm = true;
+  bias3.qkv_bias = true;
+  bias3.rope_scaling = RopeScaling::kLlama3;
+  bias3.rope_factor = 8;
+  bias3.rope_original_max_seq_len = 64;
+  for (const auto& [name, c, words] :
+       {std::tuple<std::string, ModelConfig, std::vector<std::string>>{"qk", qk, {"qk_norm", "--format hf"}},
+        {"bias3", bias3, {"rope_scaling = \"llama3\"", "qkv_bias"}}}) {
+    Model m;
+    ASSERT_TRUE(m.init(c, 1, 8, 1, 42));
+    const std::string run = (dir_ / ("refuse_" + name)).string();
+    ASSERT_TRUE(test::save_tiny_checkpoint(m, run, 1, tok_path));
+    const std::string out = (dir_ / ("refuse_" + name + ".gguf")).string();
+    Status s = export_gguf(ckpt_step_dir(run, 1), out, GgufDtype::kF32);
+    ASSERT_FALSE(s) << name;
+    for (const auto& w : words) EXPECT_NE(s.message().find(w), std::string::npos) << s.message();
+    EXPECT_FALSE(fs::exists(out));
+    EXPECT_FALSE(fs::exists(out + ".tmp"));
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Families, ImportGgufConverted,
