@@ -10,28 +10,42 @@
 
 namespace smelt {
 
-void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, int N, int C,
-                     float eps) {
-#pragma omp parallel for schedule(static)
-  for (int n = 0; n < N; n++) {
-    const float* x = inp + (int64_t)n * C;
-    float* o = out + (int64_t)n * C;
-    float ss = 0.0f;
+namespace {
+
+// One row of y = x*r*w, r = (mean(x^2)+eps)^-1/2; returns r. out may not alias x.
+inline float rms_row(float* out, const float* x, const float* weight, int C, float eps) {
+  float ss = 0.0f;
 #pragma omp simd reduction(+ : ss)
-    for (int c = 0; c < C; c++) ss += x[c] * x[c];
-    float r = 1.0f / std::sqrt(ss / C + eps);
-    rstd[n] = r;
+  for (int c = 0; c < C; c++) ss += x[c] * x[c];
+  const float r = 1.0f / std::sqrt(ss / C + eps);
 #pragma omp simd
-    for (int c = 0; c < C; c++) o[c] = x[c] * r * weight[c];
+  for (int c = 0; c < C; c++) out[c] = x[c] * r * weight[c];
+  return r;
+}
+
+// One row's backward: dx (+)= r*(dy*w) - x * r^3/C * sum(dy*w*x) (kAdd: added, else written; dx may
+// be dy itself), and acc += dy*x*r, dweight's share.
+template <bool kAdd>
+inline void rms_row_backward(float* dx, float* acc, const float* dy, const float* x, const float* weight, float r,
+                             int C) {
+  float dot = 0.0f;
+#pragma omp simd reduction(+ : dot)
+  for (int c = 0; c < C; c++) dot += dy[c] * weight[c] * x[c];
+  const float k = dot * r * r * r / C;
+#pragma omp simd
+  for (int c = 0; c < C; c++) {
+    const float g = r * dy[c] * weight[c] - k * x[c];
+    acc[c] += dy[c] * x[c] * r;
+    if constexpr (kAdd) dx[c] += g;
+    else dx[c] = g;
   }
 }
 
-// y = x*r*w, r = (mean(x^2)+eps)^-1/2:  dx = r*(dy*w) - x * r^3/C * sum(dy*w*x).
-// dweight: each block of kRows rows sums its dy*x*r per channel in the same pass as dx (the rows
-// are in cache once), then the blocks' sums are added in block order: the same bits for any
-// thread count.
-void rmsnorm_backward(float* dinp, float* dweight, const float* dout, const float* inp,
-                      const float* weight, const float* rstd, int N, int C) {
+// dweight (C) += the rows' shares: each block of kRows rows sums its own (row(n, acc) for its rows,
+// in the same pass as their dx while they are in cache), then the blocks' sums are added in block
+// order: the same bits for any thread count.
+template <class Row>
+void blocked_rows(float* dweight, int N, int C, Row row) {
   constexpr int kRows = 64;
   const int blocks = (N + kRows - 1) / kRows;
   thread_local std::vector<float> part;
@@ -40,24 +54,8 @@ void rmsnorm_backward(float* dinp, float* dweight, const float* dout, const floa
 #pragma omp parallel
   {
 #pragma omp for schedule(static)
-    for (int blk = 0; blk < blocks; blk++) {
-      float* acc = pw + (size_t)blk * C;
-      for (int n = blk * kRows; n < std::min(N, (blk + 1) * kRows); n++) {
-        const float* x = inp + (int64_t)n * C;
-        const float* dy = dout + (int64_t)n * C;
-        float* dx = dinp + (int64_t)n * C;
-        float r = rstd[n];
-        float dot = 0.0f;
-#pragma omp simd reduction(+ : dot)
-        for (int c = 0; c < C; c++) dot += dy[c] * weight[c] * x[c];
-        float k = dot * r * r * r / C;
-#pragma omp simd
-        for (int c = 0; c < C; c++) {
-          dx[c] += r * dy[c] * weight[c] - k * x[c];
-          acc[c] += dy[c] * x[c] * r;
-        }
-      }
-    }
+    for (int blk = 0; blk < blocks; blk++)
+      for (int n = blk * kRows; n < std::min(N, (blk + 1) * kRows); n++) row(n, pw + (size_t)blk * C);
 #pragma omp for schedule(static)
     for (int c = 0; c < C; c++) {
       float s = 0.0f;
@@ -65,6 +63,23 @@ void rmsnorm_backward(float* dinp, float* dweight, const float* dout, const floa
       dweight[c] += s;
     }
   }
+}
+
+}  // namespace
+
+void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, int N, int C,
+                     float eps) {
+#pragma omp parallel for schedule(static)
+  for (int n = 0; n < N; n++) rstd[n] = rms_row(out + (int64_t)n * C, inp + (int64_t)n * C, weight, C, eps);
+}
+
+// y = x*r*w, r = (mean(x^2)+eps)^-1/2:  dx = r*(dy*w) - x * r^3/C * sum(dy*w*x).
+void rmsnorm_backward(float* dinp, float* dweight, const float* dout, const float* inp,
+                      const float* weight, const float* rstd, int N, int C) {
+  blocked_rows(dweight, N, C, [&](int n, float* acc) {
+    const int64_t o = (int64_t)n * C;
+    rms_row_backward<true>(dinp + o, acc, dout + o, inp + o, weight, rstd[n], C);
+  });
 }
 
 void rmsnorm_forward_ref(float* out, float* rstd, const float* inp, const float* weight, int N,
@@ -94,7 +109,8 @@ void rmsnorm_backward_ref(float* dinp, float* dweight, const float* dout, const 
   }
 }
 
-// QK-norm: the same y = x*r*w over each head's HS values, in place on the qkv rows.
+// QK-norm: the same y = x*r*w over each head's HS values, in place on the qkv rows (the input
+// kept in raw for the backward).
 void head_rmsnorm_forward(float* x, float* raw, float* rstd, const float* weight, int N, int row_stride,
                           int col0, int nheads, int HS, float eps) {
 #pragma omp parallel for schedule(static)
@@ -102,55 +118,21 @@ void head_rmsnorm_forward(float* x, float* raw, float* rstd, const float* weight
     for (int h = 0; h < nheads; h++) {
       float* v = x + (int64_t)n * row_stride + col0 + (int64_t)h * HS;
       float* keep = raw + ((int64_t)n * nheads + h) * HS;
-      float ss = 0.0f;
-#pragma omp simd reduction(+ : ss)
-      for (int i = 0; i < HS; i++) ss += v[i] * v[i];
-      const float r = 1.0f / std::sqrt(ss / HS + eps);
-      rstd[(int64_t)n * nheads + h] = r;
-#pragma omp simd
-      for (int i = 0; i < HS; i++) {
-        keep[i] = v[i];
-        v[i] = v[i] * r * weight[i];
-      }
+      std::copy(v, v + HS, keep);
+      rstd[(int64_t)n * nheads + h] = rms_row(v, keep, weight, HS, eps);
     }
 }
 
-// As rmsnorm_backward, per head, with dweight summed per block of rows then over blocks in order.
+// As rmsnorm_backward, per head, the gradient written over dy in place.
 void head_rmsnorm_backward(float* dx, float* dweight, const float* raw, const float* weight, const float* rstd,
                            int N, int row_stride, int col0, int nheads, int HS) {
-  constexpr int kRows = 64;
-  const int blocks = (N + kRows - 1) / kRows;
-  thread_local std::vector<float> part;
-  part.assign((size_t)blocks * HS, 0.0f);
-  float* pw = part.data();
-#pragma omp parallel
-  {
-#pragma omp for schedule(static)
-    for (int blk = 0; blk < blocks; blk++) {
-      float* acc = pw + (size_t)blk * HS;
-      for (int n = blk * kRows; n < std::min(N, (blk + 1) * kRows); n++)
-        for (int h = 0; h < nheads; h++) {
-          const float* x = raw + ((int64_t)n * nheads + h) * HS;
-          float* dy = dx + (int64_t)n * row_stride + col0 + (int64_t)h * HS;
-          const float r = rstd[(int64_t)n * nheads + h];
-          float dot = 0.0f;
-#pragma omp simd reduction(+ : dot)
-          for (int i = 0; i < HS; i++) dot += dy[i] * weight[i] * x[i];
-          const float k = dot * r * r * r / HS;
-#pragma omp simd
-          for (int i = 0; i < HS; i++) {
-            acc[i] += dy[i] * x[i] * r;
-            dy[i] = r * dy[i] * weight[i] - k * x[i];
-          }
-        }
+  blocked_rows(dweight, N, HS, [&](int n, float* acc) {
+    for (int h = 0; h < nheads; h++) {
+      float* dy = dx + (int64_t)n * row_stride + col0 + (int64_t)h * HS;
+      rms_row_backward<false>(dy, acc, dy, raw + ((int64_t)n * nheads + h) * HS, weight,
+                              rstd[(int64_t)n * nheads + h], HS);
     }
-#pragma omp for schedule(static)
-    for (int i = 0; i < HS; i++) {
-      float s = 0.0f;
-      for (int blk = 0; blk < blocks; blk++) s += pw[(size_t)blk * HS + i];
-      dweight[i] += s;
-    }
-  }
+  });
 }
 
 void head_rmsnorm_forward_ref(float* x, float* raw, float* rstd, const float* weight, int N, int row_stride,
