@@ -1,0 +1,171 @@
+// Chat records for SFT (dataset/chat.hpp): every kind of bad record named and counted with file and
+// line; the trained spans of a ChatML rendering are exactly each assistant reply and its
+// end-of-turn marker; the ids are the whole text's (special tokens recognised) and the mask covers
+// exactly the tokens that start inside those spans, checked token by token on a real tokenizer (the
+// cl100k-derived fixture with ChatML's two markers added); a template that rewrites earlier turns
+// is refused naming the turn.
+#include <filesystem>
+#include <fstream>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "smelt/dataset/chat.hpp"
+#include "tokenizer/tok_test_util.hpp"
+
+namespace fs = std::filesystem;
+using namespace smelt;
+
+namespace {
+
+// ChatML as Qwen2.5's template writes it, without its default system prompt.
+Status chatml(const std::vector<ChatTurn>& turns, bool gen, std::string& out) {
+  for (const auto& t : turns) out += "<|im_start|>" + t.role + "\n" + t.content + "<|im_end|>\n";
+  if (gen) out += "<|im_start|>assistant\n";
+  return Status::ok();
+}
+
+// The fixture tokenizer with <|im_start|> and <|im_end|> added as special tokens.
+const Tokenizer& chatml_tokenizer() {
+  static Tokenizer tok = [] {
+    nlohmann::json j = nlohmann::json::parse(test::read_file(test::fixtures() + "/llama3.json"));
+    int64_t next = 0;
+    for (const auto& [k, v] : j["model"]["vocab"].items()) next = std::max<int64_t>(next, v.get<int64_t>() + 1);
+    for (const auto& a : j["added_tokens"]) next = std::max<int64_t>(next, a["id"].get<int64_t>() + 1);
+    for (const char* s : {"<|im_start|>", "<|im_end|>"})
+      j["added_tokens"].push_back({{"id", next++}, {"content", s}, {"single_word", false}, {"lstrip", false},
+                                   {"rstrip", false}, {"normalized", false}, {"special", true}});
+    const std::string path = (fs::temp_directory_path() / ("smelt_chat_tok_" + std::to_string(::getpid()) + ".json")).string();
+    test::write_file(path, j.dump());
+    Tokenizer t;
+    Status s = Tokenizer::load(path, t);
+    EXPECT_TRUE(s.is_ok()) << s.message();
+    fs::remove(path);
+    return t;
+  }();
+  return tok;
+}
+
+const std::vector<ChatTurn> kConversation = {
+    {"system", "You answer questions about Debian packages."},
+    {"user", "How do I list the files of an installed package?"},
+    {"assistant", "Run `dpkg -L package`; it prints every path the package installed."},
+    {"user", "而且如何查找某个文件属于哪个软件包？"},
+    {"assistant", "用 `dpkg -S /路径/文件` 即可。 \"Quotes\", a backslash \\ and\nnew lines stay."}};
+
+}  // namespace
+
+TEST(Chat, BadRecordsAreNamedByKind) {
+  const std::pair<const char*, const char*> bad[] = {
+      {"[1, 2]", "not JSON"},
+      {"{\"messages\": [", "not JSON"},
+      {"{\"text\": \"hi\"}", "no messages"},
+      {"{\"messages\": []}", "no messages"},
+      {"{\"messages\": [\"hi\"]}", "message not an object"},
+      {"{\"messages\": [{\"content\": \"hi\"}]}", "missing role"},
+      {"{\"messages\": [{\"role\": \"tool\", \"content\": \"x\"}]}", "unknown role"},
+      {"{\"messages\": [{\"role\": \"user\"}]}", "missing content"},
+      {"{\"messages\": [{\"role\": \"user\", \"content\": [\"a\"]}]}", "content not a string"},
+      {"{\"messages\": [{\"role\": \"user\", \"content\": \"\"}]}", "empty content"},
+      {"{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}]}", "no assistant turn"}};
+  std::vector<ChatTurn> turns;
+  std::string reason, why;
+  for (const auto& [line, kind] : bad) {
+    EXPECT_FALSE(chat_parse_record(line, turns, reason, why)) << line;
+    EXPECT_EQ(reason, kind) << line << ": " << why;
+  }
+  EXPECT_FALSE(chat_parse_record("{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}, {\"role\": \"robot\", "
+                                 "\"content\": \"b\"}]}", turns, reason, why));
+  EXPECT_EQ(why, "message 1: role 'robot' (expected system, user or assistant)");
+  ASSERT_TRUE(chat_parse_record("{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}, {\"role\": "
+                                "\"assistant\", \"content\": \"b\"}], \"id\": 7}", turns, reason, why));
+  ASSERT_EQ(turns.size(), 2u);
+  EXPECT_EQ(turns[1].role, "assistant");
+  EXPECT_EQ(turns[1].content, "b");
+}
+
+TEST(Chat, AFileIsReadRecordByRecordWithBadLinesSkippedAndCounted) {
+  const std::string path = (fs::temp_directory_path() / ("smelt_chat_" + std::to_string(::getpid()) + ".jsonl")).string();
+  test::write_file(path,
+                   "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}, {\"role\": \"assistant\", \"content\": \"b\"}]}\n"
+                   "\n"
+                   "{\"messages\": [{\"role\": \"user\", \"content\": 5}]}\n"
+                   "not json\n"
+                   "{\"messages\": [{\"role\": \"user\", \"content\": \"c\"}, {\"role\": \"assistant\", \"content\": \"d\"}]}\n"
+                   "{\"messages\": [{\"role\": \"user\", \"content\": \"e\"}, {\"role\": \"assistant\", \"content\": \"REFUSE\"}]}\n");
+  std::vector<int64_t> lines;
+  ChatReadStats st;
+  Status s = chat_read_file(path, [&](const std::vector<ChatTurn>& t, int64_t line) {
+    if (t.back().content == "REFUSE") return Status::error("turn 1 (assistant): refused by the renderer");
+    lines.push_back(line);
+    return Status::ok();
+  }, st);
+  ASSERT_TRUE(s.is_ok()) << s.message();
+  EXPECT_EQ(lines, (std::vector<int64_t>{1, 5}));
+  EXPECT_EQ(st.lines, 6);
+  EXPECT_EQ(st.records, 2);
+  EXPECT_EQ(st.skipped, 3);
+  EXPECT_EQ(st.skipped_by_reason["content not a string"], 1);
+  EXPECT_EQ(st.skipped_by_reason["not JSON"], 1);
+  EXPECT_EQ(st.skipped_by_reason["template"], 1);
+  ASSERT_EQ(st.examples.size(), 3u);
+  EXPECT_EQ(st.examples[0], path + " line 3: message 0 (user): content is number, expected a string");
+  EXPECT_EQ(st.examples[2], path + " line 6: turn 1 (assistant): refused by the renderer");
+  fs::remove(path);
+  EXPECT_FALSE(chat_read_file(path, [](const std::vector<ChatTurn>&, int64_t) { return Status::ok(); }, st).is_ok());
+}
+
+TEST(Chat, TrainedSpansAreTheRepliesWithTheirEndOfTurnMarker) {
+  ChatRendered r;
+  ASSERT_TRUE(chat_render(chatml, kConversation, r).is_ok());
+  std::string whole;
+  ASSERT_TRUE(chatml(kConversation, false, whole).is_ok());
+  EXPECT_EQ(r.text, whole);
+  ASSERT_EQ(r.trained.size(), 2u);
+  for (size_t k = 0; k < 2; k++) {
+    const auto [a, b] = r.trained[k];
+    EXPECT_EQ(r.text.substr(a, b - a), kConversation[2 + 2 * k].content + "<|im_end|>\n");
+    EXPECT_EQ(r.text.substr(0, a).substr(a - 22), "<|im_start|>assistant\n");
+  }
+  // A template that shows only the last reply in full (as one that drops earlier reasoning): the
+  // first reply has no span of its own.
+  auto rewriting = [](const std::vector<ChatTurn>& turns, bool gen, std::string& out) {
+    for (size_t i = 0; i < turns.size(); i++) {
+      const bool last_reply = i + 1 == turns.size() && !gen;
+      out += turns[i].role + ": " + (turns[i].role == "assistant" && !last_reply ? "..." : turns[i].content) + "\n";
+    }
+    return Status::ok();
+  };
+  Status s = chat_render(rewriting, kConversation, r);
+  ASSERT_FALSE(s.is_ok());
+  EXPECT_NE(s.message().find("turn 2 (assistant)"), std::string::npos) << s.message();
+}
+
+TEST(Chat, TheMaskCoversExactlyTheTokensOfTheReplies) {
+  const Tokenizer& tok = chatml_tokenizer();
+  ChatRendered r;
+  ASSERT_TRUE(chat_render(chatml, kConversation, r).is_ok());
+  std::vector<uint32_t> ids = {7}, want;  // appended after what is there
+  std::vector<uint8_t> mask = {1};
+  chat_tokenize(tok, r, ids, mask);
+  tok.encode(r.text, want, true);
+  ASSERT_EQ(ids.size(), want.size() + 1);
+  ASSERT_EQ(mask.size(), ids.size());
+  EXPECT_TRUE(std::equal(want.begin(), want.end(), ids.begin() + 1)) << "the whole text's ids";
+  EXPECT_EQ(std::count(want.begin(), want.end(), *tok.token_to_id("<|im_end|>")), 5);
+  // Token by token: its byte range, and whether it starts inside a reply's span.
+  size_t at = 0;
+  std::string trained, rest;
+  for (size_t k = 0; k < want.size(); k++) {
+    std::string b;
+    tok.decode(&want[k], 1, b);
+    bool inside = false;
+    for (const auto& [s, e] : r.trained) inside = inside || (at >= s && at < e);
+    EXPECT_EQ(mask[k + 1], inside ? 1 : 0) << "token " << k << " '" << b << "' at byte " << at;
+    (inside ? trained : rest) += b;
+    at += b.size();
+  }
+  EXPECT_EQ(at, r.text.size());
+  EXPECT_EQ(trained, kConversation[2].content + "<|im_end|>\n" + kConversation[4].content + "<|im_end|>\n");
+  EXPECT_EQ(mask[0], 1) << "what was there is left alone";
+}
