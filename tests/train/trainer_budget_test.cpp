@@ -79,7 +79,9 @@ TEST_F(TrainerTest, TimeBudgetPlanJustBeforeWarmupsEndIsFinal) {
   const int64_t first = plans[0]["step"].get<int64_t>();
   std::printf("the plan came at step %lld: %lld steps\n", (long long)first,
               (long long)plans[0]["total_steps"].get<int64_t>());
-  if (first + 5 > c.schedule.warmup_steps) EXPECT_EQ(plans.size(), 1u);
+  if (first + 5 > c.schedule.warmup_steps) {
+    EXPECT_EQ(plans.size(), 1u);
+  }
   EXPECT_EQ(plans.back()["final"], true);
   EXPECT_EQ(s.json["time_budget"]["planned_at_step"], plans.back()["step"]);
 }
@@ -148,8 +150,9 @@ TEST_F(TrainerTest, TimeBudgetPlansTheStepsAndTheScheduleEndsOnTime) {
   if (tb["ended_by"] == "plan") {
     EXPECT_EQ(s.steps, planned);
     EXPECT_DOUBLE_EQ(steps.back()["lr"].get<double>(), lr_at(sched, planned - 1));
-    if (planned > c.schedule.warmup_steps)
+    if (planned > c.schedule.warmup_steps) {
       EXPECT_NEAR(steps.back()["lr"].get<double>(), c.schedule.min_lr, 0.02 * c.schedule.lr);
+    }
   } else {
     EXPECT_EQ(tb["ended_by"], "deadline");  // a slow machine: the deadline came first
     EXPECT_LT(s.steps, planned);

@@ -5,7 +5,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include <CLI/CLI.hpp>
@@ -129,13 +128,9 @@ int cli_train(int argc, char** argv) {
     train_batch_shape(c.data, B, T);
     int ranks = 1;  // under mpirun, ZeRO-1 shards the optimizer state over the ranks
     if (const char* v = std::getenv("OMPI_COMM_WORLD_SIZE")) ranks = std::max(1, std::atoi(v));
-    // The run's precision and threads (ranks on one machine split its cores), as the trainer takes them.
+    // The run's precision and threads, as the trainer takes them.
     const Precision precision = train_precision(c);
-    int local = 1;
-    if (const char* v = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE")) local = std::max(1, std::atoi(v));
-    const int threads = c.train.threads > 0 ? c.train.threads
-                                            : (int)std::max(1u, std::thread::hardware_concurrency() / (unsigned)local);
-    MemoryPlan p = memory_plan(c.model, B, T, c.dist.zero == 1 ? ranks : 1, precision, threads);
+    MemoryPlan p = memory_plan(c.model, B, T, c.dist.zero == 1 ? ranks : 1, precision, train_threads(c));
     const int64_t budget = c.train.memory_mb > 0 ? c.train.memory_mb << 20 : memory_physical_bytes();
     std::printf("memory plan for batch %dx%d (%s):\n%s", B, T, precision_name(precision), p.report().c_str());
     if (Status s = memory_plan_check(p, budget); !s) {

@@ -2,7 +2,10 @@
 // and sections rejected with the key named, the resolved table kept for the run folder.
 #include "smelt/train/train_config.hpp"
 
+#include <algorithm>
 #include <cmath>
+#include <cstdlib>
+#include <thread>
 #include <set>
 
 #include <fmt/format.h>
@@ -183,6 +186,13 @@ Precision train_precision(const TrainConfig& c) {
   const bool bf16 = c.train.precision == PrecisionMode::kBf16 ||
                     (c.train.precision == PrecisionMode::kAuto && (cuda || gemm_bf16_native()));
   return bf16 ? Precision::kBf16 : Precision::kFp32;
+}
+
+int train_threads(const TrainConfig& c) {
+  if (c.train.threads > 0) return c.train.threads;
+  int local = 1;  // ranks sharing this machine split its cores
+  if (const char* v = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE")) local = std::max(1, std::atoi(v));
+  return (int)std::max(1u, std::thread::hardware_concurrency() / (unsigned)local);
 }
 
 Status train_config_read(const toml::table& root, TrainConfig& c) {

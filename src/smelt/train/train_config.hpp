@@ -127,6 +127,9 @@ Status train_config_read(const toml::table& root, TrainConfig& c);
 // The linear layers' precision the run uses: [train] precision, auto = bf16 where the CPU has bf16
 // units (oneDNN's avx512_core_bf16 or AMX) or the device is CUDA, else fp32.
 Precision train_precision(const TrainConfig& c);
+// The run's threads: [train] threads, else the machine's cores split among the ranks on it
+// (OMPI_COMM_WORLD_LOCAL_SIZE).
+int train_threads(const TrainConfig& c);
 // The rules between keys and sections (stopping rules, eval every/points, data vs model, ...);
 // each key's own range is checked by train_config_read.
 Status train_config_validate(const TrainConfig& c);

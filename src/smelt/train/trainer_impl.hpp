@@ -79,6 +79,10 @@ class Trainer {
 
  private:
   Status setup();
+  Status setup_tokenizer();
+  Status setup_model();
+  void set_tp_collectives();
+  Status setup_schedule();
   Status resume_from_checkpoint();
   // --init-from: the source's weights into this shard, the shards' tokenizer checked (a fresh run).
   Status init_weights_from();

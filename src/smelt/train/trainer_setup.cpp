@@ -2,9 +2,7 @@
 // plan and the model, the optimizer and the reducer, the GEMM rate, the step count, RUN/config.toml;
 // or the GPU's run. Not the start of the loop that follows it (trainer.cpp) nor a resume (trainer_checkpoint.cpp).
 #include <algorithm>
-#include <cstdlib>
 #include <filesystem>
-#include <thread>
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
@@ -48,32 +46,42 @@ Status Trainer::setup() {
   lead_ = comm_->rank() == 0;
   if (Status s = setup_parallel(); !s) return s;
   if (!lead_) spdlog::set_level(spdlog::level::warn);
-  int local = 1;  // ranks sharing this machine split its cores
-  if (const char* v = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE")) local = std::max(1, std::atoi(v));
-  threads_ = c_.train.threads > 0 ? c_.train.threads
-                                  : (int)std::max(1u, std::thread::hardware_concurrency() / (unsigned)local);
+  threads_ = train_threads(c_);
   run_dir_ = c_.train.run_dir;
   spike_ = SpikeDetector(c_.health);
   std::error_code ec;
   fs::create_directories(run_dir_, ec);
   if (ec) return Status::error(fmt::format("{}: cannot create the run folder: {}", run_dir_, ec.message()));
   metrics_path_ = (fs::path(run_dir_) / "metrics.jsonl").string();
-
-  if (!c_.train.tokenizer.empty()) {
-    tok_ = std::make_unique<Tokenizer>();
-    if (Status s = Tokenizer::load(c_.train.tokenizer, *tok_); !s)
-      return Status::error("[train] tokenizer: " + s.message());
-    if ((int64_t)tok_->vocab_size() > c_.model.vocab_size)
-      return Status::error(fmt::format("[train] tokenizer {} has {} tokens but [model] vocab_size = {}: raise "
-                                       "vocab_size to at least {}", c_.train.tokenizer, tok_->vocab_size(),
-                                       c_.model.vocab_size, tok_->vocab_size()));
-    if (c_.data.eod_id < 0 && tok_->eod_id()) c_.data.eod_id = *tok_->eod_id();
-    eval_text_ = EvalText::from(*tok_);
-  }
+  if (Status s = setup_tokenizer(); !s) return s;
   if (Status s = tasks_.init(c_.eval, tok_.get(), c_.model); !s) return s;
   if (Status s = loader_config_validate(c_.data); !s) return s;
   // (Token ids >= vocab_size are refused by Model::forward, naming the position.)
   train_batch_shape(c_.data, B_, T_);
+  if (Status s = setup_model(); !s) return s;
+  if (Status s = setup_schedule(); !s) return s;
+  if (c_.train.grad_accum > 1 && !gpu_) acc_.assign(model_.layout().total, 0.0f);  // (the GPU adds micro-batches in place)
+  data_ = c_.data;
+  return Status::ok();
+}
+
+// [train] tokenizer: loaded, checked against the vocabulary, the end-of-document id taken from it.
+Status Trainer::setup_tokenizer() {
+  if (c_.train.tokenizer.empty()) return Status::ok();
+  tok_ = std::make_unique<Tokenizer>();
+  if (Status s = Tokenizer::load(c_.train.tokenizer, *tok_); !s) return Status::error("[train] tokenizer: " + s.message());
+  if ((int64_t)tok_->vocab_size() > c_.model.vocab_size)
+    return Status::error(fmt::format("[train] tokenizer {} has {} tokens but [model] vocab_size = {}: raise "
+                                     "vocab_size to at least {}", c_.train.tokenizer, tok_->vocab_size(),
+                                     c_.model.vocab_size, tok_->vocab_size()));
+  if (c_.data.eod_id < 0 && tok_->eod_id()) c_.data.eod_id = *tok_->eod_id();
+  eval_text_ = EvalText::from(*tok_);
+  return Status::ok();
+}
+
+// The model's shard (planned within the memory budget), its tensor-parallel collectives, the
+// optimizer (this rank's ZeRO-1 range), the gradient reducer and the GEMM choice or the device.
+Status Trainer::setup_model() {
   const int64_t budget = c_.train.memory_mb > 0 ? c_.train.memory_mb << 20 : memory_physical_bytes();
   const int dp = grid_.dp;
   if (c_.dist.zero == 1 && dp > 1) bounds_ = zero_shard_bounds(param_layout(c_.model, shard_).total, dp);
@@ -88,25 +96,7 @@ Status Trainer::setup() {
                              shard_.pp > 1 ? slots : 1);
       !s)
     return s;
-  if (shard_.tp > 1) {
-    Communicator* tp = groups_.tp.get();
-    auto run = [this](Status s) {
-      if (!s) {
-        spdlog::error("rank {}: tensor-parallel collective: {}; ending the job", comm_->rank(), s.message());
-        abort(kExitFailure);
-      }
-    };
-    model_.set_tp({[this, tp, run](float* x, int64_t n) {
-                     const double t0 = now_s();
-                     run(tp->allreduce_sum(x, n));
-                     tp_ms_ += (now_s() - t0) * 1e3;
-                   },
-                   [this, tp, run](float* x, int64_t n) {
-                     const double t0 = now_s();
-                     run(tp->allreduce_max(x, n));
-                     tp_ms_ += (now_s() - t0) * 1e3;
-                   }});
-  }
+  if (shard_.tp > 1) set_tp_collectives();
   if (shard_.pp > 1) pipe_batches_.resize(slots);
   if (bounds_.empty()) opt_.init(model_.layout(), threads_);
   else opt_.init(model_.layout(), threads_, bounds_[grid_.dp_rank], bounds_[grid_.dp_rank + 1]);
@@ -119,13 +109,37 @@ Status Trainer::setup() {
   }
   reducer_ = grad_reducer_create(reduce, dp_comm(), model_.layout().total, bounds_, threads_);
   model_.set_entropy_rows(c_.train.entropy_rows);
-  if (cuda) {
-    if (Status s = setup_device(precision); !s) return s;
-  } else {
-    if (Status s = gemm_select(enum_name(c_.train.gemm), c_.model, B_, T_, precision, threads_, gemm_); !s) return s;
-    peak_ = cpu_peak(cpu_info_measured(), precision, threads_);
-    gemm_gflops_ = c_.train.peak_gflops > 0 ? c_.train.peak_gflops : gemm_.gflops;
-  }
+  if (cuda) return setup_device(precision);
+  if (Status s = gemm_select(enum_name(c_.train.gemm), c_.model, B_, T_, precision, threads_, gemm_); !s) return s;
+  peak_ = cpu_peak(cpu_info_measured(), precision, threads_);
+  gemm_gflops_ = c_.train.peak_gflops > 0 ? c_.train.peak_gflops : gemm_.gflops;
+  return Status::ok();
+}
+
+// The model's all-reduces over the tensor-parallel group, timed; a failed one ends the job.
+void Trainer::set_tp_collectives() {
+  Communicator* tp = groups_.tp.get();
+  auto run = [this](Status s) {
+    if (!s) {
+      spdlog::error("rank {}: tensor-parallel collective: {}; ending the job", comm_->rank(), s.message());
+      abort(kExitFailure);
+    }
+  };
+  model_.set_tp({[this, tp, run](float* x, int64_t n) {
+                   const double t0 = now_s();
+                   run(tp->allreduce_sum(x, n));
+                   tp_ms_ += (now_s() - t0) * 1e3;
+                 },
+                 [this, tp, run](float* x, int64_t n) {
+                   const double t0 = now_s();
+                   run(tp->allreduce_max(x, n));
+                   tp_ms_ += (now_s() - t0) * 1e3;
+                 }});
+}
+
+// The step count (steps, max_tokens, or the time budget's first guess), the schedule laid out over
+// it, and the resolved config every checkpoint stores (RUN/config.toml).
+Status Trainer::setup_schedule() {
   // Steps: the configured count, or what max_tokens needs at full batches.
   const int64_t tokens_per_step = (int64_t)B_ * T_ * c_.train.grad_accum;
   total_steps_ = c_.train.steps > 0 ? c_.train.steps
@@ -150,8 +164,6 @@ Status Trainer::setup() {
   config_text_ = train_config_to_string(resolved);
   if (lead_)
     if (Status s = files_write_atomic((fs::path(run_dir_) / "config.toml").string(), config_text_); !s) return s;
-  if (c_.train.grad_accum > 1 && !gpu_) acc_.assign(model_.layout().total, 0.0f);  // (the GPU adds micro-batches in place)
-  data_ = c_.data;
   return Status::ok();
 }
 
