@@ -3,7 +3,8 @@
 // end-of-turn marker; the ids are the whole text's (special tokens recognised) and the mask covers
 // exactly the tokens that start inside those spans, checked token by token on a real tokenizer (the
 // cl100k-derived fixture with ChatML's two markers added); a template that rewrites earlier turns
-// is refused naming the turn.
+// is refused naming the turn; the families' own templates (Jinja) give each reply its span.
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 
@@ -11,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "smelt/dataset/chat.hpp"
+#include "test_references.hpp"
 #include "tokenizer/tok_test_util.hpp"
 
 namespace fs = std::filesystem;
@@ -168,4 +170,47 @@ TEST(Chat, TheMaskCoversExactlyTheTokensOfTheReplies) {
   EXPECT_EQ(at, r.text.size());
   EXPECT_EQ(trained, kConversation[2].content + "<|im_end|>\n" + kConversation[4].content + "<|im_end|>\n");
   EXPECT_EQ(mask[0], 1) << "what was there is left alone";
+}
+
+// The families' own templates (tests/reference/hf_family.py's, rendered by tokenizer/jinja): every
+// assistant reply gets a span that holds it, no span holds a user's or the system's words, and the
+// spans end where the next turn's marker begins. Mistral's needs strict user/assistant
+// alternation, so its conversation has no system turn.
+TEST(Chat, TheFamiliesTemplatesGiveEachReplyItsSpan) {
+  const std::string cmd = "/usr/bin/python3 -c \"import sys, json; sys.path.insert(0, '" + std::string(SMELT_SOURCE_DIR) +
+                          "/tests/reference'); import hf_family as h; print(json.dumps({k: getattr(h, k) for k in "
+                          "['SMOLLM2_CHAT', 'LLAMA3_CHAT', 'MISTRAL_CHAT', 'QWEN25_CHAT', 'QWEN3_CHAT']}))\" 2> /dev/null";
+  std::string text;
+  if (FILE* p = ::popen(cmd.c_str(), "r")) {
+    char buf[4096];
+    for (size_t n; (n = std::fread(buf, 1, sizeof buf, p)) > 0;) text.append(buf, n);
+    ::pclose(p);
+  }
+  SMELT_REQUIRE_REFERENCE(!text.empty(), "/usr/bin/python3 with python3-torch (tests/reference/hf_family.py): "
+                                         "scripts/install-deps");
+  const nlohmann::json tpl = nlohmann::json::parse(text);
+  const nlohmann::ordered_json tokens = {{"bos_token", "<s>"}, {"eos_token", "</s>"}};
+  const std::vector<ChatTurn> no_system(kConversation.begin() + 1, kConversation.end());
+  for (const auto& [name, source] : tpl.items()) {
+    SCOPED_TRACE(name);
+    const auto& turns = name == "MISTRAL_CHAT" ? no_system : kConversation;
+    ChatRendered r;
+    Status s = chat_render(chat_jinja_renderer(source.get<std::string>(), tokens), turns, r);
+    ASSERT_TRUE(s.is_ok()) << s.message();
+    ASSERT_EQ(r.trained.size(), 2u) << r.text;
+    size_t reply = 0;
+    for (const auto& t : turns) {
+      const size_t at = r.text.find(t.content);
+      ASSERT_NE(at, std::string::npos) << t.content;
+      bool inside = false;
+      for (const auto& [a, b] : r.trained) inside = inside || (at >= a && at + t.content.size() <= b);
+      EXPECT_EQ(inside, t.role == "assistant") << t.role << ": " << t.content;
+      if (t.role != "assistant") continue;
+      const auto [a, b] = r.trained[reply++];
+      std::printf("[%s] reply %zu: '%s'\n", name.c_str(), reply,
+                  r.text.substr(a, std::min<size_t>(b - a, 24)).c_str());
+      EXPECT_LE(b - (at + t.content.size()), 12u) << "the end-of-turn marker, not the next turn: "
+                                                   << r.text.substr(at + t.content.size(), b - at - t.content.size());
+    }
+  }
 }

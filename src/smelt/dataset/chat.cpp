@@ -8,6 +8,8 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "smelt/tokenizer/jinja.hpp"
+
 namespace smelt {
 
 namespace {
@@ -59,6 +61,18 @@ bool chat_parse_record(std::string_view line, std::vector<ChatTurn>& turns, std:
   }
   if (!assistant) return fail(reason, why, "no assistant turn", "no assistant message: nothing to train on");
   return true;
+}
+
+ChatRenderer chat_jinja_renderer(std::string source, nlohmann::ordered_json extra) {
+  return [source = std::move(source), extra = std::move(extra)](const std::vector<ChatTurn>& turns, bool gen,
+                                                                 std::string& out) {
+    nlohmann::ordered_json ctx = extra.is_object() ? extra : nlohmann::ordered_json::object();
+    nlohmann::ordered_json msgs = nlohmann::ordered_json::array();
+    for (const auto& t : turns) msgs.push_back({{"role", t.role}, {"content", t.content}});
+    ctx["messages"] = std::move(msgs);
+    ctx["add_generation_prompt"] = gen;
+    return jinja_render(source, ctx, out);
+  };
 }
 
 Status chat_render(const ChatRenderer& render, const std::vector<ChatTurn>& turns, ChatRendered& out) {

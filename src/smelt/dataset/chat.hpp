@@ -11,6 +11,8 @@
 #include <utility>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "smelt/common/status.hpp"
 #include "smelt/tokenizer/tokenizer.hpp"
 
@@ -30,6 +32,11 @@ bool chat_parse_record(std::string_view line, std::vector<ChatTurn>& turns, std:
 // assistant reply begins (the template's own flag).
 using ChatRenderer =
     std::function<Status(const std::vector<ChatTurn>& turns, bool add_generation_prompt, std::string& out)>;
+
+// A model's own chat template (tokenizer_config.json's chat_template, tokenizer/jinja.hpp) as a
+// renderer: the context is {messages: [{role, content}], add_generation_prompt} plus `extra`
+// (bos_token, eos_token, ...: what the model's tokenizer_config.json names).
+ChatRenderer chat_jinja_renderer(std::string source, nlohmann::ordered_json extra);
 
 // The rendered conversation and the byte ranges [begin, end) of `text` the loss counts.
 struct ChatRendered {
