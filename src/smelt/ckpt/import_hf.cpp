@@ -158,7 +158,6 @@ Status check_window(const json& j, const ConfigFields& f, const std::string& arc
                              window, context, window));
 }
 
-int64_t tensor_elems(const ParamTensor& t) { return t.rows * t.cols; }
 std::vector<int64_t> shape_of(const ParamTensor& t) {
   return t.cols == 1 ? std::vector<int64_t>{t.rows} : std::vector<int64_t>{t.rows, t.cols};
 }
