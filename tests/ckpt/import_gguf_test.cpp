@@ -575,9 +575,10 @@ TEST_F(ImportGguf, LinearRopeScalingMatchesHfImportAndLlamaCpp) {
   expect_export_is_the_converters(dir, hf, file, "llama", info.config);
 }
 
-// What llama.cpp's architectures the export writes cannot hold is refused by name: QK-norm
-// (qwen3) and Llama 3 RoPE scaling beside q/k/v biases (qwen2 reads no rope_freqs.weight).
-TEST_F(ImportGguf, ExportRefusesQkNormAndLlama3ScalingWithBiasesByName) {
+// What llama.cpp's architectures the export writes cannot hold is refused by name: QK-norm beside
+// q/k/v biases (qwen3 has one, qwen2 the other) and Llama 3 RoPE scaling beside biases (qwen2 reads
+// no rope_freqs.weight).
+TEST_F(ImportGguf, ExportRefusesQkNormWithBiasesAndLlama3ScalingWithBiasesByName) {
   const std::string tok_path = shrunk("llama3");
   ModelConfig base;
   base.vocab_size = 4032;
@@ -589,12 +590,13 @@ TEST_F(ImportGguf, ExportRefusesQkNormAndLlama3ScalingWithBiasesByName) {
   base.max_seq_len = 128;
   ModelConfig qk = base, bias3 = base;
   qk.qk_norm = true;
+  qk.qkv_bias = true;
   bias3.qkv_bias = true;
   bias3.rope_scaling = RopeScaling::kLlama3;
   bias3.rope_factor = 8;
   bias3.rope_original_max_seq_len = 64;
   for (const auto& [name, c, words] :
-       {std::tuple<std::string, ModelConfig, std::vector<std::string>>{"qk", qk, {"qk_norm", "--format hf"}},
+       {std::tuple<std::string, ModelConfig, std::vector<std::string>>{"qk", qk, {"qk_norm with qkv_bias"}},
         {"bias3", bias3, {"rope_scaling = \"llama3\"", "qkv_bias"}}}) {
     Model m;
     ASSERT_TRUE(m.init(c, 1, 8, 1, 42));
@@ -607,6 +609,44 @@ TEST_F(ImportGguf, ExportRefusesQkNormAndLlama3ScalingWithBiasesByName) {
     EXPECT_FALSE(fs::exists(out));
     EXPECT_FALSE(fs::exists(out + ".tmp"));
   }
+}
+
+// Qwen3 (QK-norm, head_dim 128 over d_model 256): the HF import of hf_family.py's folder exported
+// as llama.cpp's qwen3 (attn_q_norm / attn_k_norm, attention.key_length, NEOX RoPE); llama.cpp
+// loads it without a warning, tokenizes as we do, and its greedy continuations and top-10 log-probs
+// are ours (the HF import's weights, which --check holds to the PyTorch reference).
+TEST_F(ImportGguf, Qwen3ExportRunsInLlamaCppAsTheImportDoes) {
+  const fs::path dir = dir_ / "qwen3_export";
+  fs::create_directories(dir);
+  const std::string tok_path = shrunk("qwen2"), hf = (dir / "hf").string(), file = (dir / "qwen3.gguf").string();
+  const std::string cmd = fmt::format("{} {}/hf_family.py write '{}' --family qwen3 --dtype fp32 --shards 1 --seed 11 "
+                                      "--tokenizer '{}'", kPython, kRef, hf, tok_path);
+  ASSERT_EQ(sh(cmd, dir / "write.err"), 0) << cmd << "\n" << slurp((dir / "write.err").string());
+  HfImportOptions o;
+  o.hf_dir = hf;
+  o.run_dir = (dir / "run").string();
+  HfImportResult r;
+  Status s = import_hf(o, r);
+  ASSERT_TRUE(s) << s.message();
+  ASSERT_TRUE(r.info.config.qk_norm);
+  s = export_gguf(r.step_dir, file, GgufDtype::kF32);
+  ASSERT_TRUE(s) << s.message();
+  GgufReader g;
+  ASSERT_TRUE(g.open(file));
+  std::string arch;
+  ASSERT_TRUE(g.get_string("general.architecture", arch));
+  EXPECT_EQ(arch, "qwen3");
+  uint32_t key_length = 0;
+  ASSERT_TRUE(g.get_u32("qwen3.attention.key_length", key_length));
+  EXPECT_EQ((int)key_length, r.info.config.head_size());
+  EXPECT_NE(g.find_tensor("blk.0.attn_q_norm.weight"), nullptr);
+  EXPECT_NE(g.find_tensor("blk.1.attn_k_norm.weight"), nullptr);
+  ModelConfig c;
+  std::vector<float> p;
+  ASSERT_TRUE(ckpt_load_model(r.step_dir, c, p));
+  Tokenizer tok;
+  ASSERT_TRUE(Tokenizer::load(r.step_dir + "/tokenizer.json", tok));
+  llama_cpp_agrees(dir, file, c, p, tok, "qwen3 f32 (Smelt's export)");
 }
 
 INSTANTIATE_TEST_SUITE_P(Families, ImportGgufConverted,

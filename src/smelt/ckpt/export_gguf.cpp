@@ -76,6 +76,7 @@ std::string gguf_tensor_name(const std::string& ours) {
       {"self_attn.k_proj.weight", "attn_k.weight"},     {"self_attn.v_proj.weight", "attn_v.weight"},
       {"self_attn.q_proj.bias", "attn_q.bias"},         {"self_attn.k_proj.bias", "attn_k.bias"},
       {"self_attn.v_proj.bias", "attn_v.bias"},         {"self_attn.o_proj.weight", "attn_output.weight"},
+      {"self_attn.q_norm.weight", "attn_q_norm.weight"}, {"self_attn.k_norm.weight", "attn_k_norm.weight"},
       {"post_attention_layernorm.weight", "ffn_norm.weight"}, {"mlp.gate_proj.weight", "ffn_gate.weight"},
       {"mlp.up_proj.weight", "ffn_up.weight"},          {"mlp.down_proj.weight", "ffn_down.weight"}};
   const std::string pre = "model.layers.";
@@ -148,19 +149,19 @@ Status vocab_from_tokenizer(const Tokenizer& tok, int V, const std::string& wher
   return Status::ok();
 }
 
-// The llama.cpp architecture of a model: `qwen2` with q/k/v biases (NEOX RoPE, as ours), else
-// `llama`. Refused, naming the key: QK-norm (llama.cpp's qwen3, not written yet) and Llama 3's RoPE
-// scaling on qwen2 (llama.cpp reads rope_freqs.weight for llama only).
+// The llama.cpp architecture of a model: `qwen3` with QK-norm, `qwen2` with q/k/v biases (both
+// NEOX RoPE, as ours), else `llama`. Refused, naming the keys: QK-norm beside biases (no llama.cpp
+// architecture has both) and Llama 3's RoPE scaling on qwen2/qwen3 (llama.cpp reads
+// rope_freqs.weight for llama only).
 Status gguf_export_architecture(const std::string& step_dir, const ModelConfig& c, std::string& arch) {
-  if (c.qk_norm)
-    return Status::error(fmt::format("{}: [model] qk_norm (Qwen3's QK-norm): the GGUF export writes llama.cpp's "
-                                     "llama and qwen2 architectures, not qwen3; export this model with --format hf",
-                                     step_dir));
-  arch = c.qkv_bias ? "qwen2" : "llama";
-  if (arch == "qwen2" && c.rope_scaling == RopeScaling::kLlama3)
-    return Status::error(fmt::format("{}: [model] rope_scaling = \"llama3\" with qkv_bias: llama.cpp reads Llama 3's "
+  if (c.qk_norm && c.qkv_bias)
+    return Status::error(fmt::format("{}: [model] qk_norm with qkv_bias: no llama.cpp architecture has both (qwen3 "
+                                     "has the norms, qwen2 the biases)", step_dir));
+  arch = c.qk_norm ? "qwen3" : c.qkv_bias ? "qwen2" : "llama";
+  if (arch != "llama" && c.rope_scaling == RopeScaling::kLlama3)
+    return Status::error(fmt::format("{}: [model] rope_scaling = \"llama3\" with {}: llama.cpp reads Llama 3's "
                                      "scaling (rope_freqs.weight) for the llama architecture only; export this model "
-                                     "with --format hf", step_dir));
+                                     "with --format hf", step_dir, c.qk_norm ? "qk_norm" : "qkv_bias"));
   return Status::ok();
 }
 
@@ -296,7 +297,7 @@ Status export_gguf(const std::string& step_dir, const std::string& out_path, Ggu
     const ParamTensor& t = layout.tensors[i];
     s = ckpt_read_box(step_dir, m, t.name, t.rows, t.cols, CkptBox{0, 0, t.rows, t.cols}, buf.data());
     if (!s) break;
-    const int heads = arch == "llama" ? rope_heads(t.name, c) : 0;  // qwen2 rotates as we do (NEOX)
+    const int heads = arch == "llama" ? rope_heads(t.name, c) : 0;  // qwen2/qwen3 rotate as we do (NEOX)
     if (heads) gguf_permute_rope_rows(buf.data(), heads, c.head_size(), t.cols, false);
     switch (types[i]) {
       case GgmlType::kF32: s = w.write_tensor(buf.data(), 4 * t.size()); break;

@@ -1,10 +1,10 @@
 // Smelt's decoder in GGUF (docs/generate.md "GGUF"), both ways: export_gguf streams a checkpoint
 // into one file that llama.cpp loads — its `llama` architecture (Q and K rows permuted to its
 // adjacent-pair RoPE; head_dim as attention.key_length, linear RoPE scaling as keys, Llama 3's as
-// rope_freqs.weight) or, with q/k/v biases, its `qwen2` (NEOX RoPE, our order) — with the
-// byte-level BPE tokenizer as tokenizer.ggml.* and tensors under llama.cpp's names in F32 / F16 /
-// Q8_0; gguf_load_model reads such a file back into our config, flat fp32 parameters and
-// Tokenizer. QK-norm (llama.cpp's qwen3) is refused. Not the file format itself (gguf.hpp), not HF export.
+// rope_freqs.weight), with q/k/v biases its `qwen2`, with QK-norm its `qwen3` (both NEOX RoPE, our
+// order) — with the byte-level BPE tokenizer as tokenizer.ggml.* and tensors under llama.cpp's
+// names in F32 / F16 / Q8_0; gguf_load_model reads a llama or qwen2 file back into our config,
+// flat fp32 parameters and Tokenizer. Not the file format itself (gguf.hpp), not HF export.
 #pragma once
 #include <cstdint>
 #include <map>
