@@ -195,7 +195,11 @@ TEST(Chat, TheFamiliesTemplatesGiveEachReplyItsSpan) {
     SCOPED_TRACE(name);
     const auto& turns = name == "MISTRAL_CHAT" ? no_system : kConversation;
     ChatRendered r;
-    Status s = chat_render(chat_jinja_renderer(source.get<std::string>(), tokens), turns, r);
+    ChatTemplateSource t;
+    t.source = source.get<std::string>(), t.extra = tokens;
+    ChatRenderer render;
+    ASSERT_TRUE(chat_jinja_renderer(t, render).is_ok());
+    Status s = chat_render(render, turns, r);
     ASSERT_TRUE(s.is_ok()) << s.message();
     ASSERT_EQ(r.trained.size(), 2u) << r.text;
     size_t reply = 0;

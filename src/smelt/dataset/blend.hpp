@@ -150,7 +150,8 @@ class Planner {
   int max_cols() const;  // largest T
 
  private:
-  void walk(size_t src, SourceCursor& c, uint64_t n, uint32_t row, bool emit, bool& first, BatchPlan& plan);
+  // Returns false when it stopped early: whole documents only (chat) and the next one does not fit.
+  bool walk(size_t src, SourceCursor& c, uint64_t n, uint32_t row, bool emit, bool& first, BatchPlan& plan);
   // The i-th unit of an epoch's order: its document, first token and tokens (a span, or the whole
   // document), and whether the document ends with it.
   struct Unit { uint64_t doc = 0, begin = 0, len = 0; bool last = true; };
@@ -170,13 +171,15 @@ class Planner {
 };
 
 // Fills out from plan, reading tokens from data[source] (zero-copy views). out's buffers must be
-// sized for the largest plan (loader_batch_reserve); no allocation happens here.
+// sized for the largest plan (loader_batch_reserve); no allocation happens here. chat: tokens carry
+// kChatTrainedBit (dataset/chat_shard.hpp), which is stripped; only flagged tokens are targets.
 void packing_fill(const BatchPlan& plan, const std::vector<const IndexedDataset*>& data, int64_t eod_id,
-                  bool doc_mask, Batch& out);
+                  bool doc_mask, Batch& out, bool chat = false);
 // The same with any token store (the streaming source keeps its documents in memory): fetch writes
 // `count` tokens of (source, doc) from token offset `begin` to out.
 using TokenFetch = std::function<void(uint16_t source, uint64_t doc, uint64_t begin, uint64_t count, int32_t* out)>;
-void packing_fill(const BatchPlan& plan, const TokenFetch& fetch, int64_t eod_id, bool doc_mask, Batch& out);
+void packing_fill(const BatchPlan& plan, const TokenFetch& fetch, int64_t eod_id, bool doc_mask, Batch& out,
+                  bool chat = false);
 void loader_batch_reserve(Batch& b, int rows, int cols);
 
 }  // namespace smelt

@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "smelt/common/files.hpp"
 #include "smelt/tokenizer/jinja.hpp"
 
 namespace smelt {
@@ -63,16 +64,124 @@ bool chat_parse_record(std::string_view line, std::vector<ChatTurn>& turns, std:
   return true;
 }
 
-ChatRenderer chat_jinja_renderer(std::string source, nlohmann::ordered_json extra) {
-  return [source = std::move(source), extra = std::move(extra)](const std::vector<ChatTurn>& turns, bool gen,
-                                                                 std::string& out) {
+const char* const kSmeltChatTemplate =
+    "{%- for message in messages -%}\n"
+    "{%- if message['role'] == 'system' -%}\n"
+    "{{ message['content'] + '\\n\\n' }}\n"
+    "{%- elif message['role'] == 'user' -%}\n"
+    "{{ 'User: ' + message['content'] + '\\n\\n' }}\n"
+    "{%- else -%}\n"
+    "{{ 'Assistant: ' + message['content'] + eos_token }}\n"
+    "{%- endif -%}\n"
+    "{%- endfor -%}\n"
+    "{%- if add_generation_prompt -%}{{ 'Assistant:' }}{%- endif -%}\n";
+
+nlohmann::json ChatTemplateSource::to_json() const {
+  nlohmann::json j = {{"template", source}, {"origin", origin}};
+  for (const char* k : {"bos_token", "eos_token"})
+    j[k] = extra.contains(k) && extra[k].is_string() ? nlohmann::json(extra[k].get<std::string>()) : nlohmann::json(nullptr);
+  return j;
+}
+
+Status ChatTemplateSource::from_json(const nlohmann::json& j, ChatTemplateSource& out) {
+  out = ChatTemplateSource{};
+  if (!j.is_object() || !j.contains("template") || !j["template"].is_string())
+    return Status::error("chat: expected {\"template\": string, ...}");
+  out.source = j["template"].get<std::string>();
+  out.origin = j.value("origin", std::string());
+  for (const char* k : {"bos_token", "eos_token"})
+    if (j.contains(k) && j[k].is_string()) out.extra[k] = j[k].get<std::string>();
+  return Status::ok();
+}
+
+namespace {
+
+// A token setting of tokenizer_config.json: "text" or {"content": "text", ...}; "" when absent.
+std::string token_setting(const nlohmann::json& c, const char* key) {
+  if (!c.contains(key)) return "";
+  const nlohmann::json& v = c[key];
+  if (v.is_string()) return v.get<std::string>();
+  if (v.is_object() && v.contains("content") && v["content"].is_string()) return v["content"].get<std::string>();
+  return "";
+}
+
+// tokenizer_config.json's chat_template: a string, or a list of {name, template} (the "default" one).
+Status template_of_config(const nlohmann::json& c, const std::string& where, std::string& out) {
+  const nlohmann::json* t = c.contains("chat_template") ? &c["chat_template"] : nullptr;
+  if (t && t->is_string()) {
+    out = t->get<std::string>();
+    return Status::ok();
+  }
+  if (t && t->is_array())
+    for (const auto& e : *t)
+      if (e.is_object() && e.value("name", "") == "default" && e.contains("template") && e["template"].is_string()) {
+        out = e["template"].get<std::string>();
+        return Status::ok();
+      }
+  return Status::error(fmt::format("{}: no chat_template (a string, or a list holding one named \"default\")", where));
+}
+
+Status template_from_file(const std::string& path, ChatTemplateSource& out) {
+  std::string text;
+  if (Status s = files_read_small(path, text); !s) return Status::error("[data] chat_template: " + s.message());
+  out.origin = path;
+  if (path.size() < 5 || path.compare(path.size() - 5, 5, ".json") != 0) {
+    out.source = std::move(text);  // a Jinja file
+    return Status::ok();
+  }
+  nlohmann::json c = nlohmann::json::parse(text, nullptr, false);
+  if (c.is_discarded() || !c.is_object())
+    return Status::error(fmt::format("[data] chat_template {}: not a JSON object (expected a tokenizer_config.json)", path));
+  if (Status s = template_of_config(c, "[data] chat_template " + path, out.source); !s) return s;
+  for (const char* k : {"bos_token", "eos_token"})
+    if (std::string v = token_setting(c, k); !v.empty()) out.extra[k] = v;
+  return Status::ok();
+}
+
+}  // namespace
+
+Status chat_template_resolve(const std::string& path, const nlohmann::json* state, const Tokenizer& tok,
+                             ChatTemplateSource& out) {
+  out = ChatTemplateSource{};
+  if (!path.empty()) {
+    if (Status s = template_from_file(path, out); !s) return s;
+  } else if (state && state->contains("chat")) {
+    if (Status s = ChatTemplateSource::from_json((*state)["chat"], out); !s) return s;
+  } else if (state && state->contains("import") && (*state)["import"].value("chat_template", nlohmann::json()).is_string()) {
+    const nlohmann::json& im = (*state)["import"];
+    out.source = im["chat_template"].get<std::string>();
+    out.origin = "the imported model's tokenizer_config.json";
+    for (const char* k : {"bos_token", "eos_token"})
+      if (im.contains(k) && im[k].is_string()) out.extra[k] = im[k].get<std::string>();
+  } else {
+    const std::optional<uint32_t> eod = tok.eod_id();
+    if (!eod)
+      return Status::error("[data] format = \"chat\": the model has no chat template and its tokenizer no "
+                           "end-of-document token for Smelt's template to end a reply with; set [data] chat_template");
+    std::string eos;
+    tok.decode(&*eod, 1, eos);
+    out.source = kSmeltChatTemplate;
+    out.origin = "Smelt's built-in template";
+    out.extra["eos_token"] = eos;
+  }
+  JinjaTemplate check;
+  if (Status s = JinjaTemplate::parse(out.source, check); !s)
+    return Status::error(fmt::format("chat template ({}): {}", out.origin, s.message()));
+  return Status::ok();
+}
+
+Status chat_jinja_renderer(const ChatTemplateSource& t, ChatRenderer& out) {
+  JinjaTemplate parsed;
+  if (Status s = JinjaTemplate::parse(t.source, parsed); !s) return s;
+  out = [parsed = std::move(parsed), extra = t.extra](const std::vector<ChatTurn>& turns, bool gen, std::string& text) {
     nlohmann::ordered_json ctx = extra.is_object() ? extra : nlohmann::ordered_json::object();
     nlohmann::ordered_json msgs = nlohmann::ordered_json::array();
-    for (const auto& t : turns) msgs.push_back({{"role", t.role}, {"content", t.content}});
+    for (const auto& m : turns) msgs.push_back({{"role", m.role}, {"content", m.content}});
     ctx["messages"] = std::move(msgs);
     ctx["add_generation_prompt"] = gen;
-    return jinja_render(source, ctx, out);
+    return parsed.render(ctx, text);
   };
+  return Status::ok();
 }
 
 Status chat_render(const ChatRenderer& render, const std::vector<ChatTurn>& turns, ChatRendered& out) {
@@ -82,7 +191,8 @@ Status chat_render(const ChatRenderer& render, const std::vector<ChatTurn>& turn
   for (size_t i = 0; i < turns.size(); i++) {
     if (turns[i].role != "assistant") continue;
     if (Status s = render_prefix(render, turns, i, true, prompt); !s) return s;
-    if (Status s = render_prefix(render, turns, i + 1, false, through); !s) return s;
+    if (i + 1 == turns.size()) through = out.text;  // (the whole conversation, rendered above)
+    else if (Status s = render_prefix(render, turns, i + 1, false, through); !s) return s;
     if (through.compare(0, prompt.size(), prompt) != 0 || out.text.compare(0, through.size(), through) != 0)
       return Status::error(fmt::format("turn {} (assistant): the template renders the conversation up to it "
                                        "differently from the whole (it rewrites earlier turns), so the reply has no "

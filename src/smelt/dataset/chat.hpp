@@ -33,10 +33,32 @@ bool chat_parse_record(std::string_view line, std::vector<ChatTurn>& turns, std:
 using ChatRenderer =
     std::function<Status(const std::vector<ChatTurn>& turns, bool add_generation_prompt, std::string& out)>;
 
-// A model's own chat template (tokenizer_config.json's chat_template, tokenizer/jinja.hpp) as a
-// renderer: the context is {messages: [{role, content}], add_generation_prompt} plus `extra`
-// (bos_token, eos_token, ...: what the model's tokenizer_config.json names).
-ChatRenderer chat_jinja_renderer(std::string source, nlohmann::ordered_json extra);
+// A chat template: Jinja source and the values it reads besides the conversation (bos_token,
+// eos_token: what the model's tokenizer_config.json names), and where it came from (for logs).
+struct ChatTemplateSource {
+  std::string source;
+  nlohmann::ordered_json extra = nlohmann::ordered_json::object();
+  std::string origin;  // "PATH", "checkpoint DIR", "Smelt's built-in template"
+  nlohmann::json to_json() const;  // {"template", "bos_token", "eos_token", "origin"}: a checkpoint's state["chat"]
+  static Status from_json(const nlohmann::json& j, ChatTemplateSource& out);
+};
+
+// Smelt's own template, for a model that has none (docs/finetune.md, "Smelt's template"): a system
+// message as a paragraph, "User: {text}\n\n", "Assistant: {text}{eos_token}"; the generation prompt
+// "Assistant:". The reply's span is " {text}{eos_token}": the model learns to end its turn.
+extern const char* const kSmeltChatTemplate;
+
+// The template a run trains with ([data] chat_template): PATH (a .jinja file, or a
+// tokenizer_config.json: its chat_template, bos_token, eos_token); or, empty, the one `state` (a
+// checkpoint's, may be null) carries: state["chat"] (a chat run's), else state["import"]'s
+// chat_template (an imported model's); else Smelt's built-in with the tokenizer's end-of-document
+// token as eos_token. The template is parsed here: a construct the renderer lacks is named now.
+Status chat_template_resolve(const std::string& path, const nlohmann::json* state, const Tokenizer& tok,
+                             ChatTemplateSource& out);
+
+// A template as a renderer: the context is {messages: [{role, content}], add_generation_prompt}
+// plus its extra values. Parsed once (a syntax error or an unsupported construct is returned here).
+Status chat_jinja_renderer(const ChatTemplateSource& t, ChatRenderer& out);
 
 // The rendered conversation and the byte ranges [begin, end) of `text` the loss counts.
 struct ChatRendered {

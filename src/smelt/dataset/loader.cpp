@@ -83,6 +83,9 @@ const Schema<LoaderConfig>& loader_schema() {
        field("latency_window", &L::latency_window, "fetch latencies kept for P50/P95/P99", at_least(1)),
        field("inject_slow_ms", &L::inject_slow_ms, "fault injection (tests): each batch this much slower",
              at_least(0)),
+       field("format", &L::format, "\"text\": token shards; \"chat\": chat JSONL, loss on the replies (docs/finetune.md)"),
+       field("chat_template", &L::chat_template, "chat: \"\" = the model's own; a .jinja or tokenizer_config.json"),
+       field("chat_overflow", &L::chat_overflow, "chat: a conversation longer than a row is cut or dropped"),
        field("stream_tokenizer", &L::stream_tokenizer, "tokenizer file; non-empty = streaming mode"),
        field("stream_threads", &L::stream_threads, "streaming: tokenizer threads", at_least(1))}};
   return s;
@@ -121,6 +124,12 @@ Status loader_config_validate(const LoaderConfig& c) {
   if (c.span_tokens > 0 && !c.stream_tokenizer.empty())
     e.push_back(fmt::format("[data] span_tokens = {}: a stream is read in order, not shuffled (set span_tokens = 0)",
                             c.span_tokens));
+  if (c.format == DataFormat::kChat) {
+    if (!c.stream_tokenizer.empty()) e.push_back("[data] format = \"chat\": chat data is not streamed (unset stream_tokenizer)");
+    if (c.span_tokens > 0) e.push_back("[data] format = \"chat\": rows hold whole conversations (set span_tokens = 0)");
+    if (!c.doc_mask) e.push_back("[data] format = \"chat\" with doc_mask = false: packed conversations would attend to each other");
+    if (c.append_eod) e.push_back("[data] format = \"chat\" with append_eod = true: the template ends each turn itself");
+  }
   if (c.ranks < 1 || c.rank < 0 || c.rank >= c.ranks)
     e.push_back(fmt::format("data: rank {} of {} ranks is out of range", c.rank, c.ranks));
   if (c.stream_tokenizer.empty() && !c.sources.empty()) {
@@ -133,6 +142,11 @@ Status loader_config_validate(const LoaderConfig& c) {
 Status loader_config_read(const toml::table& root, LoaderConfig& c, toml::table* resolved) {
   std::vector<std::string> errors;
   schema_read_keys(loader_schema(), root, c, errors);
+  if (c.format == DataFormat::kChat) {  // chat's defaults: conversations kept apart, no EOD of the loader's
+    const toml::node_view<const toml::node> d = root["data"];
+    if (!d["doc_mask"]) c.doc_mask = true;
+    if (!d["append_eod"]) c.append_eod = false;
+  }
   if (resolved) *resolved = schema_to_toml(loader_schema(), c);
   if (!errors.empty()) return config_errors_status(errors);
   return loader_config_validate(c);
@@ -225,7 +239,7 @@ Status Loader::open(const LoaderConfig& c, const LoaderPosition* resume) {
 }
 
 void Loader::build(Slot& s) {
-  packing_fill(s.plan, data_, c_.eod_id, c_.doc_mask, s.batch);
+  packing_fill(s.plan, data_, c_.eod_id, c_.doc_mask, s.batch, c_.format == DataFormat::kChat);
   if (c_.inject_slow_ms > 0)  // fault injection: a slow file system or decoder
     std::this_thread::sleep_for(std::chrono::microseconds((int64_t)(c_.inject_slow_ms * 1e3)));
 }

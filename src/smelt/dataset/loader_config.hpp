@@ -19,6 +19,14 @@ inline constexpr EnumName<BatchMode> kBatchModeNames[] = {{BatchMode::kPacked, "
                                                           {BatchMode::kBucketed, "bucketed"}};
 inline std::span<const EnumName<BatchMode>> enum_names(BatchMode) { return kBatchModeNames; }
 
+enum class DataFormat { kText, kChat };  // [data] format: token shards, or chat JSONL (docs/finetune.md)
+inline constexpr EnumName<DataFormat> kDataFormatNames[] = {{DataFormat::kText, "text"}, {DataFormat::kChat, "chat"}};
+inline std::span<const EnumName<DataFormat>> enum_names(DataFormat) { return kDataFormatNames; }
+
+enum class ChatOverflow { kCut, kDrop };  // [data] chat_overflow: a conversation longer than a row
+inline constexpr EnumName<ChatOverflow> kChatOverflowNames[] = {{ChatOverflow::kCut, "cut"}, {ChatOverflow::kDrop, "drop"}};
+inline std::span<const EnumName<ChatOverflow>> enum_names(ChatOverflow) { return kChatOverflowNames; }
+
 // The [data] section. Every key, with its default; docs/loader.md explains each.
 struct LoaderConfig {
   std::string sources;              // "[NAME=]PREFIX[:WEIGHT],..." (the trainer's --data)
@@ -37,6 +45,12 @@ struct LoaderConfig {
   int prefetch_depth = 4;           // batches in flight
   int latency_window = 1000;        // fetch latencies kept for P50/P95/P99
   double inject_slow_ms = 0;        // fault injection (tests): each batch takes this much longer to build
+  // Chat (supervised fine-tuning): sources name chat JSONL files, rendered with the model's
+  // template into shards whose trained tokens carry kChatTrainedBit (dataset/chat_shard.hpp);
+  // rows hold whole conversations; only the flagged tokens are targets.
+  DataFormat format = DataFormat::kText;
+  std::string chat_template;        // "": the model's own (or Smelt's); else a .jinja or tokenizer_config.json
+  ChatOverflow chat_overflow = ChatOverflow::kCut;
   // Streaming mode (StreamLoader): refined .jsonl(.zst) read and tokenized on the fly.
   std::string stream_tokenizer;     // tokenizer file; non-empty = streaming mode
   int stream_threads = 1;           // tokenizer threads

@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 
 #include "smelt/dataset/blend.hpp"
+#include "smelt/dataset/chat_shard.hpp"
 
 namespace smelt {
 
@@ -174,8 +175,9 @@ Planner::Unit Planner::unit_at(size_t src, uint64_t epoch, uint64_t i) {
 // Reads n tokens of source src's stream from cursor c (advancing it), emitting pieces into row.
 // The stream is the units (documents, or spans of them) in the epoch's order, an EOD after each
 // document's last unit.
-void Planner::walk(size_t src, SourceCursor& c, uint64_t n, uint32_t row, bool emit, bool& first, BatchPlan& plan) {
+bool Planner::walk(size_t src, SourceCursor& c, uint64_t n, uint32_t row, bool emit, bool& first, BatchPlan& plan) {
   DocSampler& s = *samplers_[src];
+  const bool whole = o_.format == DataFormat::kChat;  // a conversation is never split over rows
   while (n > 0) {
     const Unit u = unit_at(src, c.epoch, c.docs);
     if (excluded(src, u.doc)) {  // quarantined: skipped whole, wherever the cursor stood in it
@@ -184,6 +186,7 @@ void Planner::walk(size_t src, SourceCursor& c, uint64_t n, uint32_t row, bool e
       continue;
     }
     const uint64_t total = u.len + (o_.append_eod && u.last ? 1 : 0);
+    if (whole && c.offset == 0 && !first && total > n) return false;  // the rest of the row is padding
     if (c.offset < u.len) {
       uint64_t take = std::min(u.len - c.offset, n);
       if (emit) {
@@ -212,6 +215,7 @@ void Planner::walk(size_t src, SourceCursor& c, uint64_t n, uint32_t row, bool e
       if (++c.docs == s.docs()) c.docs = 0, ++c.epoch;
     }
   }
+  return true;
 }
 
 void Planner::next(BatchPlan& plan) {
@@ -229,8 +233,8 @@ void Planner::next(BatchPlan& plan) {
       bool emit = r >= r0 && r < r1;
       uint32_t row = static_cast<uint32_t>(r - r0);
       bool first = true;
-      walk(src, c, static_cast<uint64_t>(T), row, emit, first, plan);
-      if (emit) {  // the (T+1)-th token: read, not consumed
+      const bool full = walk(src, c, static_cast<uint64_t>(T), row, emit, first, plan);
+      if (emit && full) {  // the (T+1)-th token: read, not consumed
         SourceCursor peek = c;
         peek.units = 0;
         walk(src, peek, 1, row, true, first, plan);
@@ -323,13 +327,25 @@ void copy_doc(const IndexedDataset& ds, uint64_t doc, uint64_t begin, uint64_t c
 }  // namespace
 
 void packing_fill(const BatchPlan& plan, const std::vector<const IndexedDataset*>& data, int64_t eod_id,
-                  bool doc_mask, Batch& out) {
+                  bool doc_mask, Batch& out, bool chat) {
   packing_fill(plan, [&data](uint16_t source, uint64_t doc, uint64_t begin, uint64_t count, int32_t* o) {
     copy_doc(*data[source], doc, begin, count, o);
-  }, eod_id, doc_mask, out);
+  }, eod_id, doc_mask, out, chat);
 }
 
-void packing_fill(const BatchPlan& plan, const TokenFetch& fetch, int64_t eod_id, bool doc_mask, Batch& out) {
+namespace {
+// Chat rows: the flag leaves the inputs; a target counts only where its token carries it.
+void chat_targets(int32_t* in, int32_t* tg, int T) {
+  constexpr int32_t bit = static_cast<int32_t>(kChatTrainedBit);
+  for (int t = 0; t < T; ++t) {
+    in[t] &= ~bit;
+    if (tg[t] != -1) tg[t] = (tg[t] & bit) ? (tg[t] & ~bit) : -1;
+  }
+}
+}  // namespace
+
+void packing_fill(const BatchPlan& plan, const TokenFetch& fetch, int64_t eod_id, bool doc_mask, Batch& out,
+                  bool chat) {
   const int B = plan.B, T = plan.T;
   const size_t n = static_cast<size_t>(B) * static_cast<size_t>(T);
   out.B = B, out.T = T, out.step = plan.step;
@@ -385,6 +401,7 @@ void packing_fill(const BatchPlan& plan, const TokenFetch& fetch, int64_t eod_id
     if (!over && col > 0) {  // the stream's last token is nobody's input: padding
       in[col - 1] = 0, sg[col - 1] = -1, ps[col - 1] = 0, sr[col - 1] = 0;
     }
+    if (chat) chat_targets(in, tg, T);
     for (int t = 0; t < T; ++t) target_tokens += tg[t] != -1;
   }
   out.target_tokens = target_tokens;

@@ -664,17 +664,34 @@ void Interp::run(const Body& body, std::string& out) {
 
 namespace smelt {
 
-Status jinja_render(const std::string& source, const nlohmann::ordered_json& context, std::string& out) {
-  out.clear();
+Status JinjaTemplate::parse(const std::string& source, JinjaTemplate& out) {
+  out.body_.reset();
   try {
-    jinja::Body body = jinja::parse(jinja::lex(source));
+    out.body_ = std::make_shared<const jinja::Body>(jinja::parse(jinja::lex(source)));
+  } catch (const std::exception& e) {
+    return Status::error(e.what());
+  }
+  return Status::ok();
+}
+
+Status JinjaTemplate::render(const nlohmann::ordered_json& context, std::string& out) const {
+  out.clear();
+  if (!body_) return Status::error("chat_template: no template parsed");
+  try {
     jinja::Interp interp(context.is_object() ? context : jinja::Json::object());
-    interp.run(body, out);
+    interp.run(*body_, out);
   } catch (const std::exception& e) {
     out.clear();
     return Status::error(e.what());
   }
   return Status::ok();
+}
+
+Status jinja_render(const std::string& source, const nlohmann::ordered_json& context, std::string& out) {
+  out.clear();
+  JinjaTemplate t;
+  if (Status s = JinjaTemplate::parse(source, t); !s) return s;
+  return t.render(context, out);
 }
 
 }  // namespace smelt

@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 
 #include "smelt/dataset/blend.hpp"
+#include "smelt/dataset/chat_shard.hpp"
 #include "smelt/dataset/indexed.hpp"
 #include "smelt/tokenizer/tokenizer.hpp"
 
@@ -71,6 +72,10 @@ Status eval_loader_open(const LoaderConfig& base, const std::string& sources, in
   for (const auto& d : src) {
     IndexedDataset ds;
     if (Status s = ds.open(d.prefix); !s) return Status::error("[eval] data: " + s.message());
+    if (e.format == DataFormat::kChat) {  // only the replies' tokens are targets, each once (whole conversations)
+      available += chat_shard_trained_tokens(ds);
+      continue;
+    }
     const uint64_t n = ds.tokens() + (e.append_eod ? ds.sequences() : 0);
     available += n > 0 ? n - 1 : 0;
   }

@@ -84,6 +84,7 @@ json Trainer::state_json() const {
   json q = json::array();
   for (const auto& [src, doc] : quarantined_) q.push_back({src, doc});
   s["quarantine"] = q;
+  if (!chat_.source.empty()) s["chat"] = chat_.to_json();  // what `smelt serve` renders conversations with
   s["health"] = {{"spike", spike_.to_json()},
                  {"nonfinite_skipped", nonfinite_skipped_},
                  {"rollbacks", rollbacks_},

@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "smelt/ckpt/async_writer.hpp"
+#include "smelt/dataset/chat.hpp"
 #include "smelt/dist/communicator.hpp"
 #include "smelt/dist/grad_reducer.hpp"
 #include "smelt/hw/cpu_info.hpp"
@@ -80,6 +81,8 @@ class Trainer {
  private:
   Status setup();
   Status setup_tokenizer();
+  Status setup_chat_data();  // [data] format = "chat": the template and the conversations' shards (trainer_chat.cpp)
+  Status chat_shards(std::string& spec, const char* kind, const ChatRenderer& render, uint64_t max_tokens);
   Status setup_model();
   void set_tp_collectives();
   Status setup_schedule();
@@ -158,6 +161,8 @@ class Trainer {
   Feed feed_;
   std::unique_ptr<Tokenizer> tok_;
   TaskEvaluator tasks_;  // [eval] tasks (task_eval.hpp)
+  ChatTemplateSource chat_;  // the template a chat run trains with (empty source: not a chat run)
+  json chat_stats_;          // per data source: ChatShardStats::to_json() (rank 0's)
   EvalText eval_text_;  // token byte lengths for bits per byte (empty without a tokenizer)
   std::string run_dir_, metrics_path_, config_text_;
   std::ofstream metrics_;

@@ -250,6 +250,7 @@ Status Trainer::summarize(TrainSummary& out, double seconds) {
   f.allreduce = comm_->algorithm();
   f.fetch = feed_.latency().stats();
   run_summary(f, out);
+  if (!chat_stats_.is_null()) out.json["chat_data"] = chat_stats_;
   if (!lead_) return Status::ok();
   return files_write_atomic((fs::path(run_dir_) / "summary.json").string(), out.json.dump(2) + "\n");
 }

@@ -54,6 +54,7 @@ Status Trainer::setup() {
   if (ec) return Status::error(fmt::format("{}: cannot create the run folder: {}", run_dir_, ec.message()));
   metrics_path_ = (fs::path(run_dir_) / "metrics.jsonl").string();
   if (Status s = setup_tokenizer(); !s) return s;
+  if (Status s = setup_chat_data(); !s) return s;
   if (Status s = tasks_.init(c_.eval, tok_.get(), c_.model); !s) return s;
   if (Status s = loader_config_validate(c_.data); !s) return s;
   // (Token ids >= vocab_size are refused by Model::forward, naming the position.)
