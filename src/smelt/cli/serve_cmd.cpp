@@ -53,6 +53,8 @@ struct Loaded {
   std::vector<float> params;
   Tokenizer tok;
   std::string name;
+  bool own_template = false;  // chat: the checkpoint's own template (else the tokenizer's format)
+  ChatTemplate chat;
 };
 
 Status load_checkpoint(const std::string& dir, const std::string& tok_path_in, Loaded& out) {
@@ -69,6 +71,11 @@ Status load_checkpoint(const std::string& dir, const std::string& tok_path_in, L
                                      "tokenizer the model was trained with?", tok_path, out.tok.vocab_size(), out.cfg.vocab_size));
   out.name = run_name(dir, step_dir);
   spdlog::info("checkpoint {}", step_dir);
+  CkptManifest m;
+  if (Status s = ckpt_read_manifest(step_dir, m); !s) return s;
+  if (Status s = chat_template_from_state(m.state, out.chat, out.own_template); !s)
+    return Status::error(fmt::format("{}: {}", step_dir, s.message()));
+  if (out.own_template) spdlog::info("chat: {} (Jinja)", out.chat.origin);
   return Status::ok();
 }
 
@@ -191,7 +198,7 @@ int cli_serve(int argc, char** argv) {
     spdlog::error("{}", e.message());
     return quit(kExitFailure);
   }
-  if (!server.ready(&engine, m.name)) {  // a signal came while the engine started
+  if (!server.ready(&engine, m.name, m.own_template ? &m.chat : nullptr)) {  // a signal came while the engine started
     engine.shutdown(0);
     return quit(kExitOk);
   }

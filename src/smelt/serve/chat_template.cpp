@@ -4,6 +4,8 @@
 
 #include <string_view>
 
+#include <fmt/format.h>
+
 namespace smelt {
 
 namespace {
@@ -61,6 +63,8 @@ std::vector<Piece> pieces(const ChatTemplate& t, const Tokenizer* tok, const std
       }
       add_marker(p, "<|start_header_id|>assistant<|end_header_id|>\n\n");
       break;
+    case ChatFormat::kJinja:
+      break;  // (rendered whole: jinja_text)
   }
   return p;
 }
@@ -71,6 +75,7 @@ const char* chat_format_name(ChatFormat f) {
   switch (f) {
     case ChatFormat::kChatml: return "chatml";
     case ChatFormat::kLlama3: return "llama3";
+    case ChatFormat::kJinja: return "jinja";
     default: return "plain";
   }
 }
@@ -91,22 +96,81 @@ ChatTemplate chat_template_for(const Tokenizer& tok) {
   return t;
 }
 
-void chat_template_encode(const ChatTemplate& t, const Tokenizer& tok, const std::vector<ChatMessage>& msgs,
-                          std::vector<uint32_t>& out) {
+namespace {
+
+Status jinja_text(const ChatTemplate& t, const std::vector<ChatMessage>& msgs, std::string& out) {
+  nlohmann::ordered_json ctx = t.extra.is_object() ? t.extra : nlohmann::ordered_json::object();
+  nlohmann::ordered_json m = nlohmann::ordered_json::array();
+  for (const auto& x : msgs) m.push_back({{"role", x.role}, {"content", x.content}});
+  ctx["messages"] = std::move(m);
+  ctx["add_generation_prompt"] = true;
+  return t.jinja.render(ctx, out);
+}
+
+}  // namespace
+
+Status chat_template_from_state(const nlohmann::json& state, ChatTemplate& out, bool& found) {
+  found = false;
+  const nlohmann::json* src = nullptr;
+  std::string origin;
+  nlohmann::json chat;
+  if (state.contains("chat") && state["chat"].is_object() && state["chat"].value("template", nlohmann::json()).is_string()) {
+    src = &state["chat"];
+    origin = "the template the model was fine-tuned with";
+  } else if (state.contains("import") && state["import"].is_object() &&
+             state["import"].value("chat_template", nlohmann::json()).is_string()) {
+    const nlohmann::json& im = state["import"];
+    chat = {{"template", im["chat_template"]}, {"bos_token", im.value("bos_token", nlohmann::json())},
+            {"eos_token", im.value("eos_token", nlohmann::json())}};
+    src = &chat;
+    origin = "the imported model's chat_template";
+  }
+  if (!src) return Status::ok();
+  ChatTemplate t;
+  t.format = ChatFormat::kJinja;
+  t.origin = origin;
+  if (Status s = JinjaTemplate::parse((*src)["template"].get<std::string>(), t.jinja); !s)
+    return Status::error(fmt::format("{}: {}", origin, s.message()));
+  t.extra = nlohmann::ordered_json::object();
+  for (const char* k : {"bos_token", "eos_token"})
+    if (src->contains(k) && (*src)[k].is_string()) t.extra[k] = (*src)[k].get<std::string>();
+  if (t.extra.contains("eos_token")) t.stop.push_back(t.extra["eos_token"].get<std::string>());
+  out = std::move(t);
+  found = true;
+  return Status::ok();
+}
+
+Status chat_template_encode(const ChatTemplate& t, const Tokenizer& tok, const std::vector<ChatMessage>& msgs,
+                            std::vector<uint32_t>& out) {
+  if (t.format == ChatFormat::kJinja) {
+    for (size_t i = 0; i < msgs.size(); i++)
+      for (const auto& s : tok.model().specials)
+        if (s.special && msgs[i].content.find(s.text) != std::string::npos)
+          return Status::error(fmt::format("messages[{}].content holds the special token '{}', which the model's "
+                                           "chat template reads as a marker", i, s.text));
+    std::string text;
+    if (Status s = jinja_text(t, msgs, text); !s) return Status::error("the chat template: " + s.message());
+    tok.encode(text, out, /*allow_special=*/true);
+    return Status::ok();
+  }
   // plain has no markers: the whole transcript is one text, so it splits and merges exactly as the
   // same words did in training. The others: markers with special tokens recognised, message text
   // without (a user cannot forge a turn); a merge never crosses a special token anyway.
   if (t.format == ChatFormat::kPlain) {
-    tok.encode(chat_template_render(t, msgs), out, /*allow_special=*/false);
-    return;
+    std::string text;
+    for (const auto& p : pieces(t, nullptr, msgs)) text += p.text;
+    tok.encode(text, out, /*allow_special=*/false);
+    return Status::ok();
   }
   for (const auto& p : pieces(t, &tok, msgs)) tok.encode(p.text, out, /*allow_special=*/p.marker);
+  return Status::ok();
 }
 
-std::string chat_template_render(const ChatTemplate& t, const std::vector<ChatMessage>& msgs) {
-  std::string s;
-  for (const auto& p : pieces(t, nullptr, msgs)) s += p.text;
-  return s;
+Status chat_template_render(const ChatTemplate& t, const std::vector<ChatMessage>& msgs, std::string& out) {
+  out.clear();
+  if (t.format == ChatFormat::kJinja) return jinja_text(t, msgs, out);
+  for (const auto& p : pieces(t, nullptr, msgs)) out += p.text;
+  return Status::ok();
 }
 
 }  // namespace smelt

@@ -101,7 +101,7 @@ Status HttpServer::bind() { return http_.bind(); }
 
 void HttpServer::start() { http_.start(); }
 
-bool HttpServer::ready(Engine* engine, const std::string& model_name) {
+bool HttpServer::ready(Engine* engine, const std::string& model_name, const ChatTemplate* own) {
   std::lock_guard<std::mutex> lk(mu_);
   if (shut_) return false;
   model_name_ = model_name;
@@ -110,7 +110,7 @@ bool HttpServer::ready(Engine* engine, const std::string& model_name) {
   api_.vocab_size = engine->model().vocab_size;
   // a prompt list is admitted whole: more than the slots and the queue hold could never run
   api_.max_prompts = std::min(kApiMaxPrompts, engine->config().slots + engine->config().max_queue);
-  tmpl_ = chat_template_for(engine->tokenizer());
+  tmpl_ = own ? *own : chat_template_for(engine->tokenizer());
   engine_.store(engine);
   return true;
 }

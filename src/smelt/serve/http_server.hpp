@@ -48,7 +48,8 @@ class HttpServer {
   void start();
   // The model is loaded: route requests to the engine (borrowed; it must outlive join()).
   // False when a stop already began (the caller then shuts the engine down itself).
-  bool ready(Engine* engine, const std::string& model_name);
+  // own: the model's own chat template (chat_template_from_state); null: the tokenizer's format.
+  bool ready(Engine* engine, const std::string& model_name, const ChatTemplate* own = nullptr);
   // Graceful stop, from any thread but a signal handler: new completions get 503, the engine ends
   // what is in flight (finished within grace_seconds, else "aborted"), the streams write their last
   // chunk and [DONE], then the listener closes. Idempotent; returns once the listener is told to stop.

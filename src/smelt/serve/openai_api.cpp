@@ -489,7 +489,10 @@ bool prompt_ids(const ApiRequest& r, size_t i, const Tokenizer& tok, const ChatT
                 const std::string& param, std::vector<int32_t>& out, ApiError& err) {
   std::vector<uint32_t> ids;
   if (r.route == ApiRoute::kChat) {
-    chat_template_encode(tmpl, tok, r.messages, ids);
+    if (Status s = chat_template_encode(tmpl, tok, r.messages, ids); !s) {
+      err = bad("messages", s.message());
+      return false;
+    }
     out.assign(ids.begin(), ids.end());
   } else if (r.prompts[i].is_ids) {
     out = r.prompts[i].ids;
