@@ -27,18 +27,29 @@ Status chatml(const std::vector<ChatTurn>& turns, bool gen, std::string& out) {
   return Status::ok();
 }
 
+// The llama3 fixture's tokenizer.json with `markers` added as special tokens, written to path. The
+// added tokens are numbered on from the vocabulary without gaps, as published files number them
+// (Hugging Face's loader numbers them so, whatever ids a file writes).
+void write_marked_tokenizer(const std::string& path, const std::vector<std::string>& markers) {
+  nlohmann::json j = nlohmann::json::parse(test::read_file(test::fixtures() + "/llama3.json"));
+  int64_t next = 0;
+  for (const auto& [k, v] : j["model"]["vocab"].items()) next = std::max<int64_t>(next, v.get<int64_t>() + 1);
+  for (auto& a : j["added_tokens"]) a["id"] = next++;
+  for (const auto& s : markers) {
+    bool have = false;
+    for (const auto& a : j["added_tokens"]) have = have || a["content"] == s;
+    if (!have)
+      j["added_tokens"].push_back({{"id", next++}, {"content", s}, {"single_word", false}, {"lstrip", false},
+                                   {"rstrip", false}, {"normalized", false}, {"special", true}});
+  }
+  test::write_file(path, j.dump());
+}
+
 // The fixture tokenizer with <|im_start|> and <|im_end|> added as special tokens.
 const Tokenizer& chatml_tokenizer() {
   static Tokenizer tok = [] {
-    nlohmann::json j = nlohmann::json::parse(test::read_file(test::fixtures() + "/llama3.json"));
-    int64_t next = 0;
-    for (const auto& [k, v] : j["model"]["vocab"].items()) next = std::max<int64_t>(next, v.get<int64_t>() + 1);
-    for (const auto& a : j["added_tokens"]) next = std::max<int64_t>(next, a["id"].get<int64_t>() + 1);
-    for (const char* s : {"<|im_start|>", "<|im_end|>"})
-      j["added_tokens"].push_back({{"id", next++}, {"content", s}, {"single_word", false}, {"lstrip", false},
-                                   {"rstrip", false}, {"normalized", false}, {"special", true}});
     const std::string path = (fs::temp_directory_path() / ("smelt_chat_tok_" + std::to_string(::getpid()) + ".json")).string();
-    test::write_file(path, j.dump());
+    write_marked_tokenizer(path, {"<|im_start|>", "<|im_end|>"});
     Tokenizer t;
     Status s = Tokenizer::load(path, t);
     EXPECT_TRUE(s.is_ok()) << s.message();
@@ -54,6 +65,20 @@ const std::vector<ChatTurn> kConversation = {
     {"assistant", "Run `dpkg -L package`; it prints every path the package installed."},
     {"user", "而且如何查找某个文件属于哪个软件包？"},
     {"assistant", "用 `dpkg -S /路径/文件` 即可。 \"Quotes\", a backslash \\ and\nnew lines stay."}};
+
+// The five families' chat templates of tests/reference/hf_family.py by name ({} without python).
+nlohmann::json family_templates() {
+  const std::string cmd = "/usr/bin/python3 -c \"import sys, json; sys.path.insert(0, '" + std::string(SMELT_SOURCE_DIR) +
+                          "/tests/reference'); import hf_family as h; print(json.dumps({k: getattr(h, k) for k in "
+                          "['SMOLLM2_CHAT', 'LLAMA3_CHAT', 'MISTRAL_CHAT', 'QWEN25_CHAT', 'QWEN3_CHAT']}))\" 2> /dev/null";
+  std::string text;
+  if (FILE* p = ::popen(cmd.c_str(), "r")) {
+    char buf[4096];
+    for (size_t n; (n = std::fread(buf, 1, sizeof buf, p)) > 0;) text.append(buf, n);
+    ::pclose(p);
+  }
+  return text.empty() ? nlohmann::json::object() : nlohmann::json::parse(text);
+}
 
 }  // namespace
 
@@ -177,18 +202,9 @@ TEST(Chat, TheMaskCoversExactlyTheTokensOfTheReplies) {
 // spans end where the next turn's marker begins. Mistral's needs strict user/assistant
 // alternation, so its conversation has no system turn.
 TEST(Chat, TheFamiliesTemplatesGiveEachReplyItsSpan) {
-  const std::string cmd = "/usr/bin/python3 -c \"import sys, json; sys.path.insert(0, '" + std::string(SMELT_SOURCE_DIR) +
-                          "/tests/reference'); import hf_family as h; print(json.dumps({k: getattr(h, k) for k in "
-                          "['SMOLLM2_CHAT', 'LLAMA3_CHAT', 'MISTRAL_CHAT', 'QWEN25_CHAT', 'QWEN3_CHAT']}))\" 2> /dev/null";
-  std::string text;
-  if (FILE* p = ::popen(cmd.c_str(), "r")) {
-    char buf[4096];
-    for (size_t n; (n = std::fread(buf, 1, sizeof buf, p)) > 0;) text.append(buf, n);
-    ::pclose(p);
-  }
-  SMELT_REQUIRE_REFERENCE(!text.empty(), "/usr/bin/python3 with python3-torch (tests/reference/hf_family.py): "
-                                         "scripts/install-deps");
-  const nlohmann::json tpl = nlohmann::json::parse(text);
+  const nlohmann::json tpl = family_templates();
+  SMELT_REQUIRE_REFERENCE(!tpl.empty(), "/usr/bin/python3 with python3-torch (tests/reference/hf_family.py): "
+                                        "scripts/install-deps");
   const nlohmann::ordered_json tokens = {{"bos_token", "<s>"}, {"eos_token", "</s>"}};
   const std::vector<ChatTurn> no_system(kConversation.begin() + 1, kConversation.end());
   for (const auto& [name, source] : tpl.items()) {
@@ -217,4 +233,68 @@ TEST(Chat, TheFamiliesTemplatesGiveEachReplyItsSpan) {
                                                    << r.text.substr(at + t.content.size(), b - at - t.content.size());
     }
   }
+}
+
+// Id for id against Hugging Face: each family's template over multi-turn, system-less and
+// single-exchange conversations (with and without the generation prompt), rendered by
+// @huggingface/jinja and tokenized by Hugging Face tokenizers (tests/reference/chat_ids.mjs), equals
+// Smelt's rendering (chat_render) and ids (chat_tokenize) on the same tokenizer.json, which holds
+// every family's markers as special tokens.
+TEST(Chat, RenderedIdsEqualHuggingFacesForEachFamily) {
+  const nlohmann::json tpl = family_templates();
+  SMELT_REQUIRE_REFERENCE(!tpl.empty(), "/usr/bin/python3 (tests/reference/hf_family.py): scripts/install-deps");
+  const fs::path dir = fs::temp_directory_path() / ("smelt_chat_ids_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  const std::string tok_path = (dir / "tokenizer.json").string();
+  write_marked_tokenizer(tok_path, {"<|im_start|>", "<|im_end|>", "<|begin_of_text|>", "<|start_header_id|>",
+                                    "<|end_header_id|>", "<|eot_id|>", "<s>", "</s>", "<think>", "</think>"});
+  Tokenizer tok;
+  ASSERT_TRUE(Tokenizer::load(tok_path, tok).is_ok());
+  const nlohmann::ordered_json extra = {{"bos_token", "<s>"}, {"eos_token", "</s>"}};
+  const std::vector<ChatTurn> no_system(kConversation.begin() + 1, kConversation.end());
+  const std::vector<ChatTurn> one(kConversation.begin() + 1, kConversation.begin() + 3);
+  struct Case { std::string family; std::vector<ChatTurn> turns; bool gen; };
+  std::vector<Case> cases;
+  for (const auto& [name, source] : tpl.items()) {
+    if (name != "MISTRAL_CHAT") cases.push_back({name, kConversation, false});  // (Mistral: user/assistant only)
+    cases.push_back({name, no_system, false});
+    cases.push_back({name, one, false});
+    cases.push_back({name, std::vector<ChatTurn>(one.begin(), one.begin() + 1), true});
+  }
+  nlohmann::ordered_json in = {{"tokenizer", tok_path}, {"cases", nlohmann::ordered_json::array()}};
+  for (const auto& c : cases) {
+    nlohmann::ordered_json ctx = extra, msgs = nlohmann::ordered_json::array();
+    for (const auto& t : c.turns) msgs.push_back({{"role", t.role}, {"content", t.content}});
+    ctx["messages"] = msgs;
+    ctx["add_generation_prompt"] = c.gen;
+    in["cases"].push_back({{"template", tpl[c.family]}, {"context", ctx}});
+  }
+  test::write_file((dir / "in.json").string(), in.dump());
+  const std::string cmd = "cd '" + std::string(SMELT_SOURCE_DIR) + "' && node tests/reference/chat_ids.mjs '" +
+                          (dir / "in.json").string() + "' > '" + (dir / "out.json").string() + "' 2> /dev/null";
+  const bool ran = std::system(cmd.c_str()) == 0;
+  SMELT_REQUIRE_REFERENCE(ran, "node with @huggingface/jinja and tokenizers (tests/reference: npm ci)");
+  const nlohmann::json ref = nlohmann::json::parse(test::read_file((dir / "out.json").string()));
+  ASSERT_EQ(ref.size(), cases.size());
+  for (size_t i = 0; i < cases.size(); i++) {
+    SCOPED_TRACE(cases[i].family + " case " + std::to_string(i));
+    ASSERT_FALSE(ref[i].contains("error")) << ref[i]["error"];
+    ChatTemplateSource t;
+    t.source = tpl[cases[i].family].get<std::string>(), t.extra = extra;
+    ChatRenderer render;
+    ASSERT_TRUE(chat_jinja_renderer(t, render).is_ok());
+    ChatRendered r;
+    if (cases[i].gen) {
+      ASSERT_TRUE(render(cases[i].turns, true, r.text).is_ok());
+    } else {
+      Status s = chat_render(render, cases[i].turns, r);
+      ASSERT_TRUE(s.is_ok()) << s.message();
+    }
+    EXPECT_EQ(r.text, ref[i]["text"].get<std::string>());
+    std::vector<uint32_t> ids;
+    std::vector<uint8_t> mask;
+    chat_tokenize(tok, r, ids, mask);
+    EXPECT_EQ(ids, ref[i]["ids"].get<std::vector<uint32_t>>());
+  }
+  fs::remove_all(dir);
 }
