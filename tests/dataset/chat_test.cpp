@@ -298,3 +298,56 @@ TEST(Chat, RenderedIdsEqualHuggingFacesForEachFamily) {
   }
   fs::remove_all(dir);
 }
+
+// Where a run's template comes from (chat_template_resolve): a .jinja file; a tokenizer_config.json
+// (its chat_template as a string or as the list's "default", bos/eos as strings or {content}); a
+// chat run's checkpoint state; an imported model's; else Smelt's own with the tokenizer's
+// end-of-document token. A construct the renderer lacks is refused when the template is resolved.
+TEST(Chat, TheTemplateComesFromThePathTheCheckpointOrSmelt) {
+  const fs::path dir = fs::temp_directory_path() / ("smelt_chat_resolve_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  const Tokenizer& tok = chatml_tokenizer();
+  ChatTemplateSource t;
+  test::write_file((dir / "t.jinja").string(), "{% for m in messages %}{{ m.content }}{% endfor %}");
+  ASSERT_TRUE(chat_template_resolve((dir / "t.jinja").string(), nullptr, tok, t).is_ok());
+  EXPECT_EQ(t.source, "{% for m in messages %}{{ m.content }}{% endfor %}");
+  EXPECT_EQ(t.origin, (dir / "t.jinja").string());
+
+  const nlohmann::json config = {{"chat_template", {{{"name", "tool_use"}, {"template", "T"}}, {{"name", "default"}, {"template", "D{{ eos_token }}"}}}},
+                                 {"bos_token", {{"content", "<s>"}, {"special", true}}}, {"eos_token", "</s>"}};
+  test::write_file((dir / "tokenizer_config.json").string(), config.dump());
+  ASSERT_TRUE(chat_template_resolve((dir / "tokenizer_config.json").string(), nullptr, tok, t).is_ok());
+  EXPECT_EQ(t.source, "D{{ eos_token }}");
+  EXPECT_EQ(t.extra["bos_token"], "<s>");
+  EXPECT_EQ(t.extra["eos_token"], "</s>");
+
+  const nlohmann::json run_state = {{"chat", {{"template", "R"}, {"eos_token", "<|im_end|>"}, {"origin", "x"}}},
+                                    {"import", {{"chat_template", "I"}}}};
+  ASSERT_TRUE(chat_template_resolve("", &run_state, tok, t).is_ok());
+  EXPECT_EQ(t.source, "R");
+  EXPECT_EQ(t.extra["eos_token"], "<|im_end|>");
+  const nlohmann::json imported = {{"import", {{"chat_template", "I"}, {"bos_token", "<s>"}, {"eos_token", nullptr}}}};
+  ASSERT_TRUE(chat_template_resolve("", &imported, tok, t).is_ok());
+  EXPECT_EQ(t.source, "I");
+  EXPECT_EQ(t.extra["bos_token"], "<s>");
+  EXPECT_FALSE(t.extra.contains("eos_token"));
+
+  ASSERT_TRUE(chat_template_resolve("", nullptr, tok, t).is_ok());
+  EXPECT_EQ(t.source, kSmeltChatTemplate);
+  std::string eod;
+  const uint32_t eod_id = tok.eod_id().value_or(0);
+  tok.decode(&eod_id, 1, eod);
+  EXPECT_FALSE(eod.empty());
+  EXPECT_EQ(t.extra["eos_token"], eod);
+
+  test::write_file((dir / "m.jinja").string(), "{% macro f() %}x{% endmacro %}{{ f() }}");
+  Status s = chat_template_resolve((dir / "m.jinja").string(), nullptr, tok, t);
+  ASSERT_FALSE(s.is_ok());
+  EXPECT_NE(s.message().find("'macro' is not supported"), std::string::npos) << s.message();
+  s = chat_template_resolve((dir / "none.jinja").string(), nullptr, tok, t);
+  EXPECT_NE(s.message().find("none.jinja"), std::string::npos) << s.message();
+  test::write_file((dir / "empty.json").string(), "{}");
+  s = chat_template_resolve((dir / "empty.json").string(), nullptr, tok, t);
+  EXPECT_NE(s.message().find("no chat_template"), std::string::npos) << s.message();
+  fs::remove_all(dir);
+}
