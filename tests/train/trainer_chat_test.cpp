@@ -3,8 +3,9 @@
 // text, the reply is that sentence) trains a model whose held-out chat loss, over exactly the
 // held-out replies' tokens, falls; the summary counts the bad records with file and line; the
 // checkpoint records the template, which `smelt serve` then renders conversations with; the shards
-// are the same bytes on every start; and the same run on 2 data-parallel ranks under mpirun (rank 0
-// writes the shards, the others wait for them) trains the same data.
+// are the same bytes on every start, so a resumed run equals a straight one; and the same run on 2
+// data-parallel ranks under mpirun (rank 0 writes the shards, the others wait for them) trains the
+// same data.
 #include <sys/wait.h>
 
 #include <filesystem>
@@ -168,4 +169,26 @@ TEST_F(TrainerChatTest, TwoDataParallelRanksShareRankZerosShards) {
   }
   EXPECT_EQ(test::read_file((dir_ / "dp2" / "chat" / "data-0.bin").string()),
             test::read_file((dir_ / "dp1" / "chat" / "data-0.bin").string()));
+}
+
+TEST_F(TrainerChatTest, AResumedRunEqualsAStraightOne) {
+  // 12 steps with checkpoints at 6 and 12; a copy without step 12's checkpoint and without its chat
+  // shards resumes from step 6: the shards are rebuilt and the loader takes up its position in
+  // them, so every step's loss is the same.
+  ASSERT_EQ(train("straight", "--set eval.every=0 --set ckpt.save_every=6 --set ckpt.keep_last=5 --set train.steps=12"), 0)
+      << log("straight");
+  fs::copy(dir_ / "straight", dir_ / "cut", fs::copy_options::recursive);
+  fs::remove_all(dir_ / "cut" / "checkpoints" / "step_00000012");
+  fs::remove_all(dir_ / "cut" / "chat");
+  ASSERT_EQ(train("cut", "--set eval.every=0 --set ckpt.save_every=6 --set ckpt.keep_last=5 --set train.steps=12 --resume"), 0)
+      << log("cut");
+  EXPECT_NE(log("cut").find("resuming from " + (dir_ / "cut" / "checkpoints" / "step_00000006").string()), std::string::npos)
+      << log("cut");
+  std::vector<double> a, b;
+  for (const json& m : test::read_metrics(dir_ / "straight"))
+    if (m.contains("loss")) a.push_back(m["loss"].get<double>());
+  for (const json& m : test::read_metrics(dir_ / "cut"))
+    if (m.contains("loss")) b.push_back(m["loss"].get<double>());
+  ASSERT_EQ(a.size(), 12u);
+  EXPECT_EQ(a, b);
 }
