@@ -295,7 +295,9 @@ std::vector<int32_t> greedy(const ModelConfig& c, const std::vector<float>& p, c
   for (int k = 0; k < kPredict; k++) {
     const int32_t best = (int32_t)(std::max_element(logits.begin(), logits.begin() + first_never) - logits.begin());
     out.push_back(best);
-    if (k + 1 < kPredict) EXPECT_TRUE(s.step(best, logits.data()));
+    if (k + 1 < kPredict) {
+      EXPECT_TRUE(s.step(best, logits.data()));
+    }
   }
   return out;
 }

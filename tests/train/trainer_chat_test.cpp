@@ -2,7 +2,8 @@
 // JSONL made from real text (each question asks for the sentence after one of the English test
 // text, the reply is that sentence) trains a model whose held-out chat loss, over exactly the
 // held-out replies' tokens, falls; the summary counts the bad records with file and line; the
-// checkpoint records the template, which `smelt serve` then renders conversations with; the shards
+// checkpoint records the template, which `smelt serve` then renders conversations with and both
+// exports carry (tokenizer_config.json chat_template, GGUF tokenizer.chat_template); the shards
 // are the same bytes on every start, so a resumed run equals a straight one; and the same run on 2
 // data-parallel ranks under mpirun (rank 0 writes the shards, the others wait for them) trains the
 // same data.
@@ -16,6 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include "smelt/ckpt/checkpoint.hpp"
+#include "smelt/ckpt/gguf.hpp"
 #include "smelt/dataset/chat.hpp"
 #include "tokenizer/tok_test_util.hpp"
 #include "train_test_util.hpp"
@@ -143,6 +145,24 @@ TEST_F(TrainerChatTest, FineTuningLowersTheHeldOutChatLossAndRecordsTheTemplate)
   ASSERT_TRUE(ckpt_read_manifest(ckpt_step_dir((dir_ / "run").string(), 40), m).is_ok());
   EXPECT_EQ(m.state["chat"]["template"], kSmeltChatTemplate);
   EXPECT_EQ(m.state["chat"]["eos_token"], "<|endoftext|>");
+
+  // The exports carry the template: tokenizer_config.json's chat_template (transformers) and the
+  // GGUF file's tokenizer.chat_template (llama.cpp), with the reply's end as EOS.
+  const std::string step = ckpt_step_dir((dir_ / "run").string(), 40);
+  ASSERT_EQ(std::system(fmt::format("{} export --format hf --checkpoint {} --output {} > {} 2>&1", SMELT_BINARY, step,
+                                    (dir_ / "hf").string(), (dir_ / "export.log").string()).c_str()), 0)
+      << test::read_file((dir_ / "export.log").string());
+  const json tc = json::parse(test::read_file((dir_ / "hf" / "tokenizer_config.json").string()));
+  EXPECT_EQ(tc["chat_template"], kSmeltChatTemplate);
+  EXPECT_EQ(tc["eos_token"], "<|endoftext|>");
+  ASSERT_EQ(std::system(fmt::format("{} export --format gguf --checkpoint {} --output {} > {} 2>&1", SMELT_BINARY, step,
+                                    (dir_ / "m.gguf").string(), (dir_ / "export.log").string()).c_str()), 0)
+      << test::read_file((dir_ / "export.log").string());
+  GgufReader g;
+  ASSERT_TRUE(g.open((dir_ / "m.gguf").string()).is_ok());
+  std::string gguf_template;
+  ASSERT_TRUE(g.get_string("tokenizer.chat_template", gguf_template).is_ok());
+  EXPECT_EQ(gguf_template, kSmeltChatTemplate);
 
   // A second start renders the same shards, byte for byte.
   ASSERT_EQ(train("again", "--set train.steps=1"), 0) << log("again");

@@ -26,6 +26,7 @@
 #include "smelt/kernels/kernels.hpp"
 #include "smelt/model/params.hpp"
 #include "smelt/tokenizer/byte_level.hpp"
+#include "smelt/tokenizer/chat_state.hpp"
 #include "smelt/tokenizer/tokenizer.hpp"
 
 namespace fs = std::filesystem;
@@ -250,10 +251,16 @@ Status export_gguf(const std::string& step_dir, const std::string& out_path, Ggu
   w.add_strings("tokenizer.ggml.tokens", vocab.tokens);
   w.add_i32s("tokenizer.ggml.token_type", vocab.types);
   w.add_strings("tokenizer.ggml.merges", vocab.merges);
-  if (eod) {
-    w.add_u32("tokenizer.ggml.bos_token_id", *eod);
-    w.add_u32("tokenizer.ggml.eos_token_id", *eod);
-  }
+  // The model's chat template (a fine-tuned or imported model's) for llama.cpp's chat, and the end
+  // of its turns as EOS: where a reply stops.
+  StateChatTemplate chat;
+  const bool has_chat = chat_template_in_state(m.state, chat);
+  std::optional<uint32_t> eos = eod;
+  if (has_chat && !chat.eos_token.empty())
+    if (auto id = tok.token_to_id(chat.eos_token)) eos = id;
+  if (eod) w.add_u32("tokenizer.ggml.bos_token_id", *eod);
+  if (eos) w.add_u32("tokenizer.ggml.eos_token_id", *eos);
+  if (has_chat) w.add_string("tokenizer.chat_template", chat.source);
   // smelt generate encodes the prompt as it is (no BOS, no EOS); llama.cpp must do the same.
   w.add_bool("tokenizer.ggml.add_bos_token", false);
   w.add_bool("tokenizer.ggml.add_eos_token", false);

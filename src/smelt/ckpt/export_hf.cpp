@@ -19,6 +19,7 @@
 #include "smelt/common/files.hpp"
 #include "smelt/model/model.hpp"
 #include "smelt/model/params.hpp"
+#include "smelt/tokenizer/chat_state.hpp"
 #include "smelt/tokenizer/tokenizer.hpp"
 
 namespace fs = std::filesystem;
@@ -168,6 +169,12 @@ Status export_hf(const std::string& step_dir, const std::string& out_dir,
                                  {"model_max_length", c.max_seq_len},
                                  {"clean_up_tokenization_spaces", false}};
     if (!eod_text.empty()) tc["eos_token"] = tc["bos_token"] = eod_text;
+    StateChatTemplate chat;  // a fine-tuned or imported model's template, as transformers reads it
+    if (chat_template_in_state(m.state, chat)) {
+      tc["chat_template"] = chat.source;
+      if (!chat.eos_token.empty()) tc["eos_token"] = chat.eos_token;
+      if (!chat.bos_token.empty()) tc["bos_token"] = chat.bos_token;
+    }
     if (Status s = files_write_atomic((fs::path(out_dir) / "tokenizer_config.json").string(), tc.dump(2) + "\n"); !s)
       return s;
   }

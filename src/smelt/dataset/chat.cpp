@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "smelt/common/files.hpp"
+#include "smelt/tokenizer/chat_state.hpp"
 #include "smelt/tokenizer/jinja.hpp"
 
 namespace smelt {
@@ -83,17 +84,6 @@ nlohmann::json ChatTemplateSource::to_json() const {
   return j;
 }
 
-Status ChatTemplateSource::from_json(const nlohmann::json& j, ChatTemplateSource& out) {
-  out = ChatTemplateSource{};
-  if (!j.is_object() || !j.contains("template") || !j["template"].is_string())
-    return Status::error("chat: expected {\"template\": string, ...}");
-  out.source = j["template"].get<std::string>();
-  out.origin = j.value("origin", std::string());
-  for (const char* k : {"bos_token", "eos_token"})
-    if (j.contains(k) && j[k].is_string()) out.extra[k] = j[k].get<std::string>();
-  return Status::ok();
-}
-
 namespace {
 
 // A token setting of tokenizer_config.json: "text" or {"content": "text", ...}; "" when absent.
@@ -145,14 +135,11 @@ Status chat_template_resolve(const std::string& path, const nlohmann::json* stat
   out = ChatTemplateSource{};
   if (!path.empty()) {
     if (Status s = template_from_file(path, out); !s) return s;
-  } else if (state && state->contains("chat")) {
-    if (Status s = ChatTemplateSource::from_json((*state)["chat"], out); !s) return s;
-  } else if (state && state->contains("import") && (*state)["import"].value("chat_template", nlohmann::json()).is_string()) {
-    const nlohmann::json& im = (*state)["import"];
-    out.source = im["chat_template"].get<std::string>();
-    out.origin = "the imported model's tokenizer_config.json";
-    for (const char* k : {"bos_token", "eos_token"})
-      if (im.contains(k) && im[k].is_string()) out.extra[k] = im[k].get<std::string>();
+  } else if (StateChatTemplate st; state && chat_template_in_state(*state, st)) {
+    out.source = st.source;
+    out.origin = st.origin;
+    if (!st.bos_token.empty()) out.extra["bos_token"] = st.bos_token;
+    if (!st.eos_token.empty()) out.extra["eos_token"] = st.eos_token;
   } else {
     const std::optional<uint32_t> eod = tok.eod_id();
     if (!eod)

@@ -40,7 +40,6 @@ struct ChatTemplateSource {
   nlohmann::ordered_json extra = nlohmann::ordered_json::object();
   std::string origin;  // "PATH", "checkpoint DIR", "Smelt's built-in template"
   nlohmann::json to_json() const;  // {"template", "bos_token", "eos_token", "origin"}: a checkpoint's state["chat"]
-  static Status from_json(const nlohmann::json& j, ChatTemplateSource& out);
 };
 
 // Smelt's own template, for a model that has none (docs/finetune.md, "Smelt's template"): a system

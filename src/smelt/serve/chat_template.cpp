@@ -6,6 +6,8 @@
 
 #include <fmt/format.h>
 
+#include "smelt/tokenizer/chat_state.hpp"
+
 namespace smelt {
 
 namespace {
@@ -111,30 +113,18 @@ Status jinja_text(const ChatTemplate& t, const std::vector<ChatMessage>& msgs, s
 
 Status chat_template_from_state(const nlohmann::json& state, ChatTemplate& out, bool& found) {
   found = false;
-  const nlohmann::json* src = nullptr;
-  std::string origin;
-  nlohmann::json chat;
-  if (state.contains("chat") && state["chat"].is_object() && state["chat"].value("template", nlohmann::json()).is_string()) {
-    src = &state["chat"];
-    origin = "the template the model was fine-tuned with";
-  } else if (state.contains("import") && state["import"].is_object() &&
-             state["import"].value("chat_template", nlohmann::json()).is_string()) {
-    const nlohmann::json& im = state["import"];
-    chat = {{"template", im["chat_template"]}, {"bos_token", im.value("bos_token", nlohmann::json())},
-            {"eos_token", im.value("eos_token", nlohmann::json())}};
-    src = &chat;
-    origin = "the imported model's chat_template";
-  }
-  if (!src) return Status::ok();
+  StateChatTemplate st;
+  if (!chat_template_in_state(state, st)) return Status::ok();
   ChatTemplate t;
   t.format = ChatFormat::kJinja;
-  t.origin = origin;
-  if (Status s = JinjaTemplate::parse((*src)["template"].get<std::string>(), t.jinja); !s)
-    return Status::error(fmt::format("{}: {}", origin, s.message()));
+  t.origin = st.origin;
+  if (Status s = JinjaTemplate::parse(st.source, t.jinja); !s) return Status::error(fmt::format("{}: {}", st.origin, s.message()));
   t.extra = nlohmann::ordered_json::object();
-  for (const char* k : {"bos_token", "eos_token"})
-    if (src->contains(k) && (*src)[k].is_string()) t.extra[k] = (*src)[k].get<std::string>();
-  if (t.extra.contains("eos_token")) t.stop.push_back(t.extra["eos_token"].get<std::string>());
+  if (!st.bos_token.empty()) t.extra["bos_token"] = st.bos_token;
+  if (!st.eos_token.empty()) {
+    t.extra["eos_token"] = st.eos_token;
+    t.stop.push_back(st.eos_token);
+  }
   out = std::move(t);
   found = true;
   return Status::ok();
