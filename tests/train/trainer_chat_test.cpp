@@ -3,8 +3,9 @@
 // text, the reply is that sentence) trains a model whose held-out chat loss, over exactly the
 // held-out replies' tokens, falls; the summary counts the bad records with file and line; the
 // checkpoint records the template, which `smelt serve` then renders the OpenAI client's
-// conversations with (the prompt's ids are the training renderer's), and both
-// exports carry (tokenizer_config.json chat_template, GGUF tokenizer.chat_template); the shards
+// conversations with (the prompt's ids are the training renderer's), from the checkpoint and from
+// its GGUF export, and both exports carry (tokenizer_config.json chat_template, GGUF
+// tokenizer.chat_template); the shards
 // are the same bytes on every start, so a resumed run equals a straight one; and the same run on 2
 // data-parallel ranks under mpirun (rank 0 writes the shards, the others wait for them) trains the
 // same data.
@@ -115,6 +116,43 @@ save_every = 0
     return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
   }
   std::string log(const std::string& run) { return test::read_file((dir_ / (run + ".log")).string()); }
+  // Serves with `args`, asks the held-out questions through the OpenAI client, checks the prompts.
+  void check_served(const std::string& args, const std::string& model, const std::string& logged) {
+    SCOPED_TRACE(args);
+    const fs::path log = dir_ / ("serve-" + model + ".log");
+    test::ServeProcess server(args + " --slots 2 --model-name " + model, log);
+    ASSERT_GT(server.port(), 0) << test::read_file(log.string());
+    const std::string cmd = fmt::format("cd {} && node tests/reference/chat_ask.mjs http://127.0.0.1:{} {} {} 8 > {} 2>&1",
+                                        SMELT_SOURCE_DIR, server.port(), model, (dir_ / "held.jsonl").string(),
+                                        (dir_ / "answers.json").string());
+    const bool ran = std::system(cmd.c_str()) == 0;
+    SMELT_REQUIRE_REFERENCE(ran, "node with the openai package (tests/reference: npm ci)");
+    const json answers = json::parse(test::read_file((dir_ / "answers.json").string()));
+    Tokenizer tok;
+    ASSERT_TRUE(Tokenizer::load(test::fixtures() + "/gpt2.json", tok).is_ok());
+    ChatTemplateSource src;
+    ASSERT_TRUE(chat_template_resolve("", nullptr, tok, src).is_ok());
+    ChatRenderer render;
+    ASSERT_TRUE(chat_jinja_renderer(src, render).is_ok());
+    std::istringstream held(test::read_file((dir_ / "held.jsonl").string()));
+    std::string line;
+    size_t i = 0;
+    for (; std::getline(held, line); i++) {
+      ASSERT_LT(i, answers.size());
+      std::vector<ChatTurn> turns;
+      std::string reason, why;
+      ASSERT_TRUE(chat_parse_record(line, turns, reason, why)) << why;
+      turns.pop_back();  // the reply: what the server is asked for
+      std::string prompt;
+      ASSERT_TRUE(render(turns, true, prompt).is_ok());
+      std::vector<uint32_t> ids;
+      tok.encode(prompt, ids, true);
+      EXPECT_EQ(answers[i]["prompt_tokens"], ids.size()) << prompt;
+      EXPECT_TRUE(answers[i]["finish_reason"] == "stop" || answers[i]["finish_reason"] == "length");
+    }
+    EXPECT_EQ(i, answers.size());
+    EXPECT_NE(test::read_file(log.string()).find(logged), std::string::npos) << test::read_file(log.string());
+  }
   fs::path dir_;
   int bad_line_ = 0;
 };
@@ -167,44 +205,11 @@ TEST_F(TrainerChatTest, FineTuningLowersTheHeldOutChatLossAndRecordsTheTemplate)
   ASSERT_TRUE(g.get_string("tokenizer.chat_template", gguf_template).is_ok());
   EXPECT_EQ(gguf_template, kSmeltChatTemplate);
 
-  // `smelt serve` renders each conversation with that template: the official OpenAI client's
-  // requests are the held-out conversations up to their reply, and the prompt's ids are the
-  // training renderer's with the generation prompt.
-  {
-    test::ServeProcess server("--checkpoint " + (dir_ / "run").string() + " --slots 2", dir_ / "serve.log");
-    ASSERT_GT(server.port(), 0) << test::read_file((dir_ / "serve.log").string());
-    const std::string cmd = fmt::format("cd {} && node tests/reference/chat_ask.mjs http://127.0.0.1:{} run {} 8 > {} 2>&1",
-                                        SMELT_SOURCE_DIR, server.port(), (dir_ / "held.jsonl").string(),
-                                        (dir_ / "answers.json").string());
-    const bool ran = std::system(cmd.c_str()) == 0;
-    SMELT_REQUIRE_REFERENCE(ran, "node with the openai package (tests/reference: npm ci)");
-    const json answers = json::parse(test::read_file((dir_ / "answers.json").string()));
-    Tokenizer tok;
-    ASSERT_TRUE(Tokenizer::load(test::fixtures() + "/gpt2.json", tok).is_ok());
-    ChatTemplateSource src;
-    ASSERT_TRUE(chat_template_resolve("", nullptr, tok, src).is_ok());
-    ChatRenderer render;
-    ASSERT_TRUE(chat_jinja_renderer(src, render).is_ok());
-    std::istringstream held(test::read_file((dir_ / "held.jsonl").string()));
-    std::string line;
-    size_t i = 0;
-    for (; std::getline(held, line); i++) {
-      ASSERT_LT(i, answers.size());
-      std::vector<ChatTurn> turns;
-      std::string reason, why;
-      ASSERT_TRUE(chat_parse_record(line, turns, reason, why)) << why;
-      turns.pop_back();  // the reply: what the server is asked for
-      std::string prompt;
-      ASSERT_TRUE(render(turns, true, prompt).is_ok());
-      std::vector<uint32_t> ids;
-      tok.encode(prompt, ids, true);
-      EXPECT_EQ(answers[i]["prompt_tokens"], ids.size()) << prompt;
-      EXPECT_TRUE(answers[i]["finish_reason"] == "stop" || answers[i]["finish_reason"] == "length");
-    }
-    EXPECT_EQ(i, answers.size());
-    EXPECT_NE(test::read_file((dir_ / "serve.log").string()).find("the template the model was fine-tuned with"),
-              std::string::npos);
-  }
+  // `smelt serve` renders each conversation with that template, from the checkpoint and from the
+  // GGUF file: the official OpenAI client's requests are the held-out conversations up to their
+  // reply, and each prompt's ids are the training renderer's with the generation prompt.
+  check_served("--checkpoint " + (dir_ / "run").string(), "run", "the template the model was fine-tuned with");
+  check_served("--gguf " + (dir_ / "m.gguf").string(), "m", "the file's tokenizer.chat_template");
 
   // A second start renders the same shards, byte for byte.
   ASSERT_EQ(train("again", "--set train.steps=1"), 0) << log("again");

@@ -354,6 +354,7 @@ Status gguf_load_model(const std::string& path, ModelConfig& c, std::vector<floa
     info->pre = gi.pre;
     info->types = gi.types;
     info->file_bytes = gi.file_bytes;
+    info->tokens = gi.tokens;
     // the matrices' storage (the norms are F32 in every file; q8_0 may hold F16 fallbacks)
     info->file_type = gi.types.count("Q8_0") ? "q8_0" : gi.types.count("F16") ? "f16" : gi.types.count("BF16") ? "bf16" : "f32";
   }

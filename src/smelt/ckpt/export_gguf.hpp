@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "smelt/ckpt/gguf.hpp"
 #include "smelt/common/status.hpp"
 #include "smelt/model/config.hpp"
@@ -55,6 +57,7 @@ struct GgufModelInfo {
   std::string file_type;    // "f32", "f16", "q8_0" or "mixed": the matrices' storage
   std::map<std::string, int> types;  // ggml type name -> tensor count
   int64_t file_bytes = 0;
+  nlohmann::json tokens;    // bos/eos ids and texts, chat_template (null when absent): GgufImportInfo's
 };
 
 // Loads a GGUF file as import_gguf_model does (import_gguf.hpp: the llama and qwen2 architectures,

@@ -84,6 +84,10 @@ Status load_gguf(const std::string& path, Loaded& out) {
   if (Status s = gguf_load_model(path, out.cfg, out.params, out.tok, &info); !s) return s;
   out.name = info.name.empty() ? fs::path(path).stem().string() : info.name;
   spdlog::info("{}: {} ({} matrices), pre-tokenizer {}", path, info.name, info.file_type, info.pre);
+  // tokenizer.chat_template, as llama.cpp's server uses it (with the file's EOS token as a stop)
+  if (Status s = chat_template_from_state({{"import", info.tokens}}, out.chat, out.own_template); !s)
+    return Status::error(fmt::format("{}: tokenizer.chat_template: {}", path, s.message()));
+  if (out.own_template) spdlog::info("chat: the file's tokenizer.chat_template (Jinja)");
   return Status::ok();
 }
 
