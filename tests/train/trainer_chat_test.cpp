@@ -32,9 +32,6 @@ using namespace smelt;
 
 namespace {
 
-const char* kMpirun =
-    "mpirun --allow-run-as-root --oversubscribe --mca btl self,vader --mca btl_vader_single_copy_mechanism none";
-
 // The English test text's sentences, in order.
 std::vector<std::string> sentences() {
   std::string text = test::read_file(std::string(SMELT_TEST_DATA) + "/tokenizer/english.txt");
@@ -111,7 +108,7 @@ save_every = 0
   int train(const std::string& run, const std::string& extra = "", int ranks = 0) {
     std::string cmd = fmt::format("{} train --config {} --run-dir {} {} > {}.log 2>&1", SMELT_BINARY,
                                   (dir_ / "run.toml").string(), (dir_ / run).string(), extra, (dir_ / run).string());
-    if (ranks > 0) cmd = fmt::format("{} -np {} {}", kMpirun, ranks, cmd);
+    if (ranks > 0) cmd = fmt::format("{} -np {} {}", test::kMpirun, ranks, cmd);
     const int st = std::system(cmd.c_str());
     return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
   }
