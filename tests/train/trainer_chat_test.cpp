@@ -21,6 +21,7 @@
 #include "smelt/ckpt/checkpoint.hpp"
 #include "smelt/ckpt/gguf.hpp"
 #include "smelt/dataset/chat.hpp"
+#include "smelt/dataset/chat_shard.hpp"
 #include "serve/serve_process.hpp"
 #include "test_references.hpp"
 #include "tokenizer/tok_test_util.hpp"
@@ -255,4 +256,69 @@ TEST_F(TrainerChatTest, AResumedRunEqualsAStraightOne) {
     if (m.contains("loss")) b.push_back(m["loss"].get<double>());
   ASSERT_EQ(a.size(), 12u);
   EXPECT_EQ(a, b);
+}
+
+// Fine-tuning an open-weights model: --init-from a Hugging Face folder (tests/reference/hf_family.py's
+// Qwen2.5 shape) renders the conversations with the folder's own tokenizer_config.json template and
+// its eos_token (the shard's first conversation checked token by token), which the checkpoint then
+// records for `smelt serve`.
+TEST_F(TrainerChatTest, AnHfModelIsFineTunedWithItsOwnTemplate) {
+  const bool torch = std::system("/usr/bin/python3 -c 'import torch' > /dev/null 2>&1") == 0;
+  SMELT_REQUIRE_REFERENCE(torch, "python3-torch for /usr/bin/python3 (tests/reference/hf_family.py): scripts/install-deps");
+  const fs::path hf = dir_ / "hf-qwen";
+  ASSERT_EQ(std::system(fmt::format("/usr/bin/python3 {}/tests/reference/hf_family.py write {} --family qwen2.5 --dtype fp32 "
+                                    "--layers 2 --seed 5 --tokenizer {} > {} 2>&1", SMELT_SOURCE_DIR, hf.string(),
+                                    test::fixtures() + "/qwen2.json", (dir_ / "hf.log").string()).c_str()), 0)
+      << test::read_file((dir_ / "hf.log").string());
+  test::write_file((dir_ / "sft.toml").string(), fmt::format(R"(
+[data]
+format = "chat"
+sources = "faq={}"
+seq_len = 128
+batch_size = 2
+[train]
+init_from = "{}"
+steps = 3
+threads = 1
+peak_gflops = 50
+[eval]
+data = "held={}"
+tokens = 100000
+[ckpt]
+save_every = 0
+)", (dir_ / "train.jsonl").string(), hf.string(), (dir_ / "held.jsonl").string()));
+  const std::string cmd = fmt::format("{} train --config {} --run-dir {} > {} 2>&1", SMELT_BINARY, (dir_ / "sft.toml").string(),
+                                      (dir_ / "qwen").string(), (dir_ / "qwen.log").string());
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << log("qwen");
+  EXPECT_NE(log("qwen").find("chat data: rendered with " + (hf / "tokenizer_config.json").string()), std::string::npos)
+      << log("qwen");
+  const json tc = json::parse(test::read_file((hf / "tokenizer_config.json").string()));
+  CkptManifest m;
+  ASSERT_TRUE(ckpt_read_manifest(ckpt_step_dir((dir_ / "qwen").string(), 3), m).is_ok());
+  EXPECT_EQ(m.state["chat"]["template"], tc["chat_template"]);
+  EXPECT_EQ(m.state["chat"]["eos_token"], tc["eos_token"]);
+  // The shard's first conversation is the folder's template and tokenizer at work, token by token:
+  // Qwen2.5's rendering (its default system prompt when the record has none), replies flagged.
+  Tokenizer tok;
+  ASSERT_TRUE(Tokenizer::load((hf / "tokenizer.json").string(), tok).is_ok());
+  ChatTemplateSource src;
+  ASSERT_TRUE(chat_template_resolve((hf / "tokenizer_config.json").string(), nullptr, tok, src).is_ok());
+  ChatRenderer render;
+  ASSERT_TRUE(chat_jinja_renderer(src, render).is_ok());
+  std::istringstream in(test::read_file((dir_ / "train.jsonl").string()));
+  std::string line, reason, why;
+  ASSERT_TRUE(std::getline(in, line));
+  std::vector<ChatTurn> turns;
+  ASSERT_TRUE(chat_parse_record(line, turns, reason, why)) << why;
+  ChatRendered r;
+  ASSERT_TRUE(chat_render(render, turns, r).is_ok());
+  EXPECT_NE(r.text.find("<|im_start|>assistant\n" + turns.back().content + "<|im_end|>"), std::string::npos) << r.text;
+  std::vector<uint32_t> ids;
+  std::vector<uint8_t> mask;
+  chat_tokenize(tok, r, ids, mask);
+  for (size_t k = 0; k < ids.size(); k++)
+    if (mask[k]) ids[k] |= kChatTrainedBit;
+  IndexedDataset shard;
+  ASSERT_TRUE(shard.open((dir_ / "qwen" / "chat" / "data-0").string()).is_ok());
+  EXPECT_EQ(shard.sequence(0).to_vector(), ids);
 }

@@ -20,15 +20,19 @@ namespace smelt::train_detail {
 namespace {
 
 // The template the init_from source carries: a checkpoint's state, or a Hugging Face folder's
-// tokenizer_config.json (as a template path). Neither: state stays null, path empty.
+// tokenizer_config.json when it has a chat_template (as a template path; a base model's has none).
+// Neither: state stays null, path empty.
 Status init_source_template(const std::string& init_from, json& state, std::string& path) {
   if (init_from.empty()) return Status::ok();
   InitSource src;
   if (Status s = init_from_resolve(init_from, src); !s) return s;
   if (!src.hf_dir.empty()) {
-    const fs::path tc = fs::path(src.hf_dir) / "tokenizer_config.json";
+    const std::string tc = (fs::path(src.hf_dir) / "tokenizer_config.json").string();
+    std::string text;
     std::error_code ec;
-    if (fs::exists(tc, ec)) path = tc.string();
+    if (!fs::exists(tc, ec) || !files_read_small(tc, text)) return Status::ok();
+    const json j = json::parse(text, nullptr, false);
+    if (j.is_object() && j.contains("chat_template") && !j["chat_template"].is_null()) path = tc;
     return Status::ok();
   }
   CkptManifest m;
