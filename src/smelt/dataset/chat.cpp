@@ -138,8 +138,7 @@ Status chat_template_resolve(const std::string& path, const nlohmann::json* stat
   } else if (StateChatTemplate st; state && chat_template_in_state(*state, st)) {
     out.source = st.source;
     out.origin = st.origin;
-    if (!st.bos_token.empty()) out.extra["bos_token"] = st.bos_token;
-    if (!st.eos_token.empty()) out.extra["eos_token"] = st.eos_token;
+    out.extra = st.extra();
   } else {
     const std::optional<uint32_t> eod = tok.eod_id();
     if (!eod)
@@ -161,12 +160,7 @@ Status chat_jinja_renderer(const ChatTemplateSource& t, ChatRenderer& out) {
   JinjaTemplate parsed;
   if (Status s = JinjaTemplate::parse(t.source, parsed); !s) return s;
   out = [parsed = std::move(parsed), extra = t.extra](const std::vector<ChatTurn>& turns, bool gen, std::string& text) {
-    nlohmann::ordered_json ctx = extra.is_object() ? extra : nlohmann::ordered_json::object();
-    nlohmann::ordered_json msgs = nlohmann::ordered_json::array();
-    for (const auto& m : turns) msgs.push_back({{"role", m.role}, {"content", m.content}});
-    ctx["messages"] = std::move(msgs);
-    ctx["add_generation_prompt"] = gen;
-    return parsed.render(ctx, text);
+    return parsed.render(chat_template_context(extra, turns, gen), text);
   };
   return Status::ok();
 }

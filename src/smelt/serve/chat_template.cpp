@@ -66,7 +66,7 @@ std::vector<Piece> pieces(const ChatTemplate& t, const Tokenizer* tok, const std
       add_marker(p, "<|start_header_id|>assistant<|end_header_id|>\n\n");
       break;
     case ChatFormat::kJinja:
-      break;  // (rendered whole: jinja_text)
+      break;  // (rendered whole: chat_template_render)
   }
   return p;
 }
@@ -98,19 +98,6 @@ ChatTemplate chat_template_for(const Tokenizer& tok) {
   return t;
 }
 
-namespace {
-
-Status jinja_text(const ChatTemplate& t, const std::vector<ChatMessage>& msgs, std::string& out) {
-  nlohmann::ordered_json ctx = t.extra.is_object() ? t.extra : nlohmann::ordered_json::object();
-  nlohmann::ordered_json m = nlohmann::ordered_json::array();
-  for (const auto& x : msgs) m.push_back({{"role", x.role}, {"content", x.content}});
-  ctx["messages"] = std::move(m);
-  ctx["add_generation_prompt"] = true;
-  return t.jinja.render(ctx, out);
-}
-
-}  // namespace
-
 Status chat_template_from_state(const nlohmann::json& state, ChatTemplate& out, bool& found) {
   found = false;
   StateChatTemplate st;
@@ -119,12 +106,8 @@ Status chat_template_from_state(const nlohmann::json& state, ChatTemplate& out, 
   t.format = ChatFormat::kJinja;
   t.origin = st.origin;
   if (Status s = JinjaTemplate::parse(st.source, t.jinja); !s) return Status::error(fmt::format("{}: {}", st.origin, s.message()));
-  t.extra = nlohmann::ordered_json::object();
-  if (!st.bos_token.empty()) t.extra["bos_token"] = st.bos_token;
-  if (!st.eos_token.empty()) {
-    t.extra["eos_token"] = st.eos_token;
-    t.stop.push_back(st.eos_token);
-  }
+  t.extra = st.extra();
+  if (!st.eos_token.empty()) t.stop.push_back(st.eos_token);
   out = std::move(t);
   found = true;
   return Status::ok();
@@ -139,7 +122,7 @@ Status chat_template_encode(const ChatTemplate& t, const Tokenizer& tok, const s
           return Status::error(fmt::format("messages[{}].content holds the special token '{}', which the model's "
                                            "chat template reads as a marker", i, s.text));
     std::string text;
-    if (Status s = jinja_text(t, msgs, text); !s) return Status::error("the chat template: " + s.message());
+    if (Status s = chat_template_render(t, msgs, text); !s) return Status::error("the chat template: " + s.message());
     tok.encode(text, out, /*allow_special=*/true);
     return Status::ok();
   }
@@ -148,7 +131,7 @@ Status chat_template_encode(const ChatTemplate& t, const Tokenizer& tok, const s
   // without (a user cannot forge a turn); a merge never crosses a special token anyway.
   if (t.format == ChatFormat::kPlain) {
     std::string text;
-    for (const auto& p : pieces(t, nullptr, msgs)) text += p.text;
+    if (Status s = chat_template_render(t, msgs, text); !s) return s;
     tok.encode(text, out, /*allow_special=*/false);
     return Status::ok();
   }
@@ -158,7 +141,7 @@ Status chat_template_encode(const ChatTemplate& t, const Tokenizer& tok, const s
 
 Status chat_template_render(const ChatTemplate& t, const std::vector<ChatMessage>& msgs, std::string& out) {
   out.clear();
-  if (t.format == ChatFormat::kJinja) return jinja_text(t, msgs, out);
+  if (t.format == ChatFormat::kJinja) return t.jinja.render(chat_template_context(t.extra, msgs, true), out);
   for (const auto& p : pieces(t, nullptr, msgs)) out += p.text;
   return Status::ok();
 }

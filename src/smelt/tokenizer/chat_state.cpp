@@ -9,6 +9,13 @@ std::string string_or_empty(const nlohmann::json& j, const char* key) {
 }
 }  // namespace
 
+nlohmann::ordered_json StateChatTemplate::extra() const {
+  nlohmann::ordered_json e = nlohmann::ordered_json::object();
+  if (!bos_token.empty()) e["bos_token"] = bos_token;
+  if (!eos_token.empty()) e["eos_token"] = eos_token;
+  return e;
+}
+
 bool chat_template_in_state(const nlohmann::json& state, StateChatTemplate& out) {
   out = StateChatTemplate{};
   if (!state.is_object()) return false;
