@@ -342,6 +342,18 @@ json llama_cpp_agrees(const fs::path& dir, const std::string& file, const ModelC
   return j;
 }
 
+// Smelt's import of the HF folder hf_dir into run_dir, exported to GGUF F32 at gguf.
+void import_then_export_f32(const std::string& hf_dir, const fs::path& run_dir, const std::string& gguf,
+                            HfImportResult& r) {
+  HfImportOptions o;
+  o.hf_dir = hf_dir;
+  o.run_dir = run_dir.string();
+  Status s = import_hf(o, r);
+  ASSERT_TRUE(s) << s.message();
+  s = export_gguf(r.step_dir, gguf, GgufDtype::kF32);
+  ASSERT_TRUE(s) << s.message();
+}
+
 // The way back: Smelt's import of an fp32 HF folder exported to GGUF F32 holds the independent
 // converter's tensors bit for bit (its permuted llama Q/K rows, qwen2's biases; rope_freqs.weight
 // within 1e-6 relative: each side derives it in its own arithmetic) and its {arch}.* keys (but
@@ -350,15 +362,9 @@ json llama_cpp_agrees(const fs::path& dir, const std::string& file, const ModelC
 // is not embedding_length / head_count, so absent only when it equals that).
 void expect_export_is_the_converters(const fs::path& dir, const std::string& hf_dir, const std::string& converted,
                                      const std::string& want_arch, const ModelConfig& hc) {
-  HfImportOptions o;
-  o.hf_dir = hf_dir;
-  o.run_dir = (dir / "hf_run").string();
-  HfImportResult r;
-  Status s = import_hf(o, r);
-  ASSERT_TRUE(s) << s.message();
   const std::string ours = (dir / "ours_f32.gguf").string();
-  s = export_gguf(r.step_dir, ours, GgufDtype::kF32);
-  ASSERT_TRUE(s) << s.message();
+  HfImportResult r;
+  ASSERT_NO_FATAL_FAILURE(import_then_export_f32(hf_dir, dir / "hf_run", ours, r));
   GgufReader a, b;
   ASSERT_TRUE(a.open(ours));
   ASSERT_TRUE(b.open(converted));
@@ -624,15 +630,9 @@ TEST_F(ImportGguf, Qwen3ExportRunsInLlamaCppAsTheImportDoes) {
   const std::string cmd = fmt::format("{} {}/hf_family.py write '{}' --family qwen3 --dtype fp32 --shards 1 --seed 11 "
                                       "--tokenizer '{}'", kPython, kRef, hf, tok_path);
   ASSERT_EQ(sh(cmd, dir / "write.err"), 0) << cmd << "\n" << slurp((dir / "write.err").string());
-  HfImportOptions o;
-  o.hf_dir = hf;
-  o.run_dir = (dir / "run").string();
   HfImportResult r;
-  Status s = import_hf(o, r);
-  ASSERT_TRUE(s) << s.message();
+  ASSERT_NO_FATAL_FAILURE(import_then_export_f32(hf, dir / "run", file, r));
   ASSERT_TRUE(r.info.config.qk_norm);
-  s = export_gguf(r.step_dir, file, GgufDtype::kF32);
-  ASSERT_TRUE(s) << s.message();
   GgufReader g;
   ASSERT_TRUE(g.open(file));
   std::string arch;
