@@ -65,6 +65,31 @@ void utf8_append(char32_t cp, std::string& out) {
   }
 }
 
+namespace {
+
+// The length of the maximal ill-formed subpart at s[i] (Unicode 15, section 3.9, U+FFFD
+// substitution): a lead byte and the continuation bytes after it that could still begin a
+// well-formed sequence; 1 for a byte that cannot lead one.
+size_t ill_formed_length(std::string_view s, size_t i) {
+  const auto* p = reinterpret_cast<const unsigned char*>(s.data());
+  const unsigned char c = p[i];
+  int need;                          // continuation bytes after the lead
+  unsigned char lo = 0x80, hi = 0xBF;  // the range of the first one
+  if (c >= 0xC2 && c <= 0xDF) need = 1;
+  else if (c >= 0xE0 && c <= 0xEF) need = 2, lo = c == 0xE0 ? 0xA0 : 0x80, hi = c == 0xED ? 0x9F : 0xBF;
+  else if (c >= 0xF0 && c <= 0xF4) need = 3, lo = c == 0xF0 ? 0x90 : 0x80, hi = c == 0xF4 ? 0x8F : 0xBF;
+  else return 1;
+  size_t len = 1;
+  for (int k = 0; k < need && i + len < s.size(); k++, lo = 0x80, hi = 0xBF) {
+    const unsigned char d = p[i + len];
+    if (d < lo || d > hi) break;
+    len++;
+  }
+  return len;
+}
+
+}  // namespace
+
 size_t utf8_repair_append(std::string_view s, std::string& out) {
   size_t replaced = 0;
   size_t i = 0;
@@ -75,7 +100,7 @@ size_t utf8_repair_append(std::string_view s, std::string& out) {
     if (i >= s.size()) break;
     utf8_append(kReplacementChar, out);
     ++replaced;
-    ++i;
+    i += ill_formed_length(s, i);
   }
   return replaced;
 }

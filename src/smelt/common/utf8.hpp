@@ -19,7 +19,8 @@ bool utf8_valid(std::string_view s);
 // Byte offset of the first invalid sequence, or s.size() when s is valid.
 size_t utf8_first_invalid(std::string_view s);
 
-// Appends s to out with every invalid byte sequence replaced by U+FFFD; returns how many were replaced.
+// Appends s to out with each maximal ill-formed subpart replaced by one U+FFFD (Unicode section 3.9,
+// as Python and the WHATWG decoder do); returns how many were replaced.
 size_t utf8_repair_append(std::string_view s, std::string& out);
 
 // Appends the UTF-8 encoding of cp to out.
