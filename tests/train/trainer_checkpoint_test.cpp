@@ -102,6 +102,25 @@ TEST_F(TrainerTest, ResumeReproducesTheUninterruptedRun) {
   ASSERT_EQ(got.size(), want.size());
   for (size_t i = 0; i < want.size(); i++)
     EXPECT_EQ(deterministic(got[i]).dump(), deterministic(want[i]).dump()) << "line " << i;
+  // A kill before the first checkpoint committed: --resume starts from step 0, and the earlier
+  // attempt's step lines go (a restart event `smelt launch` wrote between the attempts stays).
+  const std::string none = (dir_ / "none").string();
+  fs::copy(full.train.run_dir, none, fs::copy_options::recursive);
+  fs::remove_all(none + "/checkpoints");
+  {
+    std::string kept;
+    for (const auto& j : metrics(none))
+      if (j["step"].get<int64_t>() <= 3) kept += j.dump() + "\n";
+    test::write_file(none + "/metrics.jsonl", kept + R"({"event":"restart","step":0,"restart":1})" "\n");
+  }
+  resumed.train.run_dir = none;
+  ASSERT_TRUE(train_run(resumed, b).is_ok());
+  EXPECT_EQ(b.start_step, 0);
+  got = metrics(none);
+  ASSERT_EQ(got.size(), want.size() + 1) << "every step once, and the restart event";
+  EXPECT_EQ(got[0].value("event", ""), "restart");
+  for (size_t i = 0; i < want.size(); i++)
+    EXPECT_EQ(deterministic(got[i + 1]).dump(), deterministic(want[i]).dump()) << "line " << i;
 }
 
 TEST_F(TrainerTest, ResumeRefusesAnotherModel) {

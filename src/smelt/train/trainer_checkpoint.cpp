@@ -19,9 +19,9 @@ namespace smelt::train_detail {
 
 namespace {
 
-// Keeps the metrics lines of steps <= step (a resume continues the file where the checkpoint was).
-// Keeps the lines up to `step`; when the checkpoint's own line (`step_line`, its step's line as
-// written) never reached the file (a kill between the commit and the write), appends it. The
+// Keeps the metrics lines of steps <= step (a resume continues the file where the checkpoint was;
+// -1: a resume from nothing keeps none). When the checkpoint's own line (`step_line`, its step's
+// line as written) never reached the file (a kill between the commit and the write), appends it. The
 // "restart" events `smelt launch` writes between attempts are the run's history, not a step's
 // results: every one is kept, after the kept lines, in the order written.
 Status truncate_metrics(const std::string& path, int64_t step, const std::string& step_line) {
@@ -100,7 +100,9 @@ Status Trainer::resume_from_checkpoint() {
   for (const auto& w : warnings) spdlog::warn("{}", w);
   if (!found) {
     spdlog::info("--resume: no valid checkpoint in {} ({}); starting from step 0", run_dir_, found.message());
-    return Status::ok();
+    // (an attempt killed before its first save left lines, the step-0 evaluation's too, that this
+    // one writes again)
+    return lead_ ? truncate_metrics(metrics_path_, -1, std::string()) : Status::ok();
   }
   CkptManifest m;
   if (Status s = ckpt_read_manifest(dir, m); !s) return s;
