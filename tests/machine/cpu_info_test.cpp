@@ -1,16 +1,21 @@
 // The machine layer: the OpenBLAS core check (a generic core forced on this CPU is detected and
 // fixed by the re-exec, and left alone when asked), the peak FLOP/s arithmetic, and the GEMM
-// back-end choice with its per-machine cache (measured once, then read; configured choices obeyed).
+// back-end choice with its per-machine cache (measured once, then read; configured choices obeyed);
+// the microarchitecture table of FLOP per cycle, its measured check, and cpuid's family and model
+// against the kernel's reading of them.
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <string>
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
 #include <nlohmann/json.hpp>
 
 #include "smelt/hw/cpu_info.hpp"
+#include "smelt/hw/uarch.hpp"
 #include "smelt/machine/gemm_select.hpp"
 #include "test_files.hpp"
 
@@ -109,6 +114,107 @@ TEST(CpuPeak, InstructionSetTimesClock) {
   EXPECT_GT(cpu_info_measured().measured_mhz, 500.0);
   EXPECT_LT(cpu_info_measured().measured_mhz, 7000.0);
   EXPECT_GE(cpu_info_measured().mhz, cpu_info().mhz);
+}
+
+namespace {
+CpuInfo cpu(const char* vendor, int family, int model, bool avx512, bool bf16, const char* name = "") {
+  CpuInfo c;
+  c.vendor = vendor, c.family = family, c.model_number = model, c.model = name;
+  c.avx = c.avx2 = c.fma = true;
+  c.avx512f = c.avx512bw = c.avx512vl = c.avx512dq = avx512;
+  c.avx512_bf16 = bf16;
+  c.mhz = 1000;
+  return c;
+}
+}  // namespace
+
+// The figures per microarchitecture: where the instruction set alone would say 64 fp32 FLOP/cycle
+// for every AVX-512 core, Zen 4 (double-pumped) has 32, as do Zen 5's mobile parts and the
+// one-port Xeons; the peaks follow the table.
+TEST(CpuPeak, TheMicroarchitectureDecidesTheFlopPerCycle) {
+  struct Case {
+    CpuInfo c;
+    const char* name;
+    double fp32, bf16;
+  };
+  const Case cases[] = {
+      {cpu("AuthenticAMD", 0x17, 0x01, false, false), "Zen / Zen+", 16, 0},
+      {cpu("AuthenticAMD", 0x17, 0x31, false, false), "Zen 2", 32, 0},
+      {cpu("AuthenticAMD", 0x19, 0x01, false, false), "Zen 3", 32, 0},
+      {cpu("AuthenticAMD", 0x19, 0x11, true, true), "Zen 4", 32, 64},  // EPYC 9004 (the machine)
+      {cpu("AuthenticAMD", 0x19, 0x61, true, true), "Zen 4", 32, 64},  // Ryzen 7000
+      {cpu("AuthenticAMD", 0x1A, 0x02, true, true), "Zen 5", 64, 128}, // EPYC 9005
+      {cpu("AuthenticAMD", 0x1A, 0x44, true, true), "Zen 5", 64, 128}, // Ryzen 9000
+      {cpu("AuthenticAMD", 0x1A, 0x24, true, true), "Zen 5 (mobile)", 32, 64},
+      {cpu("GenuineIntel", 6, 0x55, true, false, "Intel(R) Xeon(R) Platinum 8259CL CPU"), "Skylake / Cascade Lake / Cooper Lake server", 64, 0},
+      {cpu("GenuineIntel", 6, 0x55, true, false, "Intel(R) Xeon(R) Silver 4214 CPU"), "Skylake / Cascade Lake / Cooper Lake server", 32, 0},
+      {cpu("GenuineIntel", 6, 0x55, true, false, "Intel(R) Xeon(R) Gold 5218 CPU"), "Skylake / Cascade Lake / Cooper Lake server", 32, 0},
+      {cpu("GenuineIntel", 6, 0x55, true, false, "Intel(R) Xeon(R) Gold 5122 CPU"), "Skylake / Cascade Lake / Cooper Lake server", 64, 0},
+      {cpu("GenuineIntel", 6, 0x55, true, true, "Intel(R) Xeon(R) Platinum 8380H CPU"), "Skylake / Cascade Lake / Cooper Lake server", 64, 128},
+      {cpu("GenuineIntel", 6, 0x8C, true, false), "Tiger Lake", 32, 0},
+      {cpu("GenuineIntel", 6, 0x8F, true, true), "Sapphire Rapids", 64, 128},
+      {cpu("GenuineIntel", 6, 0xCF, true, true), "Emerald Rapids", 64, 128},
+  };
+  for (const Case& k : cases) {
+    const Uarch u = cpu_uarch(k.c);
+    const std::string what = fmt::format("family {:#x} model {:#x} {}", k.c.family, k.c.model_number, k.c.model);
+    EXPECT_EQ(u.name, k.name) << what;
+    EXPECT_TRUE(u.from_table) << what;
+    EXPECT_EQ(u.fp32, k.fp32) << what;
+    EXPECT_EQ(u.bf16, k.bf16) << what;
+    EXPECT_DOUBLE_EQ(cpu_peak(k.c, Precision::kFp32, 2).gflops, k.fp32 * 2) << what;  // 1 GHz, 2 cores
+    EXPECT_DOUBLE_EQ(cpu_peak(k.c, Precision::kBf16, 1).gflops, k.bf16 > 0 ? k.bf16 : k.fp32) << what;
+    EXPECT_NE(cpu_peak(k.c, Precision::kFp32, 1).unit.find(k.name), std::string::npos) << what;
+  }
+  // A CPU the table does not know keeps the instruction set's default, and says so.
+  const Uarch u = cpu_uarch(cpu("HygonGenuine", 0x18, 0x01, false, false));
+  EXPECT_FALSE(u.from_table);
+  EXPECT_EQ(u.name, "unknown");
+  EXPECT_EQ(u.fp32, 32);
+}
+
+// The check warns past 15% either way and names both figures.
+TEST(CpuPeak, TheCheckWarnsWhenTableAndMeasurementDisagree) {
+  EXPECT_EQ(peak_check("Zen 5 fp32 FMA", 64, 65.6), "");
+  EXPECT_EQ(peak_check("x", 64, 55), "");
+  EXPECT_EQ(peak_check("x", 64, 0), "") << "nothing measured";
+  const std::string w = peak_check("Zen 4 fp32 FMA", 64, 31.8);  // the machine under the old figure
+  EXPECT_NE(w.find("Zen 4 fp32 FMA"), std::string::npos) << w;
+  EXPECT_NE(w.find("64 FLOP/cycle"), std::string::npos) << w;
+  EXPECT_NE(w.find("31.8"), std::string::npos) << w;
+  EXPECT_NE(peak_check("x", 32, 40), "");
+}
+
+// This machine: cpuid's family and model as the kernel reads them (/proc/cpuinfo), and the
+// measured figures `smelt machine` prints beside the table's. The measurement is a timed loop on a
+// shared machine, so only its plausibility is asserted here (one FMA unit of the narrowest width
+// at least, never above twice the table); bench/RESULTS.md "machine" records the agreement.
+TEST(CpuPeak, ThisMachinesFamilyModelAndMeasuredFigures) {
+  std::ifstream in("/proc/cpuinfo");
+  int family = -1, model = -1;
+  for (std::string line; std::getline(in, line) && (family < 0 || model < 0);) {
+    const size_t colon = line.find(':');
+    if (colon == std::string::npos) continue;
+    const std::string key = line.substr(0, line.find_last_not_of(" \t", colon - 1) + 1);
+    if (key == "cpu family" && family < 0) family = std::atoi(line.c_str() + colon + 1);
+    if (key == "model" && model < 0) model = std::atoi(line.c_str() + colon + 1);
+  }
+  EXPECT_EQ(cpu_info().family, family);
+  EXPECT_EQ(cpu_info().model_number, model);
+  const nlohmann::json j = machine_json("");
+  const Uarch u = cpu_uarch(cpu_info());
+  EXPECT_EQ(j["uarch"]["name"], u.name);
+  EXPECT_EQ(j["uarch"]["fp32_flop_per_cycle"].get<double>(), u.fp32);
+  EXPECT_EQ(j["peak_gflops"]["fp32_flop_per_cycle"].get<double>(), u.fp32);
+  const double measured = j["uarch"]["measured"]["fp32_flop_per_cycle"].get<double>();
+  EXPECT_GE(measured, cpu_info().avx512f ? 8.0 : 4.0);
+  EXPECT_LE(measured, 2 * u.fp32);
+  if (cpu_info().avx512_bf16) {
+    const double bf = j["uarch"]["measured"]["bf16_flop_per_cycle"].get<double>();
+    EXPECT_GE(bf, 16.0);
+    EXPECT_LE(bf, 2 * u.bf16);
+  }
+  EXPECT_TRUE(j["uarch"]["warnings"].is_array());
 }
 
 TEST(GemmSelect, MeasuresOnceThenReadsTheCacheAndObeysTheConfig) {

@@ -1,10 +1,13 @@
 // `smelt machine [--config RUN.toml] [--threads N] [--json]`: what this machine gives the GEMMs —
-// CPU model and features, clock, fp32 and bf16 peaks, the OpenBLAS core (and whether it was fixed
-// at start-up), what bf16 runs on; with --config, the GEMM back end chosen for that model and the
-// rates measured at its shapes (the same measurement and cache `smelt train` uses). Text on
-// stderr, JSON on stdout with --json. Not a benchmark of the whole step (bench/train).
+// CPU model and features, clock, its microarchitecture's FLOP/cycle from the table beside a
+// tight loop's measurement (a warning past 15%), fp32 and bf16 peaks, the OpenBLAS core (and
+// whether it was fixed at start-up), what bf16 runs on; with --config, the GEMM back end chosen
+// for that model and the rates measured at its shapes (the same measurement and cache `smelt
+// train` uses). Text on stderr, JSON on stdout with --json. Not a benchmark of the whole step
+// (bench/train).
 #include <cstdio>
 #include <string>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
@@ -16,6 +19,7 @@
 #include "smelt/common/config.hpp"
 #include "smelt/dataset/loader.hpp"
 #include "smelt/hw/cpu_info.hpp"
+#include "smelt/hw/uarch.hpp"
 #include "smelt/kernels/kernels.hpp"
 #include "smelt/machine/gemm_select.hpp"
 #include "smelt/model/config.hpp"
@@ -40,13 +44,24 @@ int cli_machine(int argc, char** argv) {
   const CpuInfo& cpu = cpu_info_measured();
   const BlasCore core = blas_core();
   const PeakRate p32 = cpu_peak(cpu, Precision::kFp32, threads), p16 = cpu_peak(cpu, Precision::kBf16, threads);
+  const Uarch ua = cpu_uarch(cpu);
+  const PeakMeasured pm = cpu_peak_measure(cpu);
   nlohmann::json j;
-  j["cpu"] = {{"model", cpu.model}, {"vendor", cpu.vendor}, {"flags", cpu.flags()}, {"mhz", cpu.mhz},
-              {"mhz_source", cpu.mhz_source}, {"stated_mhz", cpu_info().mhz}, {"measured_mhz", cpu.measured_mhz},
-              {"logical_cpus", cpu.logical_cpus}};
+  j["cpu"] = {{"model", cpu.model}, {"vendor", cpu.vendor}, {"family", cpu.family}, {"model_number", cpu.model_number},
+              {"flags", cpu.flags()}, {"mhz", cpu.mhz}, {"mhz_source", cpu.mhz_source}, {"stated_mhz", cpu_info().mhz},
+              {"measured_mhz", cpu.measured_mhz}, {"logical_cpus", cpu.logical_cpus}};
   j["peak_gflops"] = {{"threads", threads},
                       {"fp32", p32.gflops}, {"fp32_unit", p32.unit}, {"fp32_flop_per_cycle", p32.flop_per_cycle},
                       {"bf16", p16.gflops}, {"bf16_unit", p16.unit}, {"bf16_flop_per_cycle", p16.flop_per_cycle}};
+  // The table's vector figures beside a tight loop's (one core; AMX is not measured).
+  std::vector<std::string> warnings;
+  for (const auto& w : {peak_check(ua.name + " fp32 FMA", ua.fp32, pm.fp32),
+                        peak_check(ua.name + " AVX512-BF16", ua.bf16, pm.bf16)})
+    if (!w.empty()) warnings.push_back(w);
+  j["uarch"] = {{"name", ua.name}, {"datapath", ua.datapath}, {"from_table", ua.from_table},
+                {"fp32_flop_per_cycle", ua.fp32}, {"bf16_flop_per_cycle", ua.bf16},
+                {"measured", {{"fp32_flop_per_cycle", pm.fp32}, {"bf16_flop_per_cycle", pm.bf16}, {"mhz", pm.mhz}}},
+                {"warnings", warnings}};
   j["openblas"] = {{"core", core.name}, {"wanted", core.wanted}, {"fixed_from", core.fixed_from},
                    {"mismatched", core.mismatched}};
   j["bf16"] = {{"native", gemm_bf16_native()}, {"engine", gemm_bf16_isa()}};
@@ -54,11 +69,17 @@ int cli_machine(int argc, char** argv) {
       "cpu        {} ({} logical CPUs)\n"
       "features   {}\n"
       "clock      {:.0f} MHz ({})\n"
+      "uarch      {}{}, family {:#x} model {:#x}: {}\n"
+      "flop/cycle fp32 {:g} table, {:.1f} measured{}; bf16 {:g} table, {} measured (one core, a tight loop)\n"
       "peak       fp32 {:.1f} GFLOP/s ({}), bf16 {:.1f} GFLOP/s ({}), {} thread{}\n"
       "openblas   {}\n"
       "bf16       {}\n",
-      cpu.model, cpu.logical_cpus, cpu.flags(), cpu.mhz, cpu.mhz_source, p32.gflops, p32.unit, p16.gflops, p16.unit,
+      cpu.model, cpu.logical_cpus, cpu.flags(), cpu.mhz, cpu.mhz_source, ua.name,
+      ua.from_table ? "" : " (no table entry: the instruction set's default)", cpu.family, cpu.model_number,
+      ua.datapath, ua.fp32, pm.fp32, fmt::format(" at {:.0f} MHz", pm.mhz), ua.bf16,
+      pm.bf16 > 0 ? fmt::format("{:.1f}", pm.bf16) : std::string("not"), p32.gflops, p32.unit, p16.gflops, p16.unit,
       threads, threads == 1 ? "" : "s", core.note(), gemm_bf16_isa());
+  for (const auto& w : warnings) spdlog::warn("machine: {}", w);
   if (!config.empty()) {
     toml::table root;
     if (Status s = config_load(config, root); !s) {

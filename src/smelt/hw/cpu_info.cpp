@@ -15,6 +15,8 @@
 
 #include <fmt/format.h>
 
+#include "smelt/hw/uarch.hpp"
+
 extern "C" char* openblas_get_corename(void);
 
 namespace smelt {
@@ -78,6 +80,12 @@ CpuInfo read_cpu_info() {
   c.amx_bf16 = has_flag(flags, "amx_bf16");
   c.amx_tile = has_flag(flags, "amx_tile");
   c.logical_cpus = std::max(1L, sysconf(_SC_NPROCESSORS_ONLN));
+  unsigned a = 0, b = 0, cc = 0, d = 0;
+  if (__get_cpuid(1, &a, &b, &cc, &d)) {  // family and model with their extended fields, as Linux folds them
+    const int base_family = (int)((a >> 8) & 0xF), base_model = (int)((a >> 4) & 0xF);
+    c.family = base_family == 0xF ? base_family + (int)((a >> 20) & 0xFF) : base_family;
+    c.model_number = base_family >= 6 ? base_model | (int)(((a >> 16) & 0xF) << 4) : base_model;
+  }
   // The clock: cpufreq's maximum where the kernel exposes it, else cpuid leaf 0x16 (the
   // processor's own nominal and maximum MHz; zero on many virtual machines), else the MHz the
   // kernel measured at boot. A virtual machine usually shows only the last.
@@ -133,17 +141,15 @@ std::string CpuInfo::flags() const {
 
 PeakRate cpu_peak(const CpuInfo& c, Precision p, int threads) {
   PeakRate r;
-  const bool avx512 = c.avx512f;
+  const Uarch u = cpu_uarch(c);
+  const std::string where = fmt::format(" ({}: {})", u.name, u.datapath);
   if (p == Precision::kBf16 && c.amx_bf16 && c.amx_tile) {
     r.flop_per_cycle = 1024, r.unit = "AMX bf16";
-  } else if (p == Precision::kBf16 && c.avx512_bf16) {
-    r.flop_per_cycle = 128, r.unit = "AVX512-BF16 dot products";
-  } else if (avx512) {
-    r.flop_per_cycle = 64, r.unit = "AVX-512 FMA, 2 units";
-  } else if (c.avx2 && c.fma) {
-    r.flop_per_cycle = 32, r.unit = "AVX2 FMA, 2 units";
+  } else if (p == Precision::kBf16 && u.bf16 > 0) {
+    r.flop_per_cycle = u.bf16, r.unit = "AVX512-BF16 dot products" + where;
   } else {
-    r.flop_per_cycle = 8, r.unit = "SSE, 2 units";
+    r.flop_per_cycle = u.fp32;
+    r.unit = (c.avx512f ? "AVX-512 FMA" : c.avx2 && c.fma ? "AVX2 FMA" : "SSE") + where;
   }
   r.gflops = r.flop_per_cycle * std::max(1, threads) * c.mhz / 1000.0;
   return r;

@@ -12,6 +12,7 @@ namespace smelt {
 struct CpuInfo {
   std::string model;   // /proc/cpuinfo "model name"
   std::string vendor;  // GenuineIntel, AuthenticAMD, ...
+  int family = 0, model_number = 0;  // cpuid leaf 1, extended fields folded in (as /proc/cpuinfo shows them)
   bool avx = false, avx2 = false, fma = false;
   bool avx512f = false, avx512bw = false, avx512vl = false, avx512dq = false;
   bool avx512_bf16 = false, avx512_vnni = false, amx_bf16 = false, amx_tile = false;
@@ -29,15 +30,15 @@ const CpuInfo& cpu_info();
 // What peaks and MFU use.
 const CpuInfo& cpu_info_measured();
 
-// Peak GFLOP/s of `threads` cores from the instruction set and clock: FLOP per cycle per core
-// x cores x GHz. fp32: 2 FMA units x (16 lanes AVX-512 | 8 lanes AVX2) x 2 (multiply and add);
-// bf16: AMX 1024 FLOP/cycle (a 16x32 by 32x16 tile product per 16 cycles), AVX512-BF16 2 units x
-// 16 lanes x 2 pairs x 2, else the fp32 peak (the portable path runs fp32 FMAs). Two FMA units
-// per core is what current Xeon and EPYC cores have; cpuid does not report it.
+// Peak GFLOP/s of `threads` cores: FLOP per cycle per core x cores x GHz, the FLOP per cycle from
+// the microarchitecture table (hw/uarch.hpp: the width and number of FMA units, which the
+// instruction set does not tell). bf16: AMX 1024 FLOP/cycle (a 16x32 by 32x16 tile product per 16
+// cycles), else the table's AVX512-BF16 figure, else the fp32 peak (the portable path runs fp32
+// FMAs).
 struct PeakRate {
   double gflops = 0;
   double flop_per_cycle = 0;
-  std::string unit;  // "AVX-512 FMA", "AMX bf16", ...
+  std::string unit;  // "AVX-512 FMA (Zen 4: AVX-512 on 2 x 256-bit FMA)", "AMX bf16", ...
 };
 PeakRate cpu_peak(const CpuInfo& c, Precision p, int threads);
 
