@@ -158,7 +158,8 @@ void attention_backward_bf16(float* dqkv, uint16_t* qkv16, uint16_t* dout16, flo
 void matmul_forward(float* out, const float* inp, const float* weight, int N, int IC, int OC,
                     float beta = 0.0f);
 // dinp (N,IC) = dout @ weight (overwrite; skipped when dinp is nullptr); dweight (OC,IC) +=
-// dout^T @ inp.
+// dout^T @ inp (skipped when dweight is nullptr: a frozen weight). The bf16 and reference
+// versions likewise.
 void matmul_backward(float* dinp, float* dweight, const float* dout, const float* inp,
                      const float* weight, int N, int IC, int OC);
 // bf16 mixed precision: the same products with bf16 inputs and fp32 accumulation and outputs.

@@ -71,8 +71,8 @@ void backward_tiles(float* dinp, float* dweight, const T* dout, const T* inp, co
   // list, largest tiles first, so 2 threads balance across both GEMMs (a 1-tile GEMM against
   // the other's 2 half tiles). Tiles write disjoint outputs: the order never changes the bits.
   const Cut cw = cut(OC, IC, N), ci = cut(N, IC, OC);
-  const int nw = cw.count, ni = dinp ? ci.count : 0, nt = nw + ni;
-  const double fw = 1.0 / nw, fi = 1.0 / (ni ? ni : 1);  // work per tile: both GEMMs are N*IC*OC
+  const int nw = dweight ? cw.count : 0, ni = dinp ? ci.count : 0, nt = nw + ni;
+  const double fw = 1.0 / (nw ? nw : 1), fi = 1.0 / (ni ? ni : 1);  // work per tile: both GEMMs are N*IC*OC
   int order[8];
   for (int k = 0; k < nt; k++) order[k] = k;  // nt <= 4
   std::stable_sort(order, order + nt, [&](int a, int b) { return (a < nw ? fw : fi) > (b < nw ? fw : fi); });
@@ -112,9 +112,9 @@ void matmul_backward_bf16(float* dinp, float* dweight, uint16_t* dout16, uint16_
                           const float* dout, const float* inp, const uint16_t* weight16, int N,
                           int IC, int OC) {
   if (dout) bf16_from_f32(dout16, dout, (int64_t)N * OC);
-  bf16_from_f32(inp16, inp, (int64_t)N * IC);
+  if (dweight) bf16_from_f32(inp16, inp, (int64_t)N * IC);
   if (gemm_bf16_native()) {  // as in the forward: whole GEMMs, threaded by oneDNN
-    gemm_bf16(true, false, OC, IC, N, dout16, OC, inp16, IC, 1.0f, dweight, IC);
+    if (dweight) gemm_bf16(true, false, OC, IC, N, dout16, OC, inp16, IC, 1.0f, dweight, IC);
     if (dinp) gemm_bf16(false, false, N, IC, OC, dout16, OC, weight16, IC, 0.0f, dinp, IC);
     return;
   }
@@ -141,12 +141,13 @@ void matmul_backward_ref(float* dinp, float* dweight, const float* dout, const f
         for (int o = 0; o < OC; o++) s += (double)dout[(int64_t)n * OC + o] * weight[(int64_t)o * IC + i];
         dinp[(int64_t)n * IC + i] = (float)s;
       }
-  for (int o = 0; o < OC; o++)
-    for (int i = 0; i < IC; i++) {
-      double s = 0;
-      for (int n = 0; n < N; n++) s += (double)dout[(int64_t)n * OC + o] * inp[(int64_t)n * IC + i];
-      dweight[(int64_t)o * IC + i] += (float)s;
-    }
+  if (dweight)
+    for (int o = 0; o < OC; o++)
+      for (int i = 0; i < IC; i++) {
+        double s = 0;
+        for (int n = 0; n < N; n++) s += (double)dout[(int64_t)n * OC + o] * inp[(int64_t)n * IC + i];
+        dweight[(int64_t)o * IC + i] += (float)s;
+      }
 }
 
 void matmul_forward_bf16_ref(float* out, const float* inp, const uint16_t* weight16, int N, int IC,
@@ -179,12 +180,13 @@ void matmul_backward_bf16_ref(float* dinp, float* dweight, const float* dout, co
         for (int o = 0; o < OC; o++) s += g(n, o) * w(o, i);
         dinp[(int64_t)n * IC + i] = (float)s;
       }
-  for (int o = 0; o < OC; o++)
-    for (int i = 0; i < IC; i++) {
-      double s = 0;
-      for (int n = 0; n < N; n++) s += g(n, o) * bf16_round_f32(inp[(int64_t)n * IC + i]);
-      dweight[(int64_t)o * IC + i] += (float)s;
-    }
+  if (dweight)
+    for (int o = 0; o < OC; o++)
+      for (int i = 0; i < IC; i++) {
+        double s = 0;
+        for (int n = 0; n < N; n++) s += g(n, o) * bf16_round_f32(inp[(int64_t)n * IC + i]);
+        dweight[(int64_t)o * IC + i] += (float)s;
+      }
 }
 
 }  // namespace smelt
