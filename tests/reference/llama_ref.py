@@ -26,6 +26,12 @@ Llama 3.1 RoPE scaling), as Hugging Face's modelling code defines them;
 every parameter under its Hugging Face Llama name (model.embed_tokens.weight, ...); optional
 "precision.bf16" i32 (1) = 1: bf16 mixed precision of the linear layers and the attention
 products (Bf16Linear, Bf16Matmul below).
+LoRA (PEFT's definition: y = x W^T + scale * (drop(x) A^T) B^T on a target linear layer): the
+adapters under PEFT's names ("base_model.model.model.layers.L.self_attn.q_proj.lora_A.weight",
+"...lora_B.weight"; any of q/k/v/o_proj, gate/up/down_proj), "config.lora" f32 [scale], and
+optional "lora_mask.model.layers.L.MODULE" f32 (B*T, in): the dropout factors (0 or 1/(1-p)) of
+the adapter's input. The adapter products are plain float64 products (also under bf16, where
+only the base is rounded).
 Output tensors: "logits" f32 (B,T,V), "loss" f32 (1), "grad.<name>" for every parameter (from the
 initial weights), and when steps > 0: "loss.step<k>" f32 (1) for k in [0, steps) (the loss before
 step k) and "param.<name>" after the last step.
@@ -112,6 +118,7 @@ class Bf16Matmul(torch.autograd.Function):
 
 
 LINEAR = {"bf16": False}
+LORA = {"scale": 0.0, "masks": {}}
 
 
 def linear(x, w):
@@ -120,6 +127,19 @@ def linear(x, w):
 
 def matmul(a, b):
     return Bf16Matmul.apply(a, b) if LINEAR["bf16"] else a @ b
+
+
+def adapted(p, pre, module, x, w):
+    """The base linear layer `module` of layer prefix `pre` (model.layers.L.) with its LoRA adapter
+    when there is one."""
+    y = linear(x, w)
+    a = "base_model.model." + pre + module + ".lora_A.weight"
+    if a not in p:
+        return y
+    b = a.replace("lora_A", "lora_B")
+    mask = LORA["masks"].get(pre + module)
+    xd = x if mask is None else x * mask.reshape(x.shape).to(x.dtype)
+    return y + LORA["scale"] * ((xd @ p[a].T) @ p[b].T)
 
 
 def rms_norm(x, w, eps):
@@ -182,9 +202,9 @@ def forward(p, cfg, batch):
     for l in range(L):
         pre = "model.layers.%d." % l
         h = rms_norm(x, p[pre + "input_layernorm.weight"], eps)
-        q = linear(h, p[pre + "self_attn.q_proj.weight"])
-        k = linear(h, p[pre + "self_attn.k_proj.weight"])
-        v = linear(h, p[pre + "self_attn.v_proj.weight"])
+        q = adapted(p, pre, "self_attn.q_proj", h, p[pre + "self_attn.q_proj.weight"])
+        k = adapted(p, pre, "self_attn.k_proj", h, p[pre + "self_attn.k_proj.weight"])
+        v = adapted(p, pre, "self_attn.v_proj", h, p[pre + "self_attn.v_proj.weight"])
         if ext[1]:  # Qwen2: nn.Linear(bias=True) on q, k and v only
             q = q + p[pre + "self_attn.q_proj.bias"]
             k = k + p[pre + "self_attn.k_proj.bias"]
@@ -203,11 +223,11 @@ def forward(p, cfg, batch):
         att = matmul(q, k.transpose(-1, -2)) / math.sqrt(HS)   # (B,NH,T,T)
         att = att.masked_fill(~mask[:, None], float("-inf")).softmax(-1)
         y = matmul(att, v).transpose(1, 2).reshape(B, T, NH * HS)
-        x = x + linear(y, p[pre + "self_attn.o_proj.weight"])
+        x = x + adapted(p, pre, "self_attn.o_proj", y, p[pre + "self_attn.o_proj.weight"])
         h = rms_norm(x, p[pre + "post_attention_layernorm.weight"], eps)
-        g = linear(h, p[pre + "mlp.gate_proj.weight"])
-        u = linear(h, p[pre + "mlp.up_proj.weight"])
-        x = x + linear(torch.nn.functional.silu(g) * u, p[pre + "mlp.down_proj.weight"])
+        g = adapted(p, pre, "mlp.gate_proj", h, p[pre + "mlp.gate_proj.weight"])
+        u = adapted(p, pre, "mlp.up_proj", h, p[pre + "mlp.up_proj.weight"])
+        x = x + adapted(p, pre, "mlp.down_proj", torch.nn.functional.silu(g) * u, p[pre + "mlp.down_proj.weight"])
     x = rms_norm(x, p["model.norm.weight"], eps)
     head = p["model.embed_tokens.weight"] if tied else p["lm_head.weight"]
     logits = linear(x, head)
@@ -227,6 +247,10 @@ def main():
         cfg["ext"] = ext
         factor, low, high = [float(v) for v in t.pop("config.rope").tolist()]
         SCALING.update({"type": ext[3], "original": ext[4], "factor": factor, "low": low, "high": high})
+    if "config.lora" in t:
+        LORA["scale"] = float(t.pop("config.lora").tolist()[0])
+        for n in [n for n in t if n.startswith("lora_mask.")]:
+            LORA["masks"][n[len("lora_mask."):]] = t.pop(n).to(torch.float64)
     if "precision.bf16" in t:
         LINEAR["bf16"] = int(t.pop("precision.bf16").tolist()[0]) == 1
     steps, use_seg, use_pos = ci[9], ci[10], ci[11]

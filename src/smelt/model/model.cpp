@@ -116,7 +116,7 @@ Status Model::init(const ModelConfig& c, const ModelShard& shard, int B, int T, 
   inv_freq_ = rope_inv_freq(c);
   rope_table(rope_.data(), c.max_seq_len, c.head_size(), inv_freq_.data());
   init_params(seed);
-  return Status::ok();
+  return lora_alloc(B, T);
 }
 
 int64_t Model::release_step_buffers() {
@@ -190,7 +190,7 @@ void Model::linear_forward(float* out, const float* inp, int64_t w, int N, int I
 
 // dout nullptr (bf16 only): d16_ already holds the output gradient in bf16.
 void Model::linear_backward(float* dinp, int64_t w, const float* dout, const float* inp, int N, int IC, int OC) {
-  float* dw = grads_.data() + w;
+  float* dw = lora_on() ? nullptr : grads_.data() + w;  // a frozen base: the input's gradient only
   if (precision_ == Precision::kBf16) {
     if (reference_) matmul_backward_bf16_ref(dinp, dw, dout, inp, w16_.data() + w, N, IC, OC);
     else matmul_backward_bf16(dinp, dw, d16_.data(), x16_.data(), dout, inp, w16_.data() + w, N, IC, OC);
@@ -270,6 +270,7 @@ void Model::layer_forward(int l, int B, int T) {
   rmsnorm(a.ln1, a.rstd1, x, w + o.ln1, N, C, (float)c.norm_eps);
   prof_mark(kPNormF);
   linear_forward(a.qkv, a.ln1, o.wqkv, N, C, QKV, 0.0f);
+  lora_forward(l, kLoraQ, kLoraV, a.qkv, QKV, a.ln1, N);
   prof_mark(kPQkvF);
   qkv_extras_forward(l, T);
   prof_mark(kPRopeF);
@@ -287,12 +288,14 @@ void Model::layer_forward(int l, int B, int T) {
   else std::memset(a.xmid, 0, sizeof(float) * N * C);
   prof_mark(kPCopyF);
   linear_forward(a.xmid, a.att, o.wo, N, A, C, 1.0f);
+  lora_forward(l, kLoraO, kLoraO, a.xmid, C, a.att, N);
   tp_sum(a.xmid, (int64_t)N * C);
   prof_mark(kPOF);
   if (between_blocks_) between_blocks_();
   rmsnorm(a.ln2, a.rstd2, a.xmid, w + o.ln2, N, C, (float)c.norm_eps);
   prof_mark(kPNormF);
   linear_forward(a.gu, a.ln2, o.wgu, N, C, 2 * H, 0.0f);
+  lora_forward(l, kLoraGate, kLoraUp, a.gu, 2 * H, a.ln2, N);
   prof_mark(kPGateUpF);
   (ref ? swiglu_forward_ref : swiglu_forward)(a.sw, a.gu, N, H);
   prof_mark(kPSwigluF);
@@ -301,6 +304,7 @@ void Model::layer_forward(int l, int B, int T) {
   else std::memset(y, 0, sizeof(float) * N * C);
   prof_mark(kPCopyF);
   linear_forward(y, a.sw, o.wdown, N, H, C, 1.0f);
+  lora_forward(l, kLoraDown, kLoraDown, y, C, a.sw, N);
   tp_sum(y, (int64_t)N * C);
   prof_mark(kPDownF);
 }
@@ -342,6 +346,10 @@ Status Model::forward(const Batch& b, float& loss, float grad_dloss, bool loss_o
   const bool ref = reference_;
   const bool tp = shard_.tp > 1;
   prof_start();
+  if (lora_on()) {  // a training forward draws the next dropout masks; an evaluation none
+    lora_drop_ = !loss_only && lcfg_.dropout > 0;
+    if (lora_drop_) lora_counter_++;
+  }
   // bf16: the weights as they are now (after the last optimizer step, a load or a gather).
   if (precision_ == Precision::kBf16) {
     // Only what the GEMMs read: an untied embedding table is looked up in fp32, never multiplied.
@@ -513,10 +521,12 @@ void Model::layer_backward(int l, int B, int T) {
   const bool ref = reference_;
   auto rmsnorm = ref ? rmsnorm_backward_ref : rmsnorm_backward;
   linear_backward(s.dsw, o.wdown, s.dres, a.sw, N, H, C);
+  lora_backward(l, kLoraDown, kLoraDown, s.dsw, s.dres, C, a.sw, N);
   prof_mark(kPDownB);
   (ref ? swiglu_backward_ref : swiglu_backward)(s.dgu, s.dsw, a.gu, N, H);
   prof_mark(kPSwigluB);
   linear_backward(s.dln, o.wgu, s.dgu, a.ln2, N, C, 2 * H);
+  lora_backward(l, kLoraGate, kLoraUp, s.dln, s.dgu, 2 * H, a.ln2, N);
   tp_sum(s.dln, (int64_t)N * C);  // column-parallel input: each rank's part of the norm's gradient
   prof_mark(kPGateUpB);
   rmsnorm(s.dres, g + o.ln2, s.dln, a.xmid, w + o.ln2, a.rstd2, N, C);
@@ -524,6 +534,7 @@ void Model::layer_backward(int l, int B, int T) {
   if (between_blocks_) between_blocks_();
   // Attention block: xmid = x + o(attn(rope(qkv(rmsnorm(x))))); dres becomes dx.
   linear_backward(s.datt, o.wo, s.dres, a.att, N, A, C);
+  lora_backward(l, kLoraO, kLoraO, s.datt, s.dres, C, a.att, N);
   prof_mark(kPOB);
   if (ref)
     attention_backward_ref(s.dqkv, s.datt, a.qkv, seg, ref_scratch_.data(), B, T, NH, NKV, HS);
@@ -536,6 +547,7 @@ void Model::layer_backward(int l, int B, int T) {
   qkv_extras_backward(l, T);
   prof_mark(kPRopeB);
   linear_backward(s.dln, o.wqkv, s.dqkv, a.ln1, N, C, QKV);
+  lora_backward(l, kLoraQ, kLoraV, s.dln, s.dqkv, QKV, a.ln1, N);
   tp_sum(s.dln, (int64_t)N * C);
   prof_mark(kPQkvB);
   rmsnorm(s.dres, g + o.ln1, s.dln, acts_.resid[l], w + o.ln1, a.rstd1, N, C);
@@ -559,6 +571,8 @@ void Model::backward(float dloss) {
   auto layer_end = [&](int l) {
     return l + 1 < d_.L ? layout_.layers[l + 1].ln1 : layout_.lnf >= 0 ? layout_.lnf : layout_.total;
   };
+  // With LoRA the base's ranges are not what trains: the adapters' whole range is final at the end.
+  const auto grad_ready = lora_on() ? std::function<void(int64_t, int64_t)>() : grad_ready_;
   if (d_.head) {
     // bf16 (fast kernels): dlogits go straight to bf16, the LM head's GEMM operand.
     const bool dlogits16 = precision_ == Precision::kBf16 && !ref && !tp;
@@ -581,26 +595,30 @@ void Model::backward(float dloss) {
     tp_sum(acts_.dln, (int64_t)N * C);
     prof_mark(kPHeadB);
     if (between_blocks_) between_blocks_();
-    if (grad_ready_ && !tied) grad_ready_(layout_.lm_head, layout_.total);
+    if (grad_ready && !tied) grad_ready(layout_.lm_head, layout_.total);
     std::memset(acts_.dres, 0, sizeof(float) * N * C);
     (ref ? rmsnorm_backward_ref : rmsnorm_backward)(acts_.dres, g + layout_.lnf, acts_.dln, acts_.resid[d_.L],
                                                     w + layout_.lnf, acts_.rstdf, N, C);
     prof_mark(kPNormB);
-    if (grad_ready_) grad_ready_(layout_.lnf, tied ? layout_.total : layout_.lm_head);
+    if (grad_ready) grad_ready(layout_.lnf, tied ? layout_.total : layout_.lm_head);
   }  // (a stage before the last: dres holds its output's gradient, from the next stage)
   for (int l = d_.L - 1; l >= 0; l--) {
     // Recompute rewrites resid[l+1] with the same bits it already holds (same kernels, inputs).
     if (c.recompute) layer_forward(l, b.B, b.T);
     layer_backward(l, b.B, b.T);
-    if (grad_ready_) grad_ready_(layout_.layers[l].ln1, layer_end(l));
+    if (grad_ready) grad_ready(layout_.layers[l].ln1, layer_end(l));
     if (between_blocks_) between_blocks_();
+  }
+  if (lora_on()) {  // (the frozen embedding's gradient is not needed)
+    if (grad_ready_) grad_ready_(0, lora_.params.total);
+    return;
   }
   if (!d_.embed) return;  // dres holds the input's gradient, for the previous stage
   TraceSpan emb("embedding.backward");
   if (tp) embed_backward_tp(b);
   else (ref ? embedding_backward_ref : embedding_backward)(g + layout_.wte, acts_.dres, b.inputs.data(), N, C, V);
   prof_mark(kPEmbedB);
-  if (grad_ready_) grad_ready_(layout_.wte, d_.L > 0 ? layout_.layers[0].ln1 : layout_.lnf);
+  if (grad_ready) grad_ready(layout_.wte, d_.L > 0 ? layout_.layers[0].ln1 : layout_.lnf);
 }
 
 // Up to max_rows evenly spaced rows with a target, in increasing order.
@@ -697,10 +715,11 @@ void Model::set_reference(bool on) {
 
 void Model::zero_grad() {
   prof_start();
-  // On the team: one thread's memset of a large model's gradients leaves the others idle.
+  // On the team: one thread's memset of a large model's gradients leaves the others idle. With
+  // LoRA the adapters' (the frozen base's norm gradients are made but never read).
   kernels_set_threads(threads_);
-  const int64_t n = (int64_t)grads_.size(), block = 1 << 18;
-  float* g = grads_.data();
+  const int64_t n = lora_on() ? (int64_t)lg_.size() : (int64_t)grads_.size(), block = 1 << 18;
+  float* g = grads();
 #pragma omp parallel for schedule(static)
   for (int64_t b = 0; b < n; b += block) std::memset(g + b, 0, sizeof(float) * std::min(block, n - b));
   prof_mark(kPZeroGrad);

@@ -11,6 +11,7 @@
 #include "smelt/common/status.hpp"
 #include "smelt/model/activations.hpp"
 #include "smelt/model/config.hpp"
+#include "smelt/model/lora.hpp"
 #include "smelt/model/params.hpp"
 #include "smelt/model/shard.hpp"
 
@@ -103,10 +104,28 @@ class Model {
   const float* token_losses() const { return acts_.losses; }
 
   const ModelConfig& config() const { return cfg_; }
-  const ParamLayout& layout() const { return layout_; }
-  float* params() { return params_.data(); }
-  const float* params() const { return params_.data(); }
-  float* grads() { return grads_.data(); }
+  // The trained parameters: the whole model's, or with LoRA on (set_lora) the adapters' alone,
+  // so that the optimizer, the gradient reduction and the checkpoints see only what trains.
+  const ParamLayout& layout() const { return lora_on() ? lora_.params : layout_; }
+  float* params() { return lora_on() ? lp_.data() : params_.data(); }
+  const float* params() const { return lora_on() ? lp_.data() : params_.data(); }
+  float* grads() { return lora_on() ? lg_.data() : grads_.data(); }
+  // The base model's weights (the same as layout()/params() without LoRA; frozen with it).
+  const ParamLayout& base_layout() const { return layout_; }
+  float* base_params() { return params_.data(); }
+  const float* base_params() const { return params_.data(); }
+
+  // LoRA adapters (model/lora.hpp) on the linear layers; call before init. With them the base is
+  // frozen: backward computes the adapters' gradients and the input gradients, none of the base's
+  // weights. One whole model only (no TP or PP shard).
+  void set_lora(const LoraConfig& l) { lcfg_ = l; }
+  bool lora_on() const { return lcfg_.enabled(); }
+  const LoraConfig& lora_config() const { return lcfg_; }
+  const LoraLayout& lora_layout() const { return lora_; }
+  // The dropout masks' counter of the next training forward (each forward then adds one); a
+  // resumed run sets it so that its masks continue the interrupted run's.
+  void set_lora_counter(uint64_t c) { lora_counter_ = c; }
+  uint64_t lora_counter() const { return lora_counter_; }
   const Activations& acts() const { return acts_; }
   const MemoryPlan& plan() const { return plan_; }
   void set_threads(int threads) { threads_ = threads; }
@@ -140,6 +159,12 @@ class Model {
   // model's precision (and on the references in reference mode); its backward likewise.
   void linear_forward(float* out, const float* inp, int64_t w, int N, int IC, int OC, float beta);
   void linear_backward(float* dinp, int64_t w, const float* dout, const float* inp, int N, int IC, int OC);
+  // LoRA (model_lora.cpp): the buffers; the adapters of targets [first, last] of layer l added to
+  // a GEMM's output (N, ldo) from its input x, and their backward from that output's gradient.
+  Status lora_alloc(int B, int T);
+  void lora_forward(int l, int first, int last, float* out, int ldo, const float* x, int N);
+  void lora_backward(int l, int first, int last, float* dinp, const float* dout, int ldo, const float* x, int N);
+  LoraOp lora_op(int l, int t);
 
   // Tensor parallel: the embedding lookup and the LM head with its cross-entropy over this
   // rank's vocabulary rows.
@@ -193,6 +218,13 @@ class Model {
   double prof_last_ = 0;
   std::function<void(int64_t, int64_t)> grad_ready_;
   std::function<void()> between_blocks_;
+  LoraConfig lcfg_;
+  LoraLayout lora_;
+  std::vector<float> lp_, lg_;       // the adapters and their gradients (lora_.params layout)
+  std::vector<float> lu_;            // [layer][target] (Bmax*Tmax, rank): drop(x) A^T, for the backward
+  std::vector<float> lxd_, ldu_, ldxd_;  // scratch: the dropped input, du, its input gradient
+  uint64_t lora_counter_ = 0;        // the dropout masks' forward number
+  bool lora_drop_ = false;           // this forward trains (dropout on)
   const Batch* batch_ = nullptr;  // of the last forward
   int64_t valid_ = 0;             // targets != -1 in the last forward
 };
