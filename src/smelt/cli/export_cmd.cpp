@@ -1,7 +1,8 @@
 // `smelt export`: a checkpoint (step or run directory) -> a Hugging Face Llama folder
 // (model.safetensors, config.json, tokenizer.json) that LlamaForCausalLM.from_pretrained loads, or
-// one GGUF file (F32/F16/Q8_0) that llama.cpp loads; --check reads the export back and compares
-// logits. Not the exports themselves (ckpt/export_hf.cpp, ckpt/export_gguf.cpp).
+// one GGUF file (F32/F16/Q8_0) that llama.cpp loads, or a LoRA run's adapters in PEFT's layout;
+// --check reads the export back and compares logits. Not the exports themselves
+// (ckpt/export_hf.cpp, ckpt/export_gguf.cpp, ckpt/peft.cpp).
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -13,6 +14,7 @@
 
 #include "smelt/ckpt/export_gguf.hpp"
 #include "smelt/ckpt/export_hf.hpp"
+#include "smelt/ckpt/peft.hpp"
 #include "smelt/cli/cli_parse.hpp"
 #include "smelt/cli/commands.hpp"
 #include "smelt/cli/resolve_checkpoint.hpp"
@@ -71,6 +73,20 @@ int export_gguf_main(const std::string& step_dir, const std::string& output, Ggu
   return kExitOk;
 }
 
+// A LoRA run's adapters in PEFT's layout.
+int export_peft_main(const std::string& step_dir, const std::string& output, bool json) {
+  if (Status s = peft_export(step_dir, output); !s) {
+    spdlog::error("{}", s.message());
+    return kExitFailure;
+  }
+  std::fputs(fmt::format("[export] {} -> {}: adapter_config.json, adapter_model.safetensors (PEFT LoRA)\n", step_dir,
+                         output).c_str(), stderr);
+  if (json)
+    std::fputs((nlohmann::json{{"checkpoint", step_dir}, {"output", output}, {"format", "peft"}}.dump() + "\n").c_str(),
+               stdout);
+  return kExitOk;
+}
+
 }  // namespace
 
 int cli_export(int argc, char** argv) {
@@ -81,8 +97,9 @@ int cli_export(int argc, char** argv) {
   bool check = false, json = false;
   app.add_option("--checkpoint", ckpt, "step directory or run directory (its newest valid checkpoint) (required)")
       ->required();
-  app.add_option("--format", format, "hf (Hugging Face LlamaForCausalLM, F32 safetensors; default) or gguf "
-                 "(llama.cpp's llama architecture, one file)");
+  app.add_option("--format", format, "hf (Hugging Face LlamaForCausalLM, F32 safetensors; default), gguf "
+                 "(llama.cpp's llama architecture, one file) or peft (a LoRA run's adapters: adapter_config.json + "
+                 "adapter_model.safetensors)");
   app.add_option("--dtype", dtype_name, "gguf: f32 (default), f16 or q8_0 for the matrices (norms stay f32)");
   app.add_option("-o,--output", output, "hf: folder to write (created; files in it are replaced); gguf: the file "
                  "(required)")->required();
@@ -91,8 +108,8 @@ int cli_export(int argc, char** argv) {
                "difference in the logits");
   app.add_flag("--json", json, "print a JSON summary on stdout");
   if (int rc = cli_parse(app, argc, argv, "export"); rc >= 0) return rc;
-  if (format != "hf" && format != "gguf") {
-    spdlog::error("--format {}: expected hf (Hugging Face Llama safetensors + config.json) or gguf", format);
+  if (format != "hf" && format != "gguf" && format != "peft") {
+    spdlog::error("--format {}: expected hf (Hugging Face Llama safetensors + config.json), gguf or peft", format);
     return kExitUsage;
   }
   GgufDtype dtype = GgufDtype::kF32;
@@ -110,6 +127,7 @@ int cli_export(int argc, char** argv) {
     return kExitFailure;
   }
   if (format == "gguf") return export_gguf_main(step_dir, output, dtype, tok_path, check, json);
+  if (format == "peft") return export_peft_main(step_dir, output, json);
   auto t0 = std::chrono::steady_clock::now();
   HfExportStats st;
   if (Status s = export_hf(step_dir, output, tok_path, &st); !s) {
