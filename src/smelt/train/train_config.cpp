@@ -132,6 +132,18 @@ const Schema<ParallelOptions>& parallel_schema() {
   return s;
 }
 
+const Schema<LoraConfig>& lora_schema() {
+  using L = LoraConfig;
+  static const Schema<LoraConfig> s{
+      "lora",
+      {field("rank", &L::rank, "adapter rank (0: no LoRA, every weight trains)", at_least(0)),
+       field("alpha", &L::alpha, "the adapters' products are scaled by alpha / rank", above(0)),
+       field("dropout", &L::dropout, "dropout on the adapters' inputs while training", Limits{0, 1, false, true, ""}),
+       field("targets", &L::targets, "linear layers with adapters: q, k, v, o, gate, up, down"),
+       field("init", &L::init, "a PEFT adapter folder to start the adapters from (\"\": A random, B zero)")}};
+  return s;
+}
+
 // Reads one section through its schema into `resolved` under its name.
 template <class S>
 void read_section(const Schema<S>& sc, const toml::table& root, S& s, toml::table& resolved,
@@ -169,12 +181,12 @@ const Schema<TrainConfig>& optim_schema() {
 
 void check_sections(const toml::table& root, std::vector<std::string>& errors) {
   static const std::set<std::string> mine = {"model", "data", "train", "optim", "eval", "ckpt", "health", "dist",
-                                             "trace", "parallel"};
+                                             "trace", "parallel", "lora"};
   for (const auto& [k, v] : root) {
     std::string key(k.str());
     if (!mine.count(key) && !kOtherStages.count(key))
       errors.push_back(fmt::format("[{}]: unknown section; `smelt train` reads [model], [data], [train], [optim], "
-                                   "[eval], [ckpt], [health], [dist], [trace] and [parallel]", key));
+                                   "[eval], [ckpt], [health], [dist], [trace], [parallel] and [lora]", key));
   }
 }
 
@@ -226,6 +238,8 @@ Status train_config_read(const toml::table& root, TrainConfig& c) {
   if (Status s = trace_parse_steps(c.trace.steps, c.trace.first, c.trace.last); !s)
     errors.push_back("[trace] steps = " + s.message());
   read_section(parallel_schema(), root, c.parallel, resolved, errors);
+  read_section(lora_schema(), root, c.lora, resolved, errors);
+  c.lora.seed = c.train.seed;
 
   if (!errors.empty()) {
     std::string m = errors[0];
@@ -235,6 +249,23 @@ Status train_config_read(const toml::table& root, TrainConfig& c) {
   c.resolved = std::move(resolved);
   return train_config_validate(c);
 }
+
+namespace {
+// LoRA adapts a trained model, on the CPU, each rank holding the whole of it.
+Status lora_rules(const TrainConfig& c) {
+  if (!c.lora.enabled()) return Status::ok();
+  if (Status s = lora_config_validate(c.lora); !s) return s;
+  if (c.train.init_from.empty())
+    return Status::error(fmt::format("[lora] rank = {}: adapters train on a frozen base, so the run needs one: "
+                                     "give --init-from (a run, a checkpoint or a Hugging Face folder)", c.lora.rank));
+  if (c.parallel.tp * c.parallel.pp > 1)
+    return Status::error(fmt::format("[lora] with [parallel] tp = {}, pp = {}: LoRA runs data-parallel only (each "
+                                     "rank holds the whole frozen base)", c.parallel.tp, c.parallel.pp));
+  if (c.train.device == DeviceKind::kCuda)
+    return Status::error("[lora] with [train] device = \"cuda\": the CUDA backend has no adapters yet; train LoRA on the CPU");
+  return Status::ok();
+}
+}  // namespace
 
 Status train_config_validate(const TrainConfig& c) {
   const TrainOptions& t = c.train;
@@ -260,6 +291,7 @@ Status train_config_validate(const TrainConfig& c) {
     return Status::error(fmt::format("[dist.compression] type = \"topk\" with [parallel] tp = {}, pp = {}: top-k "
                                      "compression is for data parallel alone (its residual is per rank of one "
                                      "layout); use tp = pp = 1 or no compression", pl.tp, pl.pp));
+  if (Status s = lora_rules(c); !s) return s;
   const int T = c.data.mode == BatchMode::kPacked ? c.data.seq_len : c.data.buckets.back();
   if (T > c.model.max_seq_len)
     return Status::error(fmt::format("[data] {} = {}: longer than [model] max_seq_len = {}",
@@ -272,7 +304,7 @@ std::vector<SectionDoc> train_config_docs() {
   return {section_doc(train_schema()),    section_doc(optim_schema()), section_doc(eval_schema()),
           section_doc(ckpt_schema()),
           section_doc(dist_schema()),     section_doc(dist_compression_schema()),
-          section_doc(trace_schema()),    section_doc(parallel_schema())};
+          section_doc(trace_schema()),    section_doc(parallel_schema()), section_doc(lora_schema())};
 }
 
 std::string train_config_to_string(const TrainConfig& c) { return config_to_string(c.resolved); }

@@ -14,6 +14,7 @@
 #include "smelt/dataset/loader.hpp"
 #include "smelt/dist/communicator.hpp"
 #include "smelt/model/config.hpp"
+#include "smelt/model/lora.hpp"
 #include "smelt/model/model.hpp"
 #include "smelt/train/optimizer.hpp"
 #include "smelt/train/health.hpp"
@@ -117,6 +118,7 @@ struct TrainConfig {
   ParallelOptions parallel;
   DistConfig dist;
   TraceOptions trace;
+  LoraConfig lora;               // [lora]: rank 0 = full fine-tuning (the seed is [train] seed)
   bool resume = false;           // --resume (not a TOML key)
   toml::table resolved;          // every key with its final value
 };

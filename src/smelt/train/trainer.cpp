@@ -42,9 +42,12 @@ Status Trainer::start() {
     std::error_code ec;
     fs::remove(metrics_path_, ec);
   }
-  if (!have_resume_pos_ && !c_.train.init_from.empty()) {
+  // (with LoRA the checkpoints hold the adapters: the frozen base comes from init_from every time)
+  if ((!have_resume_pos_ || model_.lora_on()) && !c_.train.init_from.empty()) {
     if (Status s = init_weights_from(); !s) return s;
   }
+  if (!have_resume_pos_ && !c_.lora.init.empty())
+    if (Status s = init_adapters_from(); !s) return s;
   if (Status s = feed_.open(data_, have_resume_pos_ ? &loader_pos_ : nullptr); !s) return s;
   if (lead_) {
     metrics_.open(metrics_path_, std::ios::app);

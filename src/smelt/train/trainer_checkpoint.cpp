@@ -5,9 +5,11 @@
 #include <fstream>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
 
 #include "smelt/ckpt/checkpoint.hpp"
+#include "smelt/ckpt/peft.hpp"
 #include "smelt/common/clock.hpp"
 #include "smelt/common/config.hpp"
 #include "smelt/common/files.hpp"
@@ -69,6 +71,11 @@ json Trainer::state_json() const {
   s["schedule"] = {{"kind", enum_name(c_.schedule.kind)},     {"lr", c_.schedule.lr},
                    {"min_lr", c_.schedule.min_lr}, {"warmup_steps", c_.schedule.warmup_steps},
                    {"total_steps", total_steps_},  {"restart_step", sched_.restart_step}};
+  if (model_.lora_on()) {  // the checkpoint holds the adapters; the base is init_from's
+    const LoraConfig& l = model_.lora_config();
+    s["lora"] = {{"rank", l.rank}, {"alpha", l.alpha}, {"dropout", l.dropout}, {"targets", l.targets},
+                 {"base", c_.train.init_from}, {"dropout_counter", model_.lora_counter()}};
+  }
   s["first_loss"] = std::isfinite(first_loss_) ? json(first_loss_) : json(nullptr);
   s["last_loss"] = std::isfinite(last_loss_) ? json(last_loss_) : json(nullptr);
   s["eval_first"] = eval_first_;
@@ -125,6 +132,11 @@ Status Trainer::resume_from_checkpoint() {
     eval_first_bpb_ = st.value("eval_first_bpb", -1.0);
     eval_last_bpb_ = st.value("eval_last_bpb", -1.0);
     sched_.restart_step = st.at("schedule").value("restart_step", (int64_t)-1);
+    if (model_.lora_on() != st.contains("lora"))
+      return Status::error(fmt::format("{}: the checkpoint {} LoRA adapters and this run {} [lora]; resume with the "
+                                       "run's own [lora] section (stored in {}/config.toml)", dir,
+                                       st.contains("lora") ? "holds" : "holds no", model_.lora_on() ? "has" : "has no", dir));
+    if (model_.lora_on()) model_.set_lora_counter(st["lora"].value("dropout_counter", (uint64_t)0));
     // A budgeted run resumes its plan (the budget then counts from the resume).
     if (budget_s_ > 0 && st.contains("time_budget") && st["time_budget"].value("planned", false)) {
       planned_ = true;
@@ -154,6 +166,22 @@ Status Trainer::resume_from_checkpoint() {
   return lead_ ? truncate_metrics(metrics_path_, step_, st.value("metrics_line", std::string())) : Status::ok();
 }
 
+// [lora] init: the adapters from a PEFT folder of the same rank and targets (fresh optimizer).
+Status Trainer::init_adapters_from() {
+  LoraConfig theirs;
+  if (Status s = peft_read_config(c_.lora.init, theirs); !s) return Status::error("[lora] init: " + s.message());
+  const LoraConfig& mine = model_.lora_config();
+  if (theirs.rank != mine.rank || theirs.targets != mine.targets || theirs.alpha != mine.alpha)
+    return Status::error(fmt::format("[lora] init {}: its adapters are rank {}, alpha {}, targets [{}]; this run's "
+                                     "[lora] says rank {}, alpha {}, targets [{}]: give the same", c_.lora.init,
+                                     theirs.rank, theirs.alpha, fmt::join(theirs.targets, ", "), mine.rank, mine.alpha,
+                                     fmt::join(mine.targets, ", ")));
+  if (Status s = peft_read_adapters(c_.lora.init, model_.lora_layout(), model_.params()); !s)
+    return Status::error("[lora] init: " + s.message());
+  spdlog::info("[lora] adapters from {} ({} parameters)", c_.lora.init, model_.layout().total);
+  return Status::ok();
+}
+
 Status Trainer::init_weights_from() {
   InitSource src;
   if (Status s = init_from_resolve(c_.train.init_from, src); !s) return s;
@@ -163,7 +191,7 @@ Status Trainer::init_weights_from() {
     return Status::error(fmt::format("[train] init_from {}: this run's [model] is not the source's (smelt train "
                                      "--init-from sets it; a config that names init_from itself must copy the "
                                      "source's [model])", c_.train.init_from));
-  if (Status s = init_from_load(src, c_.model, model_.layout(), model_.params()); !s) return s;
+  if (Status s = init_from_load(src, c_.model, model_.base_layout(), model_.base_params()); !s) return s;
   if (gpu_) gpu_->from_host(model_, opt_);
   std::vector<std::string> unchecked;
   if (tok_) {
@@ -175,8 +203,12 @@ Status Trainer::init_weights_from() {
     spdlog::warn("[train] init_from {}: no tokenizer ([train] tokenizer, or the source's tokenizer.json): the data's "
                  "tokenizer is not checked", c_.train.init_from);
   }
-  spdlog::info("weights from {} ({} parameters); optimizer and schedule start fresh at step 0",
-               src.step_dir.empty() ? src.hf_dir : src.step_dir, param_count(c_.model));
+  if (model_.lora_on())
+    spdlog::info("base weights from {} ({} parameters, frozen); the adapters train", src.step_dir.empty() ? src.hf_dir : src.step_dir,
+                 param_count(c_.model));
+  else
+    spdlog::info("weights from {} ({} parameters); optimizer and schedule start fresh at step 0",
+                 src.step_dir.empty() ? src.hf_dir : src.step_dir, param_count(c_.model));
   return Status::ok();
 }
 

@@ -89,6 +89,7 @@ class Trainer {
   Status resume_from_checkpoint();
   // --init-from: the source's weights into this shard, the shards' tokenizer checked (a fresh run).
   Status init_weights_from();
+  Status init_adapters_from();
   Status save(int64_t step, const char* why, ojson* line);
   Status eval_now(int64_t step, ojson* line);
   Status rollback(int64_t step);

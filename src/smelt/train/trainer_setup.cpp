@@ -85,10 +85,14 @@ Status Trainer::setup_tokenizer() {
 Status Trainer::setup_model() {
   const int64_t budget = c_.train.memory_mb > 0 ? c_.train.memory_mb << 20 : memory_physical_bytes();
   const int dp = grid_.dp;
-  if (c_.dist.zero == 1 && dp > 1) bounds_ = zero_shard_bounds(param_layout(c_.model, shard_).total, dp);
+  // (what trains: the adapters alone under LoRA)
+  const int64_t trained = c_.lora.enabled() ? lora_layout(c_.model, c_.lora).params.total
+                                            : param_layout(c_.model, shard_).total;
+  if (c_.dist.zero == 1 && dp > 1) bounds_ = zero_shard_bounds(trained, dp);
   const bool cuda = c_.train.device == DeviceKind::kCuda;
   const Precision precision = train_precision(c_);
   model_.set_precision(precision);
+  model_.set_lora(c_.lora);  // (rank 0: off)
   const int slots = pipeline_slots(shard_.pp, shard_.stage, c_.train.grad_accum);
   // The plan's process row: all this process holds before the plan's buffers (binary, libraries,
   // MPI and its groups, the tokenizer, the tasks' items).
