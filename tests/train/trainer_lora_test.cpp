@@ -172,6 +172,45 @@ TEST_F(LoraTrainTest, PeftExportIsReadByTheSpecReaderAndStartsAnotherRun) {
   EXPECT_FALSE(peft_export(base_ckpt, (dir_ / "nope").string()).is_ok());
 }
 
+// Two data-parallel ranks under mpirun, the optimizer sharded (ZeRO-1 over the adapters' range):
+// the same target tokens each step as one rank, the losses and the final adapters to what the
+// reduction order leaves.
+TEST_F(LoraTrainTest, TwoDataParallelRanksTrainTheAdaptersAsOneDoes) {
+  ASSERT_EQ(std::system("command -v mpirun > /dev/null 2>&1"), 0) << "mpirun: scripts/install-deps installs openmpi-bin";
+  const std::string toml = (dir_ / "lora.toml").string();
+  test::write_file(toml, train_config_to_string(lora("unused", "train.steps=8 eval.every=0 train.threads=1 dist.zero=1")));
+  auto run = [&](const std::string& name, int ranks) {
+    const std::string cmd = fmt::format("{} train --config {} --run-dir {} > {}.log 2>&1", SMELT_BINARY, toml,
+                                        (dir_ / name).string(), (dir_ / name).string());
+    return std::system((ranks > 1 ? fmt::format("{} -np {} {}", test::kMpirun, ranks, cmd) : cmd).c_str());
+  };
+  ASSERT_EQ(run("dp2", 2), 0) << test::read_file((dir_ / "dp2.log").string());
+  ASSERT_EQ(run("dp1", 1), 0) << test::read_file((dir_ / "dp1.log").string());
+  const auto a = test::read_metrics(dir_ / "dp2"), b = test::read_metrics(dir_ / "dp1");
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); i++) {
+    if (!a[i].contains("loss")) continue;
+    EXPECT_EQ(a[i]["tokens"], b[i]["tokens"]) << i;
+    EXPECT_NEAR(a[i]["loss"].get<double>(), b[i]["loss"].get<double>(), 1e-3 * b[i]["loss"].get<double>()) << i;
+  }
+  std::string ca, cb;
+  ASSERT_TRUE(ckpt_find_latest((dir_ / "dp2").string(), ca).is_ok());
+  ASSERT_TRUE(ckpt_find_latest((dir_ / "dp1").string(), cb).is_ok());
+  CkptManifest ma, mb;
+  ASSERT_TRUE(ckpt_read_manifest(ca, ma).is_ok());
+  ASSERT_TRUE(ckpt_read_manifest(cb, mb).is_ok());
+  const std::string name = "base_model.model.model.layers.1.mlp.down_proj.lora_B.weight";
+  const CkptTensorInfo* t = mb.find(name);
+  ASSERT_NE(t, nullptr);
+  std::vector<float> x(t->bytes / 4), y(t->bytes / 4);
+  ASSERT_TRUE(ckpt_load_tensor(ca, ma, name, x.data(), x.size()).is_ok());
+  ASSERT_TRUE(ckpt_load_tensor(cb, mb, name, y.data(), y.size()).is_ok());
+  double diff = 0, norm = 0;
+  for (size_t i = 0; i < x.size(); i++) diff = std::max(diff, (double)std::fabs(x[i] - y[i])), norm = std::max(norm, (double)std::fabs(y[i]));
+  EXPECT_GT(norm, 0.0) << "B moved from zero";
+  EXPECT_LT(diff, 1e-2 * norm);
+}
+
 TEST_F(LoraTrainTest, RefusesARunWithoutABaseAndTensorParallel) {
   toml::table root = toml::parse(test::byte_model_toml(64, false) + R"([data]
 sources = "x"
