@@ -74,15 +74,7 @@ TEST_F(TrainerTest, ResumeReproducesTheUninterruptedRun) {
   for (size_t i = 0; i < want.size(); i++)
     EXPECT_EQ(deterministic(got[i]).dump(), deterministic(want[i]).dump()) << "line " << i;
   // The final weights are the same bits.
-  CkptManifest ma, mb;
-  ASSERT_TRUE(ckpt_read_manifest(a.checkpoint, ma).is_ok());
-  ASSERT_TRUE(ckpt_read_manifest(b.checkpoint, mb).is_ok());
-  for (const auto& t : ma.tensors) {
-    std::vector<float> x(t.bytes / 4), y(t.bytes / 4);
-    ASSERT_TRUE(ckpt_load_tensor(a.checkpoint, ma, t.name, x.data(), x.size()).is_ok());
-    ASSERT_TRUE(ckpt_load_tensor(b.checkpoint, mb, t.name, y.data(), y.size()).is_ok());
-    EXPECT_EQ(x, y) << t.name;
-  }
+  expect_same_tensors(a.checkpoint, b.checkpoint);
   // A kill after the asynchronous save of step 4 committed but before step 4's line reached
   // metrics.jsonl: the resume restores the line from the checkpoint.
   const std::string torn = (dir_ / "torn").string();

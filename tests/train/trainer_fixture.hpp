@@ -82,6 +82,18 @@ save_every = 0
     return plans;
   }
   static nlohmann::json deterministic(nlohmann::json j) { return test::drop_timing(std::move(j)); }
+  // Every tensor of checkpoint step folder a is in b with the same bits.
+  static void expect_same_tensors(const std::string& a, const std::string& b) {
+    CkptManifest ma, mb;
+    ASSERT_TRUE(ckpt_read_manifest(a, ma).is_ok());
+    ASSERT_TRUE(ckpt_read_manifest(b, mb).is_ok());
+    for (const auto& t : ma.tensors) {
+      std::vector<float> x(t.bytes / 4), y(t.bytes / 4);
+      ASSERT_TRUE(ckpt_load_tensor(a, ma, t.name, x.data(), x.size()).is_ok());
+      ASSERT_TRUE(ckpt_load_tensor(b, mb, t.name, y.data(), y.size()).is_ok()) << t.name;
+      EXPECT_EQ(x, y) << t.name;
+    }
+  }
 
   std::filesystem::path dir_;
 };

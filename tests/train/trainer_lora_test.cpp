@@ -100,15 +100,7 @@ TEST_F(LoraTrainTest, AResumedRunEqualsTheStraightRun) {
   ASSERT_EQ(got.size(), want.size());
   for (size_t i = 0; i < want.size(); i++)
     EXPECT_EQ(deterministic(got[i]).dump(), deterministic(want[i]).dump()) << "line " << i;
-  CkptManifest ma, mb;
-  ASSERT_TRUE(ckpt_read_manifest(a.checkpoint, ma).is_ok());
-  ASSERT_TRUE(ckpt_read_manifest(b.checkpoint, mb).is_ok());
-  for (const auto& t : ma.tensors) {
-    std::vector<float> x(t.bytes / 4), y(t.bytes / 4);
-    ASSERT_TRUE(ckpt_load_tensor(a.checkpoint, ma, t.name, x.data(), x.size()).is_ok());
-    ASSERT_TRUE(ckpt_load_tensor(b.checkpoint, mb, t.name, y.data(), y.size()).is_ok());
-    EXPECT_EQ(x, y) << t.name;
-  }
+  expect_same_tensors(a.checkpoint, b.checkpoint);
 }
 
 // `smelt export --format peft`: PEFT's two files, read by the spec-written safetensors reader

@@ -21,6 +21,19 @@ extern "C" char* openblas_get_corename(void);
 
 namespace smelt {
 
+double cpu_chain_mhz(int64_t loops) {
+  uint64_t x = 3, n = (uint64_t)loops;
+  const auto t0 = std::chrono::steady_clock::now();
+  asm volatile(
+      "1:\n\t"
+      "imul %0, %0\n\timul %0, %0\n\timul %0, %0\n\timul %0, %0\n\t"
+      "imul %0, %0\n\timul %0, %0\n\timul %0, %0\n\timul %0, %0\n\t"
+      "dec %1\n\tjnz 1b"
+      : "+r"(x), "+r"(n));
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return 3.0 * 8.0 * (double)loops / s / 1e6;
+}
+
 namespace {
 std::string g_fixed_from;  // what blas_core_fix's re-exec fixed (read from, then removed from, the environment)
 
@@ -39,18 +52,7 @@ bool has_flag(const std::string& flags, const char* f) {
 // three ~25 ms runs.
 double measure_mhz() {
   double best = 0;
-  for (int r = 0; r < 3; r++) {
-    uint64_t x = 3, n = 3'000'000;
-    auto t0 = std::chrono::steady_clock::now();
-    asm volatile(
-        "1:\n\t"
-        "imul %0, %0\n\timul %0, %0\n\timul %0, %0\n\timul %0, %0\n\t"
-        "imul %0, %0\n\timul %0, %0\n\timul %0, %0\n\timul %0, %0\n\t"
-        "dec %1\n\tjnz 1b"
-        : "+r"(x), "+r"(n));
-    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    best = std::max(best, 3.0 * 8.0 * 3'000'000 / s / 1e6);
-  }
+  for (int r = 0; r < 3; r++) best = std::max(best, cpu_chain_mhz(3'000'000));
   return best;
 }
 

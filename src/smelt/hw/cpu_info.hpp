@@ -3,6 +3,7 @@
 // OpenBLAS core check (a generic or older core on a newer CPU is fixed before any GEMM runs).
 // Not a benchmark (machine/gemm_select.hpp measures), not the kernels.
 #pragma once
+#include <cstdint>
 #include <string>
 
 #include "smelt/hw/precision.hpp"
@@ -23,6 +24,10 @@ struct CpuInfo {
   // The feature list in /proc/cpuinfo order, only the ones above (for reports).
   std::string flags() const;
 };
+
+// One timing of a chain of `loops` x 8 dependent 64-bit multiplies (3 cycles each on every x86-64
+// core of the last decade): the MHz the core ran at meanwhile.
+double cpu_chain_mhz(int64_t loops);
 
 // Read once per process (cpuid and /proc/cpuinfo), then cached; mhz is the stated clock.
 const CpuInfo& cpu_info();

@@ -161,19 +161,6 @@ __attribute__((target("avx512f,avx512bf16"))) double dpbf16(int64_t n) {
 #undef SMELT_TWELVE
 #undef SMELT_KEEP
 
-// The clock: a chain of dependent 64-bit multiplies, 3 cycles each (as cpu_info measures it).
-double chain_mhz() {
-  uint64_t x = 3, n = 1'000'000;
-  const auto t0 = std::chrono::steady_clock::now();
-  asm volatile(
-      "1:\n\t"
-      "imul %0, %0\n\timul %0, %0\n\timul %0, %0\n\timul %0, %0\n\t"
-      "imul %0, %0\n\timul %0, %0\n\timul %0, %0\n\timul %0, %0\n\t"
-      "dec %1\n\tjnz 1b"
-      : "+r"(x), "+r"(n));
-  return 3.0 * 8.0 * 1'000'000 / seconds_since(t0) / 1e6;
-}
-
 }  // namespace
 
 PeakMeasured cpu_peak_measure(const CpuInfo& c) {
@@ -183,7 +170,7 @@ PeakMeasured cpu_peak_measure(const CpuInfo& c) {
   double fp32 = 0, bf16 = 0;
   constexpr int64_t kIters = 200'000;
   for (int r = 0; r < 5; r++) {
-    m.mhz = std::max(m.mhz, chain_mhz());
+    m.mhz = std::max(m.mhz, cpu_chain_mhz(1'000'000));
     if (c.avx512f) fp32 = std::max(fp32, fma512(kIters));
     else if (c.avx2 && c.fma) fp32 = std::max(fp32, fma256(kIters));
     if (c.avx512_bf16 && c.avx512f) bf16 = std::max(bf16, dpbf16(kIters));
