@@ -74,7 +74,7 @@ json Trainer::state_json() const {
   if (model_.lora_on()) {  // the checkpoint holds the adapters; the base is init_from's
     const LoraConfig& l = model_.lora_config();
     s["lora"] = {{"rank", l.rank}, {"alpha", l.alpha}, {"dropout", l.dropout}, {"targets", l.targets},
-                 {"base", c_.train.init_from}, {"dropout_counter", model_.lora_counter()}};
+                 {"base", lora_base_}, {"dropout_counter", model_.lora_counter()}};
   }
   s["first_loss"] = std::isfinite(first_loss_) ? json(first_loss_) : json(nullptr);
   s["last_loss"] = std::isfinite(last_loss_) ? json(last_loss_) : json(nullptr);
@@ -113,6 +113,10 @@ Status Trainer::resume_from_checkpoint() {
   }
   CkptManifest m;
   if (Status s = ckpt_read_manifest(dir, m); !s) return s;
+  if (model_.lora_on() != m.state.contains("lora"))
+    return Status::error(fmt::format("{}: the checkpoint {} LoRA adapters and this run {} [lora]; resume with the "
+                                     "run's own [lora] section (stored in {}/config.toml)", dir,
+                                     m.state.contains("lora") ? "holds" : "holds no", model_.lora_on() ? "has" : "has no", dir));
   ModelConfig saved;
   if (Status s = ckpt_model_config(dir, m, saved); !s) return s;
   if (!model_config_same(saved, c_.model))
@@ -132,11 +136,10 @@ Status Trainer::resume_from_checkpoint() {
     eval_first_bpb_ = st.value("eval_first_bpb", -1.0);
     eval_last_bpb_ = st.value("eval_last_bpb", -1.0);
     sched_.restart_step = st.at("schedule").value("restart_step", (int64_t)-1);
-    if (model_.lora_on() != st.contains("lora"))
-      return Status::error(fmt::format("{}: the checkpoint {} LoRA adapters and this run {} [lora]; resume with the "
-                                       "run's own [lora] section (stored in {}/config.toml)", dir,
-                                       st.contains("lora") ? "holds" : "holds no", model_.lora_on() ? "has" : "has no", dir));
-    if (model_.lora_on()) model_.set_lora_counter(st["lora"].value("dropout_counter", (uint64_t)0));
+    if (model_.lora_on()) {
+      model_.set_lora_counter(st["lora"].value("dropout_counter", (uint64_t)0));
+      resumed_lora_base_ = st["lora"].value("base", std::string());
+    }
     // A budgeted run resumes its plan (the budget then counts from the resume).
     if (budget_s_ > 0 && st.contains("time_budget") && st["time_budget"].value("planned", false)) {
       planned_ = true;
@@ -191,6 +194,11 @@ Status Trainer::init_weights_from() {
     return Status::error(fmt::format("[train] init_from {}: this run's [model] is not the source's (smelt train "
                                      "--init-from sets it; a config that names init_from itself must copy the "
                                      "source's [model])", c_.train.init_from));
+  const std::string source = src.step_dir.empty() ? src.hf_dir : src.step_dir;
+  if (model_.lora_on() && !resumed_lora_base_.empty() && source != resumed_lora_base_)
+    return Status::error(fmt::format("[train] init_from {} is now {}, but the adapters being resumed trained on {}: "
+                                     "name that base in init_from", c_.train.init_from, source, resumed_lora_base_));
+  lora_base_ = source;
   if (Status s = init_from_load(src, c_.model, model_.base_layout(), model_.base_params()); !s) return s;
   if (gpu_) gpu_->from_host(model_, opt_);
   std::vector<std::string> unchecked;
@@ -204,11 +212,10 @@ Status Trainer::init_weights_from() {
                  "tokenizer is not checked", c_.train.init_from);
   }
   if (model_.lora_on())
-    spdlog::info("base weights from {} ({} parameters, frozen); the adapters train", src.step_dir.empty() ? src.hf_dir : src.step_dir,
-                 param_count(c_.model));
+    spdlog::info("base weights from {} ({} parameters, frozen); the adapters train", source, param_count(c_.model));
   else
-    spdlog::info("weights from {} ({} parameters); optimizer and schedule start fresh at step 0",
-                 src.step_dir.empty() ? src.hf_dir : src.step_dir, param_count(c_.model));
+    spdlog::info("weights from {} ({} parameters); optimizer and schedule start fresh at step 0", source,
+                 param_count(c_.model));
   return Status::ok();
 }
 

@@ -186,6 +186,9 @@ class Trainer {
   LoaderPosition loader_pos_;
   bool have_resume_pos_ = false;
   std::string last_ckpt_;
+  // LoRA: the base's checkpoint (or Hugging Face folder) as init_from resolved it, and the one the
+  // resumed checkpoint was trained on (a resume must find the same).
+  std::string lora_base_, resumed_lora_base_;
   bool tty_ = false;
   double last_status_s_ = 0, run_start_s_ = 0;
   int64_t last_status_step_ = -1;
