@@ -227,17 +227,22 @@ steps = 4
 rank = 4
 )");
   TrainConfig c;
-  Status s = train_config_read(root, c);
+  Status s = train_config_read(root, c);  // (each read below into a fresh TrainConfig)
   ASSERT_FALSE(s.is_ok());
   EXPECT_NE(s.message().find("--init-from"), std::string::npos) << s.message();
   root.insert_or_assign("parallel", toml::table{{"tp", 2}});
   root["train"].as_table()->insert_or_assign("init_from", "somewhere");
-  s = train_config_read(root, c);
+  s = train_config_read(root, c = TrainConfig{});
   ASSERT_FALSE(s.is_ok());
   EXPECT_NE(s.message().find("data-parallel only"), std::string::npos) << s.message();
   root.insert_or_assign("parallel", toml::table{{"tp", 1}});
+  root.insert_or_assign("eval", toml::table{{"tasks", toml::array{"somewhere.jsonl"}}});
+  s = train_config_read(root, c = TrainConfig{});
+  ASSERT_FALSE(s.is_ok());
+  EXPECT_NE(s.message().find("[lora] with [eval] tasks"), std::string::npos) << s.message();
+  root.erase("eval");
   root["lora"].as_table()->insert_or_assign("targets", toml::array{"q", "w"});
-  s = train_config_read(root, c);
+  s = train_config_read(root, c = TrainConfig{});
   ASSERT_FALSE(s.is_ok());
   EXPECT_NE(s.message().find("unknown target \"w\""), std::string::npos) << s.message();
 }

@@ -263,6 +263,9 @@ Status lora_rules(const TrainConfig& c) {
                                      "rank holds the whole frozen base)", c.parallel.tp, c.parallel.pp));
   if (c.train.device == DeviceKind::kCuda)
     return Status::error("[lora] with [train] device = \"cuda\": the CUDA backend has no adapters yet; train LoRA on the CPU");
+  if (!c.eval.tasks.empty())
+    return Status::error("[lora] with [eval] tasks: the tasks score a whole model and merging the adapters into the "
+                         "base is not built yet; evaluate with the held-out loss ([eval] data)");
   return Status::ok();
 }
 }  // namespace
@@ -277,6 +280,7 @@ Status train_config_validate(const TrainConfig& c) {
     return Status::error("[train] steps = 0, max_tokens = 0 and time_budget_minutes = 0: give at least one "
                          "stopping rule");
   if (Status s = lr_schedule_validate(c.schedule); !s) return s;
+  if (Status s = lora_rules(c); !s) return s;
   if (c.eval.points > 0 && c.eval.every > 0)
     return Status::error(fmt::format("[eval] every = {} and points = {}: give one of them", c.eval.every,
                                      c.eval.points));
@@ -291,7 +295,6 @@ Status train_config_validate(const TrainConfig& c) {
     return Status::error(fmt::format("[dist.compression] type = \"topk\" with [parallel] tp = {}, pp = {}: top-k "
                                      "compression is for data parallel alone (its residual is per rank of one "
                                      "layout); use tp = pp = 1 or no compression", pl.tp, pl.pp));
-  if (Status s = lora_rules(c); !s) return s;
   const int T = c.data.mode == BatchMode::kPacked ? c.data.seq_len : c.data.buckets.back();
   if (T > c.model.max_seq_len)
     return Status::error(fmt::format("[data] {} = {}: longer than [model] max_seq_len = {}",
