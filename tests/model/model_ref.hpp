@@ -29,6 +29,32 @@ inline double rel_err(const float* a, const std::vector<float>& b) {
   return m / s;
 }
 
+// Every gradient of `lay` (in grads) against the reference's "grad.NAME": each within tol; an
+// empty reference gradient fails when nonzero_ref (the check would be empty). The worst error
+// and its tensor's name.
+struct GradErr {
+  double worst = 0;
+  std::string name;
+};
+inline GradErr expect_grads_near(const ParamLayout& lay, const float* grads, TensorMap& ref, double tol,
+                                 bool nonzero_ref = false) {
+  GradErr w;
+  for (const auto& t : lay.tensors) {
+    const auto& g = ref["grad." + t.name].f;
+    EXPECT_EQ((int64_t)g.size(), t.size()) << t.name;
+    if ((int64_t)g.size() != t.size()) continue;
+    const double e = rel_err(grads + t.offset, g);
+    EXPECT_LT(e, tol) << t.name;
+    if (nonzero_ref) {
+      double norm = 0;
+      for (float v : g) norm += (double)v * v;
+      EXPECT_GT(norm, 0.0) << t.name << ": the reference's gradient is zero, the check would be empty";
+    }
+    if (e > w.worst) w = {e, t.name};
+  }
+  return w;
+}
+
 inline Batch make_batch(int B, int T, int V, bool segments, bool positions, uint64_t seed) {
   Batch b;
   b.B = B;

@@ -14,7 +14,8 @@ DTYPES = {"F64": np.float64, "F32": np.float32, "F16": np.float16, "I64": np.int
           "I16": np.int16, "I8": np.int8, "U8": np.uint8, "BOOL": np.bool_}
 
 
-def main(path):
+def read(path):
+    """(metadata, {name: (dtype name, numpy array of its shape)}), the header checked."""
     with open(path, "rb") as f:
         blob = f.read()
     (n,) = struct.unpack("<Q", blob[:8])
@@ -32,12 +33,19 @@ def main(path):
         assert end - b == count * dt.itemsize, f"{name}: {end - b} bytes for shape {e['shape']}"
         arr = np.frombuffer(data[b:end], dtype=dt).reshape(e["shape"])
         spans.append((b, end))
-        out[name] = {"dtype": e["dtype"], "shape": e["shape"], "values": arr.astype(np.float64).ravel().tolist()}
+        out[name] = (e["dtype"], arr)
     pos = 0
     for b, end in sorted(spans):
         assert b == pos, f"hole or overlap at data byte {pos}"
         pos = end
     assert pos == len(data), f"data ends at {pos}, buffer has {len(data)} bytes"
+    return meta, out
+
+
+def main(path):
+    meta, tensors = read(path)
+    out = {name: {"dtype": dt, "shape": list(arr.shape), "values": arr.astype(np.float64).ravel().tolist()}
+           for name, (dt, arr) in tensors.items()}
     json.dump({"metadata": meta, "tensors": out}, sys.stdout)
 
 

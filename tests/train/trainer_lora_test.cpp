@@ -3,7 +3,11 @@
 // (PEFT's names) with their AdamW moments and the state names the base; an interrupted run resumed
 // from its checkpoint (dropout on: the masks continue) equals the straight run step for step; and
 // the adapters exported in PEFT's layout (checked by a spec-written reader) start another run; the
-// refusals (no base, tensor parallel, a LoRA checkpoint where a whole model is needed).
+// refusals (no base, tensor parallel, a LoRA checkpoint where a whole model is needed); merged into
+// the base for Hugging Face and GGUF (checked by a float64 merge over the spec-written reader) and
+// served unmerged (`smelt serve --lora`) with the merged file's outputs.
+#include <sys/wait.h>
+
 #include <cstring>
 #include <fstream>
 #include <iterator>
@@ -11,7 +15,11 @@
 #include <string>
 #include <vector>
 
+#include "serve/raw_http.hpp"
+#include "serve/serve_process.hpp"
 #include "smelt/ckpt/peft.hpp"
+#include "smelt/tokenizer/tokenizer.hpp"
+#include "test_references.hpp"
 #include "trainer_fixture.hpp"
 
 namespace smelt::test {
@@ -79,6 +87,28 @@ TEST_F(LoraTrainTest, AdaptersLearnOnAFrozenBaseAndTheCheckpointHoldsThemAlone) 
   ASSERT_FALSE(st.is_ok());
   EXPECT_NE(st.message().find("LoRA"), std::string::npos) << st.message();
   EXPECT_NE(st.message().find(base_ckpt), std::string::npos) << st.message();
+}
+
+// A base held in bf16 trains the adapters exactly as a bf16 run on an fp32 base does (the same
+// bf16 copy feeds the same GEMMs); one held in q8_0 trains them too (the loss falls), and its
+// summary's memory plan holds the q8_0 base in place of the fp32 one. (The refusal of a bf16 base
+// in an fp32 run: RefusesARunWithoutABaseAndTensorParallel.)
+TEST_F(LoraTrainTest, CompactBasesTrainTheAdapters) {
+  const std::string en = fmt::format("eval.data=\"{}\"", (dir_ / "en").string());
+  TrainSummary f32, b16, q8;
+  TrainConfig a = lora("f32", "train.steps=20 eval.every=20 train.precision=\"bf16\" " + en);
+  ASSERT_TRUE(train_run(a, f32).is_ok());
+  TrainConfig b = lora("b16", "train.steps=20 eval.every=20 train.precision=\"bf16\" lora.base_dtype=\"bf16\" " + en);
+  ASSERT_TRUE(train_run(b, b16).is_ok());
+  EXPECT_EQ(b16.eval_first, f32.eval_first);
+  EXPECT_EQ(b16.eval_last, f32.eval_last);
+  EXPECT_EQ(b16.last_loss, f32.last_loss);
+  TrainConfig c = lora("q8", "train.steps=40 eval.every=40 lora.base_dtype=\"q8_0\" " + en);
+  ASSERT_TRUE(train_run(c, q8).is_ok());
+  EXPECT_LT(q8.eval_last, q8.eval_first - 0.02) << q8.eval_first << " -> " << q8.eval_last;
+  const auto plan_f32 = f32.json["timing"]["memory_plan"], plan_q8 = q8.json["timing"]["memory_plan"];
+  EXPECT_EQ(plan_q8["lora_base_dtype"], "q8_0");
+  EXPECT_LT(plan_q8["param_bytes"].get<double>(), plan_f32["param_bytes"].get<double>()) << q8.json.dump();
 }
 
 TEST_F(LoraTrainTest, AResumedRunEqualsTheStraightRun) {
@@ -161,8 +191,10 @@ TEST_F(LoraTrainTest, PeftExportIsReadByTheSpecReaderAndStartsAnotherRun) {
   ASSERT_TRUE(peft_read_config(peft, read).is_ok());
   EXPECT_EQ(read.rank, 4);
   EXPECT_EQ(read.targets, c.lora.targets);
-  // Another run starts from the file: its step-0 evaluation is the first run's last.
+  // Another run starts from the file: its step-0 evaluation is the first run's last. Its targets,
+  // written in another order than the file's (the model's), are the same targets.
   TrainConfig b = lora("b", fmt::format("train.steps=2 eval.every=2 lora.init=\"{}\"", peft));
+  b.lora.targets = {"down", "up", "gate", "o", "v", "k", "q"};
   TrainSummary sb;
   ASSERT_TRUE(train_run(b, sb).is_ok());
   EXPECT_EQ(sb.eval_first, a.eval_last);
@@ -173,6 +205,112 @@ TEST_F(LoraTrainTest, PeftExportIsReadByTheSpecReaderAndStartsAnotherRun) {
   EXPECT_NE(st.message().find("rank 4"), std::string::npos) << st.message();
   // A whole model's checkpoint is not adapters.
   EXPECT_FALSE(peft_export(base_ckpt, (dir_ / "nope").string()).is_ok());
+}
+
+namespace {
+// A completion at temperature 0 with each token's log-probability.
+nlohmann::json complete(int port, const std::string& prompt) {
+  const test::Reply r = test::http(port, "POST", "/v1/completions",
+                                   nlohmann::json{{"prompt", prompt}, {"max_tokens", 12}, {"temperature", 0},
+                                                  {"logprobs", 1}}.dump());
+  EXPECT_EQ(r.status, 200) << r.body;
+  const auto j = nlohmann::json::parse(r.body, nullptr, false);
+  return j.is_discarded() ? nlohmann::json() : j["choices"][0]["logprobs"];
+}
+double logprob_gap(const nlohmann::json& a, const nlohmann::json& b) {
+  double d = 0;
+  const auto& x = a["token_logprobs"];
+  const auto& y = b["token_logprobs"];
+  for (size_t i = 0; i < std::min(x.size(), y.size()); i++) d = std::max(d, std::fabs(x[i].get<double>() - y[i].get<double>()));
+  return d;
+}
+}  // namespace
+
+// The adapters merged into the base (W + alpha/r B A) for Hugging Face and GGUF, each export's
+// --check against the unmerged model; the merged weights against a float64 merge of the base's and
+// the adapters' files read by the spec-written reader; and the base served with the adapters
+// unmerged (`smelt serve --lora`) answering as the merged GGUF does, where the base alone does not.
+TEST_F(LoraTrainTest, MergedExportsAndUnmergedServingGiveTheAdaptedModel) {
+  TrainConfig c = lora("a", "train.steps=20 eval.every=20");
+  TrainSummary a;
+  ASSERT_TRUE(train_run(c, a).is_ok());
+  std::string base_ckpt;
+  ASSERT_TRUE(ckpt_find_latest(base(), base_ckpt).is_ok());
+  // The byte model's tokenizer (256 bytes and the end-of-document token 256) for GGUF and serve.
+  BpeModel bm;
+  for (int b = 0; b < 256; b++) bm.vocab.push_back(std::string(1, (char)b));
+  bm.specials.push_back({"<|endoftext|>", 256, true});
+  bm.vocab.push_back("<|endoftext|>");
+  Tokenizer tok;
+  ASSERT_TRUE(Tokenizer::from_model(bm, tok).is_ok());
+  const std::string tok_path = (dir_ / "byte.json").string();
+  ASSERT_TRUE(tok.save_hf(tok_path).is_ok());
+  const std::string peft = (dir_ / "peft").string(), merged = (dir_ / "merged").string(),
+                    base_hf = (dir_ / "base_hf").string(), gguf = (dir_ / "merged.gguf").string();
+  auto smelt = [&](const std::string& args, int want) {
+    int rc = 0;
+    const std::string out = test::run_command(fmt::format("{} {} 2>&1", SMELT_BINARY, args), rc);
+    EXPECT_EQ(WIFEXITED(rc) ? WEXITSTATUS(rc) : -1, want) << args << "\n" << out;
+    return out;
+  };
+  smelt(fmt::format("export --format peft --checkpoint {} -o {}", c.train.run_dir, peft), 0);
+  smelt(fmt::format("export --format hf --checkpoint {} -o {}", base_ckpt, base_hf), 0);
+  const std::string hf = smelt(fmt::format("export --merge-lora --check --json --checkpoint {} -o {}", c.train.run_dir, merged), 0);
+  EXPECT_NE(hf.find("\"check\":\"passed\""), std::string::npos) << hf;
+  EXPECT_NE(hf.find("\"merge_lora\":true"), std::string::npos) << hf;
+  const std::string py = (dir_ / "merge.json").string();
+  const std::string cmd = fmt::format("/usr/bin/python3 {}/tests/reference/peft_merge_check.py {}/model.safetensors {} "
+                                      "{}/model.safetensors > {}", SMELT_SOURCE_DIR, base_hf, peft, merged, py);
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  const auto j = nlohmann::json::parse(test::read_file(py));
+  EXPECT_EQ(j["targets"], kLoraTargets * c.model.n_layers) << j.dump();
+  EXPECT_TRUE(j["names_match"].get<bool>()) << j.dump();
+  EXPECT_TRUE(j["others_identical"].get<bool>()) << "embeddings, norms and head are the base's: " << j.dump();
+  EXPECT_LT(j["worst_rel"].get<double>(), 1e-6) << j.dump();
+  EXPECT_GT(j["adapter_norm"].get<double>(), 0.0) << "the adapters trained: B A is not zero";
+  const std::string gg = smelt(fmt::format("export --format gguf --merge-lora --check --checkpoint {} --tokenizer {} -o {}",
+                                           c.train.run_dir, tok_path, gguf), 0);
+  EXPECT_NE(gg.find("LoRA merged into its base"), std::string::npos) << gg;
+  // Refusals: a LoRA checkpoint without --merge-lora names both ways; --merge-lora of a whole model; peft + merge.
+  const std::string no = smelt(fmt::format("export --format hf --checkpoint {} -o {}", c.train.run_dir, (dir_ / "x").string()), 1);
+  EXPECT_NE(no.find("--merge-lora"), std::string::npos) << no;
+  EXPECT_NE(no.find(base_ckpt), std::string::npos) << no;
+  smelt(fmt::format("export --merge-lora --checkpoint {} -o {}", base_ckpt, (dir_ / "y").string()), 1);
+  smelt(fmt::format("export --format peft --merge-lora --checkpoint {} -o {}", c.train.run_dir, (dir_ / "z").string()), 2);
+  EXPECT_FALSE(fs::exists(dir_ / "y" / "model.safetensors"));
+
+  // Served: the base with the adapters unmerged against the merged file, and the base alone.
+  nlohmann::json with, as_merged, without;
+  const std::string prompt = "The patch ";
+  {
+    test::ServeProcess s(fmt::format("--checkpoint {} --tokenizer {} --lora {}", base_ckpt, tok_path, peft),
+                         dir_ / "serve-lora.log");
+    ASSERT_GT(s.port(), 0) << s.log();
+    with = complete(s.port(), prompt);
+    EXPECT_NE(s.log().find("LoRA rank 4"), std::string::npos) << s.log();
+    EXPECT_EQ(s.stop(), 0);
+  }
+  {
+    test::ServeProcess s("--gguf " + gguf, dir_ / "serve-merged.log");
+    ASSERT_GT(s.port(), 0) << s.log();
+    as_merged = complete(s.port(), prompt);
+  }
+  {
+    test::ServeProcess s(fmt::format("--checkpoint {} --tokenizer {}", base_ckpt, tok_path), dir_ / "serve-base.log");
+    ASSERT_GT(s.port(), 0) << s.log();
+    without = complete(s.port(), prompt);
+  }
+  ASSERT_EQ(with["token_logprobs"].size(), 12u) << with.dump();
+  EXPECT_EQ(with["tokens"], as_merged["tokens"]);
+  EXPECT_LT(logprob_gap(with, as_merged), 1e-3) << with.dump() << "\n" << as_merged.dump();
+  EXPECT_GT(logprob_gap(with, without), 1e-2) << "the adapters change the model's answers";
+  std::printf("[merge] float64 merge vs export: worst relative %.2e over %d targets; served unmerged vs merged GGUF: "
+              "log-probabilities within %.2e (the base alone: %.2e away)\n", j["worst_rel"].get<double>(),
+              j["targets"].get<int>(), logprob_gap(with, as_merged), logprob_gap(with, without));
+  // A folder of adapters for another model is refused at start.
+  test::ServeProcess bad(fmt::format("--checkpoint {} --tokenizer {} --lora {}", base_ckpt, tok_path, base_hf),
+                         dir_ / "serve-bad.log");
+  EXPECT_EQ(bad.port(), 0);
 }
 
 // Two data-parallel ranks under mpirun, the optimizer sharded (ZeRO-1 over the adapters' range):
@@ -245,6 +383,17 @@ rank = 4
   s = train_config_read(root, c = TrainConfig{});
   ASSERT_FALSE(s.is_ok());
   EXPECT_NE(s.message().find("unknown target \"w\""), std::string::npos) << s.message();
+  // A bf16 base in an fp32 run: refused, naming the fix.
+  root["lora"].as_table()->insert_or_assign("targets", toml::array{"q"});
+  root["lora"].as_table()->insert_or_assign("base_dtype", "bf16");
+  root["train"].as_table()->insert_or_assign("precision", "fp32");
+  s = train_config_read(root, c = TrainConfig{});
+  ASSERT_FALSE(s.is_ok());
+  EXPECT_NE(s.message().find("precision = \"bf16\""), std::string::npos) << s.message();
+  root["lora"].as_table()->insert_or_assign("base_dtype", "int4");
+  s = train_config_read(root, c = TrainConfig{});
+  ASSERT_FALSE(s.is_ok());
+  EXPECT_NE(s.message().find("base_dtype = \"int4\""), std::string::npos) << s.message();
 }
 
 }  // namespace smelt::test

@@ -200,12 +200,13 @@ std::string model_name(const std::string& step_dir) {
 
 }  // namespace
 
-Status export_gguf(const std::string& step_dir, const std::string& out_path, GgufDtype dtype,
+Status export_gguf(const ExportSource& src, const std::string& out_path, GgufDtype dtype,
                    const std::string& tokenizer_path, GgufExportStats* stats) {
-  CkptManifest m;
-  if (Status s = ckpt_read_manifest(step_dir, m); !s) return s;
-  ModelConfig c;
-  if (Status s = ckpt_model_config(step_dir, m, c); !s) return s;
+  ExportWeights weights;
+  if (Status s = weights.open(src); !s) return s;
+  const std::string& step_dir = src.step_dir;
+  const CkptManifest& m = weights.manifest();
+  const ModelConfig& c = weights.config();
   std::string arch;
   if (Status s = gguf_export_architecture(step_dir, c, arch); !s) return s;
 
@@ -277,7 +278,7 @@ Status export_gguf(const std::string& step_dir, const std::string& out_path, Ggu
     for (size_t i = 0; i < plain.size(); i++) rope_freqs.push_back((float)(plain[i] / scaled[i]));
     w.add_tensor("rope_freqs.weight", {(int64_t)rope_freqs.size()}, GgmlType::kF32);
   }
-  for (const auto& t : layout.tensors) {  // presence and shapes: checked by ckpt_read_box below
+  for (const auto& t : layout.tensors) {  // presence and shapes: checked by weights.read below
     GgmlType g = GgmlType::kF32;
     if (t.cols > 1 && dtype == GgufDtype::kF16) g = GgmlType::kF16;
     if (t.cols > 1 && dtype == GgufDtype::kQ8_0) {
@@ -302,7 +303,7 @@ Status export_gguf(const std::string& step_dir, const std::string& out_path, Ggu
   if (s && !rope_freqs.empty()) s = w.write_tensor(rope_freqs.data(), 4 * (int64_t)rope_freqs.size());
   for (size_t i = 0; s && i < layout.tensors.size(); i++) {
     const ParamTensor& t = layout.tensors[i];
-    s = ckpt_read_box(step_dir, m, t.name, t.rows, t.cols, CkptBox{0, 0, t.rows, t.cols}, buf.data());
+    s = weights.read(t, buf.data());  // presence and shapes checked here, naming the tensor
     if (!s) break;
     const int heads = arch == "llama" ? rope_heads(t.name, c) : 0;  // qwen2/qwen3 rotate as we do (NEOX)
     if (heads) gguf_permute_rope_rows(buf.data(), heads, c.head_size(), t.cols, false);
@@ -365,11 +366,15 @@ double gguf_check_tolerance(const std::string& file_type) {
   return file_type == "f32" ? 0.0 : file_type == "f16" ? 2e-2 : 5e-2;
 }
 
-Status export_gguf_check(const std::string& step_dir, const std::string& gguf_path, double* max_abs_diff,
+Status export_gguf_check(const ExportSource& src, const std::string& gguf_path, double* max_abs_diff,
                          double* rel_diff, std::string* file_type) {
-  ModelConfig ca, cb;
+  ExportWeights weights;
+  if (Status s = weights.open(src); !s) return s;
+  const std::string& step_dir = src.step_dir;
+  const ModelConfig& ca = weights.config();
+  ModelConfig cb;
   std::vector<float> pa, pb;
-  if (Status s = ckpt_load_model(step_dir, ca, pa); !s) return s;
+  if (Status s = weights.read_base(pa); !s) return s;
   Tokenizer tok;
   GgufModelInfo info;
   if (Status s = gguf_load_model(gguf_path, cb, pb, tok, &info); !s) return s;
@@ -389,17 +394,16 @@ Status export_gguf_check(const std::string& step_dir, const std::string& gguf_pa
       return Status::error(fmt::format("{}: the tokenizer read back differs from {}", gguf_path, tok_path));
   }
   LogitsDiff d;
-  if (Status s = export_logits_diff(ca, pa, pb, d); !s) return s;
+  if (Status s = export_logits_diff(ca, pa, pb, d, weights.merged() ? &weights.lora() : nullptr); !s) return s;
   const double diff = d.max_abs, scale = d.scale;
   const bool nan = d.nan;
   if (max_abs_diff) *max_abs_diff = diff;
   if (rel_diff) *rel_diff = diff / scale;
-  const double tol = gguf_check_tolerance(info.file_type);
+  const double tol = gguf_check_tolerance(info.file_type) + (weights.merged() ? kLoraMergeTolerance : 0.0);
   if (nan || diff > tol * scale)
     return Status::error(fmt::format("{}: logits of a fixed batch differ from the checkpoint's by up to {} ({} of "
                                      "max(1, max|logit|)); {} allows {}{}", gguf_path, diff, diff / scale,
-                                     info.file_type, info.file_type == "f32" ? "none (the same fp32 values)"
-                                                                             : fmt::format("{}", tol),
+                                     info.file_type, tol == 0 ? "none (the same fp32 values)" : fmt::format("{}", tol),
                                      nan ? "; NaN logits" : ""));
   return Status::ok();
 }

@@ -13,6 +13,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "smelt/ckpt/export_weights.hpp"
 #include "smelt/ckpt/gguf.hpp"
 #include "smelt/common/status.hpp"
 #include "smelt/model/config.hpp"
@@ -37,10 +38,10 @@ struct GgufExportStats {
   std::map<std::string, int> types;  // ggml type name -> tensor count
 };
 
-// step_dir -> out_path (written beside, renamed into place). tokenizer_path: "" = the
+// src (a checkpoint, or a LoRA run's merged: export_weights.hpp) -> out_path (written beside, renamed into place). tokenizer_path: "" = the
 // checkpoint's tokenizer.json; a GGUF file without a tokenizer is useless to llama.cpp, so none is
 // an error. Memory: two buffers the size of the largest tensor, whatever the model's size.
-Status export_gguf(const std::string& step_dir, const std::string& out_path, GgufDtype dtype,
+Status export_gguf(const ExportSource& src, const std::string& out_path, GgufDtype dtype,
                    const std::string& tokenizer_path = "", GgufExportStats* stats = nullptr);
 
 // The tokenizer.ggml.pre name whose pre-tokenizer is exactly ours, from llama.cpp's
@@ -72,9 +73,10 @@ Status gguf_load_model(const std::string& path, ModelConfig& c, std::vector<floa
 // up to 32 tokens) through Model. The configs must agree and the tokenizer must have the
 // checkpoint's content hash; logits must be identical for an F32 file (the same fp32 values) and
 // within max|diff| <= tol * max(1, max|logit|) otherwise (tol: f16 2e-2, q8_0 5e-2; see
-// docs/generate.md for the measured errors). rel_diff: max|diff| / max(1, max|logit|).
+// docs/generate.md for the measured errors; a merged F32 file: export_hf.hpp's
+// kLoraMergeTolerance, against the base with its adapters unmerged). rel_diff: max|diff| / max(1, max|logit|).
 double gguf_check_tolerance(const std::string& file_type);
-Status export_gguf_check(const std::string& step_dir, const std::string& gguf_path, double* max_abs_diff = nullptr,
+Status export_gguf_check(const ExportSource& src, const std::string& gguf_path, double* max_abs_diff = nullptr,
                          double* rel_diff = nullptr, std::string* file_type = nullptr);
 
 // Our (Hugging Face) parameter name -> llama.cpp's tensor name (token_embd.weight, blk.N.attn_q.weight,

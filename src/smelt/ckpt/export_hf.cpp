@@ -91,12 +91,13 @@ nlohmann::ordered_json export_hf_config(const ModelConfig& c, int64_t eod_id) {
   return j;
 }
 
-Status export_hf(const std::string& step_dir, const std::string& out_dir,
-                 const std::string& tokenizer_path, HfExportStats* stats) {
-  CkptManifest m;
-  if (Status s = ckpt_read_manifest(step_dir, m); !s) return s;
-  ModelConfig c;
-  if (Status s = ckpt_model_config(step_dir, m, c); !s) return s;
+Status export_hf(const ExportSource& src, const std::string& out_dir, const std::string& tokenizer_path,
+                 HfExportStats* stats) {
+  ExportWeights weights;
+  if (Status s = weights.open(src); !s) return s;
+  const std::string& step_dir = src.step_dir;
+  const CkptManifest& m = weights.manifest();
+  const ModelConfig& c = weights.config();
   if (!*export_hf_architecture(c))
     return Status::error(fmt::format("{}: qkv_bias together with qk_norm is no Hugging Face architecture "
                                      "(Qwen2 has the biases, Qwen3 the norms)", step_dir));
@@ -143,8 +144,7 @@ Status export_hf(const std::string& step_dir, const std::string& out_dir,
     Status s = w.open(st_tmp, header, {{"format", "pt"}, {"producer", "smelt export"}});
     for (size_t i = 0; s && i < layout.tensors.size(); i++) {
       const ParamTensor& t = layout.tensors[i];
-      // whole or assembled from boxes; a missing or misshapen tensor fails here, naming it
-      s = ckpt_read_box(step_dir, m, t.name, t.rows, t.cols, CkptBox{0, 0, t.rows, t.cols}, buf.data());
+      s = weights.read(t, buf.data());
       if (s) s = w.write_next(buf.data());
     }
     if (s) s = w.finish();
@@ -197,7 +197,7 @@ Status export_hf_load(const std::string& out_dir, ModelConfig& c, std::vector<fl
 }
 
 Status export_logits_diff(const ModelConfig& c, const std::vector<float>& pa, const std::vector<float>& pb,
-                          LogitsDiff& out) {
+                          LogitsDiff& out, const LoraAdapters* a_lora) {
   Batch b;
   b.B = 2;
   b.T = std::min(32, c.max_seq_len);
@@ -207,15 +207,22 @@ Status export_logits_diff(const ModelConfig& c, const std::vector<float>& pa, co
     b.inputs.push_back((int32_t)((x >> 33) % (uint64_t)c.vocab_size));
     b.targets.push_back(-1);
   }
-  Model model;
   ModelConfig run = c;
   run.recompute = true;  // keep one layer's activations: the check runs forward only
-  if (Status s = model.init(run, b.B, b.T, 1, 0); !s) return s;
   const size_t nl = (size_t)b.B * b.T * c.vocab_size;
+  std::vector<float> la;
   float loss;
-  std::copy(pa.begin(), pa.end(), model.params());
-  if (Status s = model.forward(b, loss); !s) return s;
-  std::vector<float> la(model.acts().logits, model.acts().logits + nl);
+  {
+    Model model;
+    if (a_lora) model.set_lora(a_lora->config);
+    if (Status s = model.init(run, b.B, b.T, 1, 0); !s) return s;
+    std::copy(pa.begin(), pa.end(), model.base_params());
+    if (a_lora) std::copy(a_lora->params.begin(), a_lora->params.end(), model.params());
+    if (Status s = model.forward(b, loss); !s) return s;
+    la.assign(model.acts().logits, model.acts().logits + nl);
+  }
+  Model model;
+  if (Status s = model.init(run, b.B, b.T, 1, 0); !s) return s;
   std::copy(pb.begin(), pb.end(), model.params());
   if (Status s = model.forward(b, loss); !s) return s;
   out = LogitsDiff{};
@@ -228,22 +235,30 @@ Status export_logits_diff(const ModelConfig& c, const std::vector<float>& pa, co
   return Status::ok();
 }
 
-Status export_hf_check(const std::string& step_dir, const std::string& out_dir, double* max_abs_diff) {
-  ModelConfig ca, cb;
+Status export_hf_check(const ExportSource& src, const std::string& out_dir, double* max_abs_diff) {
+  ExportWeights weights;
+  if (Status s = weights.open(src); !s) return s;
+  const ModelConfig& ca = weights.config();
+  ModelConfig cb;
   std::vector<float> pa, pb;
-  if (Status s = ckpt_load_model(step_dir, ca, pa); !s) return s;
+  if (Status s = weights.read_base(pa); !s) return s;
   if (Status s = export_hf_load(out_dir, cb, pb); !s) return s;
   if (!model_config_same(ca, cb))
-    return Status::error(fmt::format("{}/config.json describes a different model than {}", out_dir, step_dir));
+    return Status::error(fmt::format("{}/config.json describes a different model than {}", out_dir, src.step_dir));
   LogitsDiff d;
-  if (Status s = export_logits_diff(ca, pa, pb, d); !s) return s;
-  const double diff = d.max_abs;
-  const bool nan = d.nan;
-  if (max_abs_diff) *max_abs_diff = diff;
-  if (diff != 0.0 || nan)
+  if (Status s = export_logits_diff(ca, pa, pb, d, weights.merged() ? &weights.lora() : nullptr); !s) return s;
+  if (max_abs_diff) *max_abs_diff = d.max_abs;
+  if (weights.merged()) {
+    if (d.nan || d.max_abs > kLoraMergeTolerance * d.scale)
+      return Status::error(fmt::format("{}: logits of a fixed batch differ from the base with its adapters unmerged "
+                                       "by up to {} ({} of max(1, max|logit|); a merge allows {}){}", out_dir,
+                                       d.max_abs, d.max_abs / d.scale, kLoraMergeTolerance, d.nan ? "; NaN logits" : ""));
+    return Status::ok();
+  }
+  if (d.max_abs != 0.0 || d.nan)
     return Status::error(fmt::format("{}: logits of a fixed batch differ from the checkpoint's by up to {} "
                                      "(must be identical: the export copies the same fp32 values){}",
-                                     out_dir, diff, nan ? "; NaN logits" : ""));
+                                     out_dir, d.max_abs, d.nan ? "; NaN logits" : ""));
   return Status::ok();
 }
 

@@ -43,19 +43,29 @@ json adapter_config(const LoraConfig& l, const std::string& base) {
           {"revision", nullptr}};
 }
 
-Status lora_from_state(const std::string& step_dir, const json& st, LoraConfig& l) {
-  try {
-    l.rank = st.at("rank").get<int>();
-    l.alpha = st.at("alpha").get<double>();
-    l.dropout = st.at("dropout").get<double>();
-    l.targets = st.at("targets").get<std::vector<std::string>>();
-  } catch (const std::exception& e) {
-    return Status::error(fmt::format("{}/manifest.json: state lora: {}", step_dir, e.what()));
-  }
-  return lora_config_validate(l);
+}  // namespace
+
+Status lora_checkpoint_load(const std::string& step_dir, const CkptManifest& m, const ModelConfig& c, LoraAdapters& a,
+                            LoraState* state) {
+  if (!m.state.contains("lora"))
+    return Status::error(fmt::format("{}: not a LoRA run's checkpoint (its state has no \"lora\")", step_dir));
+  LoraState ls;
+  if (Status s = lora_state_parse(m.state["lora"], step_dir + "/manifest.json", ls); !s) return s;
+  a.config = ls.config;
+  a.layout = lora_layout(c, a.config);
+  a.params.assign((size_t)a.layout.params.total, 0.0f);
+  for (const auto& t : a.layout.params.tensors)
+    if (Status s = ckpt_load_tensor(step_dir, m, t.name, a.params.data() + t.offset, t.size()); !s) return s;
+  if (state) *state = ls;
+  return Status::ok();
 }
 
-}  // namespace
+Status peft_load(const std::string& dir, const ModelConfig& c, LoraAdapters& a) {
+  if (Status s = peft_read_config(dir, a.config); !s) return s;
+  a.layout = lora_layout(c, a.config);
+  a.params.assign((size_t)a.layout.params.total, 0.0f);
+  return peft_read_adapters(dir, a.layout, a.params.data());
+}
 
 Status peft_export(const std::string& step_dir, const std::string& out_dir, const std::string& base) {
   CkptManifest m;
@@ -65,13 +75,14 @@ Status peft_export(const std::string& step_dir, const std::string& out_dir, cons
                                      "writes adapters; export a whole model with --format hf or gguf", step_dir));
   ModelConfig cfg;
   if (Status s = ckpt_model_config(step_dir, m, cfg); !s) return s;
-  LoraConfig l;
-  if (Status s = lora_from_state(step_dir, m.state["lora"], l); !s) return s;
-  const LoraLayout lay = lora_layout(cfg, l);
-  std::vector<float> p((size_t)lay.params.total);
+  LoraAdapters a;
+  LoraState ls;
+  if (Status s = lora_checkpoint_load(step_dir, m, cfg, a, &ls); !s) return s;
+  const LoraConfig& l = a.config;
+  const LoraLayout& lay = a.layout;
+  const std::vector<float>& p = a.params;
   std::vector<SafetensorsTensor> ts;
   for (const auto& t : lay.params.tensors) {
-    if (Status s = ckpt_load_tensor(step_dir, m, t.name, p.data() + t.offset, t.size()); !s) return s;
     SafetensorsTensor x;
     x.name = t.name;
     x.shape = {t.rows, t.cols};
@@ -93,7 +104,7 @@ Status peft_export(const std::string& step_dir, const std::string& out_dir, cons
     fs::remove(tmp, ec);
     return s;
   }
-  const std::string named = base.empty() ? m.state["lora"].value("base", std::string()) : base;
+  const std::string named = base.empty() ? ls.base : base;
   return files_write_atomic((fs::path(out_dir) / "adapter_config.json").string(),
                             adapter_config(l, named).dump(2) + "\n");
 }

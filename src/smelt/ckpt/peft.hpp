@@ -8,6 +8,7 @@
 #pragma once
 #include <string>
 
+#include "smelt/ckpt/checkpoint.hpp"
 #include "smelt/common/status.hpp"
 #include "smelt/model/config.hpp"
 #include "smelt/model/lora.hpp"
@@ -25,5 +26,12 @@ Status peft_read_config(const std::string& dir, LoraConfig& l);
 // Reads DIR's adapter tensors into `params` laid out as `lay` (lora_layout of the model and
 // `l`): every adapter of the layout must be there with its shape; an extra tensor is refused.
 Status peft_read_adapters(const std::string& dir, const LoraLayout& lay, float* params);
+
+// DIR's adapters for model c (peft_read_config, then peft_read_adapters into a's layout).
+Status peft_load(const std::string& dir, const ModelConfig& c, LoraAdapters& a);
+// A LoRA run's checkpoint (manifest m of step_dir, model c): its adapters, and what its state
+// records (the base, the dropout counter) when `state` is given. Not a LoRA checkpoint: refused.
+Status lora_checkpoint_load(const std::string& step_dir, const CkptManifest& m, const ModelConfig& c, LoraAdapters& a,
+                            LoraState* state = nullptr);
 
 }  // namespace smelt

@@ -33,11 +33,12 @@ int64_t peak_rss_bytes() {
   return 0;
 }
 // --format gguf: the export, --check, the summary line and --json.
-int export_gguf_main(const std::string& step_dir, const std::string& output, GgufDtype dtype,
+int export_gguf_main(const ExportSource& src, const std::string& output, GgufDtype dtype,
                      const std::string& tok_path, bool check, bool json) {
+  const std::string& step_dir = src.step_dir;
   auto t0 = std::chrono::steady_clock::now();
   GgufExportStats st;
-  if (Status s = export_gguf(step_dir, output, dtype, tok_path, &st); !s) {
+  if (Status s = export_gguf(src, output, dtype, tok_path, &st); !s) {
     spdlog::error("{}", s.message());
     return kExitFailure;
   }
@@ -45,7 +46,7 @@ int export_gguf_main(const std::string& step_dir, const std::string& output, Ggu
   std::string check_result = "not run", file_type = gguf_dtype_name(dtype);
   double diff = 0, rel = 0;
   if (check) {
-    if (Status s = export_gguf_check(step_dir, output, &diff, &rel, &file_type); !s) {
+    if (Status s = export_gguf_check(src, output, &diff, &rel, &file_type); !s) {
       spdlog::error("--check failed: {}", s.message());
       return kExitFailure;
     }
@@ -53,16 +54,16 @@ int export_gguf_main(const std::string& step_dir, const std::string& output, Ggu
   }
   std::string types;
   for (const auto& [t, n] : st.types) types += fmt::format("{}{} {}", types.empty() ? "" : ", ", n, t);
-  std::fputs(fmt::format("[export] {} -> {}: {} tensors ({}), {:.1f} MiB GGUF, tokenizer.ggml.pre {}, {:.2f} s; "
+  std::fputs(fmt::format("[export] {}{} -> {}: {} tensors ({}), {:.1f} MiB GGUF, tokenizer.ggml.pre {}, {:.2f} s; "
                          "check {}{}\n",
-                         step_dir, output, st.tensors, types, st.bytes / 1048576.0, st.pre, secs, check_result,
+                         step_dir, src.merge_lora ? " (LoRA merged into its base)" : "", output, st.tensors, types, st.bytes / 1048576.0, st.pre, secs, check_result,
                          check ? (diff == 0 ? " (logits identical)"
                                             : fmt::format(" (logits within {:.2e} of max(1, max|logit|))", rel))
                                : "")
                  .c_str(),
              stderr);
   if (json) {
-    nlohmann::json j = {{"checkpoint", step_dir}, {"output", output}, {"format", "gguf"},
+    nlohmann::json j = {{"checkpoint", step_dir}, {"output", output}, {"format", "gguf"}, {"merge_lora", src.merge_lora},
                         {"dtype", gguf_dtype_name(dtype)}, {"tensors", st.tensors}, {"types", st.types},
                         {"f16_fallbacks", st.f16_fallbacks}, {"bytes", st.bytes},
                         {"largest_tensor_bytes", st.largest_tensor}, {"pre", st.pre}, {"seconds", secs},
@@ -94,7 +95,7 @@ int cli_export(int argc, char** argv) {
                "tokenizer.json) or one GGUF file for llama.cpp, streamed one tensor at a time"};
   app.name("smelt export");
   std::string ckpt, format = "hf", output, tok_path, dtype_name = "f32";
-  bool check = false, json = false;
+  bool check = false, json = false, merge_lora = false;
   app.add_option("--checkpoint", ckpt, "step directory or run directory (its newest valid checkpoint) (required)")
       ->required();
   app.add_option("--format", format, "hf (Hugging Face LlamaForCausalLM, F32 safetensors; default), gguf "
@@ -106,6 +107,9 @@ int cli_export(int argc, char** argv) {
   app.add_option("--tokenizer", tok_path, "tokenizer.json to include (default: the checkpoint's copy)");
   app.add_flag("--check", check, "read the export back, run a fixed batch with both weight sets, exit 1 on any "
                "difference in the logits");
+  app.add_flag("--merge-lora", merge_lora, "hf, gguf: a LoRA run's checkpoint: merge its adapters into the base it "
+               "trained on (W += alpha/rank * B A) and export the whole model; --check then compares it with the base "
+               "and adapters unmerged");
   app.add_flag("--json", json, "print a JSON summary on stdout");
   if (int rc = cli_parse(app, argc, argv, "export"); rc >= 0) return rc;
   if (format != "hf" && format != "gguf" && format != "peft") {
@@ -126,11 +130,16 @@ int cli_export(int argc, char** argv) {
     spdlog::error("{}", s.message());
     return kExitFailure;
   }
-  if (format == "gguf") return export_gguf_main(step_dir, output, dtype, tok_path, check, json);
+  if (format == "peft" && merge_lora) {
+    spdlog::error("--merge-lora: --format peft writes the adapters unmerged; merge with --format hf or gguf");
+    return kExitUsage;
+  }
+  const ExportSource src(step_dir, merge_lora);
+  if (format == "gguf") return export_gguf_main(src, output, dtype, tok_path, check, json);
   if (format == "peft") return export_peft_main(step_dir, output, json);
   auto t0 = std::chrono::steady_clock::now();
   HfExportStats st;
-  if (Status s = export_hf(step_dir, output, tok_path, &st); !s) {
+  if (Status s = export_hf(src, output, tok_path, &st); !s) {
     spdlog::error("{}", s.message());
     return kExitFailure;
   }
@@ -138,21 +147,22 @@ int cli_export(int argc, char** argv) {
   std::string check_result = "not run";
   double diff = 0;
   if (check) {
-    if (Status s = export_hf_check(step_dir, output, &diff); !s) {
+    if (Status s = export_hf_check(src, output, &diff); !s) {
       spdlog::error("--check failed: {}", s.message());
       return kExitFailure;
     }
     check_result = "passed";
   }
-  std::fputs(fmt::format("[export] {} -> {}: {} tensors, {:.1f} MiB model.safetensors (largest tensor {:.1f} MiB), "
+  std::fputs(fmt::format("[export] {}{} -> {}: {} tensors, {:.1f} MiB model.safetensors (largest tensor {:.1f} MiB), "
                          "config.json{}, {:.2f} s; check {}{}\n",
-                         step_dir, output, st.tensors, st.bytes / 1048576.0, st.largest_tensor / 1048576.0,
+                         step_dir, merge_lora ? " (LoRA merged into its base)" : "", output, st.tensors, st.bytes / 1048576.0, st.largest_tensor / 1048576.0,
                          st.tokenizer ? ", tokenizer.json" : " (no tokenizer)", secs, check_result,
-                         check ? " (logits identical)" : "")
+                         !check ? "" : merge_lora ? fmt::format(" (logits within {:.2e} of the unmerged model's)", diff)
+                                                  : std::string(" (logits identical)"))
                  .c_str(),
              stderr);
   if (json) {
-    nlohmann::json j = {{"checkpoint", step_dir}, {"output", output}, {"format", format},
+    nlohmann::json j = {{"checkpoint", step_dir}, {"output", output}, {"format", format}, {"merge_lora", merge_lora},
                         {"tensors", st.tensors}, {"bytes", st.bytes}, {"largest_tensor_bytes", st.largest_tensor},
                         {"tokenizer", st.tokenizer}, {"seconds", secs}, {"check", check_result},
                         {"check_max_abs_diff", diff}, {"peak_rss_bytes", peak_rss_bytes()}};

@@ -10,9 +10,11 @@
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "smelt/ckpt/checkpoint.hpp"
 #include "smelt/ckpt/export_gguf.hpp"
+#include "smelt/ckpt/peft.hpp"
 #include "smelt/cli/cli_parse.hpp"
 #include "smelt/cli/command_table.hpp"
 #include "smelt/cli/resolve_checkpoint.hpp"
@@ -92,7 +94,7 @@ Status load_gguf(const std::string& path, Loaded& out) {
 }
 
 struct ServeFlags {
-  std::string ckpt, gguf, tok_path, host = "127.0.0.1", api_key_file, dtype = "f32", model_name;
+  std::string ckpt, gguf, tok_path, host = "127.0.0.1", api_key_file, dtype = "f32", model_name, lora;
   int port = 8000, threads = 1, http_threads = 0;
   EngineConfig ec;
   size_t max_body = 1 << 20;
@@ -105,6 +107,8 @@ void add_serve_flags(CLI::App& app, ServeFlags& f) {
                   "checkpoint)");
   src->add_option("--gguf", f.gguf, "a GGUF file of the llama architecture (F32, F16 or Q8_0 tensors)");
   src->require_option(1);
+  app.add_option("--lora", f.lora, "a PEFT LoRA adapter folder (adapter_config.json + adapter_model.safetensors, "
+                 "e.g. smelt export --format peft) for this model, run unmerged beside its weights in fp32");
   app.add_option("--tokenizer", f.tok_path, "tokenizer.json (default: the checkpoint's copy; a GGUF file carries its own)");
   app.add_option("--host", f.host, "address to bind (default 127.0.0.1: this machine only; 0.0.0.0 for every interface)");
   app.add_option("--port", f.port, "TCP port (default 8000; 0: any free port, printed)")->check(CLI::Range(0, 65535));
@@ -196,6 +200,16 @@ int cli_serve(int argc, char** argv) {
     return quit(kExitFailure);
   }
   if (!f.model_name.empty()) m.name = f.model_name;
+  if (!f.lora.empty()) {
+    auto a = std::make_shared<LoraAdapters>();
+    if (Status e = peft_load(f.lora, m.cfg, *a); !e) {
+      spdlog::error("--lora {}: {}", f.lora, e.message());
+      return quit(kExitFailure);
+    }
+    spdlog::info("--lora {}: rank {}, alpha {}, targets {} ({} parameters)", f.lora, a->config.rank, a->config.alpha,
+                 fmt::join(a->config.targets, "/"), a->layout.params.total);
+    f.ec.lora = std::move(a);
+  }
   if (server.stopping()) return quit(kExitOk);  // a signal came while loading
   Engine engine;
   if (Status e = engine.start(m.cfg, std::move(m.params), m.tok, f.ec); !e) {

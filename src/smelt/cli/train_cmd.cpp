@@ -130,7 +130,8 @@ int cli_train(int argc, char** argv) {
     if (const char* v = std::getenv("OMPI_COMM_WORLD_SIZE")) ranks = std::max(1, std::atoi(v));
     // The run's precision and threads, as the trainer takes them.
     const Precision precision = train_precision(c);
-    MemoryPlan p = memory_plan(c.model, B, T, c.dist.zero == 1 ? ranks : 1, precision, train_threads(c));
+    MemoryPlan p = memory_plan(c.model, ModelShard{}, B, T, c.dist.zero == 1 ? ranks : 1, precision, train_threads(c), 1,
+                               c.lora.enabled() ? &c.lora : nullptr);
     const int64_t budget = c.train.memory_mb > 0 ? c.train.memory_mb << 20 : memory_physical_bytes();
     std::printf("memory plan for batch %dx%d (%s):\n%s", B, T, precision_name(precision), p.report().c_str());
     if (Status s = memory_plan_check(p, budget); !s) {

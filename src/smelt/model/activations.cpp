@@ -9,6 +9,8 @@
 #include <fmt/format.h>
 
 #include "smelt/kernels/kernels.hpp"
+#include "smelt/kernels/q8_matmul.hpp"
+#include "smelt/model/lora.hpp"
 #include "smelt/model/params.hpp"
 
 namespace smelt {
@@ -104,6 +106,10 @@ std::string MemoryPlan::report() const {
          line("activations", activation_bytes) +
          (slots > 1 ? fmt::format("  (pipeline: {} micro-batches' activations in flight)\n", slots) : std::string()) +
          (bf16_bytes ? line("bf16 operands", bf16_bytes) : std::string()) +
+         (lora_adapters ? fmt::format("  (LoRA: {} adapter parameters train; the base is frozen, its layer matrices "
+                                      "held in {}, and only its norms' gradients are written)\n",
+                                      lora_adapters, lora_base_dtype)
+                        : std::string()) +
          line("total", total());
 }
 
@@ -127,8 +133,45 @@ MemoryPlan memory_plan(const ModelConfig& c, int B, int T, int zero_ranks, Preci
   return memory_plan(c, ModelShard{}, B, T, zero_ranks, precision, threads);
 }
 
+namespace {
+// A LoRA run's items (memory_plan's lora): p already holds the full model's plan.
+void lora_plan(MemoryPlan& p, const ModelConfig& c, const ModelShard& shard, int B, int T, Precision precision,
+               int threads, const LoraConfig& l) {
+  const ParamLayout lay = param_layout(c, shard);
+  const LoraLayout ll = lora_layout(c, l);
+  const int64_t na = ll.params.total, N = (int64_t)B * T, page = 4096;
+  const bool tied = lay.lm_head == lay.wte, q8 = l.base_dtype == "q8_0";
+  int64_t fp32 = 0, q8_bytes = 0, grad_bytes = 0, bf16_weights = 0;
+  for (const ParamTensor& t : lay.tensors) {
+    const bool matrix = t.cols > 1 && t.name.rfind("model.layers.", 0) == 0;
+    const bool held = matrix && (l.base_dtype == "bf16" || (q8 && t.cols % kQ8Block == 0));
+    if (!held) fp32 += t.size();
+    else if (q8) q8_bytes += t.size() / kQ8Block * (int64_t)sizeof(BlockQ8_0);
+    if (t.cols == 1) grad_bytes += (4 * t.size() + page - 1) / page * page;  // norms' and biases' pages
+    if (t.cols > 1 && (tied || t.offset != lay.wte) && !(held && q8)) bf16_weights += t.size();
+  }
+  p.lora_adapters = na;
+  p.lora_base_dtype = l.base_dtype;
+  p.param_bytes = 4 * fp32 + q8_bytes + 4 * na;
+  p.grad_bytes = grad_bytes + 4 * na;
+  int64_t largest = 0;
+  const std::vector<int64_t> b = zero_shard_bounds(na, p.zero_ranks);
+  for (int r = 0; r < p.zero_ranks; r++) largest = std::max(largest, b[r + 1] - b[r]);
+  p.optimizer_bytes = 2 * largest * 4;
+  // u = drop(x) A^T kept per layer and target, du, and with dropout the dropped input and its gradient
+  int64_t acts = (int64_t)c.n_layers * kLoraTargets * N * l.rank + N * l.rank;
+  if (l.dropout > 0) acts += 2 * N * ll.max_in;
+  if (q8) acts += (int64_t)std::max(1, threads) * q8_matmul_scratch_floats(std::max({c.d_model, c.n_heads * c.head_size(), c.ffn_hidden}));
+  p.activation_bytes += 4 * acts * p.slots;
+  if (precision == Precision::kBf16) {
+    const Bf16Sizes z = bf16_sizes(c, shard, B, T, threads);
+    p.bf16_bytes = 2 * (z.total() - z.weights + bf16_weights);
+  }
+}
+}  // namespace
+
 MemoryPlan memory_plan(const ModelConfig& c, const ModelShard& shard, int B, int T, int zero_ranks,
-                       Precision precision, int threads, int slots) {
+                       Precision precision, int threads, int slots, const LoraConfig* lora) {
   MemoryPlan p;
   const ShardDims d = shard_dims(c, shard);
   int64_t n = param_layout(c, shard).total;
@@ -145,6 +188,7 @@ MemoryPlan memory_plan(const ModelConfig& c, const ModelShard& shard, int B, int
     p.bf16_bytes = bf16_sizes(c, shard, B, T, threads).total() * 2;
     if (d.head) p.activation_bytes += (int64_t)kHeadRows * d.V * 4;  // the blocked LM head's logits
   }
+  if (lora && lora->enabled()) lora_plan(p, c, shard, B, T, precision, threads, *lora);
   return p;
 }
 

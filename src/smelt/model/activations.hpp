@@ -75,8 +75,14 @@ struct Bf16Sizes {
 Bf16Sizes bf16_sizes(const ModelConfig& c, int B, int T, int threads = 1);
 Bf16Sizes bf16_sizes(const ModelConfig& c, const ModelShard& shard, int B, int T, int threads = 1);
 
+struct LoraConfig;
+
 struct MemoryPlan {
   int64_t param_bytes = 0, grad_bytes = 0, optimizer_bytes = 0, activation_bytes = 0;
+  // LoRA: the adapters' parameter count and the frozen base's dtype (the items above then count
+  // the base as held, the adapters and their gradients and moments, and the adapters' buffers).
+  int64_t lora_adapters = 0;
+  std::string lora_base_dtype;
   int64_t bf16_bytes = 0;  // bf16 precision: the weights' bf16 copy and the GEMM operand scratch
   int zero_ranks = 1;  // > 1: the optimizer state is this rank's ZeRO-1 shard (the largest one)
   int slots = 1;       // activation sets held at once (a pipeline stage's micro-batches in flight)
@@ -92,8 +98,12 @@ MemoryPlan memory_plan(const ModelConfig& c, int B, int T, int zero_ranks = 1,
                        Precision precision = Precision::kFp32, int threads = 1);
 // One shard's plan (shard.hpp): its parameters, gradients and moments, `slots` activation sets of
 // its local sizes. The trainer plans with it and `smelt plan` calls it.
+// lora (enabled): a LoRA run's plan: the base held as lora->base_dtype says (its compact matrices
+// instead of fp32), no base gradients but the norms' and biases' (written, never read), the
+// adapters with fp32 gradients and moments (ZeRO-1 over them), the adapters' activations and the
+// q8_0 GEMMs' per-thread tiles.
 MemoryPlan memory_plan(const ModelConfig& c, const ModelShard& shard, int B, int T, int zero_ranks,
-                       Precision precision, int threads, int slots = 1);
+                       Precision precision, int threads, int slots = 1, const LoraConfig* lora = nullptr);
 // Physical memory of this machine in bytes (the natural budget for a single-process run).
 int64_t memory_physical_bytes();
 // Fails, naming every item and the budget, when the plan exceeds budget_bytes (<= 0: no limit).

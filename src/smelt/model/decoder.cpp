@@ -11,6 +11,7 @@
 #include <limits>
 
 #include <fmt/format.h>
+#include <omp.h>
 
 #include "smelt/kernels/kernels.hpp"
 #include "smelt/obs/trace.hpp"
@@ -91,6 +92,9 @@ Status Decoder::init(const ModelConfig& c, const float* params, const DecoderOpt
   if (opt.batch_invariant && opt.format == WeightFormat::kBf16)
     return Status::error("[decoder] bf16 linear layers are not batch invariant (oneDNN's GEMMs depend on the "
                          "row count); use f32, f16 or q8_0");
+  if (opt.lora && (int)opt.lora->layout.layers.size() != c.n_layers)
+    return Status::error(fmt::format("[decoder] LoRA adapters for {} layers on a model of {}",
+                                     opt.lora->layout.layers.size(), c.n_layers));
   const int C = c.d_model, HS = c.head_size(), KV = c.n_kv_heads * HS, H = c.ffn_hidden;
   const int A = c.n_heads * HS;
   cfg_ = c;
@@ -120,6 +124,7 @@ Status Decoder::init(const ModelConfig& c, const float* params, const DecoderOpt
   posbuf_.assign(r, 0);
   slotbuf_.assign(r, 0);
   tokbuf_.assign(r, 0);
+  lora_u_.assign(opt.lora ? (size_t)opt_.threads * opt.lora->config.rank : 0, 0.0f);
   const size_t widest = std::max({C, A, H});
   w16_ = {}, x16_ = {}, wq_ = {}, xq_ = {}, xr_ = {};
   kernels_set_threads(opt_.threads);
@@ -265,6 +270,20 @@ void Decoder::attention(int l, int n) {
     }
 }
 
+void Decoder::adapters(int l, int first, int last, float* out, int ldo, const float* x, int n) {
+  const LoraAdapters* a = opt_.lora;
+  if (!a) return;
+  const int rank = a->config.rank;
+  for (int t = first; t <= last; t++) {
+    const LoraSlot& s = a->layout.layers[l][t];
+    if (s.a < 0) continue;
+#pragma omp parallel for schedule(static) num_threads(opt_.threads) if (n >= kWideRows)
+    for (int i = 0; i < n; i++)
+      lora_apply_rows(*a, l, t, out + (int64_t)i * ldo, ldo, x + (int64_t)i * s.in, 1,
+                      lora_u_.data() + (size_t)omp_get_thread_num() * rank);
+  }
+}
+
 void Decoder::layer(int l, int n) {
   TraceSpan span("decoder.layer", "layer", l);
   const ModelConfig& c = cfg_;
@@ -279,6 +298,7 @@ void Decoder::layer(int l, int n) {
   rmsnorm_forward(ln_.data(), rstd_.data(), x_.data(), w_ + o.ln1, n, C, eps);
   kernels_set_threads(threads);
   linear(qkv_.data(), ln_.data(), o.wqkv, n, C, QKV, 0.0f);
+  adapters(l, kLoraQ, kLoraV, qkv_.data(), QKV, ln_.data(), n);
   kernels_set_threads(row_threads);
   if (o.bqkv >= 0) bias_forward(qkv_.data(), w_ + o.bqkv, n, QKV);
   if (o.qk_norm >= 0) {  // row-wise: batch invariant
@@ -297,14 +317,17 @@ void Decoder::layer(int l, int n) {
   }
   attention(l, n);
   linear(x_.data(), att_.data(), o.wo, n, A, C, 1.0f);  // residual add (beta 1)
+  adapters(l, kLoraO, kLoraO, x_.data(), C, att_.data(), n);
   kernels_set_threads(row_threads);
   rmsnorm_forward(ln_.data(), rstd_.data(), x_.data(), w_ + o.ln2, n, C, eps);
   kernels_set_threads(threads);
   linear(gu_.data(), ln_.data(), o.wgu, n, C, 2 * H, 0.0f);
+  adapters(l, kLoraGate, kLoraUp, gu_.data(), 2 * H, ln_.data(), n);
   kernels_set_threads(row_threads);
   swiglu_forward(sw_.data(), gu_.data(), n, H);
   kernels_set_threads(threads);
   linear(x_.data(), sw_.data(), o.wdown, n, H, C, 1.0f);
+  adapters(l, kLoraDown, kLoraDown, x_.data(), C, sw_.data(), n);
 }
 
 void Decoder::copy_prefix(int from, int to, int n) {

@@ -19,6 +19,7 @@
 #include "smelt/common/status.hpp"
 #include "smelt/kernels/decode_linear.hpp"
 #include "smelt/model/config.hpp"
+#include "smelt/model/lora.hpp"
 #include "smelt/model/params.hpp"
 
 namespace smelt {
@@ -41,6 +42,9 @@ struct DecoderOptions {
   int threads = 1;
   WeightFormat format = WeightFormat::kF32;
   bool batch_invariant = false;
+  // LoRA adapters run unmerged beside the base's linear layers (fp32, row by row: batch invariant
+  // in every format); borrowed, must outlive the decoder. nullptr: none.
+  const LoraAdapters* lora = nullptr;
 };
 
 // The bytes a Decoder with these options will hold (its bytes() after init, which counts its
@@ -87,6 +91,8 @@ class Decoder {
  private:
   void layer(int l, int n);
   void attention(int l, int n);
+  // The adapters of targets [first, last] of layer l (those present) added to out (n rows, ld ldo) from x.
+  void adapters(int l, int first, int last, float* out, int ldo, const float* x, int n);
   // out (n, OC) = beta out + inp (n, IC) @ W^T for the weight at params offset w.
   void linear(float* out, const float* inp, int64_t w, int n, int IC, int OC, float beta);
 
@@ -105,6 +111,7 @@ class Decoder {
   std::vector<float> x_, ln_, qkv_, att_, gu_, sw_, rstd_, head_;  // per-row scratch
   std::vector<float> qk_raw_, qk_rstd_;  // qk_norm: per-row q,k before their norm, and its scales
   std::vector<int32_t> posbuf_, slotbuf_, tokbuf_;                 // (max_rows)
+  std::vector<float> lora_u_;                                      // (threads, rank): the adapters' scratch
 };
 
 }  // namespace smelt

@@ -4,8 +4,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <string>
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include "smelt/kernels/kernels.hpp"
 
@@ -49,6 +51,8 @@ Status lora_config_validate(const LoraConfig& l) {
   if (l.rank < 1) return Status::error(fmt::format("[lora] rank = {}: must be >= 1", l.rank));
   if (!(l.alpha > 0)) return Status::error(fmt::format("[lora] alpha = {}: must be > 0", l.alpha));
   if (!(l.dropout >= 0 && l.dropout < 1)) return Status::error(fmt::format("[lora] dropout = {}: must be in [0, 1)", l.dropout));
+  if (l.base_dtype != "fp32" && l.base_dtype != "bf16" && l.base_dtype != "q8_0")
+    return Status::error(fmt::format("[lora] base_dtype = \"{}\": expected fp32, bf16 or q8_0", l.base_dtype));
   if (l.targets.empty()) return Status::error("[lora] targets is empty: name at least one of q, k, v, o, gate, up, down");
   std::vector<std::string> seen;
   for (const auto& t : l.targets) {
@@ -58,6 +62,35 @@ Status lora_config_validate(const LoraConfig& l) {
       return Status::error(fmt::format("[lora] targets: \"{}\" is named twice", t));
     seen.push_back(t);
   }
+  return Status::ok();
+}
+
+bool lora_targets_same(const std::vector<std::string>& a, const std::vector<std::string>& b) {
+  std::vector<std::string> x = a, y = b;
+  std::sort(x.begin(), x.end());
+  std::sort(y.begin(), y.end());
+  return x == y;
+}
+
+nlohmann::json lora_state_json(const LoraState& s) {
+  const LoraConfig& l = s.config;
+  return {{"rank", l.rank}, {"alpha", l.alpha}, {"dropout", l.dropout}, {"targets", l.targets},
+          {"base", s.base}, {"dropout_counter", s.dropout_counter}};
+}
+
+Status lora_state_parse(const nlohmann::json& j, const std::string& where, LoraState& out) {
+  out = LoraState{};
+  try {
+    out.config.rank = j.at("rank").get<int>();
+    out.config.alpha = j.at("alpha").get<double>();
+    out.config.dropout = j.at("dropout").get<double>();
+    out.config.targets = j.at("targets").get<std::vector<std::string>>();
+    out.base = j.value("base", std::string());
+    out.dropout_counter = j.value("dropout_counter", (uint64_t)0);
+  } catch (const std::exception& e) {
+    return Status::error(fmt::format("{}: state lora: {}", where, e.what()));
+  }
+  if (Status s = lora_config_validate(out.config); !s) return Status::error(fmt::format("{}: state lora: {}", where, s.message()));
   return Status::ok();
 }
 
@@ -97,6 +130,17 @@ LoraLayout lora_layout(const ModelConfig& c, const LoraConfig& l) {
   return out;
 }
 
+double train_flops_per_token(const ModelConfig& c, int T, const LoraConfig& l) {
+  if (!l.enabled()) return train_flops_per_token(c, T);
+  const double attention = 12.0 * c.n_layers * c.d_model * T;
+  const double matmul_params = (train_flops_per_token(c, T) - attention) / 6.0;
+  double adapters = 0;
+  for (const auto& layer : lora_layout(c, l).layers)
+    for (const LoraSlot& s : layer)
+      if (s.a >= 0) adapters += 6.0 * l.rank * (s.in + s.out);
+  return 4.0 * matmul_params + attention + adapters;
+}
+
 void lora_init(const LoraLayout& lay, float* p, uint64_t seed) {
   std::memset(p, 0, sizeof(float) * lay.params.total);
   for (const auto& layer : lay.layers)
@@ -120,6 +164,57 @@ float lora_keep(uint64_t seed, uint64_t counter, int layer, int target, int64_t 
   z = mix(z ^ ((uint64_t)row << 24 | (uint64_t)col));
   const double u = (z >> 11) * (1.0 / 9007199254740992.0);
   return u < p ? 0.0f : (float)(1.0 / (1.0 - p));
+}
+
+bool lora_target_of(const LoraAdapters& a, const std::string& base_name, int& layer, int& target) {
+  static const std::string pre = "model.layers.";
+  if (!a.on() || base_name.rfind(pre, 0) != 0) return false;
+  size_t end = pre.size();
+  int l = 0;
+  while (end < base_name.size() && base_name[end] >= '0' && base_name[end] <= '9') l = 10 * l + (base_name[end++] - '0');
+  if (end == pre.size() || l >= (int)a.layout.layers.size()) return false;
+  for (int t = 0; t < kLoraTargets; t++)
+    if (a.layout.layers[l][t].a >= 0 && base_name.compare(end, std::string::npos, fmt::format(".{}.weight", kModuleNames[t])) == 0) {
+      layer = l, target = t;
+      return true;
+    }
+  return false;
+}
+
+void lora_merge_into(const LoraAdapters& a, int layer, int target, float* w) {
+  const LoraSlot& s = a.layout.layers[layer][target];
+  const int r = a.config.rank;
+  gemm_f32(false, false, s.out, s.in, r, a.config.scale(), a.params.data() + s.b, r, a.params.data() + s.a, s.in, 1.0f,
+           w, s.in);
+}
+
+namespace {
+// x . y over n in a fixed order: 16 running sums (vectorizable without reassociation), then summed pairwise.
+float dot_fixed(const float* x, const float* y, int n) {
+  float acc[16] = {};
+  int i = 0;
+  for (; i + 16 <= n; i += 16)
+    for (int j = 0; j < 16; j++) acc[j] += x[i + j] * y[i + j];
+  for (int j = 0; i < n; i++, j++) acc[j] += x[i] * y[i];
+  for (int w = 8; w >= 1; w /= 2)
+    for (int j = 0; j < w; j++) acc[j] += acc[j + w];
+  return acc[0];
+}
+}  // namespace
+
+void lora_apply_rows(const LoraAdapters& a, int layer, int target, float* out, int ldo, const float* x, int n,
+                     float* u) {
+  const LoraSlot& s = a.layout.layers[layer][target];
+  const int r = a.config.rank;
+  const float* A = a.params.data() + s.a;
+  const float* B = a.params.data() + s.b;
+  const float scale = a.config.scale();
+  for (int row = 0; row < n; row++) {
+    const float* xr = x + (int64_t)row * s.in;
+    for (int k = 0; k < r; k++) u[k] = scale * dot_fixed(xr, A + (int64_t)k * s.in, s.in);
+    float* o = out + (int64_t)row * ldo + s.col0;
+    for (int j = 0; j < s.out; j++) o[j] += dot_fixed(B + (int64_t)j * r, u, r);
+  }
 }
 
 void lora_forward(const LoraOp& op, float* out, int ldo, const float* x, float* xd, float* u, int N, int threads) {

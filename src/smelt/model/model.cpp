@@ -16,6 +16,7 @@
 
 #include "smelt/common/clock.hpp"
 #include "smelt/kernels/kernels.hpp"
+#include "smelt/kernels/q8_matmul.hpp"
 #include "smelt/obs/trace.hpp"
 
 namespace smelt {
@@ -85,7 +86,12 @@ Status Model::init(const ModelConfig& c, const ModelShard& shard, int B, int T, 
   threads_ = threads;
   layout_ = param_layout(c, shard_);
   slots = std::max(1, slots);
-  plan_ = memory_plan(c, shard_, B, T, optimizer_shards, precision_, threads, slots);
+  if (lora_on()) {  // before anything is allocated: what the base is held as decides the buffers
+    if (Status s = lora_config_validate(lcfg_); !s) return s;
+    if (lcfg_.base_dtype == "bf16" && precision_ != Precision::kBf16)
+      return Status::error("[lora] base_dtype = \"bf16\" runs the base's GEMMs on its bf16 copy: it needs bf16 precision");
+  }
+  plan_ = memory_plan(c, shard_, B, T, optimizer_shards, precision_, threads, slots, lora_on() ? &lcfg_ : nullptr);
   spdlog::info("[model] memory plan for batch {}x{} ({} parameters{}{}{}):\n{}", B, T, layout_.total,
                shard_.whole() ? "" : fmt::format(" of {}, {}", param_count(c), shard_describe(shard_)),
                c.recompute ? ", recompute on" : "",
@@ -93,8 +99,11 @@ Status Model::init(const ModelConfig& c, const ModelShard& shard, int B, int T, 
                plan_.report());
   if (auto s = memory_plan_check(plan_, budget_bytes); !s) return s;
 
-  params_.assign(layout_.total, 0.0f);
-  grads_.assign(layout_.total, 0.0f);
+  // With LoRA both are mapped lazily: the frozen base's gradients are never written but for its
+  // norms', and a compact base's matrices never touch params_. Otherwise all of both is written.
+  params_.reset(layout_.total, lora_on());
+  grads_.reset(layout_.total, lora_on());
+  alloc_q8_base();
   slots_.assign(slots, Slot{});
   slot_ = 0;
   activations_init(acts_, d_, c.recompute, B, T);
@@ -103,14 +112,15 @@ Status Model::init(const ModelConfig& c, const ModelShard& shard, int B, int T, 
   rope_.assign((size_t)c.max_seq_len * c.head_size(), 0.0f);
   if (precision_ == Precision::kBf16) {
     const Bf16Sizes z = bf16_sizes(c, shard_, B, T, threads);
-    w16_.assign(z.weights, 0);
+    w16_.reset(z.weights, lora_on());  // (a q8_0 base's matrices have no bf16 copy)
     x16_.assign(z.inputs, 0);
     d16_.assign(z.grads, 0);
     qkv16_.assign(z.qkv, 0);
     attn16_scratch_.assign(z.attn_scratch_floats, 0.0f);
     head_block_.assign(d_.head ? (size_t)kHeadRows * d_.V : 0, 0.0f);
   } else {
-    w16_ = {}, x16_ = {}, d16_ = {}, qkv16_ = {}, attn16_scratch_ = {}, head_block_ = {};
+    w16_.release();
+    x16_ = {}, d16_ = {}, qkv16_ = {}, attn16_scratch_ = {}, head_block_ = {};
   }
   sparsity_scratch_.assign(T, 0.0f);
   inv_freq_ = rope_inv_freq(c);
@@ -127,7 +137,11 @@ int64_t Model::release_step_buffers() {
   };
   drop(acts_.buffer);
   for (Slot& s : slots_) drop(s.acts.buffer);
-  drop(w16_), drop(x16_), drop(d16_), drop(qkv16_), drop(attn16_scratch_), drop(head_block_), drop(tp_ce_);
+  drop(x16_), drop(d16_), drop(qkv16_), drop(attn16_scratch_), drop(head_block_), drop(tp_ce_);
+  if (!(lora_on() && lcfg_.base_dtype == "bf16")) {  // (a bf16 base's copy is the base itself)
+    bytes += (int64_t)(w16_.size() * sizeof(uint16_t));
+    w16_.release();
+  }
   acts_ = Activations{};
   slots_.assign(1, Slot{});
   slot_ = 0;
@@ -147,8 +161,11 @@ void Model::init_params(uint64_t seed) {
   for (size_t i = 0; i < full.tensors.size(); i++)
     before[i + 1] = before[i] + (full.tensors[i].cols == 1 ? 0 : full.tensors[i].size());
   constexpr uint64_t kGamma = 0x9E3779B97F4A7C15ull;
+  std::vector<float> held;  // a compact matrix's values before they are converted
   for (const auto& t : layout_.tensors) {
-    float* p = params_.data() + t.offset;
+    const bool conv = compact(t);
+    if (conv) held.resize((size_t)t.size());
+    float* p = conv ? held.data() : params_.data() + t.offset;
     if (t.full_cols == 1) {  // norms start at 1, biases at 0
       const bool bias = t.name.size() > 5 && t.name.compare(t.name.size() - 5, 5, ".bias") == 0;
       for (int64_t i = 0; i < t.size(); i++) p[i] = bias ? 0.0f : 1.0f;
@@ -162,7 +179,41 @@ void Model::init_params(uint64_t seed) {
         InitRng rng{seed + 2 * (uint64_t)e * kGamma};
         p[r * t.cols + k] = (float)(std * rng.normal());
       }
+    if (conv) set_base_tensor(t, p);
   }
+}
+
+bool Model::compact(const ParamTensor& t) const {
+  if (!lora_on() || lcfg_.base_dtype == "fp32" || t.cols == 1 || t.name.rfind("model.layers.", 0) != 0) return false;
+  return lcfg_.base_dtype == "bf16" || t.cols % kQ8Block == 0;
+}
+
+void Model::alloc_q8_base() {
+  wq_ = {};
+  q_at_.clear();
+  if (!lora_on() || lcfg_.base_dtype != "q8_0") return;
+  int64_t blocks = 0;
+  for (const ParamTensor& t : layout_.tensors)
+    if (compact(t)) {
+      q_at_[t.offset] = blocks;
+      blocks += t.size() / kQ8Block;
+    }
+  wq_.resize((size_t)blocks);
+}
+
+void Model::set_base_tensor(const ParamTensor& t, const float* v) {
+  if (!compact(t)) {
+    std::copy(v, v + t.size(), params_.data() + t.offset);
+    return;
+  }
+  if (lcfg_.base_dtype == "bf16") {
+    bf16_from_f32(w16_.data() + t.offset, v, t.size());
+    return;
+  }
+  BlockQ8_0* q = wq_.data() + q_at_.at(t.offset);
+  const int64_t nb = t.cols / kQ8Block;
+#pragma omp parallel for schedule(static)
+  for (int64_t r = 0; r < t.rows; r++) quantize_row_q8_0(q + r * nb, v + r * t.cols, t.cols);
 }
 
 void Model::use_slot(int i) {
@@ -180,6 +231,11 @@ void Model::use_slot(int i) {
 }
 
 void Model::linear_forward(float* out, const float* inp, int64_t w, int N, int IC, int OC, float beta) {
+  if (!q_at_.empty())
+    if (auto it = q_at_.find(w); it != q_at_.end()) {  // a q8_0 base's matrix
+      matmul_forward_q8_0(out, inp, wq_.data() + it->second, N, IC, OC, beta);
+      return;
+    }
   if (precision_ == Precision::kBf16) {
     if (reference_) matmul_forward_bf16_ref(out, inp, w16_.data() + w, N, IC, OC, beta);
     else matmul_forward_bf16(out, x16_.data(), inp, w16_.data() + w, N, IC, OC, beta);
@@ -191,6 +247,11 @@ void Model::linear_forward(float* out, const float* inp, int64_t w, int N, int I
 // dout nullptr (bf16 only): d16_ already holds the output gradient in bf16.
 void Model::linear_backward(float* dinp, int64_t w, const float* dout, const float* inp, int N, int IC, int OC) {
   float* dw = lora_on() ? nullptr : grads_.data() + w;  // a frozen base: the input's gradient only
+  if (!q_at_.empty())
+    if (auto it = q_at_.find(w); it != q_at_.end()) {
+      matmul_backward_input_q8_0(dinp, dout, wq_.data() + it->second, N, IC, OC);
+      return;
+    }
   if (precision_ == Precision::kBf16) {
     if (reference_) matmul_backward_bf16_ref(dinp, dw, dout, inp, w16_.data() + w, N, IC, OC);
     else matmul_backward_bf16(dinp, dw, d16_.data(), x16_.data(), dout, inp, w16_.data() + w, N, IC, OC);
@@ -355,7 +416,8 @@ Status Model::forward(const Batch& b, float& loss, float grad_dloss, bool loss_o
     // Only what the GEMMs read: an untied embedding table is looked up in fp32, never multiplied.
     const bool tied = layout_.lm_head == layout_.wte;
     for (const auto& t : layout_.tensors)
-      if (t.cols > 1 && (tied || t.offset != layout_.wte)) bf16_from_f32(w16_.data() + t.offset, w + t.offset, t.size());
+      if (t.cols > 1 && (tied || t.offset != layout_.wte) && !compact(t))  // (a compact base holds its own)
+        bf16_from_f32(w16_.data() + t.offset, w + t.offset, t.size());
     const int64_t need = attention_bf16_scratch_floats(Tmax_, threads_);
     if ((int64_t)attn16_scratch_.size() < need) attn16_scratch_.assign(need, 0.0f);  // set_threads raised the count
   }

@@ -5,10 +5,13 @@
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <unordered_map>
 #include <vector>
 
 #include "smelt/common/batch.hpp"
+#include "smelt/common/page_buffer.hpp"
 #include "smelt/common/status.hpp"
+#include "smelt/kernels/decode_linear.hpp"
 #include "smelt/model/activations.hpp"
 #include "smelt/model/config.hpp"
 #include "smelt/model/lora.hpp"
@@ -110,10 +113,17 @@ class Model {
   float* params() { return lora_on() ? lp_.data() : params_.data(); }
   const float* params() const { return lora_on() ? lp_.data() : params_.data(); }
   float* grads() { return lora_on() ? lg_.data() : grads_.data(); }
-  // The base model's weights (the same as layout()/params() without LoRA; frozen with it).
+  // The base model's weights (the same as layout()/params() without LoRA; frozen with it). With a
+  // compact base ([lora] base_dtype bf16 or q8_0) the layer matrices are not in base_params()
+  // (their part of it stays zero and takes no memory): write the base through set_base_tensor.
   const ParamLayout& base_layout() const { return layout_; }
   float* base_params() { return params_.data(); }
   const float* base_params() const { return params_.data(); }
+  // One whole tensor t of base_layout() from v (t.size() floats): copied, or held as the base's
+  // dtype when t is a compact layer matrix.
+  void set_base_tensor(const ParamTensor& t, const float* v);
+  // Whether t is held in the base's compact dtype (a layer matrix of a bf16 or q8_0 base).
+  bool compact(const ParamTensor& t) const;
 
   // LoRA adapters (model/lora.hpp) on the linear layers; call before init. With them the base is
   // frozen: backward computes the adapters' gradients and the input gradients, none of the base's
@@ -175,6 +185,8 @@ class Model {
   void tp_sum(float* x, int64_t n) const {
     if (shard_.tp > 1) tp_.sum(x, n);
   }
+  // A q8_0 base: wq_ sized and q_at_ filled for its compact matrices (else both empty).
+  void alloc_q8_base();
   // The parameters' initial values: every element as the whole model draws it (init RNG at the
   // element's place in the whole model's sequence), whatever box of it this shard holds.
   void init_params(uint64_t seed);
@@ -196,7 +208,9 @@ class Model {
   ParamLayout layout_;
   MemoryPlan plan_;
   Activations acts_;
-  std::vector<float> params_, grads_;
+  // Lazily mapped under LoRA (PageBuffer): a frozen base's compact matrices never touch params_,
+  // and its gradient buffer only where the norms' gradients are written.
+  PageBuffer<float> params_, grads_;
   std::vector<float> rope_;  // (max_seq_len, HS/2, 2)
   std::vector<double> inv_freq_;  // (HS/2) RoPE's frequencies, scaled (rope_inv_freq)
   mutable std::vector<float> sparsity_scratch_;  // (Tmax) attention_sparsity's scores
@@ -209,7 +223,10 @@ class Model {
   double block_entropy_ = -1.0;    // the fused forward's prediction entropy (-1: none, logits kept)
   static std::vector<int> entropy_sample(const Batch& b, int max_rows);
   Status forward(const Batch& b, float& loss, float grad_dloss, bool loss_only);
-  std::vector<uint16_t> w16_, x16_, d16_;  // bf16: weights' copy (params layout), GEMM operand scratch
+  PageBuffer<uint16_t> w16_;               // bf16: the weights' copy (params layout; a bf16 base: its matrices)
+  std::vector<uint16_t> x16_, d16_;        // bf16: GEMM operand scratch
+  std::vector<BlockQ8_0> wq_;              // a q8_0 base: its matrices' blocks
+  std::unordered_map<int64_t, int64_t> q_at_;  // a q8_0 base: a matrix's params offset -> its first block
   std::vector<uint16_t> qkv16_;            // bf16: attention's copy of one layer's qkv
   std::vector<float> attn16_scratch_;      // bf16: attention's per-thread block scratch
   std::vector<float> ref_scratch_, ref_logits_;  // reference mode only

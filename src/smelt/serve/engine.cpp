@@ -8,6 +8,7 @@
 #include <limits>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "smelt/common/clock.hpp"
 
@@ -55,6 +56,7 @@ Status Engine::start(const ModelConfig& c, std::vector<float> params, const Toke
   o.threads = cfg_.threads;
   o.format = cfg_.format;
   o.batch_invariant = true;
+  o.lora = cfg_.lora.get();
   if (Status s = decoder_.init(c, params_.data(), o); !s) return s;
   seqs_.clear();
   seqs_.resize(cfg_.slots);
@@ -69,8 +71,11 @@ Status Engine::start(const ModelConfig& c, std::vector<float> params, const Toke
 }
 
 std::string Engine::describe() const {
-  return fmt::format("{} slots x {} tokens, prefill chunk {}, {} threads, {}, KV cache + scratch {:.1f} MiB",
-                     cfg_.slots, cfg_.ctx, cfg_.prefill_chunk, cfg_.threads, decoder_.linear_isa(),
+  const std::string lora = cfg_.lora ? fmt::format(", LoRA rank {} on {} unmerged (fp32)", cfg_.lora->config.rank,
+                                                   fmt::join(cfg_.lora->config.targets, "/"))
+                                     : std::string();
+  return fmt::format("{} slots x {} tokens, prefill chunk {}, {} threads, {}{}, KV cache + scratch {:.1f} MiB",
+                     cfg_.slots, cfg_.ctx, cfg_.prefill_chunk, cfg_.threads, decoder_.linear_isa(), lora,
                      decoder_.bytes() / 1048576.0);
 }
 

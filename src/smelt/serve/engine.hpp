@@ -34,6 +34,7 @@ struct EngineConfig {
   int threads = 1;
   int prefill_chunk = 32;  // prompt tokens per step over all prefilling sequences (>= 1)
   WeightFormat format = WeightFormat::kF32;
+  std::shared_ptr<const LoraAdapters> lora;  // adapters run unmerged beside the base (nullptr: none)
 };
 
 // A fixed-bucket histogram (Prometheus semantics: cumulative counts by upper bound, plus +Inf).

@@ -56,24 +56,27 @@ Status resolve_hf(const std::string& source, InitSource& out) {
 // Each rank reads its boxes a tensor at a time: the rows of its box straight into place, or, for a
 // box of some columns (a row-parallel projection's), the box's rows in a buffer the columns are
 // taken from. Memory besides the model: at most one tensor.
-Status load_hf(const InitSource& src, const ModelConfig& cfg, const ParamLayout& layout, float* params) {
+// Each tensor of `layout` (a shard's boxes of the source's whole tensors) read into `buf` and handed to put.
+Status load_hf(const InitSource& src, const ModelConfig& cfg, const ParamLayout& layout, const InitPut& put) {
   HfWeights weights;
   if (Status s = weights.open(src.hf_dir, cfg); !s)
     return Status::error(fmt::format("[train] init_from {}: {}", src.given, s.message()));
   const ParamLayout whole = param_layout(cfg);
-  std::vector<float> rows;
+  std::vector<float> rows, buf;
   for (const ParamTensor& t : layout.tensors) {
     const ParamTensor& w = whole.tensors[t.full_index];
+    buf.resize((size_t)t.size());
     Status s = Status::ok();
     if (t.cols == w.cols) {
-      s = weights.read_rows(w, t.row0, t.rows, params + t.offset);
+      s = weights.read_rows(w, t.row0, t.rows, buf.data());
     } else {
       rows.resize((size_t)(t.rows * w.cols));
       s = weights.read_rows(w, t.row0, t.rows, rows.data());
       for (int64_t r = 0; s && r < t.rows; r++)
-        std::copy_n(rows.data() + r * w.cols + t.col0, t.cols, params + t.offset + r * t.cols);
+        std::copy_n(rows.data() + r * w.cols + t.col0, t.cols, buf.data() + r * t.cols);
     }
     if (!s) return Status::error(fmt::format("[train] init_from {}: {}", src.given, s.message()));
+    put(t, buf.data());
   }
   return Status::ok();
 }
@@ -124,16 +127,25 @@ void init_from_apply(const InitSource& src, toml::table& root, std::vector<std::
     train.insert_or_assign("tokenizer", src.tokenizer_path);
 }
 
-Status init_from_load(const InitSource& src, const ModelConfig& cfg, const ParamLayout& layout, float* params) {
-  if (!src.hf_dir.empty()) return load_hf(src, cfg, layout, params);
+Status init_from_load_each(const InitSource& src, const ModelConfig& cfg, const ParamLayout& layout, const InitPut& put) {
+  if (!src.hf_dir.empty()) return load_hf(src, cfg, layout, put);
   CkptManifest m;
   if (Status s = ckpt_read_manifest(src.step_dir, m); !s) return s;
-  for (const ParamTensor& t : layout.tensors)
+  std::vector<float> buf;
+  for (const ParamTensor& t : layout.tensors) {
+    buf.resize((size_t)t.size());
     if (Status s = ckpt_read_box(src.step_dir, m, t.name, t.full_rows, t.full_cols,
-                                 CkptBox{t.row0, t.col0, t.rows, t.cols}, params + t.offset);
+                                 CkptBox{t.row0, t.col0, t.rows, t.cols}, buf.data());
         !s)
       return Status::error(fmt::format("[train] init_from {}: {}", src.given, s.message()));
+    put(t, buf.data());
+  }
   return Status::ok();
+}
+
+Status init_from_load(const InitSource& src, const ModelConfig& cfg, const ParamLayout& layout, float* params) {
+  return init_from_load_each(src, cfg, layout,
+                             [params](const ParamTensor& t, const float* v) { std::copy(v, v + t.size(), params + t.offset); });
 }
 
 Status init_from_check_data(const std::string& sources, const Tokenizer& tok, std::vector<std::string>* unchecked) {

@@ -6,6 +6,7 @@
 // (cli/import_cmd.cpp) and not --resume (which continues a run, optimizer and data position
 // included, and wins over --init-from when the run folder already holds a checkpoint).
 #pragma once
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -37,6 +38,10 @@ void init_from_apply(const InitSource& src, toml::table& root, std::vector<std::
 
 // Fills a model shard's parameters (layout: param_layout(cfg, shard)) from SOURCE, box by box.
 Status init_from_load(const InitSource& src, const ModelConfig& cfg, const ParamLayout& layout, float* params);
+// The same, each tensor (t.size() floats) handed to `put` as it is read: a frozen base held in a
+// compact dtype (Model::set_base_tensor) never holds the whole model in fp32.
+using InitPut = std::function<void(const ParamTensor&, const float*)>;
+Status init_from_load_each(const InitSource& src, const ModelConfig& cfg, const ParamLayout& layout, const InitPut& put);
 
 // Each data source (PREFIX of "[NAME=]PREFIX[:WEIGHT],...") whose PREFIX.stats.json records the
 // tokenizer it was made with must name tok's content hash; a shard made with another tokenizer is

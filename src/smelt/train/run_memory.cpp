@@ -45,8 +45,9 @@ int64_t largest_bucket(const ParamLayout& p, int64_t bucket) {
 RunMemory run_memory_plan(const ModelConfig& c, const ModelShard& shard, const RunMemoryInput& in) {
   RunMemory m;
   const int slots = shard.pp > 1 ? pipeline_slots(shard.pp, shard.stage, in.grad_accum) : 1;
-  m.model = memory_plan(c, shard, in.B, in.T, in.zero ? in.dp : 1, in.precision, in.threads, slots);
-  const ParamLayout layout = param_layout(c, shard);
+  m.model = memory_plan(c, shard, in.B, in.T, in.zero ? in.dp : 1, in.precision, in.threads, slots,
+                        in.lora.enabled() ? &in.lora : nullptr);
+  const ParamLayout layout = in.lora.enabled() ? lora_layout(c, in.lora).params : param_layout(c, shard);
   const int64_t n = layout.total, NC = (int64_t)in.B * in.T * c.d_model;
   if (in.grad_accum > 1) m.accum_bytes = n * 4;
   // The sums' receive scratch: each rank's slice from every member, the size of the message.
@@ -54,7 +55,7 @@ RunMemory run_memory_plan(const ModelConfig& c, const ModelShard& shard, const R
   // receives it from every member (dp x the part it owns, at most n / dp).
   int64_t dp_message = 0;
   if (in.dp > 1) {
-    const bool overlapped = in.dist.overlap && shard.whole();
+    const bool overlapped = in.dist.overlap && shard.whole() && !in.lora.enabled();  // (LoRA: one range)
     const int64_t bucket = overlapped ? largest_bucket(layout, dist_bucket_elements(in.dist.bucket_mb)) : n;
     dp_message = in.zero ? in.dp * std::min(bucket, (n + in.dp - 1) / in.dp) : bucket;
   }

@@ -16,6 +16,7 @@
 #include "smelt/dist/communicator.hpp"
 #include "smelt/model/activations.hpp"
 #include "smelt/model/config.hpp"
+#include "smelt/model/lora.hpp"
 #include "smelt/model/shard.hpp"
 
 namespace smelt {
@@ -32,6 +33,7 @@ struct RunMemoryInput {
   int64_t process_bytes = 0;  // the process before the plan's buffers: binary, libraries, MPI (the trainer measures it)
   Precision precision = Precision::kFp32;
   int threads = 1;
+  LoraConfig lora;  // [lora] (rank 0: none): what trains, is reduced and saved is the adapters
 };
 
 struct RunMemory {

@@ -124,7 +124,9 @@ json timing_json(const RunFacts& f, const TrainSummary& out) {
           {"memory_plan", {{"param_bytes", f.plan->param_bytes},
                            {"grad_bytes", f.plan->grad_bytes},
                            {"optimizer_bytes", f.plan->optimizer_bytes},
-                           {"activation_bytes", f.plan->activation_bytes}}}};
+                           {"activation_bytes", f.plan->activation_bytes},
+                           {"lora_adapters", f.plan->lora_adapters},
+                           {"lora_base_dtype", f.plan->lora_base_dtype}}}};
 }
 
 json summary_json(const RunFacts& f, const TrainSummary& out) {

@@ -140,7 +140,9 @@ const Schema<LoraConfig>& lora_schema() {
        field("alpha", &L::alpha, "the adapters' products are scaled by alpha / rank", above(0)),
        field("dropout", &L::dropout, "dropout on the adapters' inputs while training", Limits{0, 1, false, true, ""}),
        field("targets", &L::targets, "linear layers with adapters: q, k, v, o, gate, up, down"),
-       field("init", &L::init, "a PEFT adapter folder to start the adapters from (\"\": A random, B zero)")}};
+       field("init", &L::init, "a PEFT adapter folder to start the adapters from (\"\": A random, B zero)"),
+       field("base_dtype", &L::base_dtype, "how the frozen base's layer matrices are held: fp32, bf16 (needs [train] "
+             "precision bf16) or q8_0 (int8 blocks, dequantized tile by tile for the GEMMs)")}};
   return s;
 }
 
@@ -263,9 +265,13 @@ Status lora_rules(const TrainConfig& c) {
                                      "rank holds the whole frozen base)", c.parallel.tp, c.parallel.pp));
   if (c.train.device == DeviceKind::kCuda)
     return Status::error("[lora] with [train] device = \"cuda\": the CUDA backend has no adapters yet; train LoRA on the CPU");
+  if (c.lora.base_dtype == "bf16" && train_precision(c) != Precision::kBf16)
+    return Status::error("[lora] base_dtype = \"bf16\" runs the base's GEMMs on its bf16 copy: it needs [train] precision "
+                         "= \"bf16\" (or \"auto\" on a CPU with bf16 units); for an fp32 run use base_dtype \"q8_0\" or \"fp32\"");
   if (!c.eval.tasks.empty())
-    return Status::error("[lora] with [eval] tasks: the tasks score a whole model and merging the adapters into the "
-                         "base is not built yet; evaluate with the held-out loss ([eval] data)");
+    return Status::error("[lora] with [eval] tasks: the tasks score a whole model during training; evaluate with the "
+                         "held-out loss ([eval] data), or merge the adapters (smelt export --merge-lora) and run smelt "
+                         "eval on the export");
   return Status::ok();
 }
 }  // namespace

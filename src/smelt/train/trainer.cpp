@@ -319,7 +319,7 @@ void Trainer::end_step(StepStats& st, double t0) {
   sum_wait_ms_ += st.wait_ms;
   sum_forward_ms_ += st.forward_ms;
   st.tok_s = st.tokens / (st.step_ms / 1e3);
-  st.flops_per_s = train_flops_per_token(c_.model, st.T) * st.tok_s;
+  st.flops_per_s = train_flops_per_token(c_.model, st.T, c_.lora) * st.tok_s;
   st.mfu = mfu(st.flops_per_s);
   if (!std::isfinite(first_loss_)) first_loss_ = st.loss;
   last_loss_ = st.loss;

@@ -72,9 +72,7 @@ json Trainer::state_json() const {
                    {"min_lr", c_.schedule.min_lr}, {"warmup_steps", c_.schedule.warmup_steps},
                    {"total_steps", total_steps_},  {"restart_step", sched_.restart_step}};
   if (model_.lora_on()) {  // the checkpoint holds the adapters; the base is init_from's
-    const LoraConfig& l = model_.lora_config();
-    s["lora"] = {{"rank", l.rank}, {"alpha", l.alpha}, {"dropout", l.dropout}, {"targets", l.targets},
-                 {"base", lora_base_}, {"dropout_counter", model_.lora_counter()}};
+    s["lora"] = lora_state_json(LoraState{model_.lora_config(), lora_base_, model_.lora_counter()});
   }
   s["first_loss"] = std::isfinite(first_loss_) ? json(first_loss_) : json(nullptr);
   s["last_loss"] = std::isfinite(last_loss_) ? json(last_loss_) : json(nullptr);
@@ -137,8 +135,10 @@ Status Trainer::resume_from_checkpoint() {
     eval_last_bpb_ = st.value("eval_last_bpb", -1.0);
     sched_.restart_step = st.at("schedule").value("restart_step", (int64_t)-1);
     if (model_.lora_on()) {
-      model_.set_lora_counter(st["lora"].value("dropout_counter", (uint64_t)0));
-      resumed_lora_base_ = st["lora"].value("base", std::string());
+      LoraState ls;
+      if (Status s = lora_state_parse(st["lora"], dir + "/manifest.json", ls); !s) return s;
+      model_.set_lora_counter(ls.dropout_counter);
+      resumed_lora_base_ = ls.base;
     }
     // A budgeted run resumes its plan (the budget then counts from the resume).
     if (budget_s_ > 0 && st.contains("time_budget") && st["time_budget"].value("planned", false)) {
@@ -174,7 +174,7 @@ Status Trainer::init_adapters_from() {
   LoraConfig theirs;
   if (Status s = peft_read_config(c_.lora.init, theirs); !s) return Status::error("[lora] init: " + s.message());
   const LoraConfig& mine = model_.lora_config();
-  if (theirs.rank != mine.rank || theirs.targets != mine.targets || theirs.alpha != mine.alpha)
+  if (theirs.rank != mine.rank || !lora_targets_same(theirs.targets, mine.targets) || theirs.alpha != mine.alpha)
     return Status::error(fmt::format("[lora] init {}: its adapters are rank {}, alpha {}, targets [{}]; this run's "
                                      "[lora] says rank {}, alpha {}, targets [{}]: give the same", c_.lora.init,
                                      theirs.rank, theirs.alpha, fmt::join(theirs.targets, ", "), mine.rank, mine.alpha,
@@ -199,7 +199,14 @@ Status Trainer::init_weights_from() {
     return Status::error(fmt::format("[train] init_from {} is now {}, but the adapters being resumed trained on {}: "
                                      "name that base in init_from", c_.train.init_from, source, resumed_lora_base_));
   lora_base_ = source;
-  if (Status s = init_from_load(src, c_.model, model_.base_layout(), model_.base_params()); !s) return s;
+  // A compact base ([lora] base_dtype bf16, q8_0) takes its matrices tensor by tensor, converted.
+  const bool compact = model_.lora_on() && model_.lora_config().base_dtype != "fp32";
+  const Status loaded = compact ? init_from_load_each(src, c_.model, model_.base_layout(),
+                                                      [this](const ParamTensor& t, const float* v) {
+                                                        model_.set_base_tensor(t, v);
+                                                      })
+                                : init_from_load(src, c_.model, model_.base_layout(), model_.base_params());
+  if (!loaded) return loaded;
   if (gpu_) gpu_->from_host(model_, opt_);
   std::vector<std::string> unchecked;
   if (tok_) {

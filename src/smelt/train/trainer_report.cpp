@@ -238,7 +238,7 @@ Status Trainer::summarize(TrainSummary& out, double seconds) {
   f.sum_step_ms = sum_step_ms_;
   f.sum_wait_ms = sum_wait_ms_;
   f.sum_forward_ms = sum_forward_ms_;
-  f.flops_per_token = train_flops_per_token(c_.model, T_);
+  f.flops_per_token = train_flops_per_token(c_.model, T_, c_.lora);
   if (!gpu_) measure_gemm_again(steps_gflops_per_rank(f));  // (after the peak was read: it frees the step's buffers)
   f.gemm_gflops_start = gemm_gflops_start_;
   f.gemm_gflops_end = gemm_gflops_end_;
@@ -264,6 +264,7 @@ RunMemory Trainer::run_memory() const {
   mi.eval_bytes = lead_ ? tasks_.bytes(threads_) : 0;  // the tasks run on rank 0
   mi.precision = model_.precision(), mi.threads = threads_;
   mi.process_bytes = process_bytes_;
+  mi.lora = c_.lora;
   return run_memory_plan(c_.model, shard_, mi);
 }
 

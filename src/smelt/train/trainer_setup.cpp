@@ -157,7 +157,7 @@ Status Trainer::setup_schedule() {
   if (c_.train.time_budget_minutes > 0) {
     // Until the plan (plan_budget): the steps the budget buys at half the GEMM rate, within the caps.
     budget_s_ = c_.train.time_budget_minutes * 60;
-    const double step_flops = train_flops_per_token(c_.model, T_) * tokens_per_step;
+    const double step_flops = train_flops_per_token(c_.model, T_, c_.lora) * tokens_per_step;
     const int64_t guess = std::max<int64_t>(c_.schedule.warmup_steps + 1,
                                             (int64_t)(budget_s_ * gemm_gflops_ * 0.5e9 / step_flops));
     total_steps_ = total_steps_ > 0 ? std::min(total_steps_, guess) : guess;
