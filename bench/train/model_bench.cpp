@@ -23,7 +23,7 @@
 #include <string>
 #include <vector>
 
-#include "smelt/common/config.hpp"
+#include "../bench_model.hpp"
 #include "smelt/kernels/kernels.hpp"
 #include "smelt/machine/gemm_select.hpp"
 #include "smelt/model/model.hpp"
@@ -65,15 +65,9 @@ int main(int argc, char** argv) {
       precision = p == "bf16" ? Precision::kBf16 : Precision::kFp32;
     } else if (!std::strcmp(argv[i], "--gemm") && i + 1 < argc) gemm = argv[++i];
   }
-  toml::table root;
-  if (auto s = config_load(argv[1], root); !s) { std::fprintf(stderr, "%s\n", s.message().c_str()); return 1; }
   ModelConfig c;
-  ConfigSection bs(root, "bench");
   int B = 4, T = 512;
-  bs.get("batch", B);
-  bs.get("seq_len", T);
-  root.erase("bench");  // [model] reads only its own section; the rest belongs to the bench
-  if (auto s = model_config_read(root, c); !s) { std::fprintf(stderr, "%s\n", s.message().c_str()); return 1; }
+  if (!bench::read_bench_config(argv[1], c, B, T)) return 1;
   GemmChoice gc;
   if (auto s = gemm_select(gemm, c, B, T, precision, threads, gc); !s) { std::fprintf(stderr, "%s\n", s.message().c_str()); return 1; }
   std::printf("gemm: %s\n", gc.report().c_str());
@@ -82,14 +76,7 @@ int main(int argc, char** argv) {
   if (auto s = m.init(c, B, T, threads, 1); !s) { std::fprintf(stderr, "%s\n", s.message().c_str()); return 1; }
   AdamW opt;
   opt.init(m.layout(), threads);
-  Batch b;
-  b.B = B;
-  b.T = T;
-  std::mt19937_64 g(1);
-  for (int n = 0; n < B * T; n++) {
-    b.inputs.push_back((int32_t)(g() % c.vocab_size));
-    b.targets.push_back((int32_t)(g() % c.vocab_size));
-  }
+  const Batch b = bench::random_batch(B, T, c.vocab_size);
   // matmul parameters: everything in the layout that is a matrix, except the embedding (a
   // gather) unless it is tied to the head (then it is the head's matrix)
   int64_t matmul_params = 0;
