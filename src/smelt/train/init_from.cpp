@@ -53,30 +53,50 @@ Status resolve_hf(const std::string& source, InitSource& out) {
   return Status::ok();
 }
 
+// Where each tensor of `layout` goes: `at(t)` gives the place for its t.size() floats (its own
+// place in the parameters, or a buffer), `done(t, that place)` runs once it holds them.
+struct InitDest {
+  std::function<float*(const ParamTensor&)> at;
+  InitPut done;
+};
+
 // Each rank reads its boxes a tensor at a time: the rows of its box straight into place, or, for a
 // box of some columns (a row-parallel projection's), the box's rows in a buffer the columns are
-// taken from. Memory besides the model: at most one tensor.
-// Each tensor of `layout` (a shard's boxes of the source's whole tensors) read into `buf` and handed to put.
-Status load_hf(const InitSource& src, const ModelConfig& cfg, const ParamLayout& layout, const InitPut& put) {
+// taken from. Memory besides the model: at most one tensor (two when the place is a buffer).
+Status load_hf(const InitSource& src, const ModelConfig& cfg, const ParamLayout& layout, const InitDest& dest) {
   HfWeights weights;
   if (Status s = weights.open(src.hf_dir, cfg); !s)
     return Status::error(fmt::format("[train] init_from {}: {}", src.given, s.message()));
   const ParamLayout whole = param_layout(cfg);
-  std::vector<float> rows, buf;
+  std::vector<float> rows;
   for (const ParamTensor& t : layout.tensors) {
     const ParamTensor& w = whole.tensors[t.full_index];
-    buf.resize((size_t)t.size());
+    float* to = dest.at(t);
     Status s = Status::ok();
     if (t.cols == w.cols) {
-      s = weights.read_rows(w, t.row0, t.rows, buf.data());
+      s = weights.read_rows(w, t.row0, t.rows, to);
     } else {
       rows.resize((size_t)(t.rows * w.cols));
       s = weights.read_rows(w, t.row0, t.rows, rows.data());
-      for (int64_t r = 0; s && r < t.rows; r++)
-        std::copy_n(rows.data() + r * w.cols + t.col0, t.cols, buf.data() + r * t.cols);
+      for (int64_t r = 0; s && r < t.rows; r++) std::copy_n(rows.data() + r * w.cols + t.col0, t.cols, to + r * t.cols);
     }
     if (!s) return Status::error(fmt::format("[train] init_from {}: {}", src.given, s.message()));
-    put(t, buf.data());
+    if (dest.done) dest.done(t, to);
+  }
+  return Status::ok();
+}
+
+Status load(const InitSource& src, const ModelConfig& cfg, const ParamLayout& layout, const InitDest& dest) {
+  if (!src.hf_dir.empty()) return load_hf(src, cfg, layout, dest);
+  CkptManifest m;
+  if (Status s = ckpt_read_manifest(src.step_dir, m); !s) return s;
+  for (const ParamTensor& t : layout.tensors) {
+    float* to = dest.at(t);
+    if (Status s = ckpt_read_box(src.step_dir, m, t.name, t.full_rows, t.full_cols,
+                                 CkptBox{t.row0, t.col0, t.rows, t.cols}, to);
+        !s)
+      return Status::error(fmt::format("[train] init_from {}: {}", src.given, s.message()));
+    if (dest.done) dest.done(t, to);
   }
   return Status::ok();
 }
@@ -128,24 +148,16 @@ void init_from_apply(const InitSource& src, toml::table& root, std::vector<std::
 }
 
 Status init_from_load_each(const InitSource& src, const ModelConfig& cfg, const ParamLayout& layout, const InitPut& put) {
-  if (!src.hf_dir.empty()) return load_hf(src, cfg, layout, put);
-  CkptManifest m;
-  if (Status s = ckpt_read_manifest(src.step_dir, m); !s) return s;
   std::vector<float> buf;
-  for (const ParamTensor& t : layout.tensors) {
-    buf.resize((size_t)t.size());
-    if (Status s = ckpt_read_box(src.step_dir, m, t.name, t.full_rows, t.full_cols,
-                                 CkptBox{t.row0, t.col0, t.rows, t.cols}, buf.data());
-        !s)
-      return Status::error(fmt::format("[train] init_from {}: {}", src.given, s.message()));
-    put(t, buf.data());
-  }
-  return Status::ok();
+  return load(src, cfg, layout, {[&buf](const ParamTensor& t) {
+                                   buf.resize((size_t)t.size());
+                                   return buf.data();
+                                 },
+                                 put});
 }
 
 Status init_from_load(const InitSource& src, const ModelConfig& cfg, const ParamLayout& layout, float* params) {
-  return init_from_load_each(src, cfg, layout,
-                             [params](const ParamTensor& t, const float* v) { std::copy(v, v + t.size(), params + t.offset); });
+  return load(src, cfg, layout, {[params](const ParamTensor& t) { return params + t.offset; }, nullptr});
 }
 
 Status init_from_check_data(const std::string& sources, const Tokenizer& tok, std::vector<std::string>* unchecked) {
