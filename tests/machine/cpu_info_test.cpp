@@ -2,7 +2,8 @@
 // fixed by the re-exec, and left alone when asked), the peak FLOP/s arithmetic, and the GEMM
 // back-end choice with its per-machine cache (measured once, then read; configured choices obeyed);
 // the microarchitecture table of FLOP per cycle, its measured check, and cpuid's family and model
-// against the kernel's reading of them.
+// against the kernel's reading of them; the streaming read probe (every word read, on any thread
+// count, and `smelt machine` reporting it).
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -17,6 +18,7 @@
 #include "smelt/hw/cpu_info.hpp"
 #include "smelt/hw/uarch.hpp"
 #include "smelt/machine/gemm_select.hpp"
+#include "smelt/machine/mem_probe.hpp"
 #include "test_files.hpp"
 
 using namespace smelt;
@@ -215,6 +217,29 @@ TEST(CpuPeak, ThisMachinesFamilyModelAndMeasuredFigures) {
     EXPECT_LE(bf, 2 * u.bf16);
   }
   EXPECT_TRUE(j["uarch"]["warnings"].is_array());
+}
+
+// The probe reads every word of its buffer whatever the thread count (the checksum is the xor of
+// all of them, computed here word by word), in whole pages, at a plausible rate (a timed loop on a
+// shared machine: only its range is asserted; bench/RESULTS.md records the figures).
+TEST(MemProbe, ReadsTheWholeBufferOnAnyThreadCount) {
+  const int64_t bytes = (int64_t(64) << 20) + 12345;  // not whole pages: rounded down
+  uint64_t want = 0;
+  for (int64_t i = 0; i < bytes / 4096 * 4096 / 8; i++) want ^= mem_probe_word(i);
+  for (int threads : {1, 2, 3}) {
+    const ReadBandwidth r = read_bandwidth(threads, bytes, 2);
+    EXPECT_EQ(r.bytes, bytes / 4096 * 4096);
+    EXPECT_EQ(r.threads, threads);
+    EXPECT_EQ(r.checksum, want) << threads << " threads: some of the buffer was not read (or read twice)";
+    EXPECT_GT(r.gb_s, 0.2) << threads;
+    EXPECT_LT(r.gb_s, 2000.0) << threads;
+    EXPECT_STREQ(r.isa, cpu_info().avx512f ? "avx512" : cpu_info().avx2 ? "avx2" : "portable");
+  }
+  EXPECT_EQ(read_bandwidth(1, 4096, 1).bytes, int64_t(64) << 20) << "a small buffer would measure a cache";
+  const nlohmann::json j = machine_json("")["read_bandwidth"];
+  EXPECT_GT(j["one_core_gb_s"].get<double>(), 0.2);
+  EXPECT_EQ(j["buffer_bytes"].get<int64_t>(), int64_t(1) << 30);
+  EXPECT_EQ(j["threads"].get<int>(), 1);
 }
 
 TEST(GemmSelect, MeasuresOnceThenReadsTheCacheAndObeysTheConfig) {

@@ -1,7 +1,8 @@
 // `smelt machine [--config RUN.toml] [--threads N] [--json]`: what this machine gives the GEMMs —
 // CPU model and features, clock, its microarchitecture's FLOP/cycle from the table beside a
 // tight loop's measurement (a warning past 15%), fp32 and bf16 peaks, the OpenBLAS core (and
-// whether it was fixed at start-up), what bf16 runs on; with --config, the GEMM back end chosen
+// whether it was fixed at start-up), what bf16 runs on, the streaming read bandwidth (one core and
+// --threads: batch-1 decode's bound); with --config, the GEMM back end chosen
 // for that model and the rates measured at its shapes (the same measurement and cache `smelt
 // train` uses). Text on stderr, JSON on stdout with --json. Not a benchmark of the whole step
 // (bench/train).
@@ -22,6 +23,7 @@
 #include "smelt/hw/uarch.hpp"
 #include "smelt/kernels/kernels.hpp"
 #include "smelt/machine/gemm_select.hpp"
+#include "smelt/machine/mem_probe.hpp"
 #include "smelt/model/config.hpp"
 
 namespace smelt {
@@ -62,6 +64,11 @@ int cli_machine(int argc, char** argv) {
                 {"fp32_flop_per_cycle", ua.fp32}, {"bf16_flop_per_cycle", ua.bf16},
                 {"measured", {{"fp32_flop_per_cycle", pm.fp32}, {"bf16_flop_per_cycle", pm.bf16}, {"mhz", pm.mhz}}},
                 {"warnings", warnings}};
+  // The streaming read bandwidth (batch-1 decode's bound): one core, and the threads asked for.
+  const ReadBandwidth bw1 = read_bandwidth(1);
+  const ReadBandwidth bwn = threads > 1 ? read_bandwidth(threads) : bw1;
+  j["read_bandwidth"] = {{"one_core_gb_s", bw1.gb_s}, {"threads", threads}, {"gb_s", bwn.gb_s},
+                         {"buffer_bytes", bw1.bytes}, {"loads", bw1.isa}};
   j["openblas"] = {{"core", core.name}, {"wanted", core.wanted}, {"fixed_from", core.fixed_from},
                    {"mismatched", core.mismatched}};
   j["bf16"] = {{"native", gemm_bf16_native()}, {"engine", gemm_bf16_isa()}};
@@ -72,13 +79,16 @@ int cli_machine(int argc, char** argv) {
       "uarch      {}{}, family {:#x} model {:#x}: {}\n"
       "flop/cycle fp32 {:g} table, {:.1f} measured{}; bf16 {:g} table, {} measured (one core, a tight loop)\n"
       "peak       fp32 {:.1f} GFLOP/s ({}), bf16 {:.1f} GFLOP/s ({}), {} thread{}\n"
+      "memory     read {:.1f} GB/s on one core{} (a {} MiB buffer, {} loads, best of 5 passes)\n"
       "openblas   {}\n"
       "bf16       {}\n",
       cpu.model, cpu.logical_cpus, cpu.flags(), cpu.mhz, cpu.mhz_source, ua.name,
       ua.from_table ? "" : " (no table entry: the instruction set's default)", cpu.family, cpu.model_number,
       ua.datapath, ua.fp32, pm.fp32, fmt::format(" at {:.0f} MHz", pm.mhz), ua.bf16,
       pm.bf16 > 0 ? fmt::format("{:.1f}", pm.bf16) : std::string("not"), p32.gflops, p32.unit, p16.gflops, p16.unit,
-      threads, threads == 1 ? "" : "s", core.note(), gemm_bf16_isa());
+      threads, threads == 1 ? "" : "s", bw1.gb_s,
+      threads > 1 ? fmt::format(", {:.1f} GB/s on {} threads", bwn.gb_s, threads) : std::string(), bw1.bytes >> 20,
+      bw1.isa, core.note(), gemm_bf16_isa());
   for (const auto& w : warnings) spdlog::warn("machine: {}", w);
   if (!config.empty()) {
     toml::table root;
