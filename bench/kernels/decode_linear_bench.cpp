@@ -1,4 +1,4 @@
-// decode_linear_f32 and decode_linear_q8_0 at a 125M Llama's linear shapes for n = 1, 4, 16 rows,
+// decode_linear_f32 and decode_linear_q8_0 at a 125M Llama's linear shapes for n = 1, 2, 4, 16 rows,
 // beside OpenBLAS sgemm as the model calls it (matmul_forward: single-threaded sgemm per
 // OpenMP tile). Weights come from memory, not cache: each call takes the next of enough copies
 // to fill 1 GiB (more than this machine's L3), as a decoder walking its layers would. Not a test.
@@ -13,15 +13,14 @@
 #include <cstring>
 #include <random>
 #include <string>
-#include <thread>
 #include <vector>
 
-#include <immintrin.h>
 #include <time.h>
 
 #include "smelt/hw/cpu_info.hpp"
 #include "smelt/kernels/decode_linear.hpp"
 #include "smelt/kernels/kernels.hpp"
+#include "smelt/machine/mem_probe.hpp"
 
 using namespace smelt;
 
@@ -53,19 +52,6 @@ double best_time(int calls, double seconds, F&& f) {
     if (round > 200) break;
   }
   return best;
-}
-
-__attribute__((target("avx2"))) float stream_sum(const float* p, size_t n) {
-  __m256 a = _mm256_setzero_ps(), b = a, c = a, d = a;
-  for (size_t i = 0; i + 32 <= n; i += 32) {
-    a = _mm256_add_ps(a, _mm256_loadu_ps(p + i));
-    b = _mm256_add_ps(b, _mm256_loadu_ps(p + i + 8));
-    c = _mm256_add_ps(c, _mm256_loadu_ps(p + i + 16));
-    d = _mm256_add_ps(d, _mm256_loadu_ps(p + i + 24));
-  }
-  float o[8];
-  _mm256_storeu_ps(o, _mm256_add_ps(_mm256_add_ps(a, b), _mm256_add_ps(c, d)));
-  return o[0] + o[1] + o[2] + o[3] + o[4] + o[5] + o[6] + o[7];
 }
 
 struct Shape {
@@ -121,22 +107,9 @@ int main(int argc, char** argv) {
   // The pool: 1 GiB of fp32 weights (and their Q8_0 copies), filled with copies of one random matrix.
   std::vector<float> pool(kPoolBytes / sizeof(float));
   std::vector<BlockQ8_0> poolq(kPoolBytes / 4 / sizeof(BlockQ8_0) + 1);
-  for (int t : thread_counts) {
-    kernels_set_threads(t);
-    stream_sum(pool.data(), pool.size());
-    double best = 1e30;
-    for (int rep = 0; rep < 3; rep++) {  // std::thread: bench/ is built without -fopenmp
-      std::vector<float> sink(t);
-      std::vector<std::thread> th;
-      const size_t per = pool.size() / t;
-      const double t0 = now();
-      if (t == 1) sink[0] = stream_sum(pool.data(), per);  // on this thread (--cpu-clock counts it)
-      for (int i = 0; i < t && t > 1; i++) th.emplace_back([&, i] { sink[i] = stream_sum(pool.data() + per * i, per); });
-      for (auto& h : th) h.join();
-      best = std::min(best, now() - t0);
-      if (sink[0] == 12345.0f) std::printf(" ");
-    }
-    std::printf("stream read, %d thread%s: %.1f GB/s\n", t, t > 1 ? "s" : "", kPoolBytes / best / 1e9);
+  for (int t : thread_counts) {  // smelt machine's probe (wall clock, whatever --cpu-clock says)
+    const ReadBandwidth bw = read_bandwidth(t);
+    std::printf("stream read, %d thread%s: %.1f GB/s\n", t, t > 1 ? "s" : "", bw.gb_s);
   }
 
   const Shape shapes[] = {{"qkv 768->2304", 768, 2304},
@@ -159,7 +132,7 @@ int main(int argc, char** argv) {
     quantize_row_q8_0(poolq.data(), pool.data(), (int64_t)wn);
     for (int c = 1; c < copies; c++) std::memcpy(pool.data() + c * wn, pool.data(), wn * sizeof(float));
     for (int c = 1; c < copies_q; c++) std::memcpy(poolq.data() + c * wq, poolq.data(), wq * sizeof(BlockQ8_0));
-    for (int n : {1, 4, 16}) {
+    for (int n : {1, 2, 4, 16}) {
       std::vector<float> x((size_t)n * s.IC), out((size_t)n * s.OC);
       for (auto& v : x) v = nd(g) * 50;
       std::vector<BlockQ8_0> xq((size_t)n * s.IC / kQ8Block);

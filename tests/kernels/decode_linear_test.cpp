@@ -237,6 +237,10 @@ TEST_P(DecodeLinear, F32EqualsReferenceBitwise) {
   std::vector<Shape> shapes;
   for (int n = 1; n <= 17; n++) shapes.push_back({n, 16 * (1 + n % 5) + n % 16, 48 + 3 * n + 1});
   for (int i = 0; i < 12; i++) shapes.push_back({1 + (int)(g() % 17), 1 + (int)(g() % 300), 1 + (int)(g() % 200)});
+  // one and two rows over long inputs: the wide tiles' every width (16, 12, 8, 6, 4 columns, by
+  // what fits the L1 data cache) and their edges
+  for (int IC : {700, 1000, 1500, 2000, 3100})
+    for (int n : {1, 2}) shapes.push_back({n, IC + n, 61 + IC % 7});
   shapes.push_back({5, 0, 7});  // IC 0: out = beta * out
   for (Shape s : shapes) {
     const int ldo = s.OC + 3;
@@ -262,6 +266,8 @@ TEST_P(DecodeLinear, F16EqualsReferenceAndF32OnWidenedWeightsBitwise) {
   std::vector<Shape> shapes;
   for (int n = 1; n <= 17; n++) shapes.push_back({n, 16 * (1 + n % 5) + n % 16, 48 + 3 * n + 1});
   for (int i = 0; i < 8; i++) shapes.push_back({1 + (int)(g() % 17), 1 + (int)(g() % 300), 1 + (int)(g() % 200)});
+  for (int IC : {1500, 3000, 4000, 6200})  // f16's wide tiles (2-byte weights: twice as many fit L1)
+    for (int n : {1, 2}) shapes.push_back({n, IC + n, 61 + IC % 7});
   for (Shape s : shapes) {
     const int ldo = s.OC + 2;
     auto x = randn((size_t)s.n * s.IC, g()), w = randn((size_t)s.OC * s.IC, g());

@@ -33,12 +33,15 @@
 #include <immintrin.h>
 #pragma GCC diagnostic pop
 #include <omp.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <bit>
 #include <cmath>
 #include <cstring>
+#include <utility>
 
 #include "smelt/hw/cpu_info.hpp"
 
@@ -138,7 +141,7 @@ inline float finish(float s, const float* o, float beta) { return beta == 0.0f ?
 
 // ---- fp32 -----------------------------------------------------------------------------------
 constexpr int kLanes = 16;
-// Output columns per OpenMP task: a multiple of every tile width (AVX-512 4, AVX2 3, 1).
+// Output columns per OpenMP task: a multiple of every tile width (AVX-512 16, 8 and 4, AVX2 3, 1).
 constexpr int kColBlockF32 = 48;
 
 inline float tree16(const float* p) {
@@ -298,6 +301,22 @@ constexpr TileOf<WT> kTilesAvx512[4][4] = {
     {tile_f32_avx512<2, 1, WT>, tile_f32_avx512<2, 2, WT>, tile_f32_avx512<2, 3, WT>, tile_f32_avx512<2, 4, WT>},
     {tile_f32_avx512<3, 1, WT>, tile_f32_avx512<3, 2, WT>, tile_f32_avx512<3, 3, WT>, tile_f32_avx512<3, 4, WT>},
     {tile_f32_avx512<4, 1, WT>, tile_f32_avx512<4, 2, WT>, tile_f32_avx512<4, 3, WT>, tile_f32_avx512<4, 4, WT>}};
+// One or two rows (batch-1 decode) read more weight rows side by side: more loads in flight, and
+// the memory keeps up, as long as one tile's weights fit the L1 data cache (a tile prefetches the
+// next one's while it runs). Batch 1, cold weights, 1 thread, Zen 5 (48 KiB L1D), GB/s by columns:
+//   768 -> 32000:  4: 27, 8: 31.5, 16 (48 KiB a tile): 33          (the streaming probe: 38)
+//   2048 -> 768:   4: 29.4, 6 (48 KiB): 30.8, 8: 26.5, 16: 22.2
+template <typename WT, int R, int... C>
+constexpr std::array<TileOf<WT>, sizeof...(C)> avx512_row_tiles(std::integer_sequence<int, C...>) {
+  return {tile_f32_avx512<R, C + 1, WT>...};
+}
+constexpr int kAvx512Cols1F32 = 16, kAvx512Cols2F32 = 8;
+template <typename WT>
+constexpr auto kTilesAvx512Row1 = avx512_row_tiles<WT, 1>(std::make_integer_sequence<int, kAvx512Cols1F32>{});
+template <typename WT>
+constexpr std::array<TileOf<WT>, kAvx512Cols2F32> kTilesAvx512Rows2[2] = {
+    avx512_row_tiles<WT, 1>(std::make_integer_sequence<int, kAvx512Cols2F32>{}),
+    avx512_row_tiles<WT, 2>(std::make_integer_sequence<int, kAvx512Cols2F32>{})};
 // 12 accumulators of the 16 ymm registers; 2 x 3 beat 3 x 2 (16 = 5 x 3 + 1 rows, and 13.4 -> 14.9
 // GB/s at batch 1)
 constexpr int kAvx2RowsF32 = 2, kAvx2ColsF32 = 3;
@@ -306,14 +325,29 @@ constexpr TileOf<WT> kTilesAvx2[2][3] = {
     {tile_f32_avx2<1, 1, WT>, tile_f32_avx2<1, 2, WT>, tile_f32_avx2<1, 3, WT>},
     {tile_f32_avx2<2, 1, WT>, tile_f32_avx2<2, 2, WT>, tile_f32_avx2<2, 3, WT>}};
 
-template <int RT, int CT, typename WT, typename Pick>
-void run_f32(float* out, int ldo, const float* inp, const WT* W, int n, int IC, int OC, float beta, Pick pick) {
+// The columns of a wide tile: the most of {16, 12, 8, 6, 4} (divisors of the column block) up to
+// `most` whose weights fit the L1 data cache; 4 when none does.
+template <typename WT>
+int wide_cols(int IC, int most) {
+  static const int64_t l1 = [] {
+    const long v = sysconf(_SC_LEVEL1_DCACHE_SIZE);
+    return v > 0 ? (int64_t)v : int64_t(32) << 10;
+  }();
+  for (int c : {16, 12, 8, 6})
+    if (c <= most && (int64_t)c * IC * (int64_t)sizeof(WT) <= l1) return c;
+  return 4;
+}
+
+// Tiles of RT rows x ct columns (ct divides kColBlockF32); pick(rows, cols) gives the tile.
+template <int RT, typename WT, typename Pick>
+void run_f32(float* out, int ldo, const float* inp, const WT* W, int n, int IC, int OC, float beta, int ct,
+             Pick pick) {
   const int blocks = (OC + kColBlockF32 - 1) / kColBlockF32;
 #pragma omp parallel for schedule(dynamic)
   for (int blk = 0; blk < blocks; blk++) {
     const int c1 = std::min(OC, (blk + 1) * kColBlockF32);
-    for (int c = blk * kColBlockF32; c < c1; c += CT) {  // columns outer: their weights stay in cache
-      const int cw = std::min(CT, c1 - c);
+    for (int c = blk * kColBlockF32; c < c1; c += ct) {  // columns outer: their weights stay in cache
+      const int cw = std::min(ct, c1 - c);
       for (int r = 0, nrt = (n + RT - 1) / RT; r < n; r += RT)
         pick(std::min(RT, n - r), cw)(out, ldo, inp, W, IC, r, c, beta, r / RT, nrt);
     }
@@ -540,13 +574,19 @@ void linear_fp(float* out, int ldo, const float* inp, const WT* W, int n, int IC
   if (n <= 0 || OC <= 0) return;
   switch (current_isa()) {
     case DecodeIsa::kAvx512Vnni:
-      return run_f32<kAvx512RowsF32, kAvx512ColsF32>(out, ldo, inp, W, n, IC, OC, beta,
-                                                     [](int r, int c) { return kTilesAvx512<WT>[r - 1][c - 1]; });
+      if (n == 1)
+        return run_f32<1>(out, ldo, inp, W, n, IC, OC, beta, wide_cols<WT>(IC, kAvx512Cols1F32),
+                          [](int, int c) { return kTilesAvx512Row1<WT>[c - 1]; });
+      if (n == 2)
+        return run_f32<2>(out, ldo, inp, W, n, IC, OC, beta, wide_cols<WT>(IC, kAvx512Cols2F32),
+                          [](int r, int c) { return kTilesAvx512Rows2<WT>[r - 1][c - 1]; });
+      return run_f32<kAvx512RowsF32>(out, ldo, inp, W, n, IC, OC, beta, kAvx512ColsF32,
+                                     [](int r, int c) { return kTilesAvx512<WT>[r - 1][c - 1]; });
     case DecodeIsa::kAvx2:
-      return run_f32<kAvx2RowsF32, kAvx2ColsF32>(out, ldo, inp, W, n, IC, OC, beta,
-                                                 [](int r, int c) { return kTilesAvx2<WT>[r - 1][c - 1]; });
+      return run_f32<kAvx2RowsF32>(out, ldo, inp, W, n, IC, OC, beta, kAvx2ColsF32,
+                                   [](int r, int c) { return kTilesAvx2<WT>[r - 1][c - 1]; });
     case DecodeIsa::kPortable:
-      return run_f32<1, 1>(out, ldo, inp, W, n, IC, OC, beta, [](int, int) { return tile_f32_portable<WT>; });
+      return run_f32<1>(out, ldo, inp, W, n, IC, OC, beta, 1, [](int, int) { return tile_f32_portable<WT>; });
   }
 }
 }  // namespace
