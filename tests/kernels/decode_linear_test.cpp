@@ -290,11 +290,18 @@ TEST_P(DecodeLinear, F16EqualsReferenceAndF32OnWidenedWeightsBitwise) {
   // The inputs' rounding is fp16's round to nearest even, value for value.
   auto x = randn(4096, 9, 3.0f);
   x.push_back(65520.0f), x.push_back(-1e-8f), x.push_back(1.0f + 1.0f / 2048);  // overflow, underflow, a tie
+  // the same cases and half's subnormals, zeros and NaN again at the front (the vector paths' body)
+  const float front[] = {65520.0f, -1e-8f, 1.0f + 1.0f / 2048, 0x1p-24f, 0x1.8p-25f, 0x1p-25f, -0x1.4p-20f, 6.1e-5f,
+                         -0.0f, 0.0f, NAN, -INFINITY, 65504.0f, 65519.0f, 0x1.004p0f, 0x1.006p0f};
+  x.insert(x.begin(), std::begin(front), std::end(front));
   std::vector<float> r(x.size());
   round_to_fp16(r.data(), x.data(), (int64_t)x.size());
-  for (size_t i = 0; i < x.size(); i++) ASSERT_EQ(r[i], f32_from_fp16(fp16_from_f32(x[i]))) << x[i];
-  EXPECT_EQ(r[4096], INFINITY);
-  EXPECT_EQ(r[4098], 1.0f);  // ties to even
+  for (size_t i = 0; i < x.size(); i++)
+    ASSERT_EQ(std::bit_cast<uint32_t>(r[i]), std::bit_cast<uint32_t>(f32_from_fp16(fp16_from_f32(x[i])))) << x[i];
+  EXPECT_EQ(r[0], INFINITY);
+  EXPECT_EQ(r[2], 1.0f);  // ties to even
+  EXPECT_EQ(r[4096 + 16], INFINITY);
+  EXPECT_EQ(r[4098 + 16], 1.0f);
 }
 
 TEST_P(DecodeLinear, Q8EqualsReferenceBitwise) {
