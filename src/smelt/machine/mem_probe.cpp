@@ -9,6 +9,7 @@
 #include <immintrin.h>
 #pragma GCC diagnostic pop
 #include <omp.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -61,7 +62,11 @@ uint64_t read_portable(const char* p, int64_t n) {
 ReadBandwidth read_bandwidth(int threads, int64_t bytes, int passes) {
   ReadBandwidth r;
   r.threads = std::max(1, threads);
-  r.bytes = std::max<int64_t>(bytes, int64_t(64) << 20) / 4096 * 4096;
+  // at least 64 MiB (past the caches), at most a quarter of the memory
+  const int64_t mem = (int64_t)sysconf(_SC_PHYS_PAGES) * (int64_t)sysconf(_SC_PAGESIZE);
+  r.bytes = std::max<int64_t>(bytes, int64_t(64) << 20);
+  if (mem > 0) r.bytes = std::min(r.bytes, std::max<int64_t>(mem / 4, int64_t(64) << 20));
+  r.bytes = r.bytes / 4096 * 4096;
   const CpuInfo& c = cpu_info();
   uint64_t (*read)(const char*, int64_t) = read_portable;
   r.isa = "portable";
@@ -75,10 +80,11 @@ ReadBandwidth read_bandwidth(int threads, int64_t bytes, int passes) {
     lo = pages * t / r.threads * 4096;
     n = pages * (t + 1) / r.threads * 4096 - lo;
   };
+  // (parts taken round robin: every part is covered even if OpenMP gives fewer threads)
 #pragma omp parallel num_threads(r.threads)
-  {
+  for (int t = omp_get_thread_num(); t < r.threads; t += omp_get_num_threads()) {
     int64_t lo, n;
-    part(omp_get_thread_num(), lo, n);
+    part(t, lo, n);
     uint64_t* w = (uint64_t*)(buf.get() + lo);
     for (int64_t i = 0, i0 = lo / 8; i < n / 8; i++) w[i] = mem_probe_word(i0 + i);
   }
@@ -86,9 +92,9 @@ ReadBandwidth read_bandwidth(int threads, int64_t bytes, int passes) {
     const auto t0 = std::chrono::steady_clock::now();
     uint64_t s = 0;
 #pragma omp parallel num_threads(r.threads) reduction(^ : s)
-    {
+    for (int t = omp_get_thread_num(); t < r.threads; t += omp_get_num_threads()) {
       int64_t lo, n;
-      part(omp_get_thread_num(), lo, n);
+      part(t, lo, n);
       s ^= read(buf.get() + lo, n);
     }
     const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

@@ -18,9 +18,10 @@ struct ReadBandwidth {
 // Word i of the probe's buffer (what the checksum is the xor of, over i < bytes / 8).
 inline uint64_t mem_probe_word(int64_t i) { return (uint64_t)i * 0x9E3779B97F4A7C15ull; }
 
-// Reads a buffer of `bytes` (rounded down to whole 4 KiB pages; >= 64 MiB is taken) `passes` times
-// after writing it once (word i = mem_probe_word(i)), with `threads` OpenMP threads each summing its contiguous part with the
-// widest vector loads the CPU has; the best pass counts (a preempted pass only lowers it).
+// Reads a buffer of `bytes` (rounded down to whole 4 KiB pages; at least 64 MiB, at most a quarter
+// of the machine's memory) `passes` times after writing it once (word i = mem_probe_word(i)), with
+// `threads` OpenMP threads each reading its contiguous part with the widest vector loads the CPU
+// has; the best pass counts (a preempted pass only lowers it).
 ReadBandwidth read_bandwidth(int threads, int64_t bytes = int64_t(1) << 30, int passes = 5);
 
 }  // namespace smelt
