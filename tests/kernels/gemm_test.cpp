@@ -7,6 +7,9 @@
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <string>
+
+#include <omp.h>
 
 #include "kernel_check.hpp"
 #include "smelt/kernels/kernels.hpp"
@@ -136,6 +139,11 @@ TEST_P(GemmShapes, Bf16PathsMatchTheReferenceOfTheRoundedInputs) {
         gemm_bf16_onednn(ta, tb, M, N, K, A.data(), ta ? M : K, B.data(), tb ? K : N, beta, one.data(), N);
         EXPECT_LT(max_err(one, want), 2e-6 * std::sqrt((double)K)) << gemm_bf16_isa() << " ta " << ta << " tb " << tb;
       }
+      if (gemm_bf16_packed_available()) {
+        auto own = C;
+        gemm_bf16_packed(ta, tb, M, N, K, A.data(), ta ? M : K, B.data(), tb ? K : N, beta, own.data(), N);
+        EXPECT_LT(max_err(own, want), 2e-6 * std::sqrt((double)K)) << "packed ta " << ta << " tb " << tb;
+      }
     }
   }
 }
@@ -145,18 +153,89 @@ INSTANTIATE_TEST_SUITE_P(Shapes, GemmShapes,
                          ::testing::Values(std::array<int, 3>{1, 1, 1}, std::array<int, 3>{7, 5, 3},
                                            std::array<int, 3>{67, 130, 301}, std::array<int, 3>{129, 33, 520}));
 
+// Smelt's packed bf16 kernel at the edges of its blocking: rows past one sliver (12) and one row
+// block (96), columns past one panel (32) and one column block (512), K odd and past one K block
+// (512, cut into equal even blocks), leading dimensions wider than the operands, both betas,
+// every transpose: against the double reference of the same bf16 inputs. The same bits on 1 and
+// 2 threads and from inside an OpenMP team (one job on the calling thread).
+TEST(GemmBf16Packed, EveryTransposeAndEdgeAgainstTheReferenceWithTheSameBitsOnAnyThreads) {
+  if (!gemm_bf16_packed_available()) {
+    GTEST_SKIP() << "no AVX512-BF16 on this CPU: the packed kernel is never used here";
+  }
+  const std::array<int, 3> shapes[] = {{1, 1, 1}, {13, 33, 2}, {97, 531, 1031}, {200, 40, 513}, {25, 1100, 77}};
+  for (const auto& sh : shapes) {
+    const int M = sh[0], N = sh[1], K = sh[2];
+    for (int t = 0; t < 4; t++) {
+      const bool ta = t & 1, tb = t & 2;
+      // operands stored wider than they are read: lda, ldb 3 past the width, ldc 5 past N
+      const int lda = (ta ? M : K) + 3, ldb = (tb ? K : N) + 3, ldc = N + 5;
+      const int arows = ta ? K : M, brows = tb ? N : K;
+      auto A = to_bf16(randn((size_t)arows * lda, 21)), B = to_bf16(randn((size_t)brows * ldb, 22));
+      // the reference reads tight copies
+      std::vector<uint16_t> At((size_t)arows * (lda - 3)), Bt((size_t)brows * (ldb - 3));
+      for (int r = 0; r < arows; r++)
+        for (int c = 0; c < lda - 3; c++) At[(size_t)r * (lda - 3) + c] = A[(size_t)r * lda + c];
+      for (int r = 0; r < brows; r++)
+        for (int c = 0; c < ldb - 3; c++) Bt[(size_t)r * (ldb - 3) + c] = B[(size_t)r * ldb + c];
+      auto C = randn((size_t)M * ldc, 23);
+      for (float beta : {0.0f, 1.0f}) {
+        std::vector<float> Ct((size_t)M * N);
+        for (int i = 0; i < M; i++)
+          for (int j = 0; j < N; j++) Ct[(size_t)i * N + j] = C[(size_t)i * ldc + j];
+        const auto want = gemm_ref(ta, tb, M, N, K, At, Bt, beta, Ct);
+        std::vector<float> got[3];
+        for (int run = 0; run < 3; run++) {
+          got[run] = C;
+          float* out = got[run].data();
+          if (run < 2) {
+            kernels_set_threads(run + 1);
+            gemm_bf16_packed(ta, tb, M, N, K, A.data(), lda, B.data(), ldb, beta, out, ldc);
+          } else {
+            kernels_set_threads(2);
+#pragma omp parallel num_threads(2)
+            if (omp_get_thread_num() == 1) gemm_bf16_packed(ta, tb, M, N, K, A.data(), lda, B.data(), ldb, beta, out, ldc);
+          }
+        }
+        kernels_set_threads(1);
+        const std::string where = "M " + std::to_string(M) + " N " + std::to_string(N) + " K " + std::to_string(K) +
+                                  " ta " + std::to_string(ta) + " tb " + std::to_string(tb) + " beta " + std::to_string(beta);
+        double err = 0;
+        for (int i = 0; i < M; i++)
+          for (int j = 0; j < N; j++)
+            err = std::max(err, (double)std::fabs(got[0][(size_t)i * ldc + j] - want[(size_t)i * N + j]));
+        // Each element sums up to 2048 K terms in one fp32 chain (vdpbf16ps rounds after each
+        // product), the running sum growing like sqrt(k): its rounding errors add up to about
+        // u K / sqrt(2) (u = 2^-24); 4 u K is past the largest of the elements, and a lost or
+        // repeated block or pair (an error of order 1) is far beyond it.
+        EXPECT_LT(err, 4.0 * K / (1 << 24) + 1e-6) << where;
+        for (int i = 0; i < M; i++)  // the padding past N is not written
+          for (int j = N; j < ldc; j++) ASSERT_EQ(got[0][(size_t)i * ldc + j], C[(size_t)i * ldc + j]) << where;
+        EXPECT_EQ(got[0], got[1]) << where << ": 1 and 2 threads differ";
+        EXPECT_EQ(got[0], got[2]) << where << ": inside a team differs";
+      }
+    }
+  }
+}
+
 class MatmulBf16 : public ::testing::TestWithParam<std::array<int, 3>> {};
 
 // The bf16 linear layers: against their reference (bf16-rounded inputs, double sums) to fp32
 // accumulation error, and against the fp32 layers within the bf16 bound: each product's inputs
 // carry a relative error of at most u = 2^-8, so |y16 - y32| <= ((1+u)^2 - 1) sum|x w| plus fp32
-// sums; checked element by element. 1 and 2 threads give the same bits.
+// sums; checked element by element. 1 and 2 threads give the same bits. On each engine the CPU
+// has (oneDNN, and Smelt's packed kernel where there is AVX512-BF16).
 TEST_P(MatmulBf16, MatchesTheReferenceAndTheFp32LayerWithinTheBf16Bound) {
   const int N = GetParam()[0], IC = GetParam()[1], OC = GetParam()[2];
   auto x = randn((size_t)N * IC, 1), w = randn((size_t)OC * IC, 2), dy = randn((size_t)N * OC, 3);
   auto w16 = to_bf16(w);
   std::vector<uint16_t> x16((size_t)N * IC), dy16((size_t)N * OC);
   const double u = 1.0 / 256, rel = (1 + u) * (1 + u) - 1;
+  std::vector<Bf16Engine> engines = {Bf16Engine::kOneDnn};
+  if (gemm_bf16_native() && gemm_bf16_packed_available()) engines.push_back(Bf16Engine::kPacked);
+  for (Bf16Engine engine : engines) {
+  for (LinearProduct p : {LinearProduct::kForward, LinearProduct::kDinp, LinearProduct::kDweight})
+    gemm_bf16_set_engine(IC, OC, p, engine);
+  SCOPED_TRACE(bf16_engine_name(engine));
   std::vector<float> y_t[2], dx_t[2], dw_t[2];
   for (int threads : {1, 2}) {
     kernels_set_threads(threads);
@@ -189,6 +268,8 @@ TEST_P(MatmulBf16, MatchesTheReferenceAndTheFp32LayerWithinTheBf16Bound) {
   EXPECT_EQ(y_t[0], y_t[1]);
   EXPECT_EQ(dx_t[0], dx_t[1]);
   EXPECT_EQ(dw_t[0], dw_t[1]);
+  }
+  gemm_bf16_clear_engines();
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, MatmulBf16,

@@ -272,6 +272,50 @@ TEST(GemmSelect, MeasuresOnceThenReadsTheCacheAndObeysTheConfig) {
   fs::remove_all(dir);
 }
 
+// bf16 under "auto": each linear layer product on the faster engine at 1 thread (oneDNN or the
+// packed kernel), measured once and then read from the cache with the same choice; a configured
+// back end leaves every product on oneDNN. On a CPU without AVX512-BF16 nothing is chosen.
+TEST(GemmSelect, Bf16EnginesChosenPerProductThenCached) {
+  const fs::path dir = fs::path(::testing::TempDir()) / ("smelt_gemm_bf16_" + std::to_string(getpid()));
+  fs::remove_all(dir);
+  setenv("SMELT_CACHE_DIR", dir.c_str(), 1);
+  ModelConfig c;
+  const LinearProduct products[] = {LinearProduct::kForward, LinearProduct::kDinp, LinearProduct::kDweight};
+  auto table = [&] {
+    std::vector<Bf16Engine> t;
+    for (const auto& [in, out] : {std::pair{c.d_model, c.qkv_size()}, std::pair{c.d_model, c.vocab_size}})
+      for (LinearProduct p : products) t.push_back(gemm_bf16_engine(in, out, p));
+    return t;
+  };
+  GemmChoice a, b, d;
+  ASSERT_TRUE(gemm_select("auto", c, 2, 64, Precision::kBf16, 1, a).is_ok());
+  if (!gemm_bf16_native() || !gemm_bf16_packed_available()) {
+    EXPECT_EQ(a.bf16_products, 0);
+    for (Bf16Engine e : table()) EXPECT_EQ(e, Bf16Engine::kOneDnn);
+  } else {
+    EXPECT_EQ(a.how, "measured");
+    EXPECT_EQ(a.bf16_products, 15);  // 5 layer kinds x 3 products
+    EXPECT_GT(a.bf16_onednn_gflops, 0.0);
+    EXPECT_GT(a.bf16_packed_gflops, 0.0);
+    // each product on the faster engine: the set is at least as fast as either engine alone
+    EXPECT_GE(a.bf16_chosen_gflops, a.bf16_onednn_gflops * (1 - 1e-9));
+    EXPECT_GE(a.bf16_chosen_gflops, a.bf16_packed_gflops * (1 - 1e-9));
+    EXPECT_EQ(a.bf16_packed > 0, a.engine.find("packed") != std::string::npos) << a.engine;
+    EXPECT_NE(a.report().find("packed"), std::string::npos) << a.report();
+    const std::vector<Bf16Engine> first = table();
+    ASSERT_TRUE(gemm_select("auto", c, 2, 64, Precision::kBf16, 2, b).is_ok());
+    EXPECT_EQ(b.how, "cached");
+    EXPECT_EQ(b.bf16_packed, a.bf16_packed);
+    EXPECT_EQ(b.bf16_chosen_gflops, a.bf16_chosen_gflops);
+    EXPECT_EQ(table(), first) << "a second run (another thread count) must choose the same engines";
+  }
+  ASSERT_TRUE(gemm_select("onednn", c, 2, 64, Precision::kBf16, 1, d).is_ok());
+  EXPECT_EQ(d.bf16_products, 0);
+  for (Bf16Engine e : table()) EXPECT_EQ(e, Bf16Engine::kOneDnn);
+  unsetenv("SMELT_CACHE_DIR");
+  fs::remove_all(dir);
+}
+
 // The end-of-run measurement: on the run's back end and precision, a fresh rate, and the choice's
 // rate raised to it when the start's read lower (never lowered).
 TEST(GemmSelect, MeasuresAgainAndKeepsTheBest) {

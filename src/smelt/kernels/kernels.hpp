@@ -130,6 +130,26 @@ void gemm_bf16_onednn(bool ta, bool tb, int M, int N, int K, const uint16_t* A, 
                       const uint16_t* B, int ldb, float beta, float* C, int ldc);
 void gemm_bf16_portable(bool ta, bool tb, int M, int N, int K, const uint16_t* A, int lda,
                         const uint16_t* B, int ldb, float beta, float* C, int ldc);
+// Smelt's own bf16 GEMM (gemm_bf16_packed.cpp): both operands packed, an AVX512-BF16 (vdpbf16ps)
+// micro-kernel; threads itself outside an OpenMP team, one thread inside one. Each element's sum
+// has a fixed order, so the bits depend on the shape only. Only where available() is true.
+void gemm_bf16_packed(bool ta, bool tb, int M, int N, int K, const uint16_t* A, int lda,
+                      const uint16_t* B, int ldb, float beta, float* C, int ldc);
+bool gemm_bf16_packed_available();  // the CPU has AVX512-BF16 (and AVX512-BW)
+// Which bf16 engine each linear layer's product runs on, where the CPU has bf16 units: chosen per
+// layer shape (in, out) and product by machine/gemm_select's measurement; oneDNN where nothing
+// was chosen (and for every other bf16 GEMM: attention's, the decoder's). Set before a run's
+// GEMMs start (not while they run).
+enum class Bf16Engine : int { kOneDnn = 0, kPacked = 1 };
+enum class LinearProduct : int { kForward = 0, kDinp = 1, kDweight = 2 };
+const char* bf16_engine_name(Bf16Engine e);
+void gemm_bf16_set_engine(int IC, int OC, LinearProduct p, Bf16Engine e);
+Bf16Engine gemm_bf16_engine(int IC, int OC, LinearProduct p);
+void gemm_bf16_clear_engines();
+// gemm_bf16 on engine e (oneDNN or packed) where the CPU has bf16 units; the portable path
+// otherwise, whatever e says.
+void gemm_bf16_on(Bf16Engine e, bool ta, bool tb, int M, int N, int K, const uint16_t* A, int lda,
+                  const uint16_t* B, int ldb, float beta, float* C, int ldc);
 bool gemm_bf16_native();          // oneDNN reports bf16 units (avx512_core_bf16 or amx)
 const char* gemm_bf16_isa();      // what gemm_bf16 runs on, for reports
 void gemm_bf16_set_portable(bool portable);  // tests and benchmarks: force the portable path

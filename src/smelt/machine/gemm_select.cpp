@@ -12,6 +12,7 @@
 #include <vector>
 
 #include <fmt/format.h>
+#include <omp.h>
 #include <nlohmann/json.hpp>
 
 #include "smelt/common/clock.hpp"
@@ -93,8 +94,13 @@ class RateCache {
   bool dirty_ = false;
 };
 
+// Whether some linear layer product runs on the packed kernel (the table gemm_select set): the
+// run's own bf16 rate is then cached under a key of its own.
+bool g_bf16_mixed = false;
+
 const char* engine_name(GemmBackend b, Precision p) {
-  if (p == Precision::kBf16) return gemm_bf16_native() ? "onednn-bf16" : "portable-bf16";
+  if (p == Precision::kBf16)
+    return !gemm_bf16_native() ? "portable-bf16" : g_bf16_mixed ? "onednn-bf16+packed" : "onednn-bf16";
   return gemm_backend_name(b);
 }
 
@@ -126,6 +132,9 @@ std::string GemmChoice::report() const {
                          ? fmt::format("fp32 1 thread: openblas {:.1f}, onednn {:.1f} GFLOP/s", openblas_gflops,
                                        onednn_gflops)
                          : std::string("fp32 rates not measured");
+  if (bf16_products > 0)
+    fp32 += fmt::format("; bf16 1 thread: onednn {:.1f}, packed {:.1f}, per product the faster {:.1f} GFLOP/s",
+                        bf16_onednn_gflops, bf16_packed_gflops, bf16_chosen_gflops);
   return fmt::format("GEMMs on {} ({}, {}); the model's GEMMs at {} thread{}: {:.1f} GFLOP/s; {}", engine, how,
                      precision_name(precision), threads, threads == 1 ? "" : "s", gflops, fp32);
 }
@@ -216,6 +225,102 @@ double gemm_measure_model(const ModelConfig& c, int B, int T, Precision precisio
   return flop / time / 1e9;
 }
 
+std::vector<double> gemm_bf16_product_seconds(const std::vector<GemmShape>& shapes, Bf16Engine e, double seconds) {
+  const GemmScratch sz = gemm_scratch(shapes);
+  std::vector<float> f((size_t)std::max({sz.w, sz.x, sz.y}));
+  for (size_t i = 0; i < f.size(); i++) f[i] = (float)((i * 40503u) % 1000) * 1e-3f - 0.5f;
+  std::vector<uint16_t> w16((size_t)sz.w), x16((size_t)sz.x), d16((size_t)sz.y);
+  bf16_from_f32(w16.data(), f.data(), sz.w);
+  bf16_from_f32(x16.data(), f.data(), sz.x);
+  bf16_from_f32(d16.data(), f.data(), sz.y);
+  std::vector<float> y((size_t)sz.y), dx((size_t)sz.x), dw((size_t)sz.w);
+  const int keep = omp_get_max_threads();
+  kernels_set_threads(1);
+  auto run = [&](const GemmShape& g, int p) {
+    const int N = (int)g.rows, IC = (int)g.in, OC = (int)g.out;
+    if (p == (int)LinearProduct::kForward)
+      gemm_bf16_on(e, false, true, N, OC, IC, x16.data(), IC, w16.data(), IC, 0.0f, y.data(), OC);
+    else if (p == (int)LinearProduct::kDinp)
+      gemm_bf16_on(e, false, false, N, IC, OC, d16.data(), OC, w16.data(), IC, 0.0f, dx.data(), IC);
+    else gemm_bf16_on(e, true, false, OC, IC, N, d16.data(), OC, x16.data(), IC, 1.0f, dw.data(), IC);
+  };
+  std::vector<double> secs(3 * shapes.size(), 0.0);
+  for (size_t i = 0; i < secs.size(); i++) run(shapes[i / 3], (int)(i % 3));  // warm-up
+  const double t_end = now_s() + seconds;
+  int passes = 0;
+  do {
+    for (size_t i = 0; i < secs.size(); i++) {
+      const double t0 = now_s();
+      run(shapes[i / 3], (int)(i % 3));
+      secs[i] += now_s() - t0;
+    }
+    passes++;
+  } while (now_s() < t_end || passes < 2);
+  kernels_set_threads(keep);
+  for (double& t : secs) t /= passes;
+  return secs;
+}
+
+namespace {
+const char* product_name(int p) { return p == 0 ? "forward" : p == 1 ? "dinp" : "dweight"; }
+
+// The 1-thread rate (GFLOP/s) of every linear layer product on engine e: from the cache, or all
+// measured at once (then cached).
+std::vector<double> bf16_product_rates(RateCache& cache, const ModelConfig& c, int N, Bf16Engine e,
+                                       bool& measured) {
+  const std::vector<Linear> ls = model_linears(c);
+  std::vector<std::string> keys;
+  std::vector<double> rates;
+  bool all = true;
+  for (const Linear& l : ls)
+    for (int p = 0; p < 3; p++) {
+      const std::string what = fmt::format("bf16 {} {} {}x{}", bf16_engine_name(e), product_name(p), l.IC, l.OC);
+      keys.push_back(cache_key(c, N, Precision::kBf16, what.c_str(), 1));
+      double v = 0;
+      all = all && cache.get(keys.back(), v);
+      rates.push_back(v);
+    }
+  if (all) return rates;
+  std::vector<GemmShape> shapes;
+  for (const Linear& l : ls) shapes.push_back({N, l.IC, l.OC});
+  const std::vector<double> secs = gemm_bf16_product_seconds(shapes, e);
+  for (size_t i = 0; i < secs.size(); i++) {
+    const Linear& l = ls[i / 3];
+    rates[i] = 2.0 * N * l.IC * l.OC / secs[i] / 1e9;
+    cache.put(keys[i], rates[i]);
+  }
+  measured = true;
+  return rates;
+}
+
+// Each linear layer product on the faster engine at 1 thread; out's bf16 fields filled.
+void choose_bf16_engines(RateCache& cache, const ModelConfig& c, int B, int T, GemmChoice& out, bool& measured) {
+  gemm_bf16_clear_engines();
+  g_bf16_mixed = false;
+  if (!gemm_bf16_native() || !gemm_bf16_packed_available()) return;
+  const int N = measure_rows(B, T);
+  const std::vector<Linear> ls = model_linears(c);
+  const std::vector<double> one = bf16_product_rates(cache, c, N, Bf16Engine::kOneDnn, measured);
+  const std::vector<double> own = bf16_product_rates(cache, c, N, Bf16Engine::kPacked, measured);
+  double flop = 0, t_one = 0, t_own = 0, t_best = 0;
+  for (size_t i = 0; i < one.size(); i++) {
+    const Linear& l = ls[i / 3];
+    const double f = 2.0 * N * l.IC * l.OC * l.count;
+    const bool packed = own[i] > one[i];
+    gemm_bf16_set_engine(l.IC, l.OC, (LinearProduct)(i % 3), packed ? Bf16Engine::kPacked : Bf16Engine::kOneDnn);
+    flop += f, t_one += f / one[i], t_own += f / own[i], t_best += f / std::max(one[i], own[i]);
+    out.bf16_products++;
+    out.bf16_packed += packed;
+  }
+  // A layer shape the model has twice (the same in and out) is one table entry: the later choice.
+  out.bf16_packed = 0;
+  for (size_t i = 0; i < one.size(); i++)
+    out.bf16_packed += gemm_bf16_engine(ls[i / 3].IC, ls[i / 3].OC, (LinearProduct)(i % 3)) == Bf16Engine::kPacked;
+  out.bf16_onednn_gflops = flop / t_one, out.bf16_packed_gflops = flop / t_own, out.bf16_chosen_gflops = flop / t_best;
+  g_bf16_mixed = out.bf16_packed > 0;
+}
+}  // namespace
+
 Status gemm_select(const std::string& want, const ModelConfig& c, int B, int T, Precision precision, int threads,
                    GemmChoice& out) {
   out = GemmChoice{};
@@ -235,9 +340,17 @@ Status gemm_select(const std::string& want, const ModelConfig& c, int B, int T, 
     out.how = "configured";
   }
   gemm_set_backend(out.backend);
+  gemm_bf16_clear_engines();
+  g_bf16_mixed = false;
+  if (precision == Precision::kBf16 && want == "auto") {
+    bool m = false;
+    choose_bf16_engines(cache, c, B, T, out, m);
+    if (m) out.how = "measured";
+  }
   out.engine = precision == Precision::kBf16 ? (gemm_bf16_native() ? gemm_bf16_isa() : std::string("portable bf16 on ") +
                                                                                           gemm_backend_name(out.backend))
                                              : gemm_backend_name(out.backend);
+  if (out.bf16_packed > 0) out.engine += fmt::format(" + packed ({} of {} products)", out.bf16_packed, out.bf16_products);
   bool fresh = false;
   out.gflops = rate(cache, c, B, T, precision, out.backend, threads, fresh, /*best_of=*/true);
   return Status::ok();

@@ -23,6 +23,11 @@ struct GemmChoice {
   double gflops = 0;         // the model's GEMM set at the run's thread count, back end and precision:
                              // the best of this run's measurement and the best cached before
   int threads = 1;
+  // bf16 under "auto" where the CPU has bf16 units and Smelt's packed kernel runs: each linear
+  // layer's three products go to the faster of oneDNN and the packed kernel at 1 thread (so every
+  // thread count gets the same engines, and the same bits). 0 products: not chosen (oneDNN).
+  int bf16_products = 0, bf16_packed = 0;  // products chosen, of which on the packed kernel
+  double bf16_onednn_gflops = 0, bf16_packed_gflops = 0, bf16_chosen_gflops = 0;  // 1 thread, the set
   std::string report() const;  // one line
 };
 
@@ -46,13 +51,20 @@ int64_t gemm_select_bytes(const ModelConfig& c, int B, int T, Precision precisio
 double gemm_measure_model(const ModelConfig& c, int B, int T, Precision precision, int threads,
                           double seconds = 0.3);
 
+// Seconds of each linear layer product at rows `shapes[i].rows` on bf16 engine e, 1 thread:
+// out[3 i + p] for LinearProduct p; interleaved passes for at least `seconds` after a warm-up.
+std::vector<double> gemm_bf16_product_seconds(const std::vector<GemmShape>& shapes, Bf16Engine e,
+                                              double seconds = 0.3);
+
 // want: "auto" (measure, or read this machine's cache), "openblas" or "onednn". Sets the chosen
 // back end (gemm_set_backend) and fills out. The fp32 choice uses 1-thread rates, so every thread
 // count of the same model picks the same back end (and gets the same bits). Cache:
 // $SMELT_CACHE_DIR or $XDG_CACHE_HOME/smelt or ~/.cache/smelt, file gemm-rates.json, keyed by CPU
 // model, flags, shapes, precision and threads; written under a lock so concurrent runs agree. The
 // 1-thread fp32 rates that choose the back end are measured once; the run's own rate (the MFU
-// denominator) is measured every time and the cache keeps the best seen.
+// denominator) is measured every time and the cache keeps the best seen. In bf16 under "auto",
+// the engine of each linear layer product is chosen the same way (1-thread rates, measured once,
+// cached) and set with gemm_bf16_set_engine; otherwise every product runs on oneDNN.
 Status gemm_select(const std::string& want, const ModelConfig& c, int B, int T, Precision precision,
                    int threads, GemmChoice& out);
 

@@ -3,8 +3,9 @@
 // them) or a portable path (bf16 widened to fp32, then sgemm: the same products, exact in fp32).
 // Called inside an OpenMP team a call runs on its thread (the fp32 tiles of matmul.cpp,
 // attention's blocks, the decoder's one-row blocks); called outside one, oneDNN's bf16 matmul
-// threads itself over the team size (matmul.cpp's whole bf16 GEMMs). Not a GEMM of our own, and
-// not the choice of back end (machine/gemm_select measures that).
+// threads itself over the team size (matmul.cpp's whole bf16 GEMMs); the table of which linear
+// layer's product runs on oneDNN and which on Smelt's own packed kernel (gemm_bf16_packed.cpp).
+// Not a GEMM of our own, and not the choice of back end (machine/gemm_select measures that).
 #include <algorithm>
 #include <array>
 #include <cstring>
@@ -184,6 +185,32 @@ void gemm_bf16_portable(bool ta, bool tb, int M, int N, int K, const uint16_t* A
       }
     }
   }
+}
+
+namespace {
+// The linear layers' engine choices: a few dozen entries at most, written before a run's GEMMs
+// start and only read while they run.
+std::map<std::tuple<int, int, int>, Bf16Engine> g_engines;
+}  // namespace
+
+const char* bf16_engine_name(Bf16Engine e) { return e == Bf16Engine::kPacked ? "packed" : "onednn"; }
+
+void gemm_bf16_set_engine(int IC, int OC, LinearProduct p, Bf16Engine e) {
+  g_engines[std::make_tuple(IC, OC, (int)p)] = e;
+}
+
+Bf16Engine gemm_bf16_engine(int IC, int OC, LinearProduct p) {
+  auto it = g_engines.find(std::make_tuple(IC, OC, (int)p));
+  return it == g_engines.end() ? Bf16Engine::kOneDnn : it->second;
+}
+
+void gemm_bf16_clear_engines() { g_engines.clear(); }
+
+void gemm_bf16_on(Bf16Engine e, bool ta, bool tb, int M, int N, int K, const uint16_t* A, int lda,
+                  const uint16_t* B, int ldb, float beta, float* C, int ldc) {
+  if (e == Bf16Engine::kPacked && gemm_bf16_native() && gemm_bf16_packed_available())
+    gemm_bf16_packed(ta, tb, M, N, K, A, lda, B, ldb, beta, C, ldc);
+  else gemm_bf16(ta, tb, M, N, K, A, lda, B, ldb, beta, C, ldc);
 }
 
 void gemm_bf16(bool ta, bool tb, int M, int N, int K, const uint16_t* A, int lda, const uint16_t* B, int ldb,

@@ -1,0 +1,231 @@
+// Smelt's own bf16 GEMM for CPUs with AVX512-BF16 (Zen 4, Zen 5, Cooper Lake, Sapphire Rapids):
+// C (M,N) fp32 = beta*C + op(A) op(B), A and B bf16. Both operands are copied into packed blocks
+// (GotoBLAS layout: A in slivers of kMr rows, B in panels of kNr columns, each K pair side by side
+// as vdpbf16ps reads it), so one micro-kernel serves every transpose; edges are zero-padded when
+// packed and masked when stored. Each C element sums its K pairs in a fixed order, in blocks of
+// kKc taken in order, whatever the thread count or the way C is shared out: the bits depend on
+// the shape only. Not the choice between this and oneDNN (machine/gemm_select measures it).
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include <immintrin.h>
+#include <omp.h>
+
+#include "smelt/kernels/kernels.hpp"
+
+namespace smelt {
+
+namespace {
+constexpr int kMr = 12;   // rows of a micro-tile: 12 x 2 accumulators + 2 B registers of 32
+constexpr int kNr = 32;   // columns of a micro-tile (two 16-float vectors)
+constexpr int kKc = 2048;  // at most this many K elements per block (blocks of equal size, even)
+constexpr int kMc = 96;   // rows of A packed at a time when B is packed whole (96 x 2048 bf16: 384 KiB)
+constexpr int kNc = 512;  // columns of B packed at a time when A is packed whole
+
+inline uint32_t load32(const uint16_t* p) {
+  uint32_t v;
+  std::memcpy(&v, p, 4);
+  return v;
+}
+
+// op(A) rows [m0, m0+mc), K [k0, k0+kc) into slivers of kMr rows: sliver s, pair p, row r holds
+// the two bf16 of (row r, K 2p and 2p+1) as one 32-bit word. Rows past mc and K past kc are 0.
+__attribute__((target("avx512f,avx512bw"))) void pack_a(uint16_t* out, const uint16_t* A, int lda, bool ta,
+                                                         int m0, int mc, int k0, int kc) {
+  const int pairs = (kc + 1) / 2, full = kc / 2, slivers = (mc + kMr - 1) / kMr;
+  for (int s = 0; s < slivers; s++) {
+    uint32_t* o = reinterpret_cast<uint32_t*>(out + (int64_t)s * pairs * kMr * 2);
+    const int rows = std::min(kMr, mc - s * kMr), ms = m0 + s * kMr;
+    if (!ta) {  // a row's K pair is one 32-bit word of A's row
+      for (int r = 0; r < kMr; r++) {
+        if (r >= rows) {
+          for (int p = 0; p < pairs; p++) o[p * kMr + r] = 0;
+          continue;
+        }
+        const uint16_t* src = A + (int64_t)(ms + r) * lda + k0;
+        for (int p = 0; p < full; p++) o[p * kMr + r] = load32(src + 2 * p);
+        if (full < pairs) o[full * kMr + r] = src[2 * full];
+      }
+    } else {  // op(A)(m, k) = A[k][m]: two rows of A interleaved, kMr (12) columns of each
+      const __m512i idx = _mm512_set_epi16(47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10, 41, 9, 40, 8, 39, 7, 38,
+                                           6, 37, 5, 36, 4, 35, 3, 34, 2, 33, 1, 32, 0);
+      const __mmask32 in = (__mmask32)((1u << rows) - 1);
+      for (int p = 0; p < pairs; p++) {
+        const uint16_t* r0 = A + (int64_t)(k0 + 2 * p) * lda + ms;
+        const __m512i lo = _mm512_maskz_loadu_epi16(in, r0);
+        const __m512i hi = 2 * p + 1 < kc ? _mm512_maskz_loadu_epi16(in, r0 + lda) : _mm512_setzero_si512();
+        _mm512_mask_storeu_epi16(o + p * kMr, (__mmask32)((1u << (2 * kMr)) - 1),
+                                 _mm512_permutex2var_epi16(lo, idx, hi));
+      }
+    }
+  }
+}
+
+// op(B) K [k0, k0+kc), columns [n0, n0+nc) into panels of kNr columns: panel j, pair p, column c
+// holds (K 2p, 2p+1) of column c side by side. Columns past nc and K past kc are 0.
+__attribute__((target("avx512f,avx512bw"))) void pack_b(uint16_t* out, const uint16_t* B, int ldb, bool tb,
+                                                         int k0, int kc, int n0, int nc) {
+  const int pairs = (kc + 1) / 2, full = kc / 2, panels = (nc + kNr - 1) / kNr;
+  for (int j = 0; j < panels; j++) {
+    uint32_t* o = reinterpret_cast<uint32_t*>(out + (int64_t)j * pairs * kNr * 2);
+    const int cols = std::min(kNr, nc - j * kNr);
+    if (tb) {  // op(B)(k, n) = B[n][k]: a column's K pair is one 32-bit word of B's row n
+      for (int c = 0; c < kNr; c++) {
+        if (c >= cols) {
+          for (int p = 0; p < pairs; p++) o[p * kNr + c] = 0;
+          continue;
+        }
+        const uint16_t* src = B + (int64_t)(n0 + j * kNr + c) * ldb + k0;
+        for (int p = 0; p < full; p++) o[p * kNr + c] = load32(src + 2 * p);
+        if (full < pairs) o[full * kNr + c] = src[2 * full];
+      }
+    } else {  // op(B)(k, n) = B[k][n]: two rows of B interleaved, 16 columns per vector
+      const __m512i idx_lo = _mm512_set_epi16(47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10, 41, 9, 40, 8, 39, 7,
+                                              38, 6, 37, 5, 36, 4, 35, 3, 34, 2, 33, 1, 32, 0);
+      const __m512i idx_hi = _mm512_add_epi16(idx_lo, _mm512_set1_epi16(16));
+      const __mmask32 in = cols >= 32 ? ~(__mmask32)0 : (__mmask32)((1u << cols) - 1);
+      for (int p = 0; p < pairs; p++) {
+        const uint16_t* r0 = B + (int64_t)(k0 + 2 * p) * ldb + n0 + j * kNr;
+        const __m512i lo = _mm512_maskz_loadu_epi16(in, r0);
+        const __m512i hi = 2 * p + 1 < kc ? _mm512_maskz_loadu_epi16(in, r0 + ldb) : _mm512_setzero_si512();
+        _mm512_storeu_si512(o + p * kNr, _mm512_permutex2var_epi16(lo, idx_lo, hi));
+        _mm512_storeu_si512(o + p * kNr + 16, _mm512_permutex2var_epi16(lo, idx_hi, hi));
+      }
+    }
+  }
+}
+
+// C[0..rows) x [0..cols) (+)= the packed sliver a times the packed panel b over `pairs` K pairs.
+__attribute__((target("avx512f,avx512bw,avx512bf16"))) void micro(int pairs, const uint16_t* a,
+                                                                  const uint16_t* b, float* C, int ldc,
+                                                                  int rows, int cols, bool add) {
+  __m512 acc[kMr][2];  // every loop over r fully unrolled, so the accumulators stay in registers
+#pragma GCC unroll 12
+  for (int r = 0; r < kMr; r++) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
+  const uint32_t* a32 = reinterpret_cast<const uint32_t*>(a);
+  if (add)  // the C tile this sum ends in, on its way while the sum runs (a pass over C ago, it left the cache)
+    for (int r = 0; r < rows; r++) {
+      _mm_prefetch(reinterpret_cast<const char*>(C + (int64_t)r * ldc), _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(C + (int64_t)r * ldc + 16), _MM_HINT_T0);
+    }
+  for (int p = 0; p < pairs; p++) {
+    const __m512bh b0 = (__m512bh)_mm512_loadu_si512(b + p * kNr * 2);
+    const __m512bh b1 = (__m512bh)_mm512_loadu_si512(b + p * kNr * 2 + 32);
+#pragma GCC unroll 12
+    for (int r = 0; r < kMr; r++) {
+      const __m512bh av = (__m512bh)_mm512_set1_epi32((int)a32[p * kMr + r]);
+      acc[r][0] = _mm512_dpbf16_ps(acc[r][0], av, b0);
+      acc[r][1] = _mm512_dpbf16_ps(acc[r][1], av, b1);
+    }
+  }
+  if (cols == kNr) {  // a whole tile: plain loads and stores
+#pragma GCC unroll 12
+    for (int r = 0; r < kMr; r++) {
+      if (r >= rows) break;
+      float* c = C + (int64_t)r * ldc;
+      __m512 v0 = acc[r][0], v1 = acc[r][1];
+      if (add) v0 = _mm512_add_ps(_mm512_loadu_ps(c), v0), v1 = _mm512_add_ps(_mm512_loadu_ps(c + 16), v1);
+      _mm512_storeu_ps(c, v0);
+      _mm512_storeu_ps(c + 16, v1);
+    }
+    return;
+  }
+  const __mmask16 m0 = cols >= 16 ? 0xffff : (__mmask16)((1u << cols) - 1);
+  const __mmask16 m1 = cols >= 32 ? 0xffff : cols <= 16 ? 0 : (__mmask16)((1u << (cols - 16)) - 1);
+#pragma GCC unroll 12
+  for (int r = 0; r < kMr; r++) {
+    if (r >= rows) break;
+    float* c = C + (int64_t)r * ldc;
+    __m512 v0 = acc[r][0], v1 = acc[r][1];
+    if (add) {
+      v0 = _mm512_add_ps(_mm512_maskz_loadu_ps(m0, c), v0);
+      v1 = _mm512_add_ps(_mm512_maskz_loadu_ps(m1, c + 16), v1);
+    }
+    _mm512_mask_storeu_ps(c, m0, v0);
+    _mm512_mask_storeu_ps(c + 16, m1, v1);
+  }
+}
+
+// One job: C rows [m0, m1) x columns [n0, n1). Per K block, the smaller of the job's two operands
+// is packed whole, once; the other a block at a time (kMc rows of A, or kNc columns of B), each
+// block meeting the whole of the first. So each operand is packed once per K block, and what stays
+// packed is bounded by the smaller side (the LM head's dweight: 512 columns, not 32000 rows).
+void job(bool ta, bool tb, int m0, int m1, int n0, int n1, int K, const uint16_t* A, int lda,
+         const uint16_t* B, int ldb, float beta, float* C, int ldc) {
+  thread_local std::vector<uint16_t> abuf, bbuf;
+  const int rows = m1 - m0, cols = n1 - n0;
+  const bool a_whole = rows <= cols;
+  const int arows = a_whole ? rows : std::min(rows, kMc), bcols = a_whole ? std::min(cols, kNc) : cols;
+  abuf.resize((size_t)((arows + kMr - 1) / kMr * kMr) * (kKc + 1));
+  bbuf.resize((size_t)((bcols + kNr - 1) / kNr * kNr) * (kKc + 1));
+  // K in blocks of equal even size of at most kKc, so most of the model's shapes sum in one block
+  // and pass over C once (bench/kernels/gemm_bf16_bench, Zen 5: K 704 and 1376 in blocks of 256
+  // ran at 0.54-0.60x oneDNN, in one block 0.81-0.87x; the panels stream from L2).
+  const int kblocks = (K + kKc - 1) / kKc, kstep = ((K + kblocks - 1) / kblocks + 1) / 2 * 2;
+  for (int k0 = 0; k0 < K; k0 += kstep) {
+    const int kc = std::min(kstep, K - k0), pairs = (kc + 1) / 2;
+    const int64_t sliver = (int64_t)pairs * kMr * 2, panel = (int64_t)pairs * kNr * 2;
+    const bool add = k0 > 0 || beta != 0.0f;
+    // C rows [r0, r1) x columns [c0, c1) from the packed A rows starting at ar and B columns at bc
+    auto block = [&](int r0, int r1, int ar, int c0, int c1, int bc) {
+      for (int c = c0; c < c1; c += kNr)
+        for (int r = r0; r < r1; r += kMr)
+          micro(pairs, abuf.data() + (r - ar) / kMr * sliver, bbuf.data() + (c - bc) / kNr * panel,
+                C + (int64_t)r * ldc + c, ldc, std::min(kMr, r1 - r), std::min(kNr, c1 - c), add);
+    };
+    if (a_whole) {
+      pack_a(abuf.data(), A, lda, ta, m0, rows, k0, kc);
+      for (int nb = n0; nb < n1; nb += kNc) {
+        const int nc = std::min(kNc, n1 - nb);
+        pack_b(bbuf.data(), B, ldb, tb, k0, kc, nb, nc);
+        for (int mb = m0; mb < m1; mb += kMc) block(mb, std::min(m1, mb + kMc), m0, nb, nb + nc, nb);
+      }
+    } else {
+      pack_b(bbuf.data(), B, ldb, tb, k0, kc, n0, cols);
+      for (int mb = m0; mb < m1; mb += kMc) {
+        const int mc = std::min(kMc, m1 - mb);
+        pack_a(abuf.data(), A, lda, ta, mb, mc, k0, kc);
+        for (int nb = n0; nb < n1; nb += kNc) block(mb, mb + mc, mb, nb, std::min(n1, nb + kNc), n0);
+      }
+    }
+  }
+}
+}  // namespace
+
+bool gemm_bf16_packed_available() {
+  static const bool ok = __builtin_cpu_supports("avx512bf16") && __builtin_cpu_supports("avx512bw");
+  return ok;
+}
+
+void gemm_bf16_packed(bool ta, bool tb, int M, int N, int K, const uint16_t* A, int lda, const uint16_t* B,
+                      int ldb, float beta, float* C, int ldc) {
+  if (M <= 0 || N <= 0) return;
+  if (beta != 0.0f && beta != 1.0f) {  // only 0 and 1 occur (overwrite, accumulate); others scale first
+    for (int i = 0; i < M; i++)
+      for (int j = 0; j < N; j++) C[(int64_t)i * ldc + j] *= beta;
+    beta = 1.0f;
+  }
+  if (K <= 0) {
+    if (beta == 0.0f)
+      for (int i = 0; i < M; i++) std::memset(C + (int64_t)i * ldc, 0, sizeof(float) * N);
+    return;
+  }
+  // Jobs: C cut into a grid of about one job per thread, rows first (they are the most numerous:
+  // tokens), on multiples of kMr rows and kNc columns. Inside a team (a caller's tile), one job
+  // on this thread. The cut changes which thread sums an element, never the order of its sum.
+  const int team = omp_in_parallel() ? 1 : omp_get_max_threads();
+  const int row_units = (M + kMr - 1) / kMr, col_units = (N + kNc - 1) / kNc;
+  const int mparts = std::min(team, row_units);
+  const int nparts = std::min(col_units, (team + mparts - 1) / mparts);
+  const int mstep = (row_units + mparts - 1) / mparts * kMr, nstep = (col_units + nparts - 1) / nparts * kNc;
+  const int per_n = (M + mstep - 1) / mstep, jobs = per_n * ((N + nstep - 1) / nstep);
+#pragma omp parallel for schedule(dynamic, 1) if (team > 1 && jobs > 1)
+  for (int q = 0; q < jobs; q++) {
+    const int m0 = q % per_n * mstep, n0 = q / per_n * nstep;
+    job(ta, tb, m0, std::min(M, m0 + mstep), n0, std::min(N, n0 + nstep), K, A, lda, B, ldb, beta, C, ldc);
+  }
+}
+
+}  // namespace smelt
