@@ -223,7 +223,8 @@ class MatmulBf16 : public ::testing::TestWithParam<std::array<int, 3>> {};
 // accumulation error, and against the fp32 layers within the bf16 bound: each product's inputs
 // carry a relative error of at most u = 2^-8, so |y16 - y32| <= ((1+u)^2 - 1) sum|x w| plus fp32
 // sums; checked element by element. 1 and 2 threads give the same bits. On each engine the CPU
-// has (oneDNN, and Smelt's packed kernel where there is AVX512-BF16).
+// has (oneDNN, and Smelt's packed kernel where there is AVX512-BF16; at 60 rows only dweight
+// runs packed, kBf16PackedMinRows).
 TEST_P(MatmulBf16, MatchesTheReferenceAndTheFp32LayerWithinTheBf16Bound) {
   const int N = GetParam()[0], IC = GetParam()[1], OC = GetParam()[2];
   auto x = randn((size_t)N * IC, 1), w = randn((size_t)OC * IC, 2), dy = randn((size_t)N * OC, 3);
@@ -274,6 +275,26 @@ TEST_P(MatmulBf16, MatchesTheReferenceAndTheFp32LayerWithinTheBf16Bound) {
 
 INSTANTIATE_TEST_SUITE_P(Shapes, MatmulBf16,
                          ::testing::Values(std::array<int, 3>{60, 40, 31}, std::array<int, 3>{1100, 40, 1030}));
+
+// The engine table: a product runs where it was set, oneDNN where nothing was; a forward or dinp
+// below kBf16PackedMinRows rows stays on oneDNN (the weight would be packed for too few rows),
+// dweight at any row count.
+TEST(MatmulBf16Paths, EngineTableAndTheRowFloor) {
+  gemm_bf16_clear_engines();
+  EXPECT_EQ(gemm_bf16_engine_for(4096, 64, 96, LinearProduct::kForward), Bf16Engine::kOneDnn);
+  for (LinearProduct p : {LinearProduct::kForward, LinearProduct::kDinp, LinearProduct::kDweight})
+    gemm_bf16_set_engine(64, 96, p, Bf16Engine::kPacked);
+  gemm_bf16_set_engine(96, 64, LinearProduct::kForward, Bf16Engine::kOneDnn);
+  EXPECT_EQ(gemm_bf16_engine_for(kBf16PackedMinRows, 64, 96, LinearProduct::kForward), Bf16Engine::kPacked);
+  EXPECT_EQ(gemm_bf16_engine_for(kBf16PackedMinRows, 64, 96, LinearProduct::kDinp), Bf16Engine::kPacked);
+  EXPECT_EQ(gemm_bf16_engine_for(kBf16PackedMinRows - 1, 64, 96, LinearProduct::kForward), Bf16Engine::kOneDnn);
+  EXPECT_EQ(gemm_bf16_engine_for(kBf16PackedMinRows - 1, 64, 96, LinearProduct::kDinp), Bf16Engine::kOneDnn);
+  EXPECT_EQ(gemm_bf16_engine_for(1, 64, 96, LinearProduct::kDweight), Bf16Engine::kPacked);
+  EXPECT_EQ(gemm_bf16_engine_for(4096, 96, 64, LinearProduct::kForward), Bf16Engine::kOneDnn);  // (in, out) order
+  EXPECT_EQ(gemm_bf16_engine_for(4096, 96, 64, LinearProduct::kDinp), Bf16Engine::kOneDnn);     // never set
+  gemm_bf16_clear_engines();
+  EXPECT_EQ(gemm_bf16_engine_for(4096, 64, 96, LinearProduct::kDweight), Bf16Engine::kOneDnn);
+}
 
 // The portable path computes what the bf16 units compute: a whole linear layer both ways.
 TEST(MatmulBf16Paths, PortableAgreesWithTheBf16Units) {

@@ -142,6 +142,14 @@ bool gemm_bf16_packed_available();  // the CPU has AVX512-BF16 (and AVX512-BW)
 // GEMMs start (not while they run).
 enum class Bf16Engine : int { kOneDnn = 0, kPacked = 1 };
 enum class LinearProduct : int { kForward = 0, kDinp = 1, kDweight = 2 };
+// The packed kernel packs the weight again on every call, so a forward or dinp of fewer input rows
+// than this stays on oneDNN whatever was chosen (the LM head's 64-row blocks in bf16 training, the
+// decoder's few rows): bench/kernels/gemm_engines_bench --only lm_head, Zen 5, bench-small's head,
+// the packed forward against oneDNN: 0.66x at 64 rows, 0.84x at 128, 0.87x at 256, 0.99x at 512.
+// dweight packs two activations, never a weight: any row count.
+constexpr int kBf16PackedMinRows = 256;
+// The engine a linear layer's product with `rows` input rows runs on (the choice, and the rule above).
+Bf16Engine gemm_bf16_engine_for(int rows, int IC, int OC, LinearProduct p);
 const char* bf16_engine_name(Bf16Engine e);
 void gemm_bf16_set_engine(int IC, int OC, LinearProduct p, Bf16Engine e);
 Bf16Engine gemm_bf16_engine(int IC, int OC, LinearProduct p);

@@ -225,7 +225,8 @@ double gemm_measure_model(const ModelConfig& c, int B, int T, Precision precisio
   return flop / time / 1e9;
 }
 
-std::vector<double> gemm_bf16_product_seconds(const std::vector<GemmShape>& shapes, Bf16Engine e, double seconds) {
+std::vector<double> gemm_bf16_product_seconds(const std::vector<GemmShape>& shapes, Bf16Engine e, double seconds,
+                                              int threads) {
   const GemmScratch sz = gemm_scratch(shapes);
   std::vector<float> f((size_t)std::max({sz.w, sz.x, sz.y}));
   for (size_t i = 0; i < f.size(); i++) f[i] = (float)((i * 40503u) % 1000) * 1e-3f - 0.5f;
@@ -235,7 +236,7 @@ std::vector<double> gemm_bf16_product_seconds(const std::vector<GemmShape>& shap
   bf16_from_f32(d16.data(), f.data(), sz.y);
   std::vector<float> y((size_t)sz.y), dx((size_t)sz.x), dw((size_t)sz.w);
   const int keep = omp_get_max_threads();
-  kernels_set_threads(1);
+  kernels_set_threads(threads);
   auto run = [&](const GemmShape& g, int p) {
     const int N = (int)g.rows, IC = (int)g.in, OC = (int)g.out;
     if (p == (int)LinearProduct::kForward)
@@ -306,7 +307,8 @@ void choose_bf16_engines(RateCache& cache, const ModelConfig& c, int B, int T, G
   for (size_t i = 0; i < one.size(); i++) {
     const Linear& l = ls[i / 3];
     const double f = 2.0 * N * l.IC * l.OC * l.count;
-    const bool packed = own[i] > one[i];
+    // a forward or dinp at fewer rows than kBf16PackedMinRows never runs packed (kernels.hpp)
+    const bool packed = own[i] > one[i] && (i % 3 == (size_t)LinearProduct::kDweight || N >= kBf16PackedMinRows);
     gemm_bf16_set_engine(l.IC, l.OC, (LinearProduct)(i % 3), packed ? Bf16Engine::kPacked : Bf16Engine::kOneDnn);
     flop += f, t_one += f / one[i], t_own += f / own[i], t_best += f / std::max(one[i], own[i]);
     out.bf16_products++;

@@ -51,10 +51,11 @@ int64_t gemm_select_bytes(const ModelConfig& c, int B, int T, Precision precisio
 double gemm_measure_model(const ModelConfig& c, int B, int T, Precision precision, int threads,
                           double seconds = 0.3);
 
-// Seconds of each linear layer product at rows `shapes[i].rows` on bf16 engine e, 1 thread:
-// out[3 i + p] for LinearProduct p; interleaved passes for at least `seconds` after a warm-up.
+// Seconds of each linear layer product at rows `shapes[i].rows` on bf16 engine e with `threads`
+// threads (the choice uses 1): out[3 i + p] for LinearProduct p; interleaved passes for at least
+// `seconds` after a warm-up.
 std::vector<double> gemm_bf16_product_seconds(const std::vector<GemmShape>& shapes, Bf16Engine e,
-                                              double seconds = 0.3);
+                                              double seconds = 0.3, int threads = 1);
 
 // want: "auto" (measure, or read this machine's cache), "openblas" or "onednn". Sets the chosen
 // back end (gemm_set_backend) and fills out. The fp32 choice uses 1-thread rates, so every thread

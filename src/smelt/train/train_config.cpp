@@ -47,7 +47,7 @@ const Schema<TrainOptions>& train_schema() {
              at_least(0)),
        field("peak_gflops", &T::peak_gflops, "the first MFU denominator; 0 = measured at start", at_least(0)),
        field("precision", &T::precision, "the linear layers' numerics (auto: bf16 where the CPU has bf16 units)"),
-       field("gemm", &T::gemm, "fp32 GEMM back end (auto: measured at the model's shapes, cached)"),
+       field("gemm", &T::gemm, "GEMM back end (auto: measured at the model's shapes, cached; bf16 per product)"),
        field("device", &T::device, "where forward, backward and AdamW run: cpu, or cuda (one NVIDIA GPU)"),
        field("status_interval_s", &T::status_interval_s, "console status lines when stderr is not a terminal")}};
   return s;

@@ -28,7 +28,8 @@ inline constexpr EnumName<PrecisionMode> kPrecisionModeNames[] = {
     {PrecisionMode::kFp32, "fp32"}, {PrecisionMode::kBf16, "bf16"}, {PrecisionMode::kAuto, "auto"}};
 inline std::span<const EnumName<PrecisionMode>> enum_names(PrecisionMode) { return kPrecisionModeNames; }
 
-// [train] gemm: the fp32 GEMM back end (auto: measured, cached per machine).
+// [train] gemm: the GEMM back end (auto: measured, cached per machine; in bf16 also the engine of
+// each linear product, oneDNN or the packed kernel).
 enum class GemmRequest { kAuto, kOpenblas, kOnednn };
 inline constexpr EnumName<GemmRequest> kGemmRequestNames[] = {
     {GemmRequest::kAuto, "auto"}, {GemmRequest::kOpenblas, "openblas"}, {GemmRequest::kOnednn, "onednn"}};
@@ -68,7 +69,7 @@ struct TrainOptions {            // [train]
   int entropy_rows = 128;        // rows sampled for the prediction entropy
   double peak_gflops = 0;        // MFU denominator; 0 = the GEMM rate measured at the model's shapes
   PrecisionMode precision = PrecisionMode::kFp32;  // linear layers (bf16: bf16 inputs, fp32 sums and master weights)
-  GemmRequest gemm = GemmRequest::kAuto;           // fp32 GEMM back end
+  GemmRequest gemm = GemmRequest::kAuto;           // GEMM back end
   DeviceKind device = DeviceKind::kCpu;            // where forward, backward and AdamW run
   double status_interval_s = 10; // console status lines when stderr is not a terminal
 };

@@ -206,6 +206,11 @@ Bf16Engine gemm_bf16_engine(int IC, int OC, LinearProduct p) {
 
 void gemm_bf16_clear_engines() { g_engines.clear(); }
 
+Bf16Engine gemm_bf16_engine_for(int rows, int IC, int OC, LinearProduct p) {
+  if (p != LinearProduct::kDweight && rows < kBf16PackedMinRows) return Bf16Engine::kOneDnn;
+  return gemm_bf16_engine(IC, OC, p);
+}
+
 void gemm_bf16_on(Bf16Engine e, bool ta, bool tb, int M, int N, int K, const uint16_t* A, int lda,
                   const uint16_t* B, int ldb, float beta, float* C, int ldc) {
   if (e == Bf16Engine::kPacked && gemm_bf16_native() && gemm_bf16_packed_available())

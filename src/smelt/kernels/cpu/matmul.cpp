@@ -102,7 +102,7 @@ void matmul_forward_bf16(float* out, uint16_t* inp16, const float* inp, const ui
     // One call that oneDNN threads itself: cutting it in tiles costs up to a quarter of the rate
     // on AMX (the LM head: 370 vs 273 GFLOP/s on one core), and its blocking over M and N keeps
     // each output's sum on one thread, so thread counts still give the same bits (tested).
-    gemm_bf16_on(gemm_bf16_engine(IC, OC, LinearProduct::kForward), false, true, N, OC, IC, inp16, IC, weight16,
+    gemm_bf16_on(gemm_bf16_engine_for(N, IC, OC, LinearProduct::kForward), false, true, N, OC, IC, inp16, IC, weight16,
                  IC, beta, out, OC);
     return;
   }
@@ -116,10 +116,10 @@ void matmul_backward_bf16(float* dinp, float* dweight, uint16_t* dout16, uint16_
   if (dweight) bf16_from_f32(inp16, inp, (int64_t)N * IC);
   if (gemm_bf16_native()) {  // as in the forward: whole GEMMs, each engine threading itself
     if (dweight)
-      gemm_bf16_on(gemm_bf16_engine(IC, OC, LinearProduct::kDweight), true, false, OC, IC, N, dout16, OC, inp16, IC,
+      gemm_bf16_on(gemm_bf16_engine_for(N, IC, OC, LinearProduct::kDweight), true, false, OC, IC, N, dout16, OC, inp16, IC,
                    1.0f, dweight, IC);
     if (dinp)
-      gemm_bf16_on(gemm_bf16_engine(IC, OC, LinearProduct::kDinp), false, false, N, IC, OC, dout16, OC, weight16, IC,
+      gemm_bf16_on(gemm_bf16_engine_for(N, IC, OC, LinearProduct::kDinp), false, false, N, IC, OC, dout16, OC, weight16, IC,
                    0.0f, dinp, IC);
     return;
   }

@@ -1,0 +1,188 @@
+// Every GEMM engine Smelt can run a linear layer on, side by side at a model's shapes: fp32 on
+// OpenBLAS, oneDNN (dnnl_sgemm) and BLIS (Debian's libblis4-openmp, opened at run time where it
+// is installed: it is a peer measured here, not a back end of Smelt's); bf16 on oneDNN's matmul
+// and Smelt's own packed AVX512-BF16 kernel (kernels/cpu/gemm_bf16_packed.cpp), the bf16 pair
+// timed by the function the trainer's per-product choice uses (gemm_bf16_product_seconds).
+// Each product (forward, dinp, dweight) of each layer kind, 1 thread, interleaved passes; the
+// ratio to OpenBLAS (fp32) and to oneDNN (bf16), and the step-weighted set. Not a test.
+// Usage: gemm_engines_bench CONFIG.toml [--rows R] [--seconds S] [--only LAYER] [--threads N]
+//   rows: default 512, the count the trainer's choice measures at; --only: one layer kind
+//   (qkv, attn_out, ffn_up, ffn_down, lm_head), for a profiler; --threads: the bf16 engines on
+//   N threads (default 1, what the choice measures; fp32 is always 1 thread).
+#include <dlfcn.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "smelt/common/clock.hpp"
+#include "smelt/common/config.hpp"
+#include "smelt/hw/cpu_info.hpp"
+#include "smelt/kernels/kernels.hpp"
+#include "smelt/machine/gemm_select.hpp"
+#include "smelt/model/config.hpp"
+
+extern "C" char* openblas_get_corename();
+
+using namespace smelt;
+
+namespace {
+// BLIS's typed API (blis.h, 64-bit integers on x86-64): op(A) and op(B) given by row and column
+// strides, so no transpose flags (BLIS_NO_TRANSPOSE = 0).
+using BliSgemm = void (*)(int, int, int64_t, int64_t, int64_t, const float*, const float*, int64_t, int64_t,
+                          const float*, int64_t, int64_t, const float*, float*, int64_t, int64_t);
+struct Blis {
+  BliSgemm sgemm = nullptr;
+  std::string arch;
+};
+Blis open_blis() {
+  Blis b;
+  void* h = dlopen("/usr/lib/x86_64-linux-gnu/blis-openmp/libblis.so.4", RTLD_NOW | RTLD_LOCAL | RTLD_DEEPBIND);
+  if (!h) return b;
+  auto threads = (void (*)(int64_t))dlsym(h, "bli_thread_set_num_threads");
+  auto arch_id = (int (*)())dlsym(h, "bli_arch_query_id");
+  auto arch_str = (const char* (*)(int))dlsym(h, "bli_arch_string");
+  b.sgemm = (BliSgemm)dlsym(h, "bli_sgemm");
+  if (!threads || !arch_id || !arch_str || !b.sgemm) return Blis{};
+  threads(1);
+  b.arch = arch_str(arch_id());
+  return b;
+}
+
+struct Linear {
+  const char* what;
+  int in, out, count;
+};
+
+// Seconds of each of `calls`, interleaved passes for at least `seconds` after a warm-up.
+std::vector<double> time_calls(const std::vector<std::function<void()>>& calls, double seconds) {
+  std::vector<double> secs(calls.size(), 0.0);
+  for (auto& f : calls) f();
+  const double end = now_s() + seconds;
+  int passes = 0;
+  do {
+    for (size_t i = 0; i < calls.size(); i++) {
+      const double t0 = now_s();
+      calls[i]();
+      secs[i] += now_s() - t0;
+    }
+    passes++;
+  } while (now_s() < end || passes < 2);
+  for (double& t : secs) t /= passes;
+  return secs;
+}
+
+void print_table(const char* title, const std::vector<Linear>& ls, int rows, const std::vector<std::string>& names,
+                 const std::vector<std::vector<double>>& secs) {
+  std::printf("\n%s, rows %d, GFLOP/s (ratio to %s)\n%-9s %-8s %6s %6s", title, rows, names[0].c_str(),
+              "layer", "product", "in", "out");
+  for (const auto& n : names) std::printf(" %16s", n.c_str());
+  std::printf("\n");
+  const char* products[] = {"forward", "dinp", "dweight"};
+  std::vector<double> total(names.size(), 0.0);
+  double flop = 0, best = 0;
+  for (size_t i = 0; i < secs[0].size(); i++) {
+    const Linear& l = ls[i / 3];
+    const double f = 2.0 * rows * l.in * l.out;
+    std::printf("%-9s %-8s %6d %6d", l.what, products[i % 3], l.in, l.out);
+    double fastest = 1e30;
+    for (size_t e = 0; e < names.size(); e++) {
+      std::printf(" %8.1f (%.2fx)", f / secs[e][i] / 1e9, secs[0][i] / secs[e][i]);
+      total[e] += secs[e][i] * l.count;
+      fastest = std::min(fastest, secs[e][i]);
+    }
+    flop += f * l.count, best += fastest * l.count;
+    std::printf("\n");
+  }
+  std::printf("the step's set (each product times its layer count):");
+  for (size_t e = 0; e < names.size(); e++)
+    std::printf(" %s %.1f (%.2fx);", names[e].c_str(), flop / total[e] / 1e9, total[0] / total[e]);
+  std::printf(" per product the fastest %.1f GFLOP/s\n", flop / best / 1e9);
+}
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2 || argv[1][0] == '-') {
+    std::fprintf(stderr, "usage: gemm_engines_bench CONFIG.toml [--rows R] [--seconds S] [--only LAYER]\n");
+    return 2;
+  }
+  int rows = 512;
+  double seconds = 1.0;
+  std::string only;
+  int threads = 1;
+  for (int i = 2; i < argc; i++) {
+    if (!std::strcmp(argv[i], "--rows") && i + 1 < argc) rows = std::atoi(argv[++i]);
+    else if (!std::strcmp(argv[i], "--seconds") && i + 1 < argc) seconds = std::atof(argv[++i]);
+    else if (!std::strcmp(argv[i], "--only") && i + 1 < argc) only = argv[++i];
+    else if (!std::strcmp(argv[i], "--threads") && i + 1 < argc) threads = std::max(1, std::atoi(argv[++i]));
+    else {
+      std::fprintf(stderr, "gemm_engines_bench: unknown argument \"%s\"\n", argv[i]);
+      return 2;
+    }
+  }
+  toml::table root;
+  if (auto s = config_load(argv[1], root); !s) return std::fprintf(stderr, "%s\n", s.message().c_str()), 1;
+  root.erase("bench");
+  ModelConfig c;
+  if (auto s = model_config_read(root, c); !s) return std::fprintf(stderr, "%s\n", s.message().c_str()), 1;
+  const int C = c.d_model, A = c.n_heads * c.head_size(), L = c.n_layers;
+  std::vector<Linear> ls = {{"qkv", C, c.qkv_size(), L}, {"attn_out", A, C, L}, {"ffn_up", C, 2 * c.ffn_hidden, L},
+                            {"ffn_down", c.ffn_hidden, C, L}, {"lm_head", C, c.vocab_size, 1}};
+  if (!only.empty()) std::erase_if(ls, [&](const Linear& l) { return only != l.what; });
+  const Blis blis = open_blis();
+  std::printf("cpu: %s\nfp32: openblas (core %s), onednn, %s\nbf16: %s; packed kernel %s\n", cpu_info().model.c_str(),
+              openblas_get_corename(),
+              blis.sgemm ? ("blis (" + blis.arch + " kernels)").c_str()
+                         : "no blis (apt-get install libblis4-openmp to measure it)",
+              gemm_bf16_isa(), gemm_bf16_packed_available() ? "available" : "not on this CPU (no AVX512-BF16)");
+  kernels_set_threads(1);
+
+  // fp32: one weight, input and output gradient of the largest size, reused by every shape
+  int64_t w = 1, x = 1, y = 1;
+  for (const Linear& l : ls) w = std::max<int64_t>(w, (int64_t)l.in * l.out), x = std::max<int64_t>(x, (int64_t)rows * l.in),
+                             y = std::max<int64_t>(y, (int64_t)rows * l.out);
+  std::vector<float> W(w), X(x), DY(y), Y(y), DX(x), DW(w);
+  for (size_t i = 0; i < W.size(); i++) W[i] = (float)((i * 40503u) % 1000) * 1e-3f - 0.5f;
+  for (size_t i = 0; i < X.size(); i++) X[i] = (float)((i * 7919u) % 1000) * 1e-3f - 0.5f;
+  for (size_t i = 0; i < DY.size(); i++) DY[i] = (float)((i * 104729u) % 1000) * 1e-3f - 0.5f;
+  // C (M,N) = op(A) op(B) + beta C, row-major, on engine e: 0 OpenBLAS, 1 oneDNN, 2 BLIS
+  auto sgemm = [&](int e, bool ta, bool tb, int M, int N, int K, const float* a, int lda, const float* b, int ldb,
+                   float beta, float* cc, int ldc) {
+    if (e < 2) {
+      gemm_set_backend(e == 0 ? GemmBackend::kOpenBlas : GemmBackend::kOneDnn);
+      gemm_f32(ta, tb, M, N, K, 1.0f, a, lda, b, ldb, beta, cc, ldc);
+      return;
+    }
+    const float one = 1.0f;
+    blis.sgemm(0, 0, M, N, K, &one, a, ta ? 1 : lda, ta ? lda : 1, b, tb ? 1 : ldb, tb ? ldb : 1, &beta, cc, ldc, 1);
+  };
+  std::vector<std::string> fnames = {"openblas", "onednn"};
+  if (blis.sgemm) fnames.push_back("blis");
+  std::vector<std::vector<double>> fsecs;
+  for (int e = 0; e < (int)fnames.size(); e++) {
+    std::vector<std::function<void()>> calls;
+    for (const Linear& l : ls) {
+      const int N = rows, IC = l.in, OC = l.out;
+      calls.push_back([&, e, N, IC, OC] { sgemm(e, false, true, N, OC, IC, X.data(), IC, W.data(), IC, 0.0f, Y.data(), OC); });
+      calls.push_back([&, e, N, IC, OC] { sgemm(e, false, false, N, IC, OC, DY.data(), OC, W.data(), IC, 0.0f, DX.data(), IC); });
+      calls.push_back([&, e, N, IC, OC] { sgemm(e, true, false, OC, IC, N, DY.data(), OC, X.data(), IC, 1.0f, DW.data(), IC); });
+    }
+    fsecs.push_back(time_calls(calls, seconds));
+  }
+  gemm_set_backend(GemmBackend::kOpenBlas);
+  print_table("fp32, 1 thread", ls, rows, fnames, fsecs);
+
+  if (gemm_bf16_native() && gemm_bf16_packed_available()) {
+    std::vector<GemmShape> shapes;
+    for (const Linear& l : ls) shapes.push_back({rows, l.in, l.out});
+    const std::string title = "bf16 inputs, fp32 sums, " + std::to_string(threads) + " thread(s)";
+    print_table(title.c_str(), ls, rows, {"onednn", "packed"},
+                {gemm_bf16_product_seconds(shapes, Bf16Engine::kOneDnn, seconds, threads),
+                 gemm_bf16_product_seconds(shapes, Bf16Engine::kPacked, seconds, threads)});
+  }
+  return 0;
+}
