@@ -37,7 +37,8 @@ std::vector<uint16_t> to_bf16(const std::vector<float>& x) {
 template <typename T>
 std::vector<float> gemm_ref(bool ta, bool tb, int M, int N, int K, const std::vector<T>& A, const std::vector<T>& B,
                             float beta, std::vector<float> C) {
-  auto get = [](const std::vector<T>& v, size_t i) {
+  // op(A) as rows of K and op(B) as columns of K, widened to double once
+  auto widen = [](const std::vector<T>& v, size_t i) {
     if constexpr (sizeof(T) == 4) return (double)v[i];
     else {
       float f;
@@ -46,11 +47,15 @@ std::vector<float> gemm_ref(bool ta, bool tb, int M, int N, int K, const std::ve
     }
   };
   const int lda = ta ? M : K, ldb = tb ? K : N;
+  std::vector<double> a((size_t)M * K), b((size_t)N * K);
+  for (int i = 0; i < M; i++)
+    for (int k = 0; k < K; k++) a[(size_t)i * K + k] = widen(A, ta ? (size_t)k * lda + i : (size_t)i * lda + k);
+  for (int j = 0; j < N; j++)
+    for (int k = 0; k < K; k++) b[(size_t)j * K + k] = widen(B, tb ? (size_t)j * ldb + k : (size_t)k * ldb + j);
   for (int i = 0; i < M; i++)
     for (int j = 0; j < N; j++) {
       double s = 0;
-      for (int k = 0; k < K; k++)
-        s += get(A, ta ? (size_t)k * lda + i : (size_t)i * lda + k) * get(B, tb ? (size_t)j * ldb + k : (size_t)k * ldb + j);
+      for (int k = 0; k < K; k++) s += a[(size_t)i * K + k] * b[(size_t)j * K + k];
       C[(size_t)i * N + j] = (float)(beta * C[(size_t)i * N + j] + s);
     }
   return C;
@@ -162,7 +167,10 @@ TEST(GemmBf16Packed, EveryTransposeAndEdgeAgainstTheReferenceWithTheSameBitsOnAn
   if (!gemm_bf16_packed_available()) {
     GTEST_SKIP() << "no AVX512-BF16 on this CPU: the packed kernel is never used here";
   }
-  const std::array<int, 3> shapes[] = {{1, 1, 1}, {13, 33, 2}, {97, 531, 1031}, {200, 40, 513}, {25, 1100, 77}};
+  // ... and K past one block (4099: three of 1368), and the smaller operand past one packed chunk
+  // (2 MiB: at K 2047, 504 rows of A, or 480 columns of B).
+  const std::array<int, 3> shapes[] = {{1, 1, 1},       {13, 33, 2},     {97, 531, 1031}, {200, 40, 513},
+                                       {25, 1100, 77},  {13, 40, 4099},  {520, 600, 2047}, {600, 520, 2047}};
   for (const auto& sh : shapes) {
     const int M = sh[0], N = sh[1], K = sh[2];
     for (int t = 0; t < 4; t++) {
@@ -178,11 +186,14 @@ TEST(GemmBf16Packed, EveryTransposeAndEdgeAgainstTheReferenceWithTheSameBitsOnAn
       for (int r = 0; r < brows; r++)
         for (int c = 0; c < ldb - 3; c++) Bt[(size_t)r * (ldb - 3) + c] = B[(size_t)r * ldb + c];
       auto C = randn((size_t)M * ldc, 23);
+      std::vector<float> Ct((size_t)M * N);
+      for (int i = 0; i < M; i++)
+        for (int j = 0; j < N; j++) Ct[(size_t)i * N + j] = C[(size_t)i * ldc + j];
+      const auto product = gemm_ref(ta, tb, M, N, K, At, Bt, 0.0f, Ct);  // once per transpose
       for (float beta : {0.0f, 1.0f}) {
-        std::vector<float> Ct((size_t)M * N);
-        for (int i = 0; i < M; i++)
-          for (int j = 0; j < N; j++) Ct[(size_t)i * N + j] = C[(size_t)i * ldc + j];
-        const auto want = gemm_ref(ta, tb, M, N, K, At, Bt, beta, Ct);
+        std::vector<float> want = product;
+        if (beta != 0.0f)
+          for (size_t i = 0; i < want.size(); i++) want[i] = (float)((double)Ct[i] + product[i]);
         std::vector<float> got[3];
         for (int run = 0; run < 3; run++) {
           got[run] = C;

@@ -126,6 +126,8 @@ Bf16Sizes bf16_sizes(const ModelConfig& c, const ModelShard& shard, int B, int T
   s.grads = N * std::max<int64_t>({d.qkv(), d.C, 2 * (int64_t)d.H, d.head ? d.V : 0});
   s.qkv = N * d.qkv();
   s.attn_scratch_floats = attention_bf16_scratch_floats(T, std::max(1, threads));
+  if (gemm_bf16_native() && gemm_bf16_packed_available())
+    s.packed = std::max(1, threads) * gemm_bf16_packed_scratch_bytes() / 2;
   return s;
 }
 

@@ -70,7 +70,10 @@ void activations_init(Activations& a, const ShardDims& d, bool recompute, int B,
 constexpr int kHeadRows = 64;
 struct Bf16Sizes {
   int64_t weights = 0, inputs = 0, grads = 0, qkv = 0, attn_scratch_floats = 0;
-  int64_t total() const { return weights + inputs + grads + qkv + 2 * attn_scratch_floats; }
+  // the packed bf16 kernel's buffers on every thread, in bf16 elements (held by the kernel, not the
+  // model; 0 on a CPU without AVX512-BF16)
+  int64_t packed = 0;
+  int64_t total() const { return weights + inputs + grads + qkv + 2 * attn_scratch_floats + packed; }
 };
 Bf16Sizes bf16_sizes(const ModelConfig& c, int B, int T, int threads = 1);
 Bf16Sizes bf16_sizes(const ModelConfig& c, const ModelShard& shard, int B, int T, int threads = 1);

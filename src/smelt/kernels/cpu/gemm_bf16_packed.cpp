@@ -23,6 +23,7 @@ constexpr int kNr = 32;   // columns of a micro-tile (two 16-float vectors)
 constexpr int kKc = 2048;  // at most this many K elements per block (blocks of equal size, even)
 constexpr int kMc = 96;   // rows of A packed at a time when B is packed whole (96 x 2048 bf16: 384 KiB)
 constexpr int kNc = 512;  // columns of B packed at a time when A is packed whole
+constexpr int64_t kWholeBytes = int64_t(2) << 20;  // the most of the smaller operand packed at once
 
 inline uint32_t load32(const uint16_t* p) {
   uint32_t v;
@@ -149,21 +150,26 @@ __attribute__((target("avx512f,avx512bw,avx512bf16"))) void micro(int pairs, con
 }
 
 // One job: C rows [m0, m1) x columns [n0, n1). Per K block, the smaller of the job's two operands
-// is packed whole, once; the other a block at a time (kMc rows of A, or kNc columns of B), each
-// block meeting the whole of the first. So each operand is packed once per K block, and what stays
-// packed is bounded by the smaller side (the LM head's dweight: 512 columns, not 32000 rows).
+// is packed in chunks of at most kWholeBytes (often whole), each chunk once; the other a block at a
+// time (kMc rows of A, or kNc columns of B), each block meeting the whole chunk. So what stays
+// packed is bounded (the LM head's dweight packs B's 512 columns, not A's 32000 rows), and each
+// operand is packed once per K block, the larger once more per chunk of the smaller.
 void job(bool ta, bool tb, int m0, int m1, int n0, int n1, int K, const uint16_t* A, int lda,
          const uint16_t* B, int ldb, float beta, float* C, int ldc) {
   thread_local std::vector<uint16_t> abuf, bbuf;
   const int rows = m1 - m0, cols = n1 - n0;
   const bool a_whole = rows <= cols;
-  const int arows = a_whole ? rows : std::min(rows, kMc), bcols = a_whole ? std::min(cols, kNc) : cols;
-  abuf.resize((size_t)((arows + kMr - 1) / kMr * kMr) * (kKc + 1));
-  bbuf.resize((size_t)((bcols + kNr - 1) / kNr * kNr) * (kKc + 1));
   // K in blocks of equal even size of at most kKc, so most of the model's shapes sum in one block
-  // and pass over C once (bench/kernels/gemm_bf16_bench, Zen 5: K 704 and 1376 in blocks of 256
+  // and pass over C once (bench/kernels/gemm_engines_bench, Zen 5: K 704 and 1376 in blocks of 256
   // ran at 0.54-0.60x oneDNN, in one block 0.81-0.87x; the panels stream from L2).
   const int kblocks = (K + kKc - 1) / kKc, kstep = ((K + kblocks - 1) / kblocks + 1) / 2 * 2;
+  const int64_t line = (int64_t)kstep + 1;  // bf16 per packed row or column, with an odd K's pad
+  const int unit = a_whole ? kMr : kNr;
+  const int chunk = (int)std::max<int64_t>(1, kWholeBytes / (2 * line * unit)) * unit;
+  const int arows = a_whole ? std::min(rows, chunk) : std::min(rows, kMc);
+  const int bcols = a_whole ? std::min(cols, kNc) : std::min(cols, chunk);
+  abuf.resize((size_t)((arows + kMr - 1) / kMr * kMr * line));
+  bbuf.resize((size_t)((bcols + kNr - 1) / kNr * kNr * line));
   for (int k0 = 0; k0 < K; k0 += kstep) {
     const int kc = std::min(kstep, K - k0), pairs = (kc + 1) / 2;
     const int64_t sliver = (int64_t)pairs * kMr * 2, panel = (int64_t)pairs * kNr * 2;
@@ -176,23 +182,35 @@ void job(bool ta, bool tb, int m0, int m1, int n0, int n1, int K, const uint16_t
                 C + (int64_t)r * ldc + c, ldc, std::min(kMr, r1 - r), std::min(kNr, c1 - c), add);
     };
     if (a_whole) {
-      pack_a(abuf.data(), A, lda, ta, m0, rows, k0, kc);
-      for (int nb = n0; nb < n1; nb += kNc) {
-        const int nc = std::min(kNc, n1 - nb);
-        pack_b(bbuf.data(), B, ldb, tb, k0, kc, nb, nc);
-        for (int mb = m0; mb < m1; mb += kMc) block(mb, std::min(m1, mb + kMc), m0, nb, nb + nc, nb);
+      for (int ma = m0; ma < m1; ma += chunk) {
+        const int me = std::min(m1, ma + chunk);
+        pack_a(abuf.data(), A, lda, ta, ma, me - ma, k0, kc);
+        for (int nb = n0; nb < n1; nb += kNc) {
+          const int nc = std::min(kNc, n1 - nb);
+          pack_b(bbuf.data(), B, ldb, tb, k0, kc, nb, nc);
+          for (int mb = ma; mb < me; mb += kMc) block(mb, std::min(me, mb + kMc), ma, nb, nb + nc, nb);
+        }
       }
     } else {
-      pack_b(bbuf.data(), B, ldb, tb, k0, kc, n0, cols);
-      for (int mb = m0; mb < m1; mb += kMc) {
-        const int mc = std::min(kMc, m1 - mb);
-        pack_a(abuf.data(), A, lda, ta, mb, mc, k0, kc);
-        for (int nb = n0; nb < n1; nb += kNc) block(mb, mb + mc, mb, nb, std::min(n1, nb + kNc), n0);
+      for (int na = n0; na < n1; na += chunk) {
+        const int ne = std::min(n1, na + chunk);
+        pack_b(bbuf.data(), B, ldb, tb, k0, kc, na, ne - na);
+        for (int mb = m0; mb < m1; mb += kMc) {
+          const int mc = std::min(kMc, m1 - mb);
+          pack_a(abuf.data(), A, lda, ta, mb, mc, k0, kc);
+          for (int nb = na; nb < ne; nb += kNc) block(mb, mb + mc, mb, nb, std::min(ne, nb + kNc), na);
+        }
       }
     }
   }
 }
 }  // namespace
+
+int64_t gemm_bf16_packed_scratch_bytes() {
+  // the chunk (at most kWholeBytes, plus one unit of rounding) and the other operand's block
+  const int64_t line = 2 * ((int64_t)kKc + 1);
+  return kWholeBytes + kNr * line + std::max<int64_t>((int64_t)kNc * line, (int64_t)(kMc + kMr) * line);
+}
 
 bool gemm_bf16_packed_available() {
   static const bool ok = __builtin_cpu_supports("avx512bf16") && __builtin_cpu_supports("avx512bw");
