@@ -136,8 +136,9 @@ void gemm_bf16_portable(bool ta, bool tb, int M, int N, int K, const uint16_t* A
 void gemm_bf16_packed(bool ta, bool tb, int M, int N, int K, const uint16_t* A, int lda,
                       const uint16_t* B, int ldb, float beta, float* C, int ldc);
 bool gemm_bf16_packed_available();  // the CPU has AVX512-BF16 (and AVX512-BW)
-// The packing buffers one thread of the packed kernel holds at most (kept between calls), bytes.
-int64_t gemm_bf16_packed_scratch_bytes();
+// The packing buffers (bytes) one thread of the packed kernel needs for a call of this shape; a
+// thread keeps the largest it has needed between calls.
+int64_t gemm_bf16_packed_scratch_bytes(int M, int N, int K);
 // Which bf16 engine each linear layer's product runs on, where the CPU has bf16 units: chosen per
 // layer shape (in, out) and product by machine/gemm_select's measurement; oneDNN where nothing
 // was chosen (and for every other bf16 GEMM: attention's, the decoder's). Set before a run's

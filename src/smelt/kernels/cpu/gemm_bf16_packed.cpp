@@ -154,22 +154,39 @@ __attribute__((target("avx512f,avx512bw,avx512bf16"))) void micro(int pairs, con
 // time (kMc rows of A, or kNc columns of B), each block meeting the whole chunk. So what stays
 // packed is bounded (the LM head's dweight packs B's 512 columns, not A's 32000 rows), and each
 // operand is packed once per K block, the larger once more per chunk of the smaller.
-void job(bool ta, bool tb, int m0, int m1, int n0, int n1, int K, const uint16_t* A, int lda,
-         const uint16_t* B, int ldb, float beta, float* C, int ldc) {
-  thread_local std::vector<uint16_t> abuf, bbuf;
-  const int rows = m1 - m0, cols = n1 - n0;
-  const bool a_whole = rows <= cols;
+// How a job of rows x cols x K is blocked, and the packing buffers it needs (bf16 elements).
+struct Blocking {
+  bool a_whole;    // A is the operand packed in chunks (else B)
+  int kstep;       // K block
+  int chunk;       // rows (A) or columns (B) per chunk of the chunked operand
+  int64_t a_size, b_size;
+};
+Blocking blocking(int rows, int cols, int K) {
+  Blocking b;
+  b.a_whole = rows <= cols;
   // K in blocks of equal even size of at most kKc, so most of the model's shapes sum in one block
   // and pass over C once (bench/kernels/gemm_engines_bench, Zen 5: K 704 and 1376 in blocks of 256
   // ran at 0.54-0.60x oneDNN, in one block 0.81-0.87x; the panels stream from L2).
-  const int kblocks = (K + kKc - 1) / kKc, kstep = ((K + kblocks - 1) / kblocks + 1) / 2 * 2;
-  const int64_t line = (int64_t)kstep + 1;  // bf16 per packed row or column, with an odd K's pad
-  const int unit = a_whole ? kMr : kNr;
-  const int chunk = (int)std::max<int64_t>(1, kWholeBytes / (2 * line * unit)) * unit;
-  const int arows = a_whole ? std::min(rows, chunk) : std::min(rows, kMc);
-  const int bcols = a_whole ? std::min(cols, kNc) : std::min(cols, chunk);
-  abuf.resize((size_t)((arows + kMr - 1) / kMr * kMr * line));
-  bbuf.resize((size_t)((bcols + kNr - 1) / kNr * kNr * line));
+  const int kblocks = (K + kKc - 1) / kKc;
+  b.kstep = ((K + kblocks - 1) / kblocks + 1) / 2 * 2;
+  const int64_t line = (int64_t)b.kstep + 1;  // bf16 per packed row or column, with an odd K's pad
+  const int unit = b.a_whole ? kMr : kNr;
+  b.chunk = (int)std::max<int64_t>(1, kWholeBytes / (2 * line * unit)) * unit;
+  const int arows = b.a_whole ? std::min(rows, b.chunk) : std::min(rows, kMc);
+  const int bcols = b.a_whole ? std::min(cols, kNc) : std::min(cols, b.chunk);
+  b.a_size = (int64_t)(arows + kMr - 1) / kMr * kMr * line;
+  b.b_size = (int64_t)(bcols + kNr - 1) / kNr * kNr * line;
+  return b;
+}
+
+void job(bool ta, bool tb, int m0, int m1, int n0, int n1, int K, const uint16_t* A, int lda,
+         const uint16_t* B, int ldb, float beta, float* C, int ldc) {
+  thread_local std::vector<uint16_t> abuf, bbuf;
+  const Blocking bl = blocking(m1 - m0, n1 - n0, K);
+  const bool a_whole = bl.a_whole;
+  const int kstep = bl.kstep, chunk = bl.chunk;
+  if ((int64_t)abuf.size() < bl.a_size) abuf.resize((size_t)bl.a_size);
+  if ((int64_t)bbuf.size() < bl.b_size) bbuf.resize((size_t)bl.b_size);
   for (int k0 = 0; k0 < K; k0 += kstep) {
     const int kc = std::min(kstep, K - k0), pairs = (kc + 1) / 2;
     const int64_t sliver = (int64_t)pairs * kMr * 2, panel = (int64_t)pairs * kNr * 2;
@@ -206,10 +223,10 @@ void job(bool ta, bool tb, int m0, int m1, int n0, int n1, int K, const uint16_t
 }
 }  // namespace
 
-int64_t gemm_bf16_packed_scratch_bytes() {
-  // the chunk (at most kWholeBytes, plus one unit of rounding) and the other operand's block
-  const int64_t line = 2 * ((int64_t)kKc + 1);
-  return kWholeBytes + kNr * line + std::max<int64_t>((int64_t)kNc * line, (int64_t)(kMc + kMr) * line);
+int64_t gemm_bf16_packed_scratch_bytes(int M, int N, int K) {
+  if (M <= 0 || N <= 0 || K <= 0) return 0;
+  const Blocking b = blocking(M, N, K);  // the whole of C on one thread: the largest job
+  return 2 * (b.a_size + b.b_size);
 }
 
 bool gemm_bf16_packed_available() {
