@@ -143,8 +143,11 @@ int main(int argc, char** argv) {
 
   // fp32: one weight, input and output gradient of the largest size, reused by every shape
   int64_t w = 1, x = 1, y = 1;
-  for (const Linear& l : ls) w = std::max<int64_t>(w, (int64_t)l.in * l.out), x = std::max<int64_t>(x, (int64_t)rows * l.in),
-                             y = std::max<int64_t>(y, (int64_t)rows * l.out);
+  for (const Linear& l : ls) {
+    w = std::max<int64_t>(w, (int64_t)l.in * l.out);
+    x = std::max<int64_t>(x, (int64_t)rows * l.in);
+    y = std::max<int64_t>(y, (int64_t)rows * l.out);
+  }
   std::vector<float> W(w), X(x), DY(y), Y(y), DX(x), DW(w);
   for (size_t i = 0; i < W.size(); i++) W[i] = (float)((i * 40503u) % 1000) * 1e-3f - 0.5f;
   for (size_t i = 0; i < X.size(); i++) X[i] = (float)((i * 7919u) % 1000) * 1e-3f - 0.5f;
@@ -167,9 +170,15 @@ int main(int argc, char** argv) {
     std::vector<std::function<void()>> calls;
     for (const Linear& l : ls) {
       const int N = rows, IC = l.in, OC = l.out;
-      calls.push_back([&, e, N, IC, OC] { sgemm(e, false, true, N, OC, IC, X.data(), IC, W.data(), IC, 0.0f, Y.data(), OC); });
-      calls.push_back([&, e, N, IC, OC] { sgemm(e, false, false, N, IC, OC, DY.data(), OC, W.data(), IC, 0.0f, DX.data(), IC); });
-      calls.push_back([&, e, N, IC, OC] { sgemm(e, true, false, OC, IC, N, DY.data(), OC, X.data(), IC, 1.0f, DW.data(), IC); });
+      calls.push_back([&, e, N, IC, OC] {  // forward
+        sgemm(e, false, true, N, OC, IC, X.data(), IC, W.data(), IC, 0.0f, Y.data(), OC);
+      });
+      calls.push_back([&, e, N, IC, OC] {  // dinp
+        sgemm(e, false, false, N, IC, OC, DY.data(), OC, W.data(), IC, 0.0f, DX.data(), IC);
+      });
+      calls.push_back([&, e, N, IC, OC] {  // dweight
+        sgemm(e, true, false, OC, IC, N, DY.data(), OC, X.data(), IC, 1.0f, DW.data(), IC);
+      });
     }
     fsecs.push_back(time_calls(calls, seconds));
   }

@@ -204,12 +204,14 @@ TEST(GemmBf16Packed, EveryTransposeAndEdgeAgainstTheReferenceWithTheSameBitsOnAn
           } else {
             kernels_set_threads(2);
 #pragma omp parallel num_threads(2)
-            if (omp_get_thread_num() == 1) gemm_bf16_packed(ta, tb, M, N, K, A.data(), lda, B.data(), ldb, beta, out, ldc);
+            if (omp_get_thread_num() == 1)
+              gemm_bf16_packed(ta, tb, M, N, K, A.data(), lda, B.data(), ldb, beta, out, ldc);
           }
         }
         kernels_set_threads(1);
-        const std::string where = "M " + std::to_string(M) + " N " + std::to_string(N) + " K " + std::to_string(K) +
-                                  " ta " + std::to_string(ta) + " tb " + std::to_string(tb) + " beta " + std::to_string(beta);
+        const std::string where = "M " + std::to_string(M) + " N " + std::to_string(N) + " K " +
+                                  std::to_string(K) + " ta " + std::to_string(ta) + " tb " + std::to_string(tb) +
+                                  " beta " + std::to_string(beta);
         double err = 0;
         for (int i = 0; i < M; i++)
           for (int j = 0; j < N; j++)

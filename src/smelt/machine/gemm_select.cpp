@@ -352,7 +352,8 @@ Status gemm_select(const std::string& want, const ModelConfig& c, int B, int T, 
   out.engine = precision == Precision::kBf16 ? (gemm_bf16_native() ? gemm_bf16_isa() : std::string("portable bf16 on ") +
                                                                                           gemm_backend_name(out.backend))
                                              : gemm_backend_name(out.backend);
-  if (out.bf16_packed > 0) out.engine += fmt::format(" + packed ({} of {} products)", out.bf16_packed, out.bf16_products);
+  if (out.bf16_packed > 0)
+    out.engine += fmt::format(" + packed ({} of {} products)", out.bf16_packed, out.bf16_products);
   bool fresh = false;
   out.gflops = rate(cache, c, B, T, precision, out.backend, threads, fresh, /*best_of=*/true);
   return Status::ok();

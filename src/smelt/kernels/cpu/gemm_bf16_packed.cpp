@@ -21,9 +21,9 @@ namespace {
 constexpr int kMr = 12;   // rows of a micro-tile: 12 x 2 accumulators + 2 B registers of 32
 constexpr int kNr = 32;   // columns of a micro-tile (two 16-float vectors)
 constexpr int kKc = 2048;  // at most this many K elements per block (blocks of equal size, even)
-constexpr int kMc = 96;   // rows of A packed at a time when B is packed whole (96 x 2048 bf16: 384 KiB)
-constexpr int kNc = 512;  // columns of B packed at a time when A is packed whole
-constexpr int64_t kWholeBytes = int64_t(2) << 20;  // the most of the smaller operand packed at once
+constexpr int kMc = 96;   // rows of A packed at a time when B is the chunked operand (96 x 2048 bf16: 384 KiB)
+constexpr int kNc = 512;  // columns of B packed at a time when A is the chunked operand
+constexpr int64_t kWholeBytes = int64_t(2) << 20;  // a chunk of the smaller operand: at most this much
 
 inline uint32_t load32(const uint16_t* p) {
   uint32_t v;
@@ -156,7 +156,7 @@ __attribute__((target("avx512f,avx512bw,avx512bf16"))) void micro(int pairs, con
 // operand is packed once per K block, the larger once more per chunk of the smaller.
 // How a job of rows x cols x K is blocked, and the packing buffers it needs (bf16 elements).
 struct Blocking {
-  bool a_whole;    // A is the operand packed in chunks (else B)
+  bool a_whole;    // A is the operand packed in chunks, often whole (else B)
   int kstep;       // K block
   int chunk;       // rows (A) or columns (B) per chunk of the chunked operand
   int64_t a_size, b_size;
