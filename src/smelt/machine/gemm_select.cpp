@@ -310,12 +310,10 @@ void choose_bf16_engines(RateCache& cache, const ModelConfig& c, int B, int T, G
     // a forward or dinp at fewer rows than kBf16PackedMinRows never runs packed (kernels.hpp)
     const bool packed = own[i] > one[i] && (i % 3 == (size_t)LinearProduct::kDweight || N >= kBf16PackedMinRows);
     gemm_bf16_set_engine(l.IC, l.OC, (LinearProduct)(i % 3), packed ? Bf16Engine::kPacked : Bf16Engine::kOneDnn);
-    flop += f, t_one += f / one[i], t_own += f / own[i], t_best += f / std::max(one[i], own[i]);
+    flop += f, t_one += f / one[i], t_own += f / own[i], t_best += f / (packed ? own[i] : one[i]);
     out.bf16_products++;
-    out.bf16_packed += packed;
   }
   // A layer shape the model has twice (the same in and out) is one table entry: the later choice.
-  out.bf16_packed = 0;
   for (size_t i = 0; i < one.size(); i++)
     out.bf16_packed += gemm_bf16_engine(ls[i / 3].IC, ls[i / 3].OC, (LinearProduct)(i % 3)) == Bf16Engine::kPacked;
   out.bf16_onednn_gflops = flop / t_one, out.bf16_packed_gflops = flop / t_own, out.bf16_chosen_gflops = flop / t_best;
