@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
+#include <functional>
 #include <vector>
 
 #include <fmt/format.h>
@@ -140,6 +141,26 @@ std::string GemmChoice::report() const {
 }
 
 namespace {
+// Mean seconds of each of n calls: one warm-up call each (packing buffers, oneDNN primitives),
+// then passes calling each once, so the calls share the machine's state (caches, clock) alike,
+// for at least `seconds` and at least 2 passes.
+std::vector<double> interleaved_seconds(size_t n, const std::function<void(size_t)>& call, double seconds) {
+  std::vector<double> secs(n, 0.0);
+  for (size_t i = 0; i < n; i++) call(i);
+  const double t_end = now_s() + seconds;
+  int passes = 0;
+  do {
+    for (size_t i = 0; i < n; i++) {
+      const double t0 = now_s();
+      call(i);
+      secs[i] += now_s() - t0;
+    }
+    passes++;
+  } while (now_s() < t_end || passes < 2);
+  for (double& t : secs) t /= passes;
+  return secs;
+}
+
 struct GemmScratch {
   int64_t w = 1, x = 1, y = 1;  // floats: the largest weight, input and output
 };
@@ -192,21 +213,7 @@ std::vector<double> gemm_measure_shapes(const std::vector<GemmShape>& shapes, Pr
       matmul_backward(dx.data(), dw.data(), dy.data(), x.data(), w.data(), N, IC, OC);
     }
   };
-  // Each shape once per pass: the shapes share the machine's state (caches, clock) alike.
-  std::vector<double> secs(shapes.size(), 0.0);
-  for (const GemmShape& g : shapes) run(g);  // warm-up: packing buffers, oneDNN primitives
-  const double t_end = now_s() + seconds;
-  int passes = 0;
-  do {
-    for (size_t i = 0; i < shapes.size(); i++) {
-      double t0 = now_s();
-      run(shapes[i]);
-      secs[i] += now_s() - t0;
-    }
-    passes++;
-  } while (now_s() < t_end || passes < 2);
-  for (double& t : secs) t /= passes;
-  return secs;
+  return interleaved_seconds(shapes.size(), [&](size_t i) { run(shapes[i]); }, seconds);
 }
 
 double gemm_measure_model(const ModelConfig& c, int B, int T, Precision precision, int threads, double seconds) {
@@ -245,20 +252,9 @@ std::vector<double> gemm_bf16_product_seconds(const std::vector<GemmShape>& shap
       gemm_bf16_on(e, false, false, N, IC, OC, d16.data(), OC, w16.data(), IC, 0.0f, dx.data(), IC);
     else gemm_bf16_on(e, true, false, OC, IC, N, d16.data(), OC, x16.data(), IC, 1.0f, dw.data(), IC);
   };
-  std::vector<double> secs(3 * shapes.size(), 0.0);
-  for (size_t i = 0; i < secs.size(); i++) run(shapes[i / 3], (int)(i % 3));  // warm-up
-  const double t_end = now_s() + seconds;
-  int passes = 0;
-  do {
-    for (size_t i = 0; i < secs.size(); i++) {
-      const double t0 = now_s();
-      run(shapes[i / 3], (int)(i % 3));
-      secs[i] += now_s() - t0;
-    }
-    passes++;
-  } while (now_s() < t_end || passes < 2);
+  const std::vector<double> secs =
+      interleaved_seconds(3 * shapes.size(), [&](size_t i) { run(shapes[i / 3], (int)(i % 3)); }, seconds);
   kernels_set_threads(keep);
-  for (double& t : secs) t /= passes;
   return secs;
 }
 
