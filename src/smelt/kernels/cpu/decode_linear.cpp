@@ -44,8 +44,11 @@
 #include <utility>
 
 #include "smelt/hw/cpu_info.hpp"
+#include "smelt/kernels/cpu/decode_linear_internal.hpp"
 
 namespace smelt {
+
+using namespace decode_detail;
 
 // ---- fp16 -----------------------------------------------------------------------------------
 // Round to nearest, ties to even, on the bits; NaN keeps its sign and top 10 payload bits and
@@ -131,26 +134,19 @@ DecodeIsa best_isa() {
   return DecodeIsa::kPortable;
 }
 
-DecodeIsa current_isa() {
+}  // namespace
+
+DecodeIsa decode_detail::current_isa() {
   int v = g_isa.load(std::memory_order_relaxed);
   if (v < 0) g_isa.store(v = (int)best_isa(), std::memory_order_relaxed);
   return (DecodeIsa)v;
 }
 
-inline float finish(float s, const float* o, float beta) { return beta == 0.0f ? s : std::fma(beta, *o, s); }
-
+namespace {
 // ---- fp32 -----------------------------------------------------------------------------------
-constexpr int kLanes = 16;
 // Output columns per OpenMP task: a multiple of every tile width (AVX-512 16, 8 and 4, AVX2 3, 1).
 constexpr int kColBlockF32 = 48;
 
-inline float tree16(const float* p) {
-  float q[8];
-  for (int j = 0; j < 8; j++) q[j] = p[j] + p[j + 8];
-  for (int j = 0; j < 4; j++) q[j] = q[j] + q[j + 4];
-  for (int j = 0; j < 2; j++) q[j] = q[j] + q[j + 2];
-  return q[0] + q[1];
-}
 
 // A weight element as fp32: f16 weights (IEEE half bits) widen exactly, so the f16 kernels are
 // the fp32 ones on the widened weights, bit for bit.
