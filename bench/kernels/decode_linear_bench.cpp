@@ -1,4 +1,4 @@
-// decode_linear_f32 and decode_linear_q8_0 at a 125M Llama's linear shapes for n = 1, 2, 4, 16 rows,
+// decode_linear_f32, decode_linear_f16 and decode_linear_q8_0 at a 125M Llama's linear shapes for n = 1, 2, 4, 16 rows,
 // beside OpenBLAS sgemm as the model calls it (matmul_forward: single-threaded sgemm per
 // OpenMP tile). Weights come from memory, not cache: each call takes the next of enough copies
 // to fill 1 GiB (more than this machine's L3), as a decoder walking its layers would. Not a test.
@@ -107,6 +107,7 @@ int main(int argc, char** argv) {
   // The pool: 1 GiB of fp32 weights (and their Q8_0 copies), filled with copies of one random matrix.
   std::vector<float> pool(kPoolBytes / sizeof(float));
   std::vector<BlockQ8_0> poolq(kPoolBytes / 4 / sizeof(BlockQ8_0) + 1);
+  std::vector<uint16_t> poolh(kPoolBytes / sizeof(uint16_t));
   for (int t : thread_counts) {  // smelt machine's probe (wall clock, whatever --cpu-clock says)
     const ReadBandwidth bw = read_bandwidth(t);
     std::printf("stream read, %d thread%s: %.1f GB/s\n", t, t > 1 ? "s" : "", bw.gb_s);
@@ -116,19 +117,23 @@ int main(int argc, char** argv) {
                           {"gate/up 768->4096", 768, 4096},
                           {"down 2048->768", 2048, 768},
                           {"lm head 768->32000", 768, 32000}};
-  std::printf("\n%-20s %3s %3s | %22s | %22s | %16s | %12s\n", "shape", "n", "thr", "f32 GB/s  GFLOP/s", "q8_0 GB/s  GFLOP/s",
-              "sgemm GFLOP/s", "f32 q8 x sgemm");
+  std::printf("\n%-20s %3s %3s | %22s | %22s | %22s | %16s | %12s\n", "shape", "n", "thr", "f32 GB/s  GFLOP/s",
+              "f16 GB/s  GFLOP/s", "q8_0 GB/s  GFLOP/s", "sgemm GFLOP/s", "f32 q8 x sgemm");
   std::mt19937 g(1);
   std::normal_distribution<float> nd(0.0f, 0.02f);
   for (const Shape& s : shapes) {
     const size_t wn = (size_t)s.IC * s.OC, wq = wn / kQ8Block;
     const int copies = hot ? 1 : (int)std::max<size_t>(2, pool.size() / wn);
     const int copies_q = hot ? 1 : (int)std::max<size_t>(2, poolq.size() / wq);
-    if (wn * copies > pool.size() || wq * copies_q > poolq.size()) {
+    const int copies_h = hot ? 1 : (int)std::max<size_t>(2, poolh.size() / wn);
+    if (wn * copies > pool.size() || wq * copies_q > poolq.size() || wn * copies_h > poolh.size()) {
       pool.resize(wn * copies);
       poolq.resize(wq * copies_q);
+      poolh.resize(wn * copies_h);
     }
     for (size_t i = 0; i < wn; i++) pool[i] = nd(g);
+    for (size_t i = 0; i < wn; i++) poolh[i] = fp16_from_f32(pool[i]);
+    for (int c = 1; c < copies_h; c++) std::memcpy(poolh.data() + c * wn, poolh.data(), wn * sizeof(uint16_t));
     quantize_row_q8_0(poolq.data(), pool.data(), (int64_t)wn);
     for (int c = 1; c < copies; c++) std::memcpy(pool.data() + c * wn, pool.data(), wn * sizeof(float));
     for (int c = 1; c < copies_q; c++) std::memcpy(poolq.data() + c * wq, poolq.data(), wq * sizeof(BlockQ8_0));
@@ -142,6 +147,9 @@ int main(int argc, char** argv) {
         const double tf = best_time(copies, seconds, [&](int i) {
           decode_linear_f32(out.data(), s.OC, x.data(), pool.data() + (size_t)(i % copies) * wn, n, s.IC, s.OC, 0.0f);
         });
+        const double th = best_time(copies_h, seconds, [&](int i) {
+          decode_linear_f16(out.data(), s.OC, x.data(), poolh.data() + (size_t)(i % copies_h) * wn, n, s.IC, s.OC, 0.0f);
+        });
         const double tq = best_time(copies_q, seconds, [&](int i) {
           decode_linear_q8_0(out.data(), s.OC, xq.data(), poolq.data() + (size_t)(i % copies_q) * wq, n, s.IC, s.OC, 0.0f);
         });
@@ -149,13 +157,13 @@ int main(int argc, char** argv) {
           matmul_forward(out.data(), x.data(), pool.data() + (size_t)(i % copies) * wn, n, s.IC, s.OC, 0.0f);
         });
         const double flop = 2.0 * n * s.IC * s.OC;
-        std::printf("%-20s %3d %3d | %9.1f %12.1f | %9.1f %12.1f | %16.1f | %5.2f %6.2f\n", s.name, n, t,
-                    wn * 4 / tf / 1e9, flop / tf / 1e9, wq * sizeof(BlockQ8_0) / tq / 1e9, flop / tq / 1e9,
+        std::printf("%-20s %3d %3d | %9.1f %12.1f | %9.1f %12.1f | %9.1f %12.1f | %16.1f | %5.2f %6.2f\n", s.name,
+                    n, t, wn * 4 / tf / 1e9, flop / tf / 1e9, wn * 2 / th / 1e9, flop / th / 1e9, wq * sizeof(BlockQ8_0) / tq / 1e9, flop / tq / 1e9,
                     flop / ts / 1e9, ts / tf, ts / tq);
         std::fflush(stdout);
       }
     }
   }
-  std::printf("\nGB/s: weight bytes per second (fp32 4 B, Q8_0 34 B per 32 weights); x sgemm: sgemm time / kernel time\n");
+  std::printf("\nGB/s: weight bytes per second (fp32 4 B, f16 2 B, Q8_0 34 B per 32 weights); x sgemm: sgemm time / kernel time\n");
   return 0;
 }
