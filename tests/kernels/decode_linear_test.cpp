@@ -197,6 +197,9 @@ std::vector<float> run_q8(DecodeIsa isa, const std::vector<BlockQ8_0>& x, const 
   return out;
 }
 
+// A bf16 is the upper half of an fp32 (the definition, written here apart from the kernels).
+float widen_bf16(uint16_t h) { return std::bit_cast<float>((uint32_t)h << 16); }
+
 bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
@@ -302,6 +305,68 @@ TEST_P(DecodeLinear, F16EqualsReferenceAndF32OnWidenedWeightsBitwise) {
   EXPECT_EQ(r[2], 1.0f);  // ties to even
   EXPECT_EQ(r[4096 + 16], INFINITY);
   EXPECT_EQ(r[4098 + 16], 1.0f);
+}
+
+// bf16 weights and inputs: the path equals its reference bit for bit on every shape (IC off the
+// 32-element grid takes the tail; long rows reach the one-row tile's every width); each output is
+// within the fp32 roundings' bound of the double-precision dot of the widened values; and a row's
+// output is the same bits alone, in any batch and on 1 or 2 threads.
+TEST_P(DecodeLinear, Bf16EqualsReferenceBitwiseAndTheDoubleDot) {
+  kernels_set_threads(2);
+  std::mt19937 g(6);
+  std::vector<Shape> shapes;
+  for (int n = 1; n <= 17; n++) shapes.push_back({n, 32 * (1 + n % 5) + (n * 7) % 32, 48 + 3 * n + 1});
+  for (int i = 0; i < 8; i++) shapes.push_back({1 + (int)(g() % 17), 1 + (int)(g() % 300), 1 + (int)(g() % 200)});
+  for (int IC : {700, 1500, 2500, 3100, 6200})
+    for (int n : {1, 2}) shapes.push_back({n, IC + n, 61 + IC % 7});
+  shapes.push_back({3, 0, 7});  // IC 0: out = beta * out
+  auto bf16 = [](const std::vector<float>& v) {
+    std::vector<uint16_t> h(v.size());
+    bf16_from_f32_serial(h.data(), v.data(), (int64_t)v.size());
+    return h;
+  };
+  for (Shape s : shapes) {
+    const int ldo = s.OC + 2;
+    const auto x = bf16(randn((size_t)s.n * s.IC, g())), w = bf16(randn((size_t)s.OC * s.IC, g(), 0.05f));
+    for (float beta : {0.0f, 1.0f}) {
+      std::vector<float> init = randn((size_t)s.n * ldo, g());
+      if (beta == 0.0f) init.assign(init.size(), NAN);  // beta 0 must not read out
+      std::vector<float> ref = init, got = init;
+      decode_linear_bf16_ref(ref.data(), ldo, x.data(), w.data(), s.n, s.IC, s.OC, beta);
+      ASSERT_TRUE(decode_linear_set_isa(GetParam()));
+      decode_linear_bf16(got.data(), ldo, x.data(), w.data(), s.n, s.IC, s.OC, beta);
+      EXPECT_TRUE(same_bits(got, ref)) << "n " << s.n << " IC " << s.IC << " OC " << s.OC << " beta " << beta;
+      for (int r = 0; r < s.n; r++)
+        for (int o = 0; o < ldo; o++) {
+          float* d = &got[(size_t)r * ldo + o];
+          if (o >= s.OC) {  // the padding columns are left alone
+            EXPECT_TRUE(std::isnan(*d) || *d == init[(size_t)r * ldo + o]);
+            continue;
+          }
+          double e = beta == 0.0f ? 0.0 : init[(size_t)r * ldo + o], a = std::fabs(e);
+          for (int k = 0; k < s.IC; k++) {
+            const double t = (double)widen_bf16(x[(size_t)r * s.IC + k]) * widen_bf16(w[(size_t)o * s.IC + k]);
+            e += t, a += std::fabs(t);
+          }
+          const double steps = s.IC / 32 + 6 + s.IC % 32;  // a lane's chain, the pair, the tree, the tail, beta
+          EXPECT_LE(std::fabs(*d - e), steps * 0x1p-24 * a) << "n " << s.n << " IC " << s.IC << " at " << r << "," << o;
+        }
+    }
+  }
+  // Batch and thread invariance.
+  const int IC = 32 * 13 + 5, OC = 100;
+  const auto x = bf16(randn((size_t)17 * IC, g())), w = bf16(randn((size_t)OC * IC, g()));
+  std::vector<float> alone((size_t)17 * OC);
+  kernels_set_threads(1);
+  for (int r = 0; r < 17; r++) decode_linear_bf16(&alone[r * OC], OC, &x[(size_t)r * IC], w.data(), 1, IC, OC, 0.0f);
+  for (int threads : {1, 2}) {
+    kernels_set_threads(threads);
+    for (int n = 1; n <= 17; n++) {
+      std::vector<float> out((size_t)n * OC);
+      decode_linear_bf16(out.data(), OC, x.data(), w.data(), n, IC, OC, 0.0f);
+      EXPECT_EQ(std::memcmp(out.data(), alone.data(), out.size() * 4), 0) << "n " << n << " threads " << threads;
+    }
+  }
 }
 
 TEST_P(DecodeLinear, Q8EqualsReferenceBitwise) {
