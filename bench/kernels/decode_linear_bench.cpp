@@ -1,4 +1,4 @@
-// decode_linear_f32, decode_linear_f16 and decode_linear_q8_0 at a 125M Llama's linear shapes for n = 1, 2, 4, 16 rows,
+// decode_linear_f32, _f16, _bf16 and _q8_0 at a 125M Llama's linear shapes for n = 1, 2, 4, 16 rows,
 // beside OpenBLAS sgemm as the model calls it (matmul_forward: single-threaded sgemm per
 // OpenMP tile). Weights come from memory, not cache: each call takes the next of enough copies
 // to fill 1 GiB (more than this machine's L3), as a decoder walking its layers would. Not a test.
@@ -7,6 +7,7 @@
 // Prints the CPU and path, a streaming-read bandwidth for scale, then one line per (shape, n,
 // threads): weight GB/s and GFLOP/s of each kernel, and the ratio to sgemm's time.
 #include <algorithm>
+#include <bit>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -117,8 +118,8 @@ int main(int argc, char** argv) {
                           {"gate/up 768->4096", 768, 4096},
                           {"down 2048->768", 2048, 768},
                           {"lm head 768->32000", 768, 32000}};
-  std::printf("\n%-20s %3s %3s | %22s | %22s | %22s | %16s | %12s\n", "shape", "n", "thr", "f32 GB/s  GFLOP/s",
-              "f16 GB/s  GFLOP/s", "q8_0 GB/s  GFLOP/s", "sgemm GFLOP/s", "f32 q8 x sgemm");
+  std::printf("\n%-20s %3s %3s | %22s | %22s | %22s | %22s | %16s | %12s\n", "shape", "n", "thr", "f32 GB/s  GFLOP/s",
+              "f16 GB/s  GFLOP/s", "bf16 GB/s  GFLOP/s", "q8_0 GB/s  GFLOP/s", "sgemm GFLOP/s", "f32 q8 x sgemm");
   std::mt19937 g(1);
   std::normal_distribution<float> nd(0.0f, 0.02f);
   for (const Shape& s : shapes) {
@@ -150,6 +151,11 @@ int main(int argc, char** argv) {
         const double th = best_time(copies_h, seconds, [&](int i) {
           decode_linear_f16(out.data(), s.OC, x.data(), poolh.data() + (size_t)(i % copies_h) * wn, n, s.IC, s.OC, 0.0f);
         });
+        std::vector<uint16_t> x16(x.size());
+        for (size_t i = 0; i < x.size(); i++) x16[i] = (uint16_t)(std::bit_cast<uint32_t>(x[i]) >> 16);
+        const double tb = best_time(copies_h, seconds, [&](int i) {  // the f16 pool's bits read as bf16
+          decode_linear_bf16(out.data(), s.OC, x16.data(), poolh.data() + (size_t)(i % copies_h) * wn, n, s.IC, s.OC, 0.0f);
+        });
         const double tq = best_time(copies_q, seconds, [&](int i) {
           decode_linear_q8_0(out.data(), s.OC, xq.data(), poolq.data() + (size_t)(i % copies_q) * wq, n, s.IC, s.OC, 0.0f);
         });
@@ -157,13 +163,14 @@ int main(int argc, char** argv) {
           matmul_forward(out.data(), x.data(), pool.data() + (size_t)(i % copies) * wn, n, s.IC, s.OC, 0.0f);
         });
         const double flop = 2.0 * n * s.IC * s.OC;
-        std::printf("%-20s %3d %3d | %9.1f %12.1f | %9.1f %12.1f | %9.1f %12.1f | %16.1f | %5.2f %6.2f\n", s.name,
-                    n, t, wn * 4 / tf / 1e9, flop / tf / 1e9, wn * 2 / th / 1e9, flop / th / 1e9, wq * sizeof(BlockQ8_0) / tq / 1e9, flop / tq / 1e9,
+        std::printf("%-20s %3d %3d | %9.1f %12.1f | %9.1f %12.1f | %9.1f %12.1f | %9.1f %12.1f | %16.1f | %5.2f %6.2f\n",
+                    s.name, n, t, wn * 4 / tf / 1e9, flop / tf / 1e9, wn * 2 / th / 1e9, flop / th / 1e9,
+                    wn * 2 / tb / 1e9, flop / tb / 1e9, wq * sizeof(BlockQ8_0) / tq / 1e9, flop / tq / 1e9,
                     flop / ts / 1e9, ts / tf, ts / tq);
         std::fflush(stdout);
       }
     }
   }
-  std::printf("\nGB/s: weight bytes per second (fp32 4 B, f16 2 B, Q8_0 34 B per 32 weights); x sgemm: sgemm time / kernel time\n");
+  std::printf("\nGB/s: weight bytes per second (fp32 4 B, f16 and bf16 2 B, Q8_0 34 B per 32 weights); x sgemm: sgemm time / kernel time\n");
   return 0;
 }

@@ -143,13 +143,14 @@ TEST_P(DecoderBatch, EachSequenceGetsItsAloneBitsInAnyBatch) {
 INSTANTIATE_TEST_SUITE_P(Formats, DecoderBatch,
                          ::testing::Values(InvariantCase{WeightFormat::kF32, 1}, InvariantCase{WeightFormat::kF32, 2},
                                            InvariantCase{WeightFormat::kF16, 1}, InvariantCase{WeightFormat::kF16, 2},
+                                           InvariantCase{WeightFormat::kBf16, 1}, InvariantCase{WeightFormat::kBf16, 2},
                                            InvariantCase{WeightFormat::kQ8_0, 1}, InvariantCase{WeightFormat::kQ8_0, 2}),
                          [](const auto& info) {
                            return std::string(weight_format_name(info.param.format)) + "_" +
                                   std::to_string(info.param.threads) + "threads";
                          });
 
-// q8_0 or f16 against f32 on the same weights and the same tokens (fed f32's greedy choices, so
+// q8_0, f16 or bf16 against f32 on the same weights and the same tokens (fed f32's greedy choices, so
 // one near-tie does not send the two down different texts): the logits move by the format's
 // rounding only, and wherever f32's top-2 margin is clear of that, the argmax agrees. Returns the
 // largest logit error over the largest logit.
@@ -194,6 +195,10 @@ TEST(Decoder, Q8_0StaysCloseToF32) { EXPECT_LT(format_vs_f32(WeightFormat::kQ8_0
 
 // Half weights and half inputs: 11 significant bits against int8's 8, so well inside q8_0's error.
 TEST(Decoder, F16StaysCloseToF32) { EXPECT_LT(format_vs_f32(WeightFormat::kF16), 0.02); }
+
+// bf16 weights and inputs: 8 significant bits, like q8_0's int8 but a scale per value (measured:
+// 3.7e-2 of the largest logit on this model, q8_0 7.6e-2).
+TEST(Decoder, Bf16StaysCloseToF32) { EXPECT_LT(format_vs_f32(WeightFormat::kBf16), 0.08); }
 
 // decoder_bytes, which a training run's memory plan counts for its task scorer before the decoder
 // exists, is what init allocates, in every weight format, tied or not.
@@ -243,11 +248,6 @@ TEST(Decoder, BadRowsAreRefusedAndChangeNothing) {
   EXPECT_TRUE(d.step(five, 4, z.data()));
   EXPECT_EQ(d.position(0), 4);
   EXPECT_EQ(d.position(1), 0);
-  DecoderOptions bf = o;
-  bf.format = WeightFormat::kBf16;
-  bf.batch_invariant = true;
-  Decoder d2;
-  EXPECT_FALSE(d2.init(c, m.params(), bf)) << "bf16 is not batch invariant and must be refused";
 }
 
 }  // namespace

@@ -19,12 +19,9 @@
 namespace smelt {
 
 namespace {
-// Output rows per block of a one-row bf16 linear layer: the OpenMP team splits the weight's rows
-// (a single input row has no rows to split); fixed, so bits do not depend on the thread count.
-constexpr int kGemvBlock = 128;
 // Fewer rows than this: norms, RoPE, SwiGLU and the embedding run on one thread (a parallel
-// region's barrier is most of a one-row norm's time), and f32 linear layers run on the decode
-// kernel (weights read once for all rows) rather than sgemm.
+// region's barrier is most of a one-row norm's time), and f32 and bf16 linear layers run on the
+// decode kernels (weights read once for all rows) rather than the training GEMMs.
 constexpr int kWideRows = 16;
 
 // q8_0: each matrix the linear layers read (not the embedding table, unless it is also the LM
@@ -89,9 +86,6 @@ Status Decoder::init(const ModelConfig& c, const float* params, const DecoderOpt
   if (opt.slots < 1 || opt.max_rows < 1)
     return Status::error(fmt::format("[decoder] slots = {}, max_rows = {}: both must be >= 1", opt.slots,
                                      opt.max_rows));
-  if (opt.batch_invariant && opt.format == WeightFormat::kBf16)
-    return Status::error("[decoder] bf16 linear layers are not batch invariant (oneDNN's GEMMs depend on the "
-                         "row count); use f32, f16 or q8_0");
   if (opt.lora && (int)opt.lora->layout.layers.size() != c.n_layers)
     return Status::error(fmt::format("[decoder] LoRA adapters for {} layers on a model of {}",
                                      opt.lora->layout.layers.size(), c.n_layers));
@@ -170,7 +164,9 @@ Status Decoder::init(const ModelConfig& c, const float* params, const DecoderOpt
 
 std::string Decoder::linear_isa() const {
   switch (opt_.format) {
-    case WeightFormat::kBf16: return std::string("bf16 ") + gemm_bf16_isa();
+    case WeightFormat::kBf16:
+      return std::string("bf16 decode_linear ") + decode_linear_isa() +
+             (opt_.batch_invariant ? "" : std::string(", ") + gemm_bf16_isa() + " for wide steps");
     case WeightFormat::kQ8_0: return std::string("q8_0 decode_linear ") + decode_linear_isa();
     case WeightFormat::kF16: return std::string("f16 decode_linear ") + decode_linear_isa();
     case WeightFormat::kF32:
@@ -206,21 +202,16 @@ void Decoder::linear(float* out, const float* inp, int64_t w, int n, int IC, int
       round_to_fp16(xr_.data(), inp, (int64_t)n * IC);
       decode_linear_f16(out, OC, xr_.data(), w16_.data() + w, n, IC, OC, beta);
       return;
-    case WeightFormat::kBf16: break;
-  }
-  if (n > 1) {
-    matmul_forward_bf16(out, x16_.data(), inp, w16_.data() + w, n, IC, OC, beta);
-    return;
-  }
-  // One row: out is OC contiguous floats, so a block of weight rows is a smaller matmul.
-  const int blocks = (OC + kGemvBlock - 1) / kGemvBlock;
-  kernels_set_threads(1);
-  bf16_from_f32(x16_.data(), inp, IC);  // once, before the blocks share it
-  kernels_set_threads(opt_.threads);
-#pragma omp parallel for schedule(static)
-  for (int b = 0; b < blocks; b++) {
-    const int o0 = b * kGemvBlock, oc = std::min(kGemvBlock, OC - o0);
-    gemm_bf16(false, true, 1, oc, IC, x16_.data(), IC, w16_.data() + w + (int64_t)o0 * IC, IC, beta, out + o0, OC);
+    case WeightFormat::kBf16:
+      if (!opt_.batch_invariant && n >= kWideRows) {
+        matmul_forward_bf16(out, x16_.data(), inp, w16_.data() + w, n, IC, OC, beta);
+        return;
+      }
+      // Inputs rounded to bf16 (elementwise: batch invariant), then the decode kernel, which
+      // reads each weight once for all the rows.
+      bf16_from_f32_serial(x16_.data(), inp, (int64_t)n * IC);
+      decode_linear_bf16(out, OC, x16_.data(), w16_.data() + w, n, IC, OC, beta);
+      return;
   }
 }
 

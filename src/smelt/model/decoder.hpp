@@ -24,8 +24,8 @@
 
 namespace smelt {
 
-// How the linear layers' weights are held: fp32 (exact), bf16 (a bf16 copy, bf16 inputs, fp32
-// sums), f16 (an IEEE half copy, inputs rounded to half, fp32 sums: the arithmetic of a GGUF F16
+// How the linear layers' weights are held: fp32 (exact), bf16 (a bf16 copy, inputs rounded to
+// bf16, fp32 sums; the decode kernel, or oneDNN's GEMM for wide steps unless batch invariant), f16 (an IEEE half copy, inputs rounded to half, fp32 sums: the arithmetic of a GGUF F16
 // tensor's dot products on CPUs) or q8_0 (int8 blocks of 32 with an fp16 scale; activations
 // quantized the same way per row, int8 dot products; a matrix whose rows are not whole blocks of
 // 32 stays fp32). Norm weights, the embedding table lookup, RoPE, attention and the KV cache stay
