@@ -1,20 +1,22 @@
-// GGUF export and loading (ckpt/gguf.hpp, ckpt/export_gguf.hpp). Each exported file (f32, f16,
-// q8_0; untied head with a feed-forward size that is not whole Q8_0 blocks, and a tied head) is
+// GGUF export and loading (ckpt/gguf.hpp, ckpt/export_gguf.hpp). Each exported file (f32, bf16,
+// f16, q8_0; untied head with a feed-forward size that is not whole Q8_0 blocks, and a tied head) is
 // parsed by a reader written here from the GGUF spec (ggml docs/gguf.md), independent of
 // GgufReader: magic, version 3, counts, every key's type and value, the vocabulary rebuilt from the
 // tokenizer in GPT-2's byte-level alphabet written out here, tensor names / ne / types / offsets /
 // alignment, and the data against the checkpoint (Q and K rows permuted as convert_hf_to_gguf.py's
-// reshape(n_head, 2, HS/2, C).swapaxes(1, 2), done here by index). Then gguf_load_model gives back
-// the config, the tokenizer (same content hash) and the weights (f32 exactly; f16 and q8_0
-// re-encode to the same bytes), and InferenceSession's logits on real text equal the checkpoint's
-// (f32 bit for bit; f16 and q8_0 within the tolerance of export_gguf_check). Refusals name the
-// file, the offset or tensor and what was expected.
+// reshape(n_head, 2, HS/2, C).swapaxes(1, 2), done here by index; bf16 the nearest value, bit for
+// bit). Then GgufReader and gguf_load_model give back the tensor types, the config, the tokenizer
+// (same content hash) and the weights (f32 exactly; bf16, f16 and q8_0 re-encode to the same
+// bytes), and InferenceSession's logits on real text equal the checkpoint's (f32 bit for bit; bf16,
+// f16 and q8_0 within the tolerance of export_gguf_check). Refusals name the file, the offset or
+// tensor and what was expected.
 #include <unistd.h>
 
 #include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <set>
 #include <sstream>
 
@@ -25,6 +27,7 @@
 #include "smelt/ckpt/export_gguf.hpp"
 #include "smelt/ckpt/gguf.hpp"
 #include "smelt/kernels/decode_linear.hpp"
+#include "smelt/kernels/kernels.hpp"
 #include "smelt/model/inference.hpp"
 #include "smelt/model/params.hpp"
 #include "smelt/tokenizer/tokenizer.hpp"
@@ -182,6 +185,27 @@ float half_to_float(uint16_t h) {  // IEEE binary16, by its definition
   return (float)(sign ? -v : v);
 }
 
+float bf16_to_float(uint16_t h) {  // the upper half of an IEEE binary32
+  const uint32_t u = (uint32_t)h << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+// The bf16 nearest to x, ties to the even one, found by comparing the two candidates' distances in
+// double (not src/'s add-and-shift); a NaN stays a quiet NaN, as ggml's GGML_FP32_TO_BF16 keeps it.
+uint16_t bf16_nearest(float x) {
+  uint32_t u;
+  std::memcpy(&u, &x, 4);
+  if (std::isnan(x)) return (uint16_t)((u >> 16) | 0x40);
+  const uint16_t lo = (uint16_t)(u >> 16), hi = (uint16_t)(lo + 1);  // toward zero, and the next away
+  if ((u & 0xffff) == 0) return lo;
+  double vh = bf16_to_float(hi);
+  if (std::isinf(vh)) vh = std::copysign(std::ldexp(1.0, 128), vh);  // past the largest: rounds to inf
+  const double dl = std::fabs((double)x - bf16_to_float(lo)), dh = std::fabs(vh - (double)x);
+  return dl < dh ? lo : dh < dl ? hi : (lo & 1) ? hi : lo;
+}
+
 struct Case {
   const char* dtype;
   bool tied;
@@ -299,7 +323,8 @@ void check_export(const fs::path& dir, const std::string& tok_path, const Case& 
   str("general.architecture", "llama");
   EXPECT_EQ(f.kvs[0].first, "general.architecture");  // first, as llama.cpp's writers put it
   str("general.name", "run_" + tag);
-  u32("general.file_type", std::string(k.dtype) == "f32" ? 0 : std::string(k.dtype) == "f16" ? 1 : 7);
+  const std::string dt = k.dtype;
+  u32("general.file_type", dt == "f32" ? 0 : dt == "f16" ? 1 : dt == "bf16" ? 32 : 7);  // llama.h LLAMA_FTYPE_*
   u32("general.quantization_version", 2);
   u32("general.alignment", 32);
   u32("llama.vocab_size", V);
@@ -377,7 +402,6 @@ void check_export(const fs::path& dir, const std::string& tok_path, const Case& 
   EXPECT_LT(f.data_start - f.header_end, 32u);
   for (uint64_t b = f.header_end; b < f.data_start; b++) EXPECT_EQ(f.bytes[b], 0) << "padding byte " << b;
   uint64_t expect_off = 0;
-  const std::string dt = k.dtype;
   for (size_t i = 0; i < want.size(); i++) {
     const SpecTensor& t = f.tensors[i];
     const Want& x = want[i];
@@ -387,12 +411,13 @@ void check_export(const fs::path& dir, const std::string& tok_path, const Case& 
     const bool matrix = x.ne.size() == 2;
     uint32_t type = 0;  // F32
     if (matrix && dt == "f16") type = 1;
+    if (matrix && dt == "bf16") type = 30;
     if (matrix && dt == "q8_0") type = x.ne[0] % 32 == 0 ? 8 : 1;  // rows not whole blocks: F16
     EXPECT_EQ(t.type, type);
     EXPECT_EQ(t.offset % 32, 0u);
     EXPECT_EQ(t.offset, expect_off);
     const uint64_t n = x.ne.size() == 2 ? x.ne[0] * x.ne[1] : x.ne[0];
-    const uint64_t bytes = type == 0 ? 4 * n : type == 1 ? 2 * n : n / 32 * 34;
+    const uint64_t bytes = type == 0 ? 4 * n : type == 1 || type == 30 ? 2 * n : n / 32 * 34;
     expect_off = (t.offset + bytes + 31) / 32 * 32;
     ASSERT_LE(f.data_start + t.offset + bytes, f.bytes.size());
     const char* data = f.bytes.data() + f.data_start + t.offset;
@@ -417,6 +442,12 @@ void check_export(const fs::path& dir, const std::string& tok_path, const Case& 
         // the nearest half: within half an ulp (2^-11 relative; 2^-25 absolute among subnormals)
         bad += std::fabs(half_to_float(hb) - src[e]) > std::max(std::ldexp(std::fabs(src[e]), -11), 0x1p-25f) * 1.0001f;
       }
+    } else if (type == 30) {
+      for (uint64_t e = 0; e < n; e++) {
+        uint16_t hb;
+        std::memcpy(&hb, data + 2 * e, 2);
+        bad += hb != bf16_nearest(src[e]);  // the nearest bf16, bit for bit
+      }
     } else {
       for (uint64_t blk = 0; blk < n / 32; blk++) {
         const char* b = data + 34 * blk;
@@ -438,6 +469,23 @@ void check_export(const fs::path& dir, const std::string& tok_path, const Case& 
   EXPECT_EQ(f.bytes.size(), f.data_start + expect_off);  // the last tensor padded too, nothing after
 
   // ---- loading it back ----------------------------------------------------------------------
+  // Smelt's own reader: each tensor's type and size as the spec reader found them.
+  GgufReader rd;
+  s = rd.open(out);
+  ASSERT_TRUE(s) << s.message();
+  ASSERT_EQ(rd.tensors().size(), f.tensors.size());
+  std::map<std::string, int> type_counts;
+  for (size_t i = 0; i < f.tensors.size(); i++) {
+    const GgufTensorInfo& t = rd.tensors()[i];
+    EXPECT_EQ(t.name, f.tensors[i].name);
+    EXPECT_EQ(t.type, f.tensors[i].type) << t.name;
+    EXPECT_EQ(t.bytes, ggml_row_bytes((GgmlType)t.type, t.ne[0]) * (t.elements() / t.ne[0])) << t.name;
+    type_counts[ggml_type_name(t.type)]++;
+  }
+  if (dt == "bf16") {
+    EXPECT_EQ(type_counts["BF16"], (int)(n_tensors - 1 - 2 * L));  // every matrix
+    EXPECT_EQ(type_counts["F32"], 1 + 2 * L);                      // the norms
+  }
   ModelConfig lc;
   std::vector<float> lp;
   Tokenizer lt;
@@ -455,6 +503,7 @@ void check_export(const fs::path& dir, const std::string& tok_path, const Case& 
   EXPECT_EQ(lc.norm_eps, 1e-5);  // float32 in the file, the shortest decimal back
   EXPECT_EQ(lc.tie_embeddings, k.tied);
   EXPECT_EQ(info.file_type, dt);
+  EXPECT_EQ(info.types, type_counts);
   EXPECT_EQ(info.pre, "gpt-2");
   EXPECT_EQ(lt.content_hash(), tok.content_hash());
   EXPECT_EQ(lt.vocab_size(), 400u);
@@ -482,6 +531,10 @@ void check_export(const fs::path& dir, const std::string& tok_path, const Case& 
         uint16_t hb = fp16_from_f32(v);
         again.append((const char*)&hb, 2);
       }
+    } else if (t.type == 30) {
+      std::vector<uint16_t> hb(n);
+      bf16_from_f32_serial(hb.data(), g.data(), (int64_t)n);
+      again.assign((const char*)hb.data(), 2 * n);
     } else {
       std::vector<BlockQ8_0> q(n / 32);
       quantize_row_q8_0(q.data(), g.data(), (int64_t)n);
@@ -535,9 +588,11 @@ void check_export(const fs::path& dir, const std::string& tok_path, const Case& 
 
 TEST_F(Gguf, F32UntiedFfnNotWholeBlocks) { check_export(dir_, tok_path_, {"f32", false, 80}); }
 TEST_F(Gguf, F16UntiedFfnNotWholeBlocks) { check_export(dir_, tok_path_, {"f16", false, 80}); }
+TEST_F(Gguf, Bf16UntiedFfnNotWholeBlocks) { check_export(dir_, tok_path_, {"bf16", false, 80}); }
 TEST_F(Gguf, Q8UntiedFfnFallsBackToF16) { check_export(dir_, tok_path_, {"q8_0", false, 80}); }
 TEST_F(Gguf, F32Tied) { check_export(dir_, tok_path_, {"f32", true, 96}); }
 TEST_F(Gguf, F16Tied) { check_export(dir_, tok_path_, {"f16", true, 96}); }
+TEST_F(Gguf, Bf16Tied) { check_export(dir_, tok_path_, {"bf16", true, 96}); }
 TEST_F(Gguf, Q8Tied) { check_export(dir_, tok_path_, {"q8_0", true, 96}); }
 
 TEST(GgufPermute, InverseUndoesForwardAndPairsAdjacent) {
@@ -747,6 +802,55 @@ TEST_F(Gguf, ExportCommandChecksAndReports) {
   EXPECT_EQ(nlohmann::json::parse(a.out)["ids"], nlohmann::json::parse(g.out)["ids"]);
   EXPECT_EQ(nlohmann::json::parse(g.out)["gguf"], f32);
   EXPECT_EQ(test::run_smelt("generate --gguf " + f32 + " --checkpoint " + run + " --prompt hi", dir_).rc, 2);
+}
+
+// --dtype bf16 through the command line: matrices BF16, norms F32, --check passed within the bf16
+// tolerance; an unknown --dtype is a usage error naming the choices.
+TEST_F(Gguf, ExportCommandBf16Checks) {
+  const ModelConfig c = test_config({"bf16", false, 96});
+  Model m;
+  ASSERT_TRUE(m.init(c, 1, 8, 1, 13));
+  const std::string run = (dir_ / "run_cli_bf16").string(), out = (dir_ / "cli" / "model-bf16.gguf").string();
+  ASSERT_TRUE(test::save_tiny_checkpoint(m, run, 3, tok_path_));
+  test::CmdResult r =
+      test::run_smelt("export --checkpoint " + run + " --format gguf --dtype bf16 --output " + out + " --check --json",
+                      dir_);
+  ASSERT_EQ(r.rc, 0) << r.err;
+  auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["dtype"], "bf16");
+  EXPECT_EQ(j["check"], "passed");
+  EXPECT_EQ(j["types"]["BF16"], 1 + 7 * 2 + 1);  // token_embd, 7 matrices a layer, output
+  EXPECT_EQ(j["types"]["F32"], 2 * 2 + 1);       // the norms
+  EXPECT_EQ(j["types"].size(), 2u);
+  EXPECT_GT(j["check_rel_diff"].get<double>(), 0.0);
+  EXPECT_LE(j["check_rel_diff"].get<double>(), gguf_check_tolerance("bf16"));
+  std::printf("bf16 --check: logits within %.2e of max(1, max|logit|)\n", j["check_rel_diff"].get<double>());
+  r = test::run_smelt("export --checkpoint " + run + " --format gguf --dtype q4 --output x.gguf", dir_);
+  EXPECT_EQ(r.rc, 2);
+  EXPECT_NE(r.err.find("--dtype q4: expected f32, bf16, f16 or q8_0"), std::string::npos) << r.err;
+}
+
+TEST(GgufDtype, ParsesEachNameAndRefusalsNameTheChoices) {
+  const std::pair<const char*, const char*> names[] = {{"f32", "f32"}, {"fp32", "f32"}, {"bf16", "bf16"},
+                                                       {"f16", "f16"}, {"fp16", "f16"}, {"q8_0", "q8_0"}};
+  for (const auto& [in, want] : names) {
+    GgufDtype d = GgufDtype::kQ8_0;
+    ASSERT_TRUE(gguf_dtype_parse(in, d)) << in;
+    EXPECT_STREQ(gguf_dtype_name(d), want) << in;
+  }
+  GgufDtype d = GgufDtype::kF32;
+  ASSERT_TRUE(gguf_dtype_parse("bf16", d));
+  EXPECT_EQ(d, GgufDtype::kBf16);
+  for (const char* bad : {"BF16", "bfloat16", "q4", ""}) {
+    Status s = gguf_dtype_parse(bad, d);
+    EXPECT_FALSE(s) << bad;
+    EXPECT_EQ(s.message(), std::string("--dtype ") + bad + ": expected f32, bf16, f16 or q8_0");
+  }
+  EXPECT_EQ(ggml_type_name(30), "BF16");
+  EXPECT_EQ(ggml_row_bytes(GgmlType::kBf16, 80), 160);
+  // bf16 keeps 8 mantissa bits to f16's 11: its --check bound lies between f16's and q8_0's.
+  EXPECT_GT(gguf_check_tolerance("bf16"), gguf_check_tolerance("f16"));
+  EXPECT_LE(gguf_check_tolerance("bf16"), gguf_check_tolerance("q8_0"));
 }
 
 // Streaming: exporting a ~58 MB model to q8_0 adds about the largest tensor (two conversion buffers)

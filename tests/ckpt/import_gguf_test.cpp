@@ -1,6 +1,7 @@
 // import_gguf (src/smelt/ckpt/import_gguf.hpp) against three independent sides:
-//  - our own export: a checkpoint exported as f32 / f16 / q8_0 imports back to its weights (f32
-//    bit for bit, f16 / q8_0 to the values gguf_load_model dequantizes) and its tokenizer;
+//  - our own export: a checkpoint exported as f32 / bf16 / f16 / q8_0 imports back to its weights
+//    (f32 bit for bit, bf16 to the checkpoint's matrices rounded to bf16 and its norms bit for bit,
+//    f16 / q8_0 to the values gguf_load_model dequantizes) and its tokenizer;
 //  - tests/reference/gguf_convert.py, a GGUF writer from the spec and convert_hf_to_gguf.py's
 //    conventions, on Hugging Face folders of tests/reference/hf_family.py (llama3.2: llama arch with
 //    q/k permutation and rope_freqs.weight; qwen2.5: qwen2 arch with q/k/v biases) with a real
@@ -32,6 +33,7 @@
 #include "smelt/ckpt/import_hf.hpp"
 #include "smelt/common/batch.hpp"
 #include "smelt/kernels/decode_linear.hpp"
+#include "smelt/kernels/kernels.hpp"
 #include "smelt/model/model.hpp"
 #include "smelt/model/inference.hpp"
 #include "smelt/model/params.hpp"
@@ -159,7 +161,7 @@ TEST_F(ImportGguf, OwnExportImportsBackToItsWeightsAndTokenizer) {
   ASSERT_TRUE(ckpt_load_model(step, cc, want));
   const std::vector<std::string> texts = {text_sample("english.txt"), text_sample("chinese.txt")};
 
-  for (GgufDtype dt : {GgufDtype::kF32, GgufDtype::kF16, GgufDtype::kQ8_0}) {
+  for (GgufDtype dt : {GgufDtype::kF32, GgufDtype::kBf16, GgufDtype::kF16, GgufDtype::kQ8_0}) {
     SCOPED_TRACE(gguf_dtype_name(dt));
     const std::string file = (dir_ / fmt::format("own_{}.gguf", gguf_dtype_name(dt))).string();
     Status s = export_gguf(step, file, dt);
@@ -182,6 +184,14 @@ TEST_F(ImportGguf, OwnExportImportsBackToItsWeightsAndTokenizer) {
     if (dt != GgufDtype::kF32) ref = loaded;
     ASSERT_EQ(got.size(), ref.size());
     EXPECT_EQ(std::memcmp(got.data(), ref.data(), 4 * got.size()), 0);
+    if (dt == GgufDtype::kBf16) {
+      // The checkpoint's matrices rounded to the nearest bf16, the norms as they were.
+      std::vector<float> rounded = want;
+      for (const ParamTensor& t : param_layout(cc).tensors)
+        if (t.cols > 1)
+          for (int64_t k = t.offset; k < t.offset + t.size(); k++) rounded[k] = bf16_round_f32(want[k]);
+      EXPECT_EQ(std::memcmp(got.data(), rounded.data(), 4 * got.size()), 0);
+    }
     EXPECT_EQ(tok.content_hash(), lt.content_hash());
     for (const auto& t : texts) {
       std::vector<uint32_t> a, b;

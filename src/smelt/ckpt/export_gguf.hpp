@@ -3,7 +3,7 @@
 // adjacent-pair RoPE; head_dim as attention.key_length, linear RoPE scaling as keys, Llama 3's as
 // rope_freqs.weight), with q/k/v biases its `qwen2`, with QK-norm its `qwen3` (both NEOX RoPE, our
 // order) — with the byte-level BPE tokenizer as tokenizer.ggml.* and tensors under llama.cpp's
-// names in F32 / F16 / Q8_0; gguf_load_model reads a llama or qwen2 file back into our config,
+// names in F32 / BF16 / F16 / Q8_0; gguf_load_model reads a llama or qwen2 file back into our config,
 // flat fp32 parameters and Tokenizer. Not the file format itself (gguf.hpp), not HF export.
 #pragma once
 #include <cstdint>
@@ -23,10 +23,11 @@ namespace smelt {
 class Tokenizer;
 
 // What the matrices are stored as. Norm weights stay F32 in every case (llama.cpp does the same:
-// they are tiny and its norm kernels read F32). q8_0: a matrix whose rows are not whole blocks of
-// 32 falls back to F16, as llama.cpp's convert_hf_to_gguf.py does.
-enum class GgufDtype { kF32, kF16, kQ8_0 };
-const char* gguf_dtype_name(GgufDtype d);                      // "f32", "f16", "q8_0"
+// they are tiny and its norm kernels read F32). bf16: the fp32 rounded to nearest even (a NaN stays
+// NaN), as the kernels' bf16_from_f32 and ggml's fp32-to-bf16 round. q8_0: a matrix whose rows are
+// not whole blocks of 32 falls back to F16, as llama.cpp's convert_hf_to_gguf.py does.
+enum class GgufDtype { kF32, kBf16, kF16, kQ8_0 };
+const char* gguf_dtype_name(GgufDtype d);                      // "f32", "bf16", "f16", "q8_0"
 Status gguf_dtype_parse(const std::string& s, GgufDtype& out);  // errors name the value and the choices
 
 struct GgufExportStats {
@@ -55,7 +56,7 @@ struct GgufModelInfo {
   std::string path;
   std::string name;         // general.name ("" when absent)
   std::string pre;          // tokenizer.ggml.pre
-  std::string file_type;    // "f32", "f16", "q8_0" or "mixed": the matrices' storage
+  std::string file_type;    // "f32", "bf16", "f16" or "q8_0": the matrices' storage
   std::map<std::string, int> types;  // ggml type name -> tensor count
   int64_t file_bytes = 0;
   nlohmann::json tokens;    // bos/eos ids and texts, chat_template (null when absent): GgufImportInfo's
@@ -72,7 +73,7 @@ Status gguf_load_model(const std::string& path, ModelConfig& c, std::vector<floa
 // --check: the checkpoint and the file read back by gguf_load_model run one fixed batch (2 rows of
 // up to 32 tokens) through Model. The configs must agree and the tokenizer must have the
 // checkpoint's content hash; logits must be identical for an F32 file (the same fp32 values) and
-// within max|diff| <= tol * max(1, max|logit|) otherwise (tol: f16 2e-2, q8_0 5e-2; see
+// within max|diff| <= tol * max(1, max|logit|) otherwise (tol: f16 2e-2, bf16 3e-2, q8_0 5e-2; see
 // docs/generate.md for the measured errors; a merged F32 file: export_hf.hpp's
 // kLoraMergeTolerance, against the base with its adapters unmerged). rel_diff: max|diff| / max(1, max|logit|).
 double gguf_check_tolerance(const std::string& file_type);

@@ -37,7 +37,8 @@ std::string ggml_type_name(uint32_t type) {
 int64_t ggml_row_bytes(GgmlType t, int64_t ne0) {
   switch (t) {
     case GgmlType::kF32: return 4 * ne0;
-    case GgmlType::kF16: return 2 * ne0;
+    case GgmlType::kF16:
+    case GgmlType::kBf16: return 2 * ne0;
     case GgmlType::kQ8_0: return ne0 % 32 == 0 ? ne0 / 32 * 34 : -1;
   }
   return -1;
@@ -401,14 +402,12 @@ Status GgufReader::open(const std::string& path) {
     if (t.offset % alignment_ != 0)
       return fail(c.pos - 8, fmt::format("tensor {}: offset {} is not a multiple of the alignment {}", t.name,
                                          t.offset, alignment_));
-    if (t.type == 0 || t.type == 1 || t.type == 8) {
+    if (t.type == 0 || t.type == 1 || t.type == 8 || t.type == 30) {
       int64_t rb = ggml_row_bytes(static_cast<GgmlType>(t.type), t.ne[0]);
       if (rb < 0)
         return fail(c.pos - 12, fmt::format("tensor {}: a row of {} values is not whole {} blocks of 32", t.name,
                                             t.ne[0], ggml_type_name(t.type)));
       t.bytes = rb * (elements / t.ne[0]);
-    } else if (t.type == 30) {  // BF16: sized so the layout is checked, refused by the model loader
-      t.bytes = 2 * elements;
     } else {
       t.bytes = -1;
     }

@@ -25,11 +25,12 @@ enum class GgufType : uint32_t {
 const char* gguf_type_name(GgufType t);  // "uint32", "string", "array", ...; "?" outside the spec
 
 // The ggml tensor types Smelt writes and loads (ggml.h numbering; any other is refused by name).
-enum class GgmlType : uint32_t { kF32 = 0, kF16 = 1, kQ8_0 = 8 };
-// "F32", "F16", "Q8_0", or the ggml name of a type Smelt does not load ("Q4_K", "BF16", ...),
+enum class GgmlType : uint32_t { kF32 = 0, kF16 = 1, kQ8_0 = 8, kBf16 = 30 };
+// "F32", "F16", "Q8_0", "BF16", or the ggml name of a type Smelt does not load ("Q4_K", ...),
 // "type N" past the known list.
 std::string ggml_type_name(uint32_t type);
-// Bytes of a row of ne0 elements (Q8_0: ne0 % 32 == 0, 34 bytes per block); -1 when not whole.
+// Bytes of a row of ne0 elements (F16 and BF16: 2 each; Q8_0: ne0 % 32 == 0, 34 bytes per block);
+// -1 when not whole.
 int64_t ggml_row_bytes(GgmlType t, int64_t ne0);
 
 constexpr uint32_t kGgufVersion = 3;

@@ -34,7 +34,6 @@ namespace smelt {
 
 namespace {
 
-constexpr uint32_t kBf16 = 30;  // ggml's GGML_TYPE_BF16 (GgmlType lists what the export writes)
 // llama.cpp token types (llama.h LLAMA_TOKEN_TYPE_*).
 constexpr int64_t kTokNormal = 1, kTokControl = 3, kTokUserDefined = 4, kTokUnused = 5;
 
@@ -67,7 +66,7 @@ void dequantize(const GgufTensorInfo& g, const uint8_t* data, float* out, int64_
       std::memcpy(&h, data + 2 * k, 2);
       out[k] = f32_from_fp16(h);
     }
-  } else if (g.type == kBf16) {
+  } else if (g.type == (uint32_t)GgmlType::kBf16) {
     for (int64_t k = 0; k < n; k++) {
       uint16_t h;
       std::memcpy(&h, data + 2 * k, 2);
@@ -388,8 +387,8 @@ Status check_tensors(const GgufReader& r, const std::string& path, const ModelCo
     const GgufTensorInfo* g = r.find_tensor(name);
     if (!g) return Status::error(fmt::format("{}: no tensor {} (our {})", path, name, t.name));
     const std::vector<int64_t> ne = t.cols == 1 ? std::vector<int64_t>{t.rows} : std::vector<int64_t>{t.cols, t.rows};
-    if (g->type != (uint32_t)GgmlType::kF32 && g->type != (uint32_t)GgmlType::kF16 && g->type != kBf16 &&
-        g->type != (uint32_t)GgmlType::kQ8_0)
+    if (g->type != (uint32_t)GgmlType::kF32 && g->type != (uint32_t)GgmlType::kF16 &&
+        g->type != (uint32_t)GgmlType::kBf16 && g->type != (uint32_t)GgmlType::kQ8_0)
       return Status::error(fmt::format("{}: tensor {} is {}; Smelt imports F32, F16, BF16 and Q8_0 tensors "
                                        "(requantize the file with llama-quantize ... Q8_0, or import the Hugging Face "
                                        "checkpoint)", path, name, ggml_type_name(g->type)));

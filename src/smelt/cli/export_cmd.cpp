@@ -101,7 +101,7 @@ int cli_export(int argc, char** argv) {
   app.add_option("--format", format, "hf (Hugging Face LlamaForCausalLM, F32 safetensors; default), gguf "
                  "(llama.cpp's llama architecture, one file) or peft (a LoRA run's adapters: adapter_config.json + "
                  "adapter_model.safetensors)");
-  app.add_option("--dtype", dtype_name, "gguf: f32 (default), f16 or q8_0 for the matrices (norms stay f32)");
+  app.add_option("--dtype", dtype_name, "gguf: f32 (default), bf16, f16 or q8_0 for the matrices (norms stay f32)");
   app.add_option("-o,--output", output, "hf: folder to write (created; files in it are replaced); gguf: the file "
                  "(required)")->required();
   app.add_option("--tokenizer", tok_path, "tokenizer.json to include (default: the checkpoint's copy)");
