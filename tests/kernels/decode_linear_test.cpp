@@ -269,7 +269,7 @@ TEST_P(DecodeLinear, F16EqualsReferenceAndF32OnWidenedWeightsBitwise) {
   std::vector<Shape> shapes;
   for (int n = 1; n <= 17; n++) shapes.push_back({n, 16 * (1 + n % 5) + n % 16, 48 + 3 * n + 1});
   for (int i = 0; i < 8; i++) shapes.push_back({1 + (int)(g() % 17), 1 + (int)(g() % 300), 1 + (int)(g() % 200)});
-  for (int IC : {1500, 3000, 4000, 6200})  // f16's wide tiles (2-byte weights: twice as many fit L1)
+  for (int IC : {800, 1500, 2000, 3000, 6200})  // f16 wide tiles of 12, 8, 6, 4 rows (half the L1D)
     for (int n : {1, 2}) shapes.push_back({n, IC + n, 61 + IC % 7});
   for (Shape s : shapes) {
     const int ldo = s.OC + 2;
@@ -317,7 +317,7 @@ TEST_P(DecodeLinear, Bf16EqualsReferenceBitwiseAndTheDoubleDot) {
   std::vector<Shape> shapes;
   for (int n = 1; n <= 17; n++) shapes.push_back({n, 32 * (1 + n % 5) + (n * 7) % 32, 48 + 3 * n + 1});
   for (int i = 0; i < 8; i++) shapes.push_back({1 + (int)(g() % 17), 1 + (int)(g() % 300), 1 + (int)(g() % 200)});
-  for (int IC : {700, 1500, 2500, 3100, 6200})
+  for (int IC : {700, 1500, 2000, 3100, 6200})  // the one-row tile's 12, 8, 6, 4 rows in half the L1D
     for (int n : {1, 2}) shapes.push_back({n, IC + n, 61 + IC % 7});
   shapes.push_back({3, 0, 7});  // IC 0: out = beta * out
   auto bf16 = [](const std::vector<float>& v) {
