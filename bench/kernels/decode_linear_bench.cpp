@@ -7,7 +7,6 @@
 // Prints the CPU and path, a streaming-read bandwidth for scale, then one line per (shape, n,
 // threads): weight GB/s and GFLOP/s of each kernel, and the ratio to sgemm's time.
 #include <algorithm>
-#include <bit>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -151,10 +150,8 @@ int main(int argc, char** argv) {
         const double th = best_time(copies_h, seconds, [&](int i) {
           decode_linear_f16(out.data(), s.OC, x.data(), poolh.data() + (size_t)(i % copies_h) * wn, n, s.IC, s.OC, 0.0f);
         });
-        std::vector<uint16_t> x16(x.size());
-        for (size_t i = 0; i < x.size(); i++) x16[i] = (uint16_t)(std::bit_cast<uint32_t>(x[i]) >> 16);
         const double tb = best_time(copies_h, seconds, [&](int i) {  // the f16 pool's bits read as bf16
-          decode_linear_bf16(out.data(), s.OC, x16.data(), poolh.data() + (size_t)(i % copies_h) * wn, n, s.IC, s.OC, 0.0f);
+          decode_linear_bf16(out.data(), s.OC, x.data(), poolh.data() + (size_t)(i % copies_h) * wn, n, s.IC, s.OC, 0.0f);
         });
         const double tq = best_time(copies_q, seconds, [&](int i) {
           decode_linear_q8_0(out.data(), s.OC, xq.data(), poolq.data() + (size_t)(i % copies_q) * wq, n, s.IC, s.OC, 0.0f);

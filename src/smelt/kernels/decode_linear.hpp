@@ -1,7 +1,7 @@
 // Linear layers for decoding a few rows at a time (KV-cache inference, `smelt serve`'s batches),
-// in fp32, in f16 (IEEE half weights, fp32 arithmetic), in bf16 (bf16 weights and inputs, fp32
-// arithmetic) and in Q8_0 (int8 weights and activations in blocks of 32 with one fp16 scale, the
-// layout GGUF files use). Batch invariant by construction: every output element is computed by
+// in fp32, in f16 (IEEE half weights, fp32 arithmetic), in bf16 (bf16 weights, fp32 arithmetic)
+// and in Q8_0 (int8 weights and activations in blocks of 32 with one fp16 scale, the layout GGUF
+// files use). Batch invariant by construction: every output element is computed by
 // the same instructions in the same order whatever the number of rows n, the thread count or the
 // other rows, so a sequence decodes to the same bits alone or in any batch. Runtime dispatch:
 // AVX-512 (VNNI for int8) where the CPU has it, else AVX2; a portable scalar path is the
@@ -48,13 +48,15 @@ void decode_linear_f16(float* out, int ldo, const float* inp, const uint16_t* W,
                        float beta);
 // out[i] = fp32(fp16(x[i])), round to nearest even (the inputs of an f16 linear layer).
 void round_to_fp16(float* out, const float* x, int64_t n);
-// bf16 (decode_linear_bf16.cpp): W (OC, IC) and inp (n, IC) bf16 bits (the upper half of an
-// fp32; the decoder's bf16 format rounds its inputs with bf16_from_f32), widened exactly and
-// summed in fp32: 32 lane sums over k mod 32 (each an fma chain in k order), paired (2i, 2i+1),
-// the same 16-lane tree, then fma over the IC % 32 tail. Half the bytes of fp32, like f16, with
-// widening that costs a shift or a mask.
-void decode_linear_bf16(float* out, int ldo, const uint16_t* inp, const uint16_t* W, int n, int IC, int OC,
+// bf16: W (OC, IC) bf16 bits (the upper half of an fp32: half the bytes of fp32), widened exactly
+// (a shift) as they are loaded: the fp32 formula on the widened weights, so out equals
+// decode_linear_f32's on them bit for bit. inp is fp32 (the decoder's bf16 format rounds it to
+// bf16 first: round_to_bf16).
+void decode_linear_bf16(float* out, int ldo, const float* inp, const uint16_t* W, int n, int IC, int OC,
                         float beta);
+// out[i] = fp32(bf16(x[i])), round to nearest even, NaN kept (the inputs of a bf16 linear layer;
+// bf16_round_f32's rounding, as the weights' copy and the training GEMMs round).
+void round_to_bf16(float* out, const float* x, int64_t n);
 // Q8_0: xq (n, IC/32 blocks) the rows quantized by quantize_row_q8_0 (so no -128 in them), Wq
 // (OC, IC/32 blocks), any int8 including -128 (blocks from foreign GGUF files). IC % 32 == 0.
 // out[r][o] = beta * out[r][o] + sum over blocks b of fp16(Wd) * fp16(xd) * (int32 sum of the
@@ -69,7 +71,7 @@ void decode_linear_f32_ref(float* out, int ldo, const float* inp, const float* W
                            int OC, float beta);
 void decode_linear_f16_ref(float* out, int ldo, const float* inp, const uint16_t* W, int n, int IC, int OC,
                            float beta);
-void decode_linear_bf16_ref(float* out, int ldo, const uint16_t* inp, const uint16_t* W, int n, int IC, int OC,
+void decode_linear_bf16_ref(float* out, int ldo, const float* inp, const uint16_t* W, int n, int IC, int OC,
                             float beta);
 void decode_linear_q8_0_ref(float* out, int ldo, const BlockQ8_0* xq, const BlockQ8_0* Wq, int n,
                             int IC, int OC, float beta);

@@ -43,6 +43,7 @@ int64_t decoder_bytes(const ModelConfig& c, const DecoderOptions& o) {
   int64_t halves = 0, q8 = 0;
   if (o.format == WeightFormat::kBf16) {
     halves = param_layout(c).total + r * widest;
+    floats += r * widest;
   } else if (o.format == WeightFormat::kF16) {
     halves = param_layout(c).total;
     floats += r * widest;
@@ -126,6 +127,7 @@ Status Decoder::init(const ModelConfig& c, const float* params, const DecoderOpt
     w16_.assign(layout_.total, 0);
     bf16_from_f32(w16_.data(), params, layout_.total);
     x16_.assign(r * widest, 0);
+    xr_.assign(r * widest, 0.0f);
   } else if (opt.format == WeightFormat::kF16) {
     w16_.assign(layout_.total, 0);
 #pragma omp parallel for schedule(static)
@@ -207,10 +209,10 @@ void Decoder::linear(float* out, const float* inp, int64_t w, int n, int IC, int
         matmul_forward_bf16(out, x16_.data(), inp, w16_.data() + w, n, IC, OC, beta);
         return;
       }
-      // Inputs rounded to bf16 (elementwise: batch invariant), then the decode kernel, which
-      // reads each weight once for all the rows.
-      bf16_from_f32_serial(x16_.data(), inp, (int64_t)n * IC);
-      decode_linear_bf16(out, OC, x16_.data(), w16_.data() + w, n, IC, OC, beta);
+      // Inputs rounded to bf16 (elementwise: batch invariant), then fp32 arithmetic on the
+      // widened weights, as f16.
+      round_to_bf16(xr_.data(), inp, (int64_t)n * IC);
+      decode_linear_bf16(out, OC, xr_.data(), w16_.data() + w, n, IC, OC, beta);
       return;
   }
 }

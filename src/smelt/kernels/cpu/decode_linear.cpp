@@ -1,6 +1,6 @@
 // Decode-time linear layers (decode_linear.hpp): fp16 <-> fp32 in software, Q8_0 quantization
-// (ggml's reference rounding), and fp32 / f16 / Q8_0 matrix-vector products for a few rows at a
-// time (f16: the fp32 formula on weights widened exactly as they are loaded).
+// (ggml's reference rounding), and fp32 / f16 / bf16 / Q8_0 matrix-vector products for a few rows
+// at a time (f16, bf16: the fp32 formula on weights widened exactly as they are loaded).
 // Not the training GEMMs (gemm.cpp, matmul.cpp).
 //
 // Batch invariance is a property of the arithmetic, not of the schedule: each output element has
@@ -33,6 +33,7 @@
 #include <immintrin.h>
 #pragma GCC diagnostic pop
 #include <omp.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <array>
@@ -43,11 +44,9 @@
 #include <utility>
 
 #include "smelt/hw/cpu_info.hpp"
-#include "smelt/kernels/cpu/decode_linear_internal.hpp"
+#include "smelt/kernels/kernels.hpp"
 
 namespace smelt {
-
-using namespace decode_detail;
 
 // ---- fp16 -----------------------------------------------------------------------------------
 // Round to nearest, ties to even, on the bits; NaN keeps its sign and top 10 payload bits and
@@ -133,24 +132,50 @@ DecodeIsa best_isa() {
   return DecodeIsa::kPortable;
 }
 
-}  // namespace
-
-DecodeIsa decode_detail::current_isa() {
+DecodeIsa current_isa() {
   int v = g_isa.load(std::memory_order_relaxed);
   if (v < 0) g_isa.store(v = (int)best_isa(), std::memory_order_relaxed);
   return (DecodeIsa)v;
 }
 
-namespace {
+inline float finish(float s, const float* o, float beta) { return beta == 0.0f ? s : std::fma(beta, *o, s); }
+
+// The L1 data cache's size (32 KiB where the system does not say): how many weight rows a
+// batch-1 tile reads side by side.
+int64_t l1d_bytes() {
+  static const int64_t l1 = [] {
+    const long v = sysconf(_SC_LEVEL1_DCACHE_SIZE);
+    return v > 0 ? (int64_t)v : int64_t(32) << 10;
+  }();
+  return l1;
+}
+
 // ---- fp32 -----------------------------------------------------------------------------------
+constexpr int kLanes = 16;
 // Output columns per OpenMP task: a multiple of every tile width (AVX-512 16, 8 and 4, AVX2 3, 1).
 constexpr int kColBlockF32 = 48;
+
+inline float tree16(const float* p) {
+  float q[8];
+  for (int j = 0; j < 8; j++) q[j] = p[j] + p[j + 8];
+  for (int j = 0; j < 4; j++) q[j] = q[j] + q[j + 4];
+  for (int j = 0; j < 2; j++) q[j] = q[j] + q[j + 2];
+  return q[0] + q[1];
+}
+
+// bf16 weights: the upper half of an fp32 (a type of its own, so the overloads below tell it from
+// IEEE half bits).
+struct Bf16 {
+  uint16_t bits;
+};
+static_assert(sizeof(Bf16) == 2);
 
 
 // A weight element as fp32: f16 weights (IEEE half bits) widen exactly, so the f16 kernels are
 // the fp32 ones on the widened weights, bit for bit.
 inline float wval(const float* w, int k) { return w[k]; }
 inline float wval(const uint16_t* w, int k) { return f32_from_fp16(w[k]); }
+inline float wval(const Bf16* w, int k) { return std::bit_cast<float>((uint32_t)w[k].bits << 16); }
 
 template <typename WT>
 inline float tail_f32(float s, const float* x, const WT* w, int k0, int IC) {
@@ -172,7 +197,13 @@ __attribute__((target("avx512f"))) inline __m512 load16(const float* w) { return
 __attribute__((target("avx512f"))) inline __m512 load16(const uint16_t* w) {
   return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i*)w));
 }
+__attribute__((target("avx512f"))) inline __m512 load16(const Bf16* w) {
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i*)w)), 16));
+}
 __attribute__((target("avx2,f16c"))) inline __m256 load8(const float* w) { return _mm256_loadu_ps(w); }
+__attribute__((target("avx2"))) inline __m256 load8(const Bf16* w) {
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i*)w)), 16));
+}
 __attribute__((target("avx2,f16c"))) inline __m256 load8(const uint16_t* w) {
   return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)w));
 }
@@ -321,9 +352,9 @@ constexpr TileOf<WT> kTilesAvx2[2][3] = {
     {tile_f32_avx2<2, 1, WT>, tile_f32_avx2<2, 2, WT>, tile_f32_avx2<2, 3, WT>}};
 
 // The columns of a wide tile: the most of {16, 12, 8, 6, 4} (divisors of the column block) up to
-// `most` whose weights fit the L1 data cache (fp32), or half of it (f16); 4 when none does. f16's
-// 2048 -> 768 at batch 1, cold weights, Zen 5 (48 KiB L1D): 12 columns (all of the L1) 21-23 GB/s,
-// 8 (half) 24-26; fp32's best filled it (the table above).
+// `most` whose weights fit the L1 data cache (fp32), or half of it (f16, bf16); 4 when none does.
+// f16's 2048 -> 768 at batch 1, cold weights, Zen 5 (48 KiB L1D): 12 columns (all of the L1)
+// 21-23 GB/s, 8 (half) 24-26; fp32's best filled it (the table above).
 template <typename WT>
 int wide_cols(int IC, int most) {
   const int64_t room = sizeof(WT) == sizeof(float) ? l1d_bytes() : l1d_bytes() / 2;
@@ -595,6 +626,15 @@ void decode_linear_f16(float* out, int ldo, const float* inp, const uint16_t* W,
   linear_fp(out, ldo, inp, W, n, IC, OC, beta);
 }
 
+void decode_linear_bf16(float* out, int ldo, const float* inp, const uint16_t* W, int n, int IC, int OC,
+                        float beta) {
+  linear_fp(out, ldo, inp, reinterpret_cast<const Bf16*>(W), n, IC, OC, beta);
+}
+
+void round_to_bf16(float* out, const float* x, int64_t n) {
+  for (int64_t i = 0; i < n; i++) out[i] = bf16_round_f32(x[i]);
+}
+
 namespace {
 // F16C's vcvtps2ph with round to nearest even is fp16_from_f32 bit for bit (tested at every
 // rounding boundary), and vcvtph2ps is exact.
@@ -658,6 +698,11 @@ void decode_linear_f32_ref(float* out, int ldo, const float* inp, const float* W
 void decode_linear_f16_ref(float* out, int ldo, const float* inp, const uint16_t* W, int n, int IC, int OC,
                            float beta) {
   linear_fp_ref(out, ldo, inp, W, n, IC, OC, beta);
+}
+
+void decode_linear_bf16_ref(float* out, int ldo, const float* inp, const uint16_t* W, int n, int IC, int OC,
+                            float beta) {
+  linear_fp_ref(out, ldo, inp, reinterpret_cast<const Bf16*>(W), n, IC, OC, beta);
 }
 
 void decode_linear_q8_0_ref(float* out, int ldo, const BlockQ8_0* xq, const BlockQ8_0* Wq, int n, int IC,
