@@ -598,4 +598,28 @@ TEST_F(Serve, ExitCodesAndQ8) {
   EXPECT_EQ(q.stop(SIGINT), 0) << q.log();
 }
 
+// --dtype bf16 serves on the bf16 decode kernel, batch invariant like the others: a greedy
+// request gives the same ids and log-probs alone and among others released at once.
+TEST_F(Serve, Bf16IsBatchInvariant) {
+  ServeProcess b("--checkpoint " + *run_ + " --dtype bf16 --slots 4", *dir_ / "bf16.log");
+  ASSERT_GT(b.port(), 0) << b.log();
+  EXPECT_NE(b.log().find("bf16 decode_linear"), std::string::npos) << b.log();
+  const json greedy = {{"prompt", kPrompt}, {"max_tokens", 24}, {"temperature", 0}, {"logprobs", 3},
+                       {"return_token_ids", true}, {"ignore_eos", true}};
+  Reply alone = http(b.port(), "POST", "/v1/completions", greedy.dump());
+  ASSERT_EQ(alone.status, 200) << alone.body;
+  const json want = alone.js()["choices"][0];
+  ASSERT_EQ(want["token_ids"].size(), 24u);
+  auto req = [](const json& body) { return request_text("POST", "/v1/completions", body.dump(), ""); };
+  std::vector<Reply> got = burst(b.port(), {req({{"prompt", "static int"}, {"max_tokens", 30}, {"ignore_eos", true}}),
+                                            req(greedy),
+                                            req({{"prompt", std::string(100, 'a')}, {"max_tokens", 12}, {"ignore_eos", true}}),
+                                            req({{"prompt", "The"}, {"max_tokens", 20}, {"temperature", 0.8}, {"ignore_eos", true}})});
+  for (size_t i = 0; i < got.size(); i++) ASSERT_EQ(got[i].status, 200) << i << ": " << got[i].raw.substr(0, 400);
+  const json mine = got[1].js()["choices"][0];
+  EXPECT_EQ(mine["token_ids"], want["token_ids"]);
+  EXPECT_EQ(mine["logprobs"], want["logprobs"]);
+  EXPECT_EQ(b.stop(SIGTERM), 0) << b.log();
+}
+
 }  // namespace
