@@ -238,6 +238,18 @@ class Gguf : public ::testing::Test {
     ASSERT_TRUE(test::train_tiny_tokenizer(tok_path_, 400));
   }
   static void TearDownTestSuite() { fs::remove_all(dir_); }
+  // A tiny untied checkpoint (seed) saved as run_<dtype> and exported through the command line with
+  // --dtype D --check --json to cli/model-<dtype>.gguf: the command's result; run and out named.
+  static test::CmdResult export_checked(const std::string& dtype, uint64_t seed, std::string& run, std::string& out) {
+    const ModelConfig c = test_config({dtype.c_str(), false, 96});
+    Model m;
+    EXPECT_TRUE(m.init(c, 1, 8, 1, seed));
+    run = (dir_ / ("run_" + dtype)).string(), out = (dir_ / "cli" / ("model-" + dtype + ".gguf")).string();
+    EXPECT_TRUE(test::save_tiny_checkpoint(m, run, 3, tok_path_));
+    return test::run_smelt("export --checkpoint " + run + " --format gguf --dtype " + dtype + " --output " + out +
+                               " --check --json",
+                           dir_);
+  }
   static fs::path dir_;
   static std::string tok_path_;
 };
@@ -771,14 +783,8 @@ TEST_F(Gguf, RefusalsNameTheFileTheOffsetAndWhatWasExpected) {
 
 // The command line: --format gguf --dtype q8_0 --check --json, and the usage errors.
 TEST_F(Gguf, ExportCommandChecksAndReports) {
-  const ModelConfig c = test_config({"q8_0", false, 96});
-  Model m;
-  ASSERT_TRUE(m.init(c, 1, 8, 1, 11));
-  const std::string run = (dir_ / "run_cli").string(), out = (dir_ / "cli" / "model.gguf").string();
-  ASSERT_TRUE(test::save_tiny_checkpoint(m, run, 3, tok_path_));
-  test::CmdResult r =
-      test::run_smelt("export --checkpoint " + run + " --format gguf --dtype q8_0 --output " + out + " --check --json",
-                      dir_);
+  std::string run, out;
+  test::CmdResult r = export_checked("q8_0", 11, run, out);
   ASSERT_EQ(r.rc, 0) << r.err;
   auto j = nlohmann::json::parse(r.out);
   EXPECT_EQ(j["check"], "passed");
@@ -807,14 +813,8 @@ TEST_F(Gguf, ExportCommandChecksAndReports) {
 // --dtype bf16 through the command line: matrices BF16, norms F32, --check passed within the bf16
 // tolerance; an unknown --dtype is a usage error naming the choices.
 TEST_F(Gguf, ExportCommandBf16Checks) {
-  const ModelConfig c = test_config({"bf16", false, 96});
-  Model m;
-  ASSERT_TRUE(m.init(c, 1, 8, 1, 13));
-  const std::string run = (dir_ / "run_cli_bf16").string(), out = (dir_ / "cli" / "model-bf16.gguf").string();
-  ASSERT_TRUE(test::save_tiny_checkpoint(m, run, 3, tok_path_));
-  test::CmdResult r =
-      test::run_smelt("export --checkpoint " + run + " --format gguf --dtype bf16 --output " + out + " --check --json",
-                      dir_);
+  std::string run, out;
+  test::CmdResult r = export_checked("bf16", 13, run, out);
   ASSERT_EQ(r.rc, 0) << r.err;
   auto j = nlohmann::json::parse(r.out);
   EXPECT_EQ(j["dtype"], "bf16");

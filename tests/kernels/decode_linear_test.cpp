@@ -261,35 +261,46 @@ TEST_P(DecodeLinear, F32EqualsReferenceBitwise) {
   }
 }
 
-// f16 weights: the path equals its reference, and both equal the fp32 kernel on the widened
-// weights bit for bit (the formula is the fp32 one); IC values off the 16-lane grid take the tail.
-TEST_P(DecodeLinear, F16EqualsReferenceAndF32OnWidenedWeightsBitwise) {
+// A 2-byte weight format (f16, bf16): on every shape the path equals its reference, and both equal
+// the fp32 kernel on the widened weights bit for bit (the formula is the fp32 one). IC values off
+// the 16-lane grid take the tail; long rows reach the one-row tile's widths, 12, 8, 6 and 4 weight
+// rows in half the L1D. narrow: fp32 -> the format's bits; widen: back, exactly; round: the
+// inputs' rounding in place (f16's kernel takes any fp32 inputs, bf16's rounded ones).
+template <typename Narrow, typename Widen, typename Round, typename Kernel, typename Ref>
+void expect_fp32_on_widened(DecodeIsa isa, uint32_t seed, Narrow narrow, Widen widen, Round round, Kernel kernel,
+                            Ref ref_kernel) {
   kernels_set_threads(2);
-  std::mt19937 g(5);
+  std::mt19937 g(seed);
   std::vector<Shape> shapes;
   for (int n = 1; n <= 17; n++) shapes.push_back({n, 16 * (1 + n % 5) + n % 16, 48 + 3 * n + 1});
   for (int i = 0; i < 8; i++) shapes.push_back({1 + (int)(g() % 17), 1 + (int)(g() % 300), 1 + (int)(g() % 200)});
-  for (int IC : {800, 1500, 2000, 3000, 6200})  // f16 wide tiles of 12, 8, 6, 4 rows (half the L1D)
+  for (int IC : {800, 1500, 2000, 3000, 6200})
     for (int n : {1, 2}) shapes.push_back({n, IC + n, 61 + IC % 7});
   for (Shape s : shapes) {
     const int ldo = s.OC + 2;
     auto x = randn((size_t)s.n * s.IC, g()), w = randn((size_t)s.OC * s.IC, g());
+    round(x);
     std::vector<uint16_t> w16(w.size());
-    for (size_t i = 0; i < w.size(); i++) w16[i] = fp16_from_f32(w[i]);
     std::vector<float> widened(w.size());
-    for (size_t i = 0; i < w.size(); i++) widened[i] = f32_from_fp16(w16[i]);
+    for (size_t i = 0; i < w.size(); i++) w16[i] = narrow(w[i]), widened[i] = widen(w16[i]);
     for (float beta : {0.0f, 1.0f}) {
       std::vector<float> init = randn((size_t)s.n * ldo, g());
       if (beta == 0.0f) init.assign(init.size(), NAN);
       std::vector<float> ref = init, f32 = init, got = init;
-      decode_linear_f16_ref(ref.data(), ldo, x.data(), w16.data(), s.n, s.IC, s.OC, beta);
+      ref_kernel(ref.data(), ldo, x.data(), w16.data(), s.n, s.IC, s.OC, beta);
       decode_linear_f32_ref(f32.data(), ldo, x.data(), widened.data(), s.n, s.IC, s.OC, beta);
-      ASSERT_TRUE(decode_linear_set_isa(GetParam()));
-      decode_linear_f16(got.data(), ldo, x.data(), w16.data(), s.n, s.IC, s.OC, beta);
+      ASSERT_TRUE(decode_linear_set_isa(isa));
+      kernel(got.data(), ldo, x.data(), w16.data(), s.n, s.IC, s.OC, beta);
       EXPECT_TRUE(same_bits(got, ref)) << "n " << s.n << " IC " << s.IC << " OC " << s.OC << " beta " << beta;
       EXPECT_TRUE(same_bits(ref, f32)) << "n " << s.n << " IC " << s.IC << " OC " << s.OC << " beta " << beta;
     }
   }
+}
+
+TEST_P(DecodeLinear, F16EqualsReferenceAndF32OnWidenedWeightsBitwise) {
+  expect_fp32_on_widened(
+      GetParam(), 5, fp16_from_f32, f32_from_fp16, [](std::vector<float>&) {}, decode_linear_f16,
+      decode_linear_f16_ref);
   // The inputs' rounding is fp16's round to nearest even, value for value.
   auto x = randn(4096, 9, 3.0f);
   x.push_back(65520.0f), x.push_back(-1e-8f), x.push_back(1.0f + 1.0f / 2048);  // overflow, underflow, a tie
@@ -307,41 +318,21 @@ TEST_P(DecodeLinear, F16EqualsReferenceAndF32OnWidenedWeightsBitwise) {
   EXPECT_EQ(r[4098 + 16], 1.0f);
 }
 
-// bf16 weights: the path equals its reference, and both equal the fp32 kernel on the widened
-// weights bit for bit (the formula is the fp32 one); long rows reach the one-row tile's widths.
-// The inputs' rounding is bf16_round_f32's; a row is the same bits alone or in any batch.
+// bf16: as f16 (expect_fp32_on_widened), inputs rounded by round_to_bf16; the rounding's ties;
+// a row is the same bits alone or in any batch.
 TEST_P(DecodeLinear, Bf16EqualsReferenceAndF32OnWidenedWeightsBitwise) {
-  kernels_set_threads(2);
-  std::mt19937 g(6);
-  std::vector<Shape> shapes;
-  for (int n = 1; n <= 17; n++) shapes.push_back({n, 16 * (1 + n % 5) + n % 16, 48 + 3 * n + 1});
-  for (int i = 0; i < 8; i++) shapes.push_back({1 + (int)(g() % 17), 1 + (int)(g() % 300), 1 + (int)(g() % 200)});
-  for (int IC : {800, 1500, 2000, 3000, 6200})  // 12, 8, 6, 4 rows (half the L1D)
-    for (int n : {1, 2}) shapes.push_back({n, IC + n, 61 + IC % 7});
+  auto narrow = [](float v) {
+    uint16_t h;
+    bf16_from_f32_serial(&h, &v, 1);
+    return h;
+  };
+  auto round = [](std::vector<float>& x) { round_to_bf16(x.data(), x.data(), (int64_t)x.size()); };
+  expect_fp32_on_widened(GetParam(), 6, narrow, widen_bf16, round, decode_linear_bf16, decode_linear_bf16_ref);
   auto bf16 = [](const std::vector<float>& v) {
     std::vector<uint16_t> h(v.size());
     bf16_from_f32_serial(h.data(), v.data(), (int64_t)v.size());
     return h;
   };
-  for (Shape s : shapes) {
-    const int ldo = s.OC + 2;
-    auto x = randn((size_t)s.n * s.IC, g());
-    round_to_bf16(x.data(), x.data(), (int64_t)x.size());
-    const auto w16 = bf16(randn((size_t)s.OC * s.IC, g()));
-    std::vector<float> widened(w16.size());
-    for (size_t i = 0; i < w16.size(); i++) widened[i] = widen_bf16(w16[i]);
-    for (float beta : {0.0f, 1.0f}) {
-      std::vector<float> init = randn((size_t)s.n * ldo, g());
-      if (beta == 0.0f) init.assign(init.size(), NAN);
-      std::vector<float> ref = init, f32 = init, got = init;
-      decode_linear_bf16_ref(ref.data(), ldo, x.data(), w16.data(), s.n, s.IC, s.OC, beta);
-      decode_linear_f32_ref(f32.data(), ldo, x.data(), widened.data(), s.n, s.IC, s.OC, beta);
-      ASSERT_TRUE(decode_linear_set_isa(GetParam()));
-      decode_linear_bf16(got.data(), ldo, x.data(), w16.data(), s.n, s.IC, s.OC, beta);
-      EXPECT_TRUE(same_bits(got, ref)) << "n " << s.n << " IC " << s.IC << " OC " << s.OC << " beta " << beta;
-      EXPECT_TRUE(same_bits(ref, f32)) << "n " << s.n << " IC " << s.IC << " OC " << s.OC << " beta " << beta;
-    }
-  }
   // The inputs' rounding: nearest, ties to even, NaN kept, as the bf16 copies of the weights.
   auto x = randn(4096, 9, 3.0f);
   const float edge[] = {1.0f + 0x1p-8f, 1.0f + 0x1.8p-8f, 0x1.fffffep127f, -0.0f, NAN, -INFINITY, 0x1p-130f};
@@ -358,13 +349,15 @@ TEST_P(DecodeLinear, Bf16EqualsReferenceAndF32OnWidenedWeightsBitwise) {
   EXPECT_EQ(r[2], INFINITY);              // past the largest bf16
   EXPECT_TRUE(std::isnan(r[4]));
   // Batch and thread invariance.
+  std::mt19937 g(7);
   const int IC = 16 * 13 + 5, OC = 100;
   auto xb = randn((size_t)17 * IC, g());
-  round_to_bf16(xb.data(), xb.data(), (int64_t)xb.size());
+  round(xb);
   const auto w = bf16(randn((size_t)OC * IC, g()));
   std::vector<float> alone((size_t)17 * OC);
   kernels_set_threads(1);
-  for (int row = 0; row < 17; row++) decode_linear_bf16(&alone[row * OC], OC, &xb[(size_t)row * IC], w.data(), 1, IC, OC, 0.0f);
+  for (int row = 0; row < 17; row++)
+    decode_linear_bf16(&alone[row * OC], OC, &xb[(size_t)row * IC], w.data(), 1, IC, OC, 0.0f);
   for (int threads : {1, 2}) {
     kernels_set_threads(threads);
     for (int n = 1; n <= 17; n++) {
