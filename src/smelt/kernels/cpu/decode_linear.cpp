@@ -170,9 +170,8 @@ struct Bf16 {
 };
 static_assert(sizeof(Bf16) == 2);
 
-
-// A weight element as fp32: f16 weights (IEEE half bits) widen exactly, so the f16 kernels are
-// the fp32 ones on the widened weights, bit for bit.
+// A weight element as fp32: f16 weights (IEEE half bits) and bf16 weights widen exactly, so their
+// kernels are the fp32 ones on the widened weights, bit for bit.
 inline float wval(const float* w, int k) { return w[k]; }
 inline float wval(const uint16_t* w, int k) { return f32_from_fp16(w[k]); }
 inline float wval(const Bf16* w, int k) { return std::bit_cast<float>((uint32_t)w[k].bits << 16); }
