@@ -250,6 +250,14 @@ class Gguf : public ::testing::Test {
                                " --check --json",
                            dir_);
   }
+  // What every --check --json export of that checkpoint reports: passed, the matrices (token_embd,
+  // 7 a layer, output) in `matrices`, the norms F32, a nonzero difference.
+  static void expect_checked(const nlohmann::json& j, const char* matrices) {
+    EXPECT_EQ(j["check"], "passed");
+    EXPECT_EQ(j["types"][matrices], 1 + 7 * 2 + 1);
+    EXPECT_EQ(j["types"]["F32"], 2 * 2 + 1);
+    EXPECT_GT(j["check_rel_diff"].get<double>(), 0.0);
+  }
   static fs::path dir_;
   static std::string tok_path_;
 };
@@ -781,20 +789,20 @@ TEST_F(Gguf, RefusalsNameTheFileTheOffsetAndWhatWasExpected) {
   }
 }
 
-// The command line: --format gguf --dtype q8_0 --check --json, and the usage errors.
+// The command line: --format gguf --dtype q8_0 --check --json, and the usage errors (an unknown
+// --dtype names the choices).
 TEST_F(Gguf, ExportCommandChecksAndReports) {
   std::string run, out;
   test::CmdResult r = export_checked("q8_0", 11, run, out);
   ASSERT_EQ(r.rc, 0) << r.err;
   auto j = nlohmann::json::parse(r.out);
-  EXPECT_EQ(j["check"], "passed");
+  expect_checked(j, "Q8_0");
   EXPECT_EQ(j["pre"], "gpt-2");
-  EXPECT_EQ(j["types"]["Q8_0"], 1 + 7 * 2 + 1);  // token_embd, 7 matrices a layer, output
-  EXPECT_EQ(j["types"]["F32"], 2 * 2 + 1);       // the norms
-  EXPECT_GT(j["check_rel_diff"].get<double>(), 0.0);
   EXPECT_EQ(j["bytes"].get<int64_t>(), (int64_t)fs::file_size(out));
   EXPECT_NE(r.err.find("[export]"), std::string::npos);
-  EXPECT_EQ(test::run_smelt("export --checkpoint " + run + " --format gguf --dtype q4 --output x.gguf", dir_).rc, 2);
+  r = test::run_smelt("export --checkpoint " + run + " --format gguf --dtype q4 --output x.gguf", dir_);
+  EXPECT_EQ(r.rc, 2);
+  EXPECT_NE(r.err.find("--dtype q4: expected f32, bf16, f16 or q8_0"), std::string::npos) << r.err;
   EXPECT_EQ(test::run_smelt("export --checkpoint " + run + " --format hf --dtype f16 --output x", dir_).rc, 2);
 
   // generate --gguf continues exactly as generate --checkpoint for an f32 file.
@@ -811,23 +819,17 @@ TEST_F(Gguf, ExportCommandChecksAndReports) {
 }
 
 // --dtype bf16 through the command line: matrices BF16, norms F32, --check passed within the bf16
-// tolerance; an unknown --dtype is a usage error naming the choices.
+// tolerance.
 TEST_F(Gguf, ExportCommandBf16Checks) {
   std::string run, out;
   test::CmdResult r = export_checked("bf16", 13, run, out);
   ASSERT_EQ(r.rc, 0) << r.err;
   auto j = nlohmann::json::parse(r.out);
   EXPECT_EQ(j["dtype"], "bf16");
-  EXPECT_EQ(j["check"], "passed");
-  EXPECT_EQ(j["types"]["BF16"], 1 + 7 * 2 + 1);  // token_embd, 7 matrices a layer, output
-  EXPECT_EQ(j["types"]["F32"], 2 * 2 + 1);       // the norms
+  expect_checked(j, "BF16");
   EXPECT_EQ(j["types"].size(), 2u);
-  EXPECT_GT(j["check_rel_diff"].get<double>(), 0.0);
   EXPECT_LE(j["check_rel_diff"].get<double>(), gguf_check_tolerance("bf16"));
   std::printf("bf16 --check: logits within %.2e of max(1, max|logit|)\n", j["check_rel_diff"].get<double>());
-  r = test::run_smelt("export --checkpoint " + run + " --format gguf --dtype q4 --output x.gguf", dir_);
-  EXPECT_EQ(r.rc, 2);
-  EXPECT_NE(r.err.find("--dtype q4: expected f32, bf16, f16 or q8_0"), std::string::npos) << r.err;
 }
 
 TEST(GgufDtype, ParsesEachNameAndRefusalsNameTheChoices) {
