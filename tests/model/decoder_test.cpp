@@ -201,7 +201,8 @@ TEST(Decoder, F16StaysCloseToF32) { EXPECT_LT(format_vs_f32(WeightFormat::kF16),
 TEST(Decoder, Bf16StaysCloseToF32) { EXPECT_LT(format_vs_f32(WeightFormat::kBf16), 0.08); }
 
 // decoder_bytes, which a training run's memory plan counts for its task scorer before the decoder
-// exists, is what init allocates, in every weight format, tied or not.
+// exists, is what init allocates, in every weight format, tied or not, batch invariant or not
+// (bf16 holds the wide steps' GEMM input only where a step can be wide).
 TEST(Decoder, BytesAreKnownBeforeInit) {
   for (bool tied : {false, true}) {
     ModelConfig c = tiny();
@@ -209,17 +210,28 @@ TEST(Decoder, BytesAreKnownBeforeInit) {
     Model m;
     ASSERT_TRUE(m.init(c, 1, 32, 1, 1));
     for (WeightFormat f : {WeightFormat::kF32, WeightFormat::kBf16, WeightFormat::kF16, WeightFormat::kQ8_0})
-      for (int slot_tokens : {0, 16}) {
-        DecoderOptions o;
-        o.slots = 3;
-        o.slot_tokens = slot_tokens;
-        o.max_rows = 24;
-        o.format = f;
-        Decoder d;
-        ASSERT_TRUE(d.init(c, m.params(), o));
-        EXPECT_EQ(decoder_bytes(c, o), d.bytes()) << weight_format_name(f) << " tied " << tied;
-      }
+      for (int slot_tokens : {0, 16})
+        for (bool invariant : {false, true}) {
+          DecoderOptions o;
+          o.slots = 3;
+          o.slot_tokens = slot_tokens;
+          o.max_rows = 24;
+          o.format = f;
+          o.batch_invariant = invariant;
+          Decoder d;
+          ASSERT_TRUE(d.init(c, m.params(), o));
+          EXPECT_EQ(decoder_bytes(c, o), d.bytes())
+              << weight_format_name(f) << " tied " << tied << " invariant " << invariant;
+        }
   }
+  // bf16 under batch invariance: less by the wide steps' bf16 input copy, 24 rows of the widest
+  DecoderOptions o;
+  o.max_rows = 24;
+  o.format = WeightFormat::kBf16;
+  const int64_t wide = decoder_bytes(tiny(), o);
+  o.batch_invariant = true;
+  const ModelConfig c = tiny();
+  EXPECT_EQ(wide - decoder_bytes(c, o), 2 * 24 * std::max({c.d_model, c.n_heads * c.head_size(), c.ffn_hidden}));
 }
 
 TEST(Decoder, BadRowsAreRefusedAndChangeNothing) {

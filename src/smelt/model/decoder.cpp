@@ -24,6 +24,10 @@ namespace {
 // decode kernels (weights read once for all rows) rather than the training GEMMs.
 constexpr int kWideRows = 16;
 
+// bf16: whether a step can be wide enough for the training GEMM, whose bf16 input copy (x16_) is
+// then allocated; under batch invariance every step runs the decode kernel.
+bool bf16_wide_steps(const DecoderOptions& o) { return !o.batch_invariant && o.max_rows >= kWideRows; }
+
 // q8_0: each matrix the linear layers read (not the embedding table, unless it is also the LM
 // head) whose rows are whole blocks is quantized.
 bool q8_quantized(const ParamLayout& l, const ParamTensor& t) {
@@ -42,7 +46,7 @@ int64_t decoder_bytes(const ModelConfig& c, const DecoderOptions& o) {
   if (c.qk_norm) floats += r * (c.n_heads + c.n_kv_heads) * (HS + 1);  // q,k before the norm and their scales
   int64_t halves = 0, q8 = 0;
   if (o.format == WeightFormat::kBf16) {
-    halves = param_layout(c).total + r * widest;
+    halves = param_layout(c).total + (bf16_wide_steps(o) ? r * widest : 0);
     floats += r * widest;
   } else if (o.format == WeightFormat::kF16) {
     halves = param_layout(c).total;
@@ -126,7 +130,7 @@ Status Decoder::init(const ModelConfig& c, const float* params, const DecoderOpt
   if (opt.format == WeightFormat::kBf16) {
     w16_.assign(layout_.total, 0);
     bf16_from_f32(w16_.data(), params, layout_.total);
-    x16_.assign(r * widest, 0);
+    if (bf16_wide_steps(opt)) x16_.assign(r * widest, 0);
     xr_.assign(r * widest, 0.0f);
   } else if (opt.format == WeightFormat::kF16) {
     w16_.assign(layout_.total, 0);
