@@ -133,7 +133,7 @@ TEST_P(GemmShapes, Bf16PathsMatchTheReferenceOfTheRoundedInputs) {
     const bool ta = t & 1, tb = t & 2;
     auto A = to_bf16(randn((size_t)M * K, 4)), B = to_bf16(randn((size_t)K * N, 5));
     auto C = randn((size_t)M * N, 6);
-    for (float beta : {0.0f, 1.0f}) {
+    for (float beta : {0.0f, 1.0f, 0.5f}) {  // 0.5: the engines scale C first (gemm_bf16_prescale)
       auto want = gemm_ref(ta, tb, M, N, K, A, B, beta, C);
       auto port = C;
       gemm_bf16_portable(ta, tb, M, N, K, A.data(), ta ? M : K, B.data(), tb ? K : N, beta, port.data(), N);

@@ -128,6 +128,9 @@ void gemm_bf16(bool ta, bool tb, int M, int N, int K, const uint16_t* A, int lda
                int ldb, float beta, float* C, int ldc);
 void gemm_bf16_onednn(bool ta, bool tb, int M, int N, int K, const uint16_t* A, int lda,
                       const uint16_t* B, int ldb, float beta, float* C, int ldc);
+// The bf16 engines run with beta 0 (overwrite) or 1 (accumulate), the two the model uses: any
+// other beta scales C (M,N) here first, and 1 is returned; 0 and 1 come back unchanged.
+float gemm_bf16_prescale(float beta, int M, int N, float* C, int ldc);
 void gemm_bf16_portable(bool ta, bool tb, int M, int N, int K, const uint16_t* A, int lda,
                         const uint16_t* B, int ldb, float beta, float* C, int ldc);
 // Smelt's own bf16 GEMM (gemm_bf16_packed.cpp): both operands packed, an AVX512-BF16 (vdpbf16ps)

@@ -123,14 +123,17 @@ void gemm_bf16_set_portable(bool portable) {
   else g_bf16_mode = -1, gemm_bf16_native();
 }
 
+float gemm_bf16_prescale(float beta, int M, int N, float* C, int ldc) {
+  if (beta == 0.0f || beta == 1.0f) return beta;
+  for (int i = 0; i < M; i++)
+    for (int j = 0; j < N; j++) C[(int64_t)i * ldc + j] *= beta;
+  return 1.0f;
+}
+
 void gemm_bf16_onednn(bool ta, bool tb, int M, int N, int K, const uint16_t* A, int lda, const uint16_t* B, int ldb,
                       float beta, float* C, int ldc) {
   if (M <= 0 || N <= 0) return;
-  if (beta != 0.0f && beta != 1.0f) {  // only 0 and 1 occur (overwrite, accumulate); others scale first
-    for (int i = 0; i < M; i++)
-      for (int j = 0; j < N; j++) C[(int64_t)i * ldc + j] *= beta;
-    beta = 1.0f;
-  }
+  beta = gemm_bf16_prescale(beta, M, N, C, ldc);
   Bf16Gemm& g = bf16_gemm_for(ta, tb, M, N, K, lda, ldb, ldc, beta != 0.0f);
   const int tid = omp_get_thread_num() % kMaxThreads;
   auto& pt = g.threads[tid];

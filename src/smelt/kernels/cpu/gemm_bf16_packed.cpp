@@ -237,11 +237,7 @@ bool gemm_bf16_packed_available() {
 void gemm_bf16_packed(bool ta, bool tb, int M, int N, int K, const uint16_t* A, int lda, const uint16_t* B,
                       int ldb, float beta, float* C, int ldc) {
   if (M <= 0 || N <= 0) return;
-  if (beta != 0.0f && beta != 1.0f) {  // only 0 and 1 occur (overwrite, accumulate); others scale first
-    for (int i = 0; i < M; i++)
-      for (int j = 0; j < N; j++) C[(int64_t)i * ldc + j] *= beta;
-    beta = 1.0f;
-  }
+  beta = gemm_bf16_prescale(beta, M, N, C, ldc);
   if (K <= 0) {
     if (beta == 0.0f)
       for (int i = 0; i < M; i++) std::memset(C + (int64_t)i * ldc, 0, sizeof(float) * N);
