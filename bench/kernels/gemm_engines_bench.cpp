@@ -1,6 +1,6 @@
 // Every GEMM engine Smelt can run a linear layer on, side by side at a model's shapes: fp32 on
-// OpenBLAS, oneDNN (dnnl_sgemm) and BLIS (Debian's libblis4-openmp, opened at run time where it
-// is installed: it is a peer measured here, not a back end of Smelt's); bf16 on oneDNN's matmul
+// OpenBLAS, oneDNN (dnnl_sgemm) and BLIS (where installed: kernels/cpu/gemm_blis.cpp opens it at
+// run time), each through gemm_f32 as the trainer calls it; bf16 on oneDNN's matmul
 // and Smelt's own packed AVX512-BF16 kernel (kernels/cpu/gemm_bf16_packed.cpp), the bf16 pair
 // timed by the function the trainer's per-product choice uses (gemm_bf16_product_seconds).
 // Each product (forward, dinp, dweight) of each layer kind, 1 thread, interleaved passes; the
@@ -9,8 +9,6 @@
 //   rows: default 512, the count the trainer's choice measures at; --only: one layer kind
 //   (qkv, attn_out, ffn_up, ffn_down, lm_head), for a profiler; --threads: the bf16 engines on
 //   N threads (default 1, what the choice measures; fp32 is always 1 thread).
-#include <dlfcn.h>
-
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -31,50 +29,10 @@ extern "C" char* openblas_get_corename();
 using namespace smelt;
 
 namespace {
-// BLIS's typed API (blis.h, 64-bit integers on x86-64): op(A) and op(B) given by row and column
-// strides, so no transpose flags (BLIS_NO_TRANSPOSE = 0).
-using BliSgemm = void (*)(int, int, int64_t, int64_t, int64_t, const float*, const float*, int64_t, int64_t,
-                          const float*, int64_t, int64_t, const float*, float*, int64_t, int64_t);
-struct Blis {
-  BliSgemm sgemm = nullptr;
-  std::string arch;
-};
-Blis open_blis() {
-  Blis b;
-  void* h = dlopen("/usr/lib/x86_64-linux-gnu/blis-openmp/libblis.so.4", RTLD_NOW | RTLD_LOCAL | RTLD_DEEPBIND);
-  if (!h) return b;
-  auto threads = (void (*)(int64_t))dlsym(h, "bli_thread_set_num_threads");
-  auto arch_id = (int (*)())dlsym(h, "bli_arch_query_id");
-  auto arch_str = (const char* (*)(int))dlsym(h, "bli_arch_string");
-  b.sgemm = (BliSgemm)dlsym(h, "bli_sgemm");
-  if (!threads || !arch_id || !arch_str || !b.sgemm) return Blis{};
-  threads(1);
-  b.arch = arch_str(arch_id());
-  return b;
-}
-
 struct Linear {
   const char* what;
   int in, out, count;
 };
-
-// Seconds of each of `calls`, interleaved passes for at least `seconds` after a warm-up.
-std::vector<double> time_calls(const std::vector<std::function<void()>>& calls, double seconds) {
-  std::vector<double> secs(calls.size(), 0.0);
-  for (auto& f : calls) f();
-  const double end = now_s() + seconds;
-  int passes = 0;
-  do {
-    for (size_t i = 0; i < calls.size(); i++) {
-      const double t0 = now_s();
-      calls[i]();
-      secs[i] += now_s() - t0;
-    }
-    passes++;
-  } while (now_s() < end || passes < 2);
-  for (double& t : secs) t /= passes;
-  return secs;
-}
 
 void print_table(const char* title, const std::vector<Linear>& ls, int rows, const std::vector<std::string>& names,
                  const std::vector<std::vector<double>>& secs) {
@@ -133,11 +91,12 @@ int main(int argc, char** argv) {
   std::vector<Linear> ls = {{"qkv", C, c.qkv_size(), L}, {"attn_out", A, C, L}, {"ffn_up", C, 2 * c.ffn_hidden, L},
                             {"ffn_down", c.ffn_hidden, C, L}, {"lm_head", C, c.vocab_size, 1}};
   if (!only.empty()) std::erase_if(ls, [&](const Linear& l) { return only != l.what; });
-  const Blis blis = open_blis();
+  std::vector<GemmBackend> backends = {GemmBackend::kOpenBlas, GemmBackend::kOneDnn};
+  if (gemm_backend_available(GemmBackend::kBlis)) backends.push_back(GemmBackend::kBlis);
   std::printf("cpu: %s\nfp32: openblas (core %s), onednn, %s\nbf16: %s; packed kernel %s\n", cpu_info().model.c_str(),
               openblas_get_corename(),
-              blis.sgemm ? ("blis (" + blis.arch + " kernels)").c_str()
-                         : "no blis (apt-get install libblis4-openmp to measure it)",
+              backends.size() > 2 ? ("blis (" + gemm_blis_library() + ")").c_str()
+                                  : "no blis (apt-get install libblis4-serial to measure it)",
               gemm_bf16_isa(), gemm_bf16_packed_available() ? "available" : "not on this CPU (no AVX512-BF16)");
   kernels_set_threads(1);
 
@@ -152,35 +111,20 @@ int main(int argc, char** argv) {
   for (size_t i = 0; i < W.size(); i++) W[i] = (float)((i * 40503u) % 1000) * 1e-3f - 0.5f;
   for (size_t i = 0; i < X.size(); i++) X[i] = (float)((i * 7919u) % 1000) * 1e-3f - 0.5f;
   for (size_t i = 0; i < DY.size(); i++) DY[i] = (float)((i * 104729u) % 1000) * 1e-3f - 0.5f;
-  // C (M,N) = op(A) op(B) + beta C, row-major, on engine e: 0 OpenBLAS, 1 oneDNN, 2 BLIS
-  auto sgemm = [&](int e, bool ta, bool tb, int M, int N, int K, const float* a, int lda, const float* b, int ldb,
-                   float beta, float* cc, int ldc) {
-    if (e < 2) {
-      gemm_set_backend(e == 0 ? GemmBackend::kOpenBlas : GemmBackend::kOneDnn);
-      gemm_f32(ta, tb, M, N, K, 1.0f, a, lda, b, ldb, beta, cc, ldc);
-      return;
-    }
-    const float one = 1.0f;
-    blis.sgemm(0, 0, M, N, K, &one, a, ta ? 1 : lda, ta ? lda : 1, b, tb ? 1 : ldb, tb ? ldb : 1, &beta, cc, ldc, 1);
-  };
-  std::vector<std::string> fnames = {"openblas", "onednn"};
-  if (blis.sgemm) fnames.push_back("blis");
+  std::vector<std::string> fnames;
   std::vector<std::vector<double>> fsecs;
-  for (int e = 0; e < (int)fnames.size(); e++) {
-    std::vector<std::function<void()>> calls;
-    for (const Linear& l : ls) {
-      const int N = rows, IC = l.in, OC = l.out;
-      calls.push_back([&, e, N, IC, OC] {  // forward
-        sgemm(e, false, true, N, OC, IC, X.data(), IC, W.data(), IC, 0.0f, Y.data(), OC);
-      });
-      calls.push_back([&, e, N, IC, OC] {  // dinp
-        sgemm(e, false, false, N, IC, OC, DY.data(), OC, W.data(), IC, 0.0f, DX.data(), IC);
-      });
-      calls.push_back([&, e, N, IC, OC] {  // dweight
-        sgemm(e, true, false, OC, IC, N, DY.data(), OC, X.data(), IC, 1.0f, DW.data(), IC);
-      });
-    }
-    fsecs.push_back(time_calls(calls, seconds));
+  for (GemmBackend be : backends) {
+    fnames.push_back(gemm_backend_name(be));
+    gemm_set_backend(be);
+    fsecs.push_back(interleaved_seconds(
+        3 * ls.size(),
+        [&](size_t i) {
+          const int N = rows, IC = ls[i / 3].in, OC = ls[i / 3].out;
+          if (i % 3 == 0) gemm_f32(false, true, N, OC, IC, 1.0f, X.data(), IC, W.data(), IC, 0.0f, Y.data(), OC);
+          if (i % 3 == 1) gemm_f32(false, false, N, IC, OC, 1.0f, DY.data(), OC, W.data(), IC, 0.0f, DX.data(), IC);
+          if (i % 3 == 2) gemm_f32(true, false, OC, IC, N, 1.0f, DY.data(), OC, X.data(), IC, 1.0f, DW.data(), IC);
+        },
+        seconds));
   }
   gemm_set_backend(GemmBackend::kOpenBlas);
   print_table("fp32, 1 thread", ls, rows, fnames, fsecs);

@@ -1,7 +1,7 @@
 // Forward+backward(+AdamW) throughput of the decoder on random tokens: tokens/s, CPU seconds,
 // MFU against a given sgemm rate, and a per-op time breakdown of Smelt's step.
 // Usage: model_bench CONFIG.toml [--threads N] [--steps S] [--no-optim] [--profile]
-//                    [--sgemm-gflops G] [--precision fp32|bf16] [--gemm auto|openblas|onednn]
+//                    [--sgemm-gflops G] [--precision fp32|bf16] [--gemm auto|openblas|onednn|blis]
 // --precision: the linear layers' numerics (Model::set_precision; bf16 = bf16 GEMM inputs, fp32
 // accumulation, fp32 master weights and AdamW state); printed in the result line.
 // --gemm: the GEMM back end, chosen as `smelt train` chooses it (machine/gemm_select; auto
@@ -42,7 +42,7 @@ double cpu_seconds() {
 int main(int argc, char** argv) {
   if (argc < 2) {
     std::fprintf(stderr, "usage: model_bench CONFIG.toml [--threads N] [--steps S] [--no-optim] "
-                         "[--profile] [--sgemm-gflops G] [--precision fp32|bf16] [--gemm auto|openblas|onednn]\n");
+                         "[--profile] [--sgemm-gflops G] [--precision fp32|bf16] [--gemm auto|openblas|onednn|blis]\n");
     return 2;
   }
   int threads = 1, steps = 5;

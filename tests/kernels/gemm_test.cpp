@@ -1,8 +1,9 @@
 // The GEMM back ends and the bf16 linear layers: bf16 rounding (ties to even, NaN, infinities);
-// fp32 GEMMs on OpenBLAS and oneDNN against a double reference for every transpose; bf16 GEMMs on
+// fp32 GEMMs on OpenBLAS, oneDNN and BLIS against a double reference for every transpose; bf16 GEMMs on
 // oneDNN (when the CPU has bf16 units) and on the portable path against a double reference of the
 // bf16-rounded inputs (fp32-accumulation tolerance), so both paths compute the same numbers; the
 // bf16 linear layers against the fp32 ones within the bf16 bound; 1 and 2 threads bit-identical.
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstring>
@@ -12,6 +13,7 @@
 #include <omp.h>
 
 #include "kernel_check.hpp"
+#include "test_references.hpp"
 #include "smelt/kernels/kernels.hpp"
 
 using namespace smelt;
@@ -107,19 +109,29 @@ TEST(Bf16, VectorConversionEqualsTheScalarRule) {
 
 class GemmShapes : public ::testing::TestWithParam<std::array<int, 3>> {};
 
+// Every fp32 back end (BLIS where installed: scripts/install-deps installs it, so CI checks it),
+// every transpose, alpha 1 and 0.5, beta 0 (C not read: it starts as NaN) and 1.
 TEST_P(GemmShapes, Fp32BackEndsMatchTheReference) {
   const int M = GetParam()[0], N = GetParam()[1], K = GetParam()[2];
-  for (GemmBackend be : {GemmBackend::kOpenBlas, GemmBackend::kOneDnn}) {
+  SMELT_REQUIRE_REFERENCE(gemm_backend_available(GemmBackend::kBlis), "apt-get install libblis4-serial");
+  for (GemmBackend be : {GemmBackend::kOpenBlas, GemmBackend::kOneDnn, GemmBackend::kBlis}) {
     gemm_set_backend(be);
+    ASSERT_EQ(gemm_backend(), be);
     for (int t = 0; t < 4; t++) {
       const bool ta = t & 1, tb = t & 2;
       auto A = randn((size_t)M * K, 1), B = randn((size_t)K * N, 2), C = randn((size_t)M * N, 3);
-      for (float beta : {0.0f, 1.0f}) {
-        auto want = gemm_ref(ta, tb, M, N, K, A, B, beta, C);
-        auto got = C;
-        gemm_f32(ta, tb, M, N, K, 1.0f, A.data(), ta ? M : K, B.data(), tb ? K : N, beta, got.data(), N);
-        EXPECT_LT(max_err(got, want), 1e-5) << gemm_backend_name(be) << " ta " << ta << " tb " << tb;
-      }
+      for (float alpha : {1.0f, 0.5f})
+        for (float beta : {0.0f, 1.0f}) {
+          std::vector<float> As = A;  // alpha A, exact for 0.5
+          for (float& a : As) a *= alpha;
+          auto want = gemm_ref(ta, tb, M, N, K, As, B, beta, C);
+          auto got = C;
+          if (beta == 0.0f) got.assign(got.size(), NAN);
+          gemm_f32(ta, tb, M, N, K, alpha, A.data(), ta ? M : K, B.data(), tb ? K : N, beta, got.data(), N);
+          const bool finite = std::all_of(got.begin(), got.end(), [](float v) { return std::isfinite(v); });
+          EXPECT_TRUE(finite && max_err(got, want) < 1e-5)
+              << gemm_backend_name(be) << " ta " << ta << " tb " << tb << " alpha " << alpha << " beta " << beta;
+        }
     }
   }
   gemm_set_backend(GemmBackend::kOpenBlas);

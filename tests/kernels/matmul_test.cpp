@@ -1,10 +1,11 @@
 // BLAS-backed linear layers vs double-accumulated references (1e-5 of the tensor scale): forward
 // with beta 0 and 1 (residual add), dinp overwrite, dweight accumulate; rows and output features
 // not multiples of the tile edges, one and two tiles per GEMM; bit-identical for 1 and 2 threads;
-// on each fp32 GEMM back end (OpenBLAS, oneDNN).
+// on each fp32 GEMM back end (OpenBLAS, oneDNN, BLIS: two threads call it at once).
 #include <array>
 
 #include "kernel_check.hpp"
+#include "test_references.hpp"
 #include "smelt/kernels/kernels.hpp"
 
 using namespace smelt;
@@ -16,7 +17,11 @@ class Matmul : public ::testing::TestWithParam<std::array<int, 4>> {};
 // dinp by rows, dweight by rows), so 2 threads split every GEMM.
 TEST_P(Matmul, MatchesReferenceAndIsThreadInvariant) {
   const int N = GetParam()[0], IC = GetParam()[1], OC = GetParam()[2];
-  gemm_set_backend((GemmBackend)GetParam()[3]);
+  const GemmBackend be = (GemmBackend)GetParam()[3];
+  if (be == GemmBackend::kBlis)
+    SMELT_REQUIRE_REFERENCE(gemm_backend_available(be), "apt-get install libblis4-serial (scripts/install-deps)");
+  gemm_set_backend(be);
+  ASSERT_EQ(gemm_backend(), be);
   auto x = randn((size_t)N * IC, 1), w = randn((size_t)OC * IC, 2), dy = randn((size_t)N * OC, 3);
   std::vector<float> y_t[2], dx_t[2], dw_t[2];
   for (int threads : {1, 2}) {
@@ -50,4 +55,6 @@ INSTANTIATE_TEST_SUITE_P(Shapes, Matmul,
                          ::testing::Values(std::array<int, 4>{600, 40, 301, (int)GemmBackend::kOpenBlas},
                                            std::array<int, 4>{1100, 40, 1030, (int)GemmBackend::kOpenBlas},
                                            std::array<int, 4>{600, 40, 301, (int)GemmBackend::kOneDnn},
-                                           std::array<int, 4>{1100, 40, 1030, (int)GemmBackend::kOneDnn}));
+                                           std::array<int, 4>{1100, 40, 1030, (int)GemmBackend::kOneDnn},
+                                           std::array<int, 4>{600, 40, 301, (int)GemmBackend::kBlis},
+                                           std::array<int, 4>{1100, 40, 1030, (int)GemmBackend::kBlis}));

@@ -4,6 +4,7 @@
 // the microarchitecture table of FLOP per cycle, its measured check, and cpuid's family and model
 // against the kernel's reading of them; the streaming read probe (every word read, on any thread
 // count, and `smelt machine` reporting it).
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -20,6 +21,7 @@
 #include "smelt/machine/gemm_select.hpp"
 #include "smelt/machine/mem_probe.hpp"
 #include "test_files.hpp"
+#include "test_references.hpp"
 
 using namespace smelt;
 namespace fs = std::filesystem;
@@ -94,6 +96,13 @@ TEST(MachineCmd, MeasuresAConfigsGemms) {
   }
   EXPECT_EQ(j["gemm"]["fp32"]["how"], "measured");
   EXPECT_GT(j["cpu"]["measured_mhz"].get<double>(), 0.0);
+  // BLIS: the library and its kernels, and its measured rate beside the other two (null and 0
+  // where it is not installed)
+  EXPECT_EQ(j["blis"].is_string(), gemm_backend_available(GemmBackend::kBlis)) << j["blis"];
+  if (j["blis"].is_string()) {
+    EXPECT_NE(j["blis"].get<std::string>().find("kernels"), std::string::npos) << j["blis"];
+    EXPECT_GT(j["gemm"]["fp32"]["fp32_1thread"]["blis"].get<double>(), 0.0);
+  }
   fs::remove_all(cache);
 }
 
@@ -252,14 +261,30 @@ TEST(GemmSelect, MeasuresOnceThenReadsTheCacheAndObeysTheConfig) {
   EXPECT_EQ(a.how, "measured");
   EXPECT_GT(a.openblas_gflops, 0.0);
   EXPECT_GT(a.onednn_gflops, 0.0);
+  // BLIS is measured beside the others where it is installed (scripts/install-deps installs it)
+  if (test::references_required())
+    EXPECT_TRUE(gemm_backend_available(GemmBackend::kBlis)) << "apt-get install libblis4-serial (scripts/install-deps)";
+  EXPECT_EQ(a.blis_gflops > 0.0, gemm_backend_available(GemmBackend::kBlis));
   EXPECT_GT(a.gflops, 0.0);
-  EXPECT_EQ(a.backend, a.onednn_gflops > a.openblas_gflops ? GemmBackend::kOneDnn : GemmBackend::kOpenBlas);
+  const double fastest = std::max({a.openblas_gflops, a.onednn_gflops, a.blis_gflops});
+  EXPECT_EQ(a.backend, fastest == a.openblas_gflops ? GemmBackend::kOpenBlas
+                       : fastest == a.onednn_gflops ? GemmBackend::kOneDnn
+                                                    : GemmBackend::kBlis);
   EXPECT_EQ(gemm_backend(), a.backend);
+  EXPECT_EQ(a.blis_gflops > 0.0, a.report().find("blis") != std::string::npos) << a.report();
   EXPECT_TRUE(fs::exists(dir / "gemm-rates.json"));
   ASSERT_TRUE(gemm_select("auto", c, 2, 64, Precision::kFp32, 1, b).is_ok());
   EXPECT_EQ(b.how, "cached");
   EXPECT_EQ(b.backend, a.backend);
   EXPECT_EQ(b.openblas_gflops, a.openblas_gflops);
+  EXPECT_EQ(b.blis_gflops, a.blis_gflops);
+  if (gemm_backend_available(GemmBackend::kBlis)) {
+    ASSERT_TRUE(gemm_select("blis", c, 2, 64, Precision::kFp32, 1, d).is_ok());
+    EXPECT_EQ(d.how, "configured");
+    EXPECT_EQ(gemm_backend(), GemmBackend::kBlis);
+    EXPECT_EQ(d.engine, "blis");
+    EXPECT_GT(d.gflops, 0.0);
+  }
   ASSERT_TRUE(gemm_select("openblas", c, 2, 64, Precision::kBf16, 1, d).is_ok());
   EXPECT_EQ(d.how, "configured");
   EXPECT_EQ(gemm_backend(), GemmBackend::kOpenBlas);

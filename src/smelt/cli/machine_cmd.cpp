@@ -39,7 +39,7 @@ int cli_machine(int argc, char** argv) {
                  "GEMMs (fp32 and bf16) and choose the back end");
   app.add_option("--set", sets, "section.key=value overrides of the config");
   app.add_option("--threads", threads, "threads for the peaks and the measurement (default 1)")->check(CLI::PositiveNumber);
-  app.add_option("--gemm", gemm, "auto, openblas or onednn (as [train] gemm)");
+  app.add_option("--gemm", gemm, "auto, openblas, onednn or blis (as [train] gemm)");
   app.add_flag("--json", as_json, "JSON on stdout");
   if (int rc = cli_parse(app, argc, argv, "machine", "warn"); rc >= 0) return rc;
 
@@ -72,6 +72,8 @@ int cli_machine(int argc, char** argv) {
   j["openblas"] = {{"core", core.name}, {"wanted", core.wanted}, {"fixed_from", core.fixed_from},
                    {"mismatched", core.mismatched}};
   j["bf16"] = {{"native", gemm_bf16_native()}, {"engine", gemm_bf16_isa()}};
+  const std::string blis = gemm_blis_library();
+  j["blis"] = blis.empty() ? nlohmann::json(nullptr) : nlohmann::json(blis);
   std::string text = fmt::format(
       "cpu        {} ({} logical CPUs)\n"
       "features   {}\n"
@@ -81,6 +83,7 @@ int cli_machine(int argc, char** argv) {
       "peak       fp32 {:.1f} GFLOP/s ({}), bf16 {:.1f} GFLOP/s ({}), {} thread{}\n"
       "memory     read {:.1f} GB/s on one core{} (a {} MiB buffer, {} loads, best of 5 passes)\n"
       "openblas   {}\n"
+      "blis       {}\n"
       "bf16       {}\n",
       cpu.model, cpu.logical_cpus, cpu.flags(), cpu.mhz, cpu.mhz_source, ua.name,
       ua.from_table ? "" : " (no table entry: the instruction set's default)", cpu.family, cpu.model_number,
@@ -88,7 +91,8 @@ int cli_machine(int argc, char** argv) {
       pm.bf16 > 0 ? fmt::format("{:.1f}", pm.bf16) : std::string("not"), p32.gflops, p32.unit, p16.gflops, p16.unit,
       threads, threads == 1 ? "" : "s", bw1.gb_s,
       threads > 1 ? fmt::format(", {:.1f} GB/s on {} threads", bwn.gb_s, threads) : std::string(), bw1.bytes >> 20,
-      bw1.isa, core.note(), gemm_bf16_isa());
+      bw1.isa, core.note(), blis.empty() ? "not installed (libblis4-serial: a third fp32 back end)" : blis,
+      gemm_bf16_isa());
   for (const auto& w : warnings) spdlog::warn("machine: {}", w);
   if (!config.empty()) {
     toml::table root;
@@ -125,7 +129,8 @@ int cli_machine(int argc, char** argv) {
       }
       j["gemm"][precision_name(p)] = {{"engine", g.engine}, {"backend", gemm_backend_name(g.backend)},
                                        {"how", g.how}, {"gflops", g.gflops},
-                                       {"fp32_1thread", {{"openblas", g.openblas_gflops}, {"onednn", g.onednn_gflops}}}};
+                                       {"fp32_1thread",
+                                        {{"openblas", g.openblas_gflops}, {"onednn", g.onednn_gflops}, {"blis", g.blis_gflops}}}};
       text += fmt::format("model      {}\n", g.report());
     }
   }

@@ -23,6 +23,7 @@
 //    independent of the thread count, so results are bit-identical for any number of threads.
 #pragma once
 #include <cstdint>
+#include <string>
 #include <vector>
 
 namespace smelt {
@@ -112,11 +113,15 @@ void attention_backward_ref(float* dqkv, const float* dout, const float* qkv, co
 
 // ---- gemm.cpp: the GEMM back ends ------------------------------------------------------------
 // fp32 GEMMs (every linear layer, every precision's fp32 parts) run on the back end set here,
-// chosen once per process by machine/gemm_select (a measurement at the model's shapes).
-enum class GemmBackend : int { kOpenBlas = 0, kOneDnn = 1 };
-void gemm_set_backend(GemmBackend b);
+// chosen once per process by machine/gemm_select (a measurement at the model's shapes). BLIS is
+// opened at run time (Debian's libblis4-serial, else its OpenMP or pthread build, each run on one
+// thread): a machine without it runs the other two.
+enum class GemmBackend : int { kOpenBlas = 0, kOneDnn = 1, kBlis = 2 };
+void gemm_set_backend(GemmBackend b);  // b must be available
 GemmBackend gemm_backend();
 const char* gemm_backend_name(GemmBackend b);
+bool gemm_backend_available(GemmBackend b);  // OpenBLAS and oneDNN always (linked); BLIS if installed
+std::string gemm_blis_library();             // the BLIS library opened and its kernels ("" where none)
 // C (M,N) = beta*C + alpha op(A) op(B), row-major fp32; one thread (callers tile over OpenMP).
 void gemm_f32(bool ta, bool tb, int M, int N, int K, float alpha, const float* A, int lda,
               const float* B, int ldb, float beta, float* C, int ldc);

@@ -44,7 +44,7 @@ std::string cache_dir() {
   return "";
 }
 
-std::string cache_key(const ModelConfig& c, int rows, Precision p, const char* engine, int threads) {
+std::string cache_key(const ModelConfig& c, int rows, Precision p, const std::string& engine, int threads) {
   const CpuInfo& cpu = cpu_info();
   std::string shapes;
   for (const Linear& l : model_linears(c)) shapes += fmt::format("{}x{},", l.IC, l.OC);
@@ -99,9 +99,11 @@ class RateCache {
 // run's own bf16 rate is then cached under a key of its own.
 bool g_bf16_mixed = false;
 
-const char* engine_name(GemmBackend b, Precision p) {
+// BLIS with the library and kernels it runs (BLIS_ARCH_TYPE can change them between runs).
+std::string engine_name(GemmBackend b, Precision p) {
   if (p == Precision::kBf16)
     return !gemm_bf16_native() ? "portable-bf16" : g_bf16_mixed ? "onednn-bf16+packed" : "onednn-bf16";
+  if (b == GemmBackend::kBlis) return "blis (" + gemm_blis_library() + ")";
   return gemm_backend_name(b);
 }
 
@@ -130,8 +132,8 @@ double rate(RateCache& cache, const ModelConfig& c, int B, int T, Precision p, G
 
 std::string GemmChoice::report() const {
   std::string fp32 = openblas_gflops > 0 && onednn_gflops > 0
-                         ? fmt::format("fp32 1 thread: openblas {:.1f}, onednn {:.1f} GFLOP/s", openblas_gflops,
-                                       onednn_gflops)
+                         ? fmt::format("fp32 1 thread: openblas {:.1f}, onednn {:.1f}{} GFLOP/s", openblas_gflops,
+                                       onednn_gflops, blis_gflops > 0 ? fmt::format(", blis {:.1f}", blis_gflops) : "")
                          : std::string("fp32 rates not measured");
   if (bf16_products > 0)
     fp32 += fmt::format("; bf16 1 thread: onednn {:.1f}, packed {:.1f}, per product the faster {:.1f} GFLOP/s",
@@ -140,10 +142,6 @@ std::string GemmChoice::report() const {
                      precision_name(precision), threads, threads == 1 ? "" : "s", gflops, fp32);
 }
 
-namespace {
-// Mean seconds of each of n calls: one warm-up call each (packing buffers, oneDNN primitives),
-// then passes calling each once, so the calls share the machine's state (caches, clock) alike,
-// for at least `seconds` and at least 2 passes.
 std::vector<double> interleaved_seconds(size_t n, const std::function<void(size_t)>& call, double seconds) {
   std::vector<double> secs(n, 0.0);
   for (size_t i = 0; i < n; i++) call(i);
@@ -161,6 +159,7 @@ std::vector<double> interleaved_seconds(size_t n, const std::function<void(size_
   return secs;
 }
 
+namespace {
 struct GemmScratch {
   int64_t w = 1, x = 1, y = 1;  // floats: the largest weight, input and output
 };
@@ -322,17 +321,23 @@ Status gemm_select(const std::string& want, const ModelConfig& c, int B, int T, 
   out = GemmChoice{};
   out.precision = precision;
   out.threads = threads;
-  if (want != "auto" && want != "openblas" && want != "onednn")
-    return Status::error(fmt::format("[train] gemm = \"{}\": expected \"auto\", \"openblas\" or \"onednn\"", want));
+  if (want != "auto" && want != "openblas" && want != "onednn" && want != "blis")
+    return Status::error(
+        fmt::format("[train] gemm = \"{}\": expected \"auto\", \"openblas\", \"onednn\" or \"blis\"", want));
+  if (want == "blis" && !gemm_backend_available(GemmBackend::kBlis))
+    return Status::error("[train] gemm = \"blis\": no BLIS library on this machine (apt-get install libblis4-serial)");
   RateCache cache;
   bool measured = false;
   if (want == "auto") {
     out.openblas_gflops = rate(cache, c, B, T, Precision::kFp32, GemmBackend::kOpenBlas, 1, measured);
     out.onednn_gflops = rate(cache, c, B, T, Precision::kFp32, GemmBackend::kOneDnn, 1, measured);
+    if (gemm_backend_available(GemmBackend::kBlis))
+      out.blis_gflops = rate(cache, c, B, T, Precision::kFp32, GemmBackend::kBlis, 1, measured);
     out.backend = out.onednn_gflops > out.openblas_gflops ? GemmBackend::kOneDnn : GemmBackend::kOpenBlas;
+    if (out.blis_gflops > std::max(out.openblas_gflops, out.onednn_gflops)) out.backend = GemmBackend::kBlis;
     out.how = measured ? "measured" : "cached";
   } else {
-    out.backend = want == "onednn" ? GemmBackend::kOneDnn : GemmBackend::kOpenBlas;
+    out.backend = want == "onednn" ? GemmBackend::kOneDnn : want == "blis" ? GemmBackend::kBlis : GemmBackend::kOpenBlas;
     out.how = "configured";
   }
   gemm_set_backend(out.backend);

@@ -1,10 +1,11 @@
 // Choosing the GEMM back end by measurement: the linear layers' GEMMs of one training step of a
 // model (forward and both backward products, at the model's own shapes) are timed on each fp32
-// back end (OpenBLAS, oneDNN) and in the run's precision; the faster fp32 back end is chosen, and
-// the rates are cached per machine so later runs choose the same without measuring again. Not
-// the kernels (kernels/cpu/gemm.cpp), not the trainer.
+// back end (OpenBLAS, oneDNN, BLIS where installed) and in the run's precision; the fastest fp32
+// back end is chosen, and the rates are cached per machine so later runs choose the same without
+// measuring again. Not the kernels (kernels/cpu/gemm.cpp), not the trainer.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -18,6 +19,7 @@ struct GemmChoice {
   GemmBackend backend = GemmBackend::kOpenBlas;  // fp32 GEMMs (and the portable bf16 path's sgemm)
   std::string how;           // "measured", "cached" or "configured"
   double openblas_gflops = 0, onednn_gflops = 0;  // fp32, 1 thread, at the model's shapes
+  double blis_gflops = 0;                          // the same, where BLIS is installed (else 0)
   Precision precision = Precision::kFp32;
   std::string engine;        // what the run's GEMMs run on: "openblas", "onednn", "onednn amx_bf16", ...
   double gflops = 0;         // the model's GEMM set at the run's thread count, back end and precision:
@@ -51,13 +53,19 @@ int64_t gemm_select_bytes(const ModelConfig& c, int B, int T, Precision precisio
 double gemm_measure_model(const ModelConfig& c, int B, int T, Precision precision, int threads,
                           double seconds = 0.3);
 
+// Mean seconds of each of n calls: one warm-up call each (packing buffers, oneDNN primitives),
+// then passes calling each once, so the calls share the machine's state (caches, clock) alike,
+// for at least `seconds` and at least 2 passes.
+std::vector<double> interleaved_seconds(size_t n, const std::function<void(size_t)>& call, double seconds);
+
 // Seconds of each linear layer product at rows `shapes[i].rows` on bf16 engine e with `threads`
 // threads (the choice uses 1): out[3 i + p] for LinearProduct p; interleaved passes for at least
 // `seconds` after a warm-up.
 std::vector<double> gemm_bf16_product_seconds(const std::vector<GemmShape>& shapes, Bf16Engine e,
                                               double seconds = 0.3, int threads = 1);
 
-// want: "auto" (measure, or read this machine's cache), "openblas" or "onednn". Sets the chosen
+// want: "auto" (measure, or read this machine's cache), "openblas", "onednn" or "blis" (where
+// installed; auto measures it beside the other two, and skips it where it is not). Sets the chosen
 // back end (gemm_set_backend) and fills out. The fp32 choice uses 1-thread rates, so every thread
 // count of the same model picks the same back end (and gets the same bits). Cache:
 // $SMELT_CACHE_DIR or $XDG_CACHE_HOME/smelt or ~/.cache/smelt, file gemm-rates.json, keyed by CPU

@@ -30,9 +30,11 @@ inline std::span<const EnumName<PrecisionMode>> enum_names(PrecisionMode) { retu
 
 // [train] gemm: the GEMM back end (auto: measured, cached per machine; in bf16 also the engine of
 // each linear product, oneDNN or the packed kernel).
-enum class GemmRequest { kAuto, kOpenblas, kOnednn };
-inline constexpr EnumName<GemmRequest> kGemmRequestNames[] = {
-    {GemmRequest::kAuto, "auto"}, {GemmRequest::kOpenblas, "openblas"}, {GemmRequest::kOnednn, "onednn"}};
+enum class GemmRequest { kAuto, kOpenblas, kOnednn, kBlis };
+inline constexpr EnumName<GemmRequest> kGemmRequestNames[] = {{GemmRequest::kAuto, "auto"},
+                                                              {GemmRequest::kOpenblas, "openblas"},
+                                                              {GemmRequest::kOnednn, "onednn"},
+                                                              {GemmRequest::kBlis, "blis"}};
 inline std::span<const EnumName<GemmRequest>> enum_names(GemmRequest) { return kGemmRequestNames; }
 
 // [train] device: where the model's steps run (cuda: one NVIDIA GPU, docs/cuda.md).

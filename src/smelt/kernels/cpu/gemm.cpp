@@ -20,6 +20,7 @@
 #include <omp.h>
 #include <oneapi/dnnl/dnnl.hpp>
 
+#include "smelt/kernels/cpu/gemm_blis.hpp"
 #include "smelt/kernels/cpu/vec_math.hpp"
 #include "smelt/kernels/kernels.hpp"
 
@@ -89,9 +90,12 @@ inline float bf16_widen(uint16_t h) {
 }
 }  // namespace
 
-void gemm_set_backend(GemmBackend b) { g_backend = b; }
+void gemm_set_backend(GemmBackend b) { g_backend = gemm_backend_available(b) ? b : GemmBackend::kOpenBlas; }
 GemmBackend gemm_backend() { return g_backend; }
-const char* gemm_backend_name(GemmBackend b) { return b == GemmBackend::kOneDnn ? "onednn" : "openblas"; }
+const char* gemm_backend_name(GemmBackend b) {
+  return b == GemmBackend::kOneDnn ? "onednn" : b == GemmBackend::kBlis ? "blis" : "openblas";
+}
+bool gemm_backend_available(GemmBackend b) { return b != GemmBackend::kBlis || gemm_blis_available(); }
 
 void gemm_f32(bool ta, bool tb, int M, int N, int K, float alpha, const float* A, int lda, const float* B,
               int ldb, float beta, float* C, int ldc) {
@@ -99,6 +103,10 @@ void gemm_f32(bool ta, bool tb, int M, int N, int K, float alpha, const float* A
   if (g_backend == GemmBackend::kOneDnn) {
     // Row-major like cblas; single-threaded when called inside an OpenMP region (our tiles).
     dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    return;
+  }
+  if (g_backend == GemmBackend::kBlis) {
+    gemm_f32_blis(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
     return;
   }
   cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, M, N, K, alpha, A,
