@@ -64,6 +64,35 @@ __attribute__((target("avx512f,avx512bw"))) void pack_a(uint16_t* out, const uin
   }
 }
 
+// r[q] = word q of each of r[0..15] (row i of the 16 x 16 matrix of 32-bit words becomes column
+// i): 32-bit then 64-bit interleaves within 128-bit lanes, then two rounds of lane shuffles.
+__attribute__((target("avx512f"))) inline void transpose16(__m512i r[16]) {
+  __m512i t[16], u[16];
+#pragma GCC unroll 8
+  for (int i = 0; i < 8; i++) {
+    t[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
+    t[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
+  }
+  // u[4g + m], lane L: word 4L + m of rows 4g .. 4g+3
+#pragma GCC unroll 4
+  for (int g = 0; g < 4; g++) {
+    u[4 * g] = _mm512_unpacklo_epi64(t[4 * g], t[4 * g + 2]);
+    u[4 * g + 1] = _mm512_unpackhi_epi64(t[4 * g], t[4 * g + 2]);
+    u[4 * g + 2] = _mm512_unpacklo_epi64(t[4 * g + 1], t[4 * g + 3]);
+    u[4 * g + 3] = _mm512_unpackhi_epi64(t[4 * g + 1], t[4 * g + 3]);
+  }
+#pragma GCC unroll 4
+  for (int m = 0; m < 4; m++) {
+    const __m512i x0 = _mm512_shuffle_i32x4(u[m], u[4 + m], 0x44), x1 = _mm512_shuffle_i32x4(u[m], u[4 + m], 0xEE);
+    const __m512i y0 = _mm512_shuffle_i32x4(u[8 + m], u[12 + m], 0x44);
+    const __m512i y1 = _mm512_shuffle_i32x4(u[8 + m], u[12 + m], 0xEE);
+    r[m] = _mm512_shuffle_i32x4(x0, y0, 0x88);
+    r[4 + m] = _mm512_shuffle_i32x4(x0, y0, 0xDD);
+    r[8 + m] = _mm512_shuffle_i32x4(x1, y1, 0x88);
+    r[12 + m] = _mm512_shuffle_i32x4(x1, y1, 0xDD);
+  }
+}
+
 // op(B) K [k0, k0+kc), columns [n0, n0+nc) into panels of kNr columns: panel j, pair p, column c
 // holds (K 2p, 2p+1) of column c side by side. Columns past nc and K past kc are 0.
 __attribute__((target("avx512f,avx512bw"))) void pack_b(uint16_t* out, const uint16_t* B, int ldb, bool tb,
@@ -73,13 +102,26 @@ __attribute__((target("avx512f,avx512bw"))) void pack_b(uint16_t* out, const uin
     uint32_t* o = reinterpret_cast<uint32_t*>(out + (int64_t)j * pairs * kNr * 2);
     const int cols = std::min(kNr, nc - j * kNr);
     if (tb) {  // op(B)(k, n) = B[n][k]: a column's K pair is one 32-bit word of B's row n
+      // 16 pairs of 16 columns at a time, a 16 x 16 transpose of 32-bit words; the rest one by one
+      const int vec = full / 16 * 16;
+      for (int h = 0; h < kNr; h += 16)
+        for (int p0 = 0; p0 < vec; p0 += 16) {
+          __m512i r[16];
+#pragma GCC unroll 16
+          for (int i = 0; i < 16; i++)
+            r[i] = h + i < cols ? _mm512_loadu_si512(B + (int64_t)(n0 + j * kNr + h + i) * ldb + k0 + 2 * p0)
+                                : _mm512_setzero_si512();
+          transpose16(r);
+#pragma GCC unroll 16
+          for (int q = 0; q < 16; q++) _mm512_storeu_si512(o + (int64_t)(p0 + q) * kNr + h, r[q]);
+        }
       for (int c = 0; c < kNr; c++) {
         if (c >= cols) {
-          for (int p = 0; p < pairs; p++) o[p * kNr + c] = 0;
+          for (int p = vec; p < pairs; p++) o[p * kNr + c] = 0;
           continue;
         }
         const uint16_t* src = B + (int64_t)(n0 + j * kNr + c) * ldb + k0;
-        for (int p = 0; p < full; p++) o[p * kNr + c] = load32(src + 2 * p);
+        for (int p = vec; p < full; p++) o[p * kNr + c] = load32(src + 2 * p);
         if (full < pairs) o[full * kNr + c] = src[2 * full];
       }
     } else {  // op(B)(k, n) = B[k][n]: two rows of B interleaved, 16 columns per vector
