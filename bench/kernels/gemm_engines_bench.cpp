@@ -23,16 +23,14 @@
 #include "smelt/kernels/kernels.hpp"
 #include "smelt/machine/gemm_select.hpp"
 #include "smelt/model/config.hpp"
+#include "smelt/model/shard.hpp"
 
 extern "C" char* openblas_get_corename();
 
 using namespace smelt;
 
 namespace {
-struct Linear {
-  const char* what;
-  int in, out, count;
-};
+using Linear = LinearShape;
 
 void print_table(const char* title, const std::vector<Linear>& ls, int rows, const std::vector<std::string>& names,
                  const std::vector<std::vector<double>>& secs) {
@@ -45,8 +43,8 @@ void print_table(const char* title, const std::vector<Linear>& ls, int rows, con
   double flop = 0, best = 0;
   for (size_t i = 0; i < secs[0].size(); i++) {
     const Linear& l = ls[i / 3];
-    const double f = 2.0 * rows * l.in * l.out;
-    std::printf("%-9s %-8s %6d %6d", l.what, products[i % 3], l.in, l.out);
+    const double f = 2.0 * rows * l.IC * l.OC;
+    std::printf("%-9s %-8s %6d %6d", l.name, products[i % 3], l.IC, l.OC);
     double fastest = 1e30;
     for (size_t e = 0; e < names.size(); e++) {
       std::printf(" %8.1f (%.2fx)", f / secs[e][i] / 1e9, secs[0][i] / secs[e][i]);
@@ -87,10 +85,8 @@ int main(int argc, char** argv) {
   root.erase("bench");
   ModelConfig c;
   if (auto s = model_config_read(root, c); !s) return std::fprintf(stderr, "%s\n", s.message().c_str()), 1;
-  const int C = c.d_model, A = c.n_heads * c.head_size(), L = c.n_layers;
-  std::vector<Linear> ls = {{"qkv", C, c.qkv_size(), L}, {"attn_out", A, C, L}, {"ffn_up", C, 2 * c.ffn_hidden, L},
-                            {"ffn_down", c.ffn_hidden, C, L}, {"lm_head", C, c.vocab_size, 1}};
-  if (!only.empty()) std::erase_if(ls, [&](const Linear& l) { return only != l.what; });
+  std::vector<Linear> ls = linear_shapes(shard_dims(c, ModelShard{}));
+  if (!only.empty()) std::erase_if(ls, [&](const Linear& l) { return only != l.name; });
   std::vector<GemmBackend> backends = {GemmBackend::kOpenBlas, GemmBackend::kOneDnn};
   if (gemm_backend_available(GemmBackend::kBlis)) backends.push_back(GemmBackend::kBlis);
   std::printf("cpu: %s\nfp32: openblas (core %s), onednn, %s\nbf16: %s; packed kernel %s\n", cpu_info().model.c_str(),
@@ -103,9 +99,9 @@ int main(int argc, char** argv) {
   // fp32: one weight, input and output gradient of the largest size, reused by every shape
   int64_t w = 1, x = 1, y = 1;
   for (const Linear& l : ls) {
-    w = std::max<int64_t>(w, (int64_t)l.in * l.out);
-    x = std::max<int64_t>(x, (int64_t)rows * l.in);
-    y = std::max<int64_t>(y, (int64_t)rows * l.out);
+    w = std::max<int64_t>(w, (int64_t)l.IC * l.OC);
+    x = std::max<int64_t>(x, (int64_t)rows * l.IC);
+    y = std::max<int64_t>(y, (int64_t)rows * l.OC);
   }
   std::vector<float> W(w), X(x), DY(y), Y(y), DX(x), DW(w);
   for (size_t i = 0; i < W.size(); i++) W[i] = (float)((i * 40503u) % 1000) * 1e-3f - 0.5f;
@@ -119,7 +115,7 @@ int main(int argc, char** argv) {
     fsecs.push_back(interleaved_seconds(
         3 * ls.size(),
         [&](size_t i) {
-          const int N = rows, IC = ls[i / 3].in, OC = ls[i / 3].out;
+          const int N = rows, IC = ls[i / 3].IC, OC = ls[i / 3].OC;
           if (i % 3 == 0) gemm_f32(false, true, N, OC, IC, 1.0f, X.data(), IC, W.data(), IC, 0.0f, Y.data(), OC);
           if (i % 3 == 1) gemm_f32(false, false, N, IC, OC, 1.0f, DY.data(), OC, W.data(), IC, 0.0f, DX.data(), IC);
           if (i % 3 == 2) gemm_f32(true, false, OC, IC, N, 1.0f, DY.data(), OC, X.data(), IC, 1.0f, DW.data(), IC);
@@ -131,7 +127,7 @@ int main(int argc, char** argv) {
 
   if (gemm_bf16_native() && gemm_bf16_packed_available()) {
     std::vector<GemmShape> shapes;
-    for (const Linear& l : ls) shapes.push_back({rows, l.in, l.out});
+    for (const Linear& l : ls) shapes.push_back({rows, l.IC, l.OC});
     const std::string title = "bf16 inputs, fp32 sums, " + std::to_string(threads) + " thread(s)";
     print_table(title.c_str(), ls, rows, {"onednn", "packed"},
                 {gemm_bf16_product_seconds(shapes, Bf16Engine::kOneDnn, seconds, threads),

@@ -19,21 +19,17 @@
 #include "smelt/common/clock.hpp"
 #include "smelt/common/files.hpp"
 #include "smelt/hw/cpu_info.hpp"
+#include "smelt/model/shard.hpp"
 
 namespace smelt {
 
 namespace fs = std::filesystem;
 
 namespace {
-struct Linear {
-  int IC, OC, count;  // in and out features, how many such layers in the model
-};
+using Linear = LinearShape;
 
-std::vector<Linear> model_linears(const ModelConfig& c) {
-  const int C = c.d_model, A = c.n_heads * c.head_size();
-  return {{C, c.qkv_size(), c.n_layers}, {A, C, c.n_layers}, {C, 2 * c.ffn_hidden, c.n_layers},
-          {c.ffn_hidden, C, c.n_layers}, {C, c.vocab_size, 1}};
-}
+// The whole model's linear layers (no shard: the choice is made at the model's own shapes).
+std::vector<Linear> model_linears(const ModelConfig& c) { return linear_shapes(shard_dims(c, ModelShard{})); }
 
 int measure_rows(int B, int T) { return std::max(1, std::min(B * T, 512)); }
 

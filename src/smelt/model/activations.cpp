@@ -129,10 +129,9 @@ Bf16Sizes bf16_sizes(const ModelConfig& c, const ModelShard& shard, int B, int T
   if (gemm_bf16_native() && gemm_bf16_packed_available()) {
     // the largest of the linear layers' products on each thread, whichever engine the choice takes
     int64_t most = 0;
-    const int64_t C = d.C;
-    const int64_t linears[][2] = {{C, d.qkv()}, {A, C}, {C, 2 * (int64_t)d.H}, {d.H, C}, {C, d.head ? d.V : 0}};
-    for (const auto& l : linears) {
-      const int in = (int)l[0], out = (int)l[1], n = (int)N;
+    for (const LinearShape& l : linear_shapes(d)) {
+      if (l.count == 0) continue;  // a stage without the head
+      const int in = l.IC, out = l.OC, n = (int)N;
       most = std::max({most, gemm_bf16_packed_scratch_bytes(n, out, in), gemm_bf16_packed_scratch_bytes(n, in, out),
                        gemm_bf16_packed_scratch_bytes(out, in, n)});
     }

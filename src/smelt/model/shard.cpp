@@ -90,4 +90,12 @@ std::string shard_describe(const ModelShard& s) {
   return out.empty() ? "the whole model" : out;
 }
 
+std::vector<LinearShape> linear_shapes(const ShardDims& d) {
+  return {{"qkv", d.C, d.qkv(), d.L},
+          {"attn_out", d.A(), d.C, d.L},
+          {"ffn_up", d.C, 2 * d.H, d.L},
+          {"ffn_down", d.H, d.C, d.L},
+          {"lm_head", d.C, d.V, d.head ? 1 : 0}};
+}
+
 }  // namespace smelt

@@ -52,4 +52,13 @@ ShardDims shard_dims(const ModelConfig& c, const ModelShard& s);
 // "tp 2 (rank 1) x pp 2 (stage 0: layers 0-1)" for logs.
 std::string shard_describe(const ModelShard& s);
 
+// One kind of linear layer of a shard: its GEMMs' in and out features and how many the shard
+// holds (the LM head: 1 where the shard holds the head, else 0). What the GEMM choice, the memory
+// plan, the cost model and the benchmarks measure.
+struct LinearShape {
+  const char* name;  // "qkv", "attn_out", "ffn_up" (gate and up as one), "ffn_down", "lm_head"
+  int IC, OC, count;
+};
+std::vector<LinearShape> linear_shapes(const ShardDims& d);  // the five, in that order
+
 }  // namespace smelt

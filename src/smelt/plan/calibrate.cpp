@@ -52,9 +52,8 @@ void measure_gemms(const CalibrateOptions& o, Precision p, ClusterSpec& out) {
       if (!shard_validate(m, s)) continue;
       const ShardDims d = shard_dims(m, s);
       for (int rows : o.rows)
-        for (auto [in, out_f] : std::vector<std::pair<int64_t, int64_t>>{
-                 {d.C, d.qkv()}, {d.A(), d.C}, {d.C, 2 * (int64_t)d.H}, {d.H, d.C}, {d.C, d.V}})
-          if (seen.insert({rows, in, out_f}).second) shapes.push_back({rows, in, out_f});
+        for (const LinearShape& l : linear_shapes(d))
+          if (seen.insert({rows, l.IC, l.OC}).second) shapes.push_back({rows, l.IC, l.OC});
     }
   if (shapes.empty()) return;
   const std::vector<double> secs = gemm_measure_shapes(shapes, p, o.threads, o.seconds * shapes.size());

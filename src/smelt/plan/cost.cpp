@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <string_view>
 
 #include <fmt/format.h>
 
@@ -124,17 +125,13 @@ StageCost stage_cost(const PlanRequest& r, const ClusterSpec& c, const Layout& l
   const int64_t Np = (int64_t)l.micro * T;
   StageCost sc;
   // GEMMs: forward 2 Np in out, backward twice that; the rate is measured for the pair.
-  struct G { int64_t in, out, count; bool layer; };
-  std::vector<G> gs = {{d.C, d.qkv(), d.L, true}, {d.A(), d.C, d.L, true}, {d.C, 2 * (int64_t)d.H, d.L, true},
-                       {d.H, d.C, d.L, true}};
-  if (d.head) gs.push_back({d.C, d.V, 1, false});
   double g_f = 0, g_b = 0, g_layer_f = 0;
-  for (const G& g : gs) {
+  for (const LinearShape& g : linear_shapes(d)) {
     if (g.count == 0) continue;
-    const double secs = 6.0 * Np * g.in * g.out * g.count / (plan_gemm_rate(c, Np, g.in, g.out, r.precision) * 1e9);
+    const double secs = 6.0 * Np * g.IC * g.OC * g.count / (plan_gemm_rate(c, Np, g.IC, g.OC, r.precision) * 1e9);
     g_f += secs / 3;
     g_b += 2 * secs / 3;
-    if (g.layer) g_layer_f += secs / 3;
+    if (std::string_view(g.name) != "lm_head") g_layer_f += secs / 3;  // recomputed with the layers
   }
   // Attention, as train_flops_per_token counts it (12 L A T per token, a third forward).
   const double att = 12.0 * d.L * Np * T * d.A() / (c.attention_gflops * 1e9);
