@@ -117,7 +117,7 @@ void attention_backward_ref(float* dqkv, const float* dout, const float* qkv, co
 // opened at run time (Debian's libblis4-serial, else its OpenMP or pthread build, each run on one
 // thread): a machine without it runs the other two.
 enum class GemmBackend : int { kOpenBlas = 0, kOneDnn = 1, kBlis = 2 };
-void gemm_set_backend(GemmBackend b);  // b must be available
+void gemm_set_backend(GemmBackend b);  // BLIS where it is not installed: OpenBLAS
 GemmBackend gemm_backend();
 const char* gemm_backend_name(GemmBackend b);
 bool gemm_backend_available(GemmBackend b);  // OpenBLAS and oneDNN always (linked); BLIS if installed

@@ -342,8 +342,8 @@ template <typename WT>
 constexpr std::array<TileOf<WT>, kAvx512Cols2F32> kTilesAvx512Rows2[2] = {
     avx512_row_tiles<WT, 1>(std::make_integer_sequence<int, kAvx512Cols2F32>{}),
     avx512_row_tiles<WT, 2>(std::make_integer_sequence<int, kAvx512Cols2F32>{})};
-// 12 accumulators of the 16 ymm registers; 2 x 3 beat 3 x 2 (16 = 5 x 3 + 1 rows, and 13.4 -> 14.9
-// GB/s at batch 1)
+// Two rows and more: 12 accumulators of the 16 ymm registers; 2 x 3 beat 3 x 2 (16 = 5 x 3 + 1
+// rows, and 13.4 -> 14.9 GB/s at batch 1, before one row had the tiles below)
 constexpr int kAvx2RowsF32 = 2, kAvx2ColsF32 = 3;
 template <typename WT>
 constexpr TileOf<WT> kTilesAvx2[2][3] = {

@@ -7,8 +7,6 @@
 // Not the choice of back end (machine/gemm_select measures BLIS beside the others).
 #include <dlfcn.h>
 
-#include <cstdio>
-#include <mutex>
 #include <string>
 
 #include "smelt/kernels/cpu/gemm_blis.hpp"
