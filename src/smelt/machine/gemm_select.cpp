@@ -317,10 +317,15 @@ Status gemm_select(const std::string& want, const ModelConfig& c, int B, int T, 
   out = GemmChoice{};
   out.precision = precision;
   out.threads = threads;
-  if (want != "auto" && want != "openblas" && want != "onednn" && want != "blis")
+  // a configured back end, by the name gemm_backend_name gives it
+  GemmBackend configured = GemmBackend::kOpenBlas;
+  bool named = false;
+  for (GemmBackend b : {GemmBackend::kOpenBlas, GemmBackend::kOneDnn, GemmBackend::kBlis})
+    if (want == gemm_backend_name(b)) configured = b, named = true;
+  if (want != "auto" && !named)
     return Status::error(
         fmt::format("[train] gemm = \"{}\": expected \"auto\", \"openblas\", \"onednn\" or \"blis\"", want));
-  if (want == "blis" && !gemm_backend_available(GemmBackend::kBlis))
+  if (named && !gemm_backend_available(configured))
     return Status::error("[train] gemm = \"blis\": no BLIS library on this machine (apt-get install libblis4-serial)");
   RateCache cache;
   bool measured = false;
@@ -333,7 +338,7 @@ Status gemm_select(const std::string& want, const ModelConfig& c, int B, int T, 
     if (out.blis_gflops > std::max(out.openblas_gflops, out.onednn_gflops)) out.backend = GemmBackend::kBlis;
     out.how = measured ? "measured" : "cached";
   } else {
-    out.backend = want == "onednn" ? GemmBackend::kOneDnn : want == "blis" ? GemmBackend::kBlis : GemmBackend::kOpenBlas;
+    out.backend = configured;
     out.how = "configured";
   }
   gemm_set_backend(out.backend);
