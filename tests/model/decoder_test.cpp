@@ -1,12 +1,14 @@
 // Batched decoding (model/decoder.hpp): several sequences in one decoder, their prompts' chunks
 // and decode rows mixed in the same steps, give bit for bit the logits each gets alone in a
-// one-slot decoder (batch invariance), with 1 and 2 threads, in f32 and q8_0; a one-slot f32
-// decoder agrees with the training model's full forward (inference_test covers that through
-// InferenceSession); q8_0 stays close to f32; bad rows change nothing.
+// one-slot decoder (batch invariance), with 1 and 2 threads, in every weight format (f16 and bf16
+// with their 16-bit KV caches); a one-slot f32 decoder agrees with the training model's full
+// forward (inference_test covers that through InferenceSession); the other formats and 16-bit KV
+// caches stay close to f32; the bytes are known before init; bad rows change nothing.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <optional>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -44,7 +46,8 @@ std::vector<int32_t> prompt_of(int len, int salt, int V) {
 // prompt's last, then one per step).
 std::vector<std::vector<float>> alone(const ModelConfig& c, const float* params, WeightFormat f, int threads,
                                       const std::vector<int32_t>& prompt, int steps, int chunk,
-                                      const std::vector<int32_t>* forced = nullptr) {
+                                      const std::vector<int32_t>* forced = nullptr,
+                                      std::optional<KvFormat> kv = std::nullopt) {
   Decoder d;
   DecoderOptions o;
   o.slots = 1;
@@ -52,6 +55,7 @@ std::vector<std::vector<float>> alone(const ModelConfig& c, const float* params,
   o.threads = threads;
   o.format = f;
   o.batch_invariant = true;
+  o.kv_cache = kv;
   EXPECT_TRUE(d.init(c, params, o));
   const int V = c.vocab_size;
   std::vector<std::vector<float>> out;
@@ -154,7 +158,7 @@ INSTANTIATE_TEST_SUITE_P(Formats, DecoderBatch,
 // one near-tie does not send the two down different texts): the logits move by the format's
 // rounding only, and wherever f32's top-2 margin is clear of that, the argmax agrees. Returns the
 // largest logit error over the largest logit.
-double format_vs_f32(WeightFormat fmt) {
+double format_vs_f32(WeightFormat fmt, std::optional<KvFormat> kv = std::nullopt) {
   const ModelConfig c = tiny();
   const int V = c.vocab_size, steps = 10;
   Model m;
@@ -163,7 +167,7 @@ double format_vs_f32(WeightFormat fmt) {
   auto f = alone(c, m.params(), WeightFormat::kF32, 1, p, steps, 8);
   std::vector<int32_t> greedy;
   for (int t = 0; t < steps; t++) greedy.push_back(sampling_argmax(f[t].data(), V));
-  auto q = alone(c, m.params(), fmt, 1, p, steps, 8, &greedy);
+  auto q = alone(c, m.params(), fmt, 1, p, steps, 8, &greedy, kv);
   EXPECT_EQ(f.size(), q.size());
   double worst = 0;
   int clear = 0, agree = 0;
@@ -181,8 +185,8 @@ double format_vs_f32(WeightFormat fmt) {
       agree += sampling_argmax(f[t].data(), V) == sampling_argmax(q[t].data(), V);
     }
   }
-  std::printf("%s vs f32: largest logit error %.4f of the largest logit; %d of %d positions clear of it\n",
-              weight_format_name(fmt), worst, clear, (int)f.size());
+  std::printf("%s (KV cache %s) vs f32: largest logit error %.4f of the largest logit; %d of %d positions clear of it\n",
+              weight_format_name(fmt), kv ? kv_format_name(*kv) : "default", worst, clear, (int)f.size());
   EXPECT_GT(worst, 0.0) << weight_format_name(fmt) << " gave exactly the f32 logits: is its copy used at all?";
   EXPECT_GT(clear, 3);
   EXPECT_EQ(agree, clear) << "max relative logit error " << worst;
@@ -200,6 +204,32 @@ TEST(Decoder, F16StaysCloseToF32) { EXPECT_LT(format_vs_f32(WeightFormat::kF16),
 // 3.7e-2 of the largest logit on this model, q8_0 7.6e-2).
 TEST(Decoder, Bf16StaysCloseToF32) { EXPECT_LT(format_vs_f32(WeightFormat::kBf16), 0.08); }
 
+// A 16-bit KV cache under f32 weights: keys and values rounded once as they are stored, the
+// rest fp32. Unset, the cache follows the weights (16-bit for f16 and bf16, so the two tests
+// above cover those caches), fp32 for f32 and q8_0.
+TEST(Decoder, KvCacheFormatsStayCloseToF32) {
+  EXPECT_LT(format_vs_f32(WeightFormat::kF32, KvFormat::kF16), 0.005);
+  EXPECT_LT(format_vs_f32(WeightFormat::kF32, KvFormat::kBf16), 0.04);
+  DecoderOptions o;
+  const std::pair<WeightFormat, KvFormat> defaults[] = {{WeightFormat::kF32, KvFormat::kF32},
+                                                        {WeightFormat::kQ8_0, KvFormat::kF32},
+                                                        {WeightFormat::kF16, KvFormat::kF16},
+                                                        {WeightFormat::kBf16, KvFormat::kBf16}};
+  for (auto [w, kv] : defaults) {
+    o.format = w;
+    o.kv_cache.reset();
+    EXPECT_EQ(decoder_kv_format(o), kv) << weight_format_name(w);
+    o.kv_cache = KvFormat::kF32;
+    EXPECT_EQ(decoder_kv_format(o), KvFormat::kF32) << weight_format_name(w);
+  }
+  KvFormat k;
+  EXPECT_TRUE(kv_format_parse("fp16", k));
+  EXPECT_EQ(k, KvFormat::kF16);
+  const Status bad = kv_format_parse("q8_0", k);
+  EXPECT_FALSE(bad);
+  EXPECT_NE(bad.message().find("expected f32, f16 or bf16"), std::string::npos) << bad.message();
+}
+
 // decoder_bytes, which a training run's memory plan counts for its task scorer before the decoder
 // exists, is what init allocates, in every weight format, tied or not, batch invariant or not
 // (bf16 holds the wide steps' GEMM input only where a step can be wide).
@@ -211,18 +241,23 @@ TEST(Decoder, BytesAreKnownBeforeInit) {
     ASSERT_TRUE(m.init(c, 1, 32, 1, 1));
     for (WeightFormat f : {WeightFormat::kF32, WeightFormat::kBf16, WeightFormat::kF16, WeightFormat::kQ8_0})
       for (int slot_tokens : {0, 16})
-        for (bool invariant : {false, true}) {
-          DecoderOptions o;
-          o.slots = 3;
-          o.slot_tokens = slot_tokens;
-          o.max_rows = 24;
-          o.format = f;
-          o.batch_invariant = invariant;
-          Decoder d;
-          ASSERT_TRUE(d.init(c, m.params(), o));
-          EXPECT_EQ(decoder_bytes(c, o), d.bytes())
-              << weight_format_name(f) << " tied " << tied << " invariant " << invariant;
-        }
+        for (bool invariant : {false, true})
+          for (std::optional<KvFormat> kv : {std::optional<KvFormat>(), std::optional(KvFormat::kF32),
+                                             std::optional(KvFormat::kBf16)}) {
+            DecoderOptions o;
+            o.slots = 3;
+            o.slot_tokens = slot_tokens;
+            o.max_rows = 24;
+            o.threads = invariant ? 2 : 1;  // attention's scores: one buffer per thread
+            o.format = f;
+            o.batch_invariant = invariant;
+            o.kv_cache = kv;
+            Decoder d;
+            ASSERT_TRUE(d.init(c, m.params(), o));
+            EXPECT_EQ(decoder_bytes(c, o), d.bytes())
+                << weight_format_name(f) << " tied " << tied << " invariant " << invariant << " KV "
+                << kv_format_name(decoder_kv_format(o));
+          }
   }
   // bf16 under batch invariance: less by the wide steps' bf16 input copy, 24 rows of the widest
   DecoderOptions o;
@@ -232,6 +267,12 @@ TEST(Decoder, BytesAreKnownBeforeInit) {
   o.batch_invariant = true;
   const ModelConfig c = tiny();
   EXPECT_EQ(wide - decoder_bytes(c, o), 2 * 24 * std::max({c.d_model, c.n_heads * c.head_size(), c.ffn_hidden}));
+  // a 16-bit KV cache: half the fp32 cache's bytes (keys and values, every slot, layer and position)
+  const int64_t cache = (int64_t)o.slots * c.n_layers * c.max_seq_len * c.n_kv_heads * c.head_size();
+  o.kv_cache = KvFormat::kF32;
+  const int64_t f32 = decoder_bytes(c, o);
+  o.kv_cache = KvFormat::kF16;
+  EXPECT_EQ(f32 - decoder_bytes(c, o), 2 * cache * 2);
 }
 
 TEST(Decoder, BadRowsAreRefusedAndChangeNothing) {

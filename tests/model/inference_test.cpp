@@ -107,10 +107,13 @@ TEST_P(GreedyDecode, KvCacheEqualsFullRecomputation) {
   perturb_extras(m);
   InferenceSession s;
   ASSERT_TRUE(s.init(c, m.params(), total, dc.threads, dc.precision));
-  // bf16 on both sides rounds the linear layers' inputs alike, but the training forward also runs
-  // its attention products in bf16 (attention_bf16.cpp) while the decoder attends over its fp32
-  // cache in fp32: measured up to 3.6e-2 on these wide-weight models, allowed 8e-2 (a stale or
-  // misplaced cache row moves logits by O(1)); the greedy tokens must still agree.
+  // bf16 on both sides rounds the linear layers' inputs alike, but the training forward runs its
+  // attention products in bf16 (attention_bf16.cpp) while the decoder rounds only the cached keys
+  // and values to bf16 and computes in fp32: measured up to 2.3e-2 on these wide-weight models
+  // (3.6e-2 with an fp32 cache), allowed 8e-2 (a stale or misplaced cache row moves logits by O(1)).
+  // The decoder is fed the full recomputation's tokens, and its own greedy choice must agree
+  // wherever the top-2 margin is clear of the error (in fp32: at every step, so its free-running
+  // greedy text is the same; a bf16 near-tie may go either way).
   const double tol = dc.precision == Precision::kBf16 ? 8e-2 : kTol;
 
   std::vector<int32_t> prompt;
@@ -130,26 +133,31 @@ TEST_P(GreedyDecode, KvCacheEqualsFullRecomputation) {
   std::vector<int32_t> seq_kv = prompt;
   ASSERT_TRUE(s.prefill(prompt.data(), (int)prompt.size(), kv.data()));
   double worst = 0, min_margin = 1e30;
+  int clear = 0, agree = 0;
   for (int t = 0; t <= dc.steps; t++) {
-    double e = rel_err(kv.data(), full_steps[t].data(), V);
+    double e = rel_err(kv.data(), full_steps[t].data(), V), abs_err = 0;
     worst = std::max(worst, e);
     EXPECT_LE(e, tol) << "step " << t;
+    for (int i = 0; i < V; i++) abs_err = std::max(abs_err, (double)std::fabs(kv[i] - full_steps[t][i]));
     std::vector<float> sorted = full_steps[t];
     std::sort(sorted.rbegin(), sorted.rend());
     min_margin = std::min(min_margin, (double)(sorted[0] - sorted[1]));
     if (t == dc.steps) break;
-    int32_t next = sampling_argmax(kv.data(), V);
-    seq_kv.push_back(next);
+    const int32_t mine = sampling_argmax(kv.data(), V), next = seq_full[dc.prompt + t];
+    if (sorted[0] - sorted[1] > 2 * abs_err) clear++, agree += mine == next;
+    seq_kv.push_back(mine);
     ASSERT_TRUE(s.step(next, kv.data()));
   }
-  EXPECT_EQ(seq_kv, seq_full);
+  EXPECT_EQ(agree, clear);
+  if (dc.precision == Precision::kFp32) EXPECT_EQ(seq_kv, seq_full);
+  EXPECT_GE(clear, dc.steps * 3 / 4);
   EXPECT_EQ(s.position(), total);
   // The decoded continuation is not degenerate (a broken cache tends to repeat one token).
   std::vector<int32_t> gen(seq_kv.begin() + dc.prompt, seq_kv.end());
   std::sort(gen.begin(), gen.end());
   EXPECT_GT(std::unique(gen.begin(), gen.end()) - gen.begin(), 3);
-  std::printf("[%s] worst logits error %.2e over %d steps; smallest top-2 margin %.2e\n", dc.name,
-              worst, dc.steps, min_margin);
+  std::printf("[%s] worst logits error %.2e over %d steps; smallest top-2 margin %.2e; %d steps clear of the "
+              "error, greedy agreeing at all of them\n", dc.name, worst, dc.steps, min_margin, clear);
 }
 
 INSTANTIATE_TEST_SUITE_P(

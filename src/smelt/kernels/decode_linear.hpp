@@ -86,5 +86,7 @@ void decode_linear_set_portable(bool portable);
 // lacks it.
 enum class DecodeIsa : int { kPortable = 0, kAvx2 = 1, kAvx512Vnni = 2 };
 bool decode_linear_set_isa(DecodeIsa isa);
+// The path the decode kernels take now (decode_attention follows it: its vector path unless portable).
+DecodeIsa decode_linear_current_isa();
 
 }  // namespace smelt

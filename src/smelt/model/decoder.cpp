@@ -1,14 +1,13 @@
 // Batched KV-cache decoding over the training model's parameters and row-wise kernels
 // (rmsnorm_forward, rope_forward, swiglu_forward, embedding_forward); linear layers on the decode
 // kernels (decode_linear.hpp), the training GEMMs for wide non-invariant steps, or bf16 GEMMs.
-// Only the single-query attention over a slot's cache is written here. Not sampling, not the
+// Attention over a slot's cache is decode_attention.hpp's. Not sampling, not the
 // training forward (model.cpp), not scheduling (serve/engine.cpp).
 #include "smelt/model/decoder.hpp"
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <limits>
 
 #include <fmt/format.h>
 #include <omp.h>
@@ -40,9 +39,9 @@ int64_t decoder_bytes(const ModelConfig& c, const DecoderOptions& o) {
   const int64_t A = (int64_t)c.n_heads * HS, r = std::max(1, o.max_rows);
   const int64_t T = o.slot_tokens > 0 ? o.slot_tokens : c.max_seq_len;
   const int64_t cache = (int64_t)o.slots * c.n_layers * T * KV, widest = std::max({C, A, H});
-  // the KV caches, RoPE table, row buffers (x, ln, head, qkv, att, gu, sw, rstd) and the rows'
-  // positions, slots and tokens
-  int64_t floats = 2 * cache + T * HS + r * (3 * C + c.qkv_size() + A + 3 * H + 1) + 3 * r;
+  // the RoPE table, attention's scores, row buffers (x, ln, head, qkv, att, gu, sw, rstd) and the
+  // rows' positions, slots and tokens; the KV caches below
+  int64_t floats = T * HS + (int64_t)std::max(1, o.threads) * T + r * (3 * C + c.qkv_size() + A + 3 * H + 1) + 3 * r;
   if (c.qk_norm) floats += r * (c.n_heads + c.n_kv_heads) * (HS + 1);  // q,k before the norm and their scales
   int64_t halves = 0, q8 = 0;
   if (o.format == WeightFormat::kBf16) {
@@ -57,7 +56,23 @@ int64_t decoder_bytes(const ModelConfig& c, const DecoderOptions& o) {
       if (q8_quantized(l, t)) q8 += t.size() / kQ8Block;
     q8 += r * widest / kQ8Block + 1;
   }
-  return (int64_t)sizeof(float) * floats + (int64_t)sizeof(uint16_t) * halves + (int64_t)sizeof(BlockQ8_0) * q8;
+  return 2 * cache * kv_format_bytes(decoder_kv_format(o)) + (int64_t)sizeof(float) * floats +
+         (int64_t)sizeof(uint16_t) * halves + (int64_t)sizeof(BlockQ8_0) * q8;
+}
+
+KvFormat decoder_kv_format(const DecoderOptions& o) {
+  if (o.kv_cache) return *o.kv_cache;
+  if (o.format == WeightFormat::kF16) return KvFormat::kF16;
+  if (o.format == WeightFormat::kBf16) return KvFormat::kBf16;
+  return KvFormat::kF32;
+}
+
+Status kv_format_parse(const std::string& s, KvFormat& out) {
+  if (s == "f32" || s == "fp32") out = KvFormat::kF32;
+  else if (s == "f16" || s == "fp16") out = KvFormat::kF16;
+  else if (s == "bf16") out = KvFormat::kBf16;
+  else return Status::error(fmt::format("KV cache type \"{}\": expected f32, f16 or bf16", s));
+  return Status::ok();
 }
 
 const char* weight_format_name(WeightFormat f) {
@@ -103,8 +118,10 @@ Status Decoder::init(const ModelConfig& c, const float* params, const DecoderOpt
   w_ = params;
   pos_.assign(opt.slots, 0);
   const size_t cache = (size_t)opt.slots * c.n_layers * opt.slot_tokens * KV;
-  kcache_.assign(cache, 0.0f);
-  vcache_.assign(cache, 0.0f);
+  kv_ = decoder_kv_format(opt);
+  kcache_.assign(cache * kv_format_bytes(kv_), 0);
+  vcache_.assign(cache * kv_format_bytes(kv_), 0);
+  scores_.assign((size_t)opt_.threads * opt.slot_tokens, 0.0f);
   rope_.assign((size_t)opt.slot_tokens * HS, 0.0f);
   const std::vector<double> inv_freq = rope_inv_freq(c);
   rope_table(rope_.data(), opt.slot_tokens, HS, inv_freq.data());
@@ -159,8 +176,9 @@ Status Decoder::init(const ModelConfig& c, const float* params, const DecoderOpt
     }
     xq_.resize(r * widest / kQ8Block + 1);
   }
-  bytes_ = (int64_t)sizeof(float) *
-               (int64_t)(2 * cache + rope_.size() + x_.size() + ln_.size() + head_.size() + qkv_.size() +
+  bytes_ = (int64_t)(kcache_.size() + vcache_.size()) +
+           (int64_t)sizeof(float) *
+               (int64_t)(scores_.size() + rope_.size() + x_.size() + ln_.size() + head_.size() + qkv_.size() +
                          att_.size() + gu_.size() + sw_.size() + rstd_.size() + xr_.size() + qk_raw_.size() +
                          qk_rstd_.size() + 3 * r) +
            (int64_t)sizeof(uint16_t) * (int64_t)(w16_.size() + x16_.size()) +
@@ -221,49 +239,21 @@ void Decoder::linear(float* out, const float* inp, int64_t w, int n, int IC, int
   }
 }
 
-// Causal attention of each row's query over its slot's cache (keys 0..its position), one pass
-// with an online softmax (Milakov & Gimelshein 2018): no score buffer. Query head h reads kv head
-// h/group. Each (row, head) is computed alone, in key order: batch invariant.
+// Causal attention of each row's query over its slot's cache (keys 0..its position): each
+// (row, head) alone (decode_attention: batch invariant). Query head h reads kv head h/group.
 void Decoder::attention(int l, int n) {
   const ModelConfig& c = cfg_;
   const int HS = c.head_size(), NH = c.n_heads, QKV = c.qkv_size(), A = NH * HS;
   const int KV = c.n_kv_heads * HS, group = NH / c.n_kv_heads, T = opt_.slot_tokens;
+  const int64_t esz = kv_format_bytes(kv_);
   const float scale = 1.0f / std::sqrt((float)HS);
 #pragma omp parallel for collapse(2) schedule(static)
   for (int i = 0; i < n; i++)
     for (int h = 0; h < NH; h++) {
-      const size_t base = ((size_t)slotbuf_[i] * c.n_layers + l) * T * KV;
-      const float* kc = kcache_.data() + base;
-      const float* vc = vcache_.data() + base;
-      const float* q = qkv_.data() + (size_t)i * QKV + (size_t)h * HS;
-      const size_t kv_off = (size_t)(h / group) * HS;
-      float acc[512];  // HS <= 512 (model_config_validate)
-      std::fill(acc, acc + HS, 0.0f);
-      float m = -std::numeric_limits<float>::infinity(), sum = 0.0f;
-      const int last = posbuf_[i];
-      for (int j = 0; j <= last; j++) {
-        const float* k = kc + (size_t)j * KV + kv_off;
-        float s = 0.0f;
-#pragma omp simd reduction(+ : s)
-        for (int e = 0; e < HS; e++) s += q[e] * k[e];
-        s *= scale;
-        const float* v = vc + (size_t)j * KV + kv_off;
-        if (s > m) {
-          const float r = std::exp(m - s);  // exp(-inf) = 0 on the first key
-          sum = sum * r + 1.0f;
-#pragma omp simd
-          for (int e = 0; e < HS; e++) acc[e] = acc[e] * r + v[e];
-          m = s;
-        } else {
-          const float p = std::exp(s - m);
-          sum += p;
-#pragma omp simd
-          for (int e = 0; e < HS; e++) acc[e] += p * v[e];
-        }
-      }
-      float* out = att_.data() + (size_t)i * A + (size_t)h * HS;
-      const float inv = 1.0f / sum;
-      for (int e = 0; e < HS; e++) out[e] = acc[e] * inv;
+      const int64_t at = (((int64_t)slotbuf_[i] * c.n_layers + l) * T * KV + (int64_t)(h / group) * HS) * esz;
+      decode_attention(att_.data() + (size_t)i * A + (size_t)h * HS, qkv_.data() + (size_t)i * QKV + (size_t)h * HS,
+                       kcache_.data() + at, vcache_.data() + at, kv_, KV, posbuf_[i] + 1, HS, scale,
+                       scores_.data() + (size_t)omp_get_thread_num() * T);
     }
 }
 
@@ -307,10 +297,10 @@ void Decoder::layer(int l, int n) {
   rope_forward(qkv_.data(), posbuf_.data(), rope_.data(), n, n, QKV, A, NKV, HS);
   kernels_set_threads(threads);
   for (int i = 0; i < n; i++) {
-    const size_t at = (((size_t)slotbuf_[i] * c.n_layers + l) * T + posbuf_[i]) * KV;
+    const size_t at = (((size_t)slotbuf_[i] * c.n_layers + l) * T + posbuf_[i]) * KV * kv_format_bytes(kv_);
     const float* row = qkv_.data() + (size_t)i * QKV;
-    std::memcpy(kcache_.data() + at, row + A, sizeof(float) * KV);
-    std::memcpy(vcache_.data() + at, row + A + KV, sizeof(float) * KV);
+    kv_store(kcache_.data() + at, row + A, KV, kv_);
+    kv_store(vcache_.data() + at, row + A + KV, KV, kv_);
   }
   attention(l, n);
   linear(x_.data(), att_.data(), o.wo, n, A, C, 1.0f);  // residual add (beta 1)
@@ -332,11 +322,11 @@ void Decoder::copy_prefix(int from, int to, int n) {
     pos_[to] = n;
     return;
   }
-  const int KV = cfg_.n_kv_heads * cfg_.head_size(), T = opt_.slot_tokens;
+  const size_t row = (size_t)cfg_.n_kv_heads * cfg_.head_size() * kv_format_bytes(kv_), T = opt_.slot_tokens;
   for (int l = 0; l < cfg_.n_layers; l++) {
-    const size_t src = (((size_t)from * cfg_.n_layers + l) * T) * KV, dst = (((size_t)to * cfg_.n_layers + l) * T) * KV;
-    std::memcpy(kcache_.data() + dst, kcache_.data() + src, sizeof(float) * KV * n);
-    std::memcpy(vcache_.data() + dst, vcache_.data() + src, sizeof(float) * KV * n);
+    const size_t src = ((size_t)from * cfg_.n_layers + l) * T * row, dst = ((size_t)to * cfg_.n_layers + l) * T * row;
+    std::memcpy(kcache_.data() + dst, kcache_.data() + src, row * n);
+    std::memcpy(vcache_.data() + dst, vcache_.data() + src, row * n);
   }
   pos_[to] = n;
 }

@@ -12,11 +12,13 @@
 // Not sampling (serve/sampling.hpp), not scheduling (serve/engine.hpp), not training (model.hpp).
 #pragma once
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
 #include "smelt/common/status.hpp"
+#include "smelt/kernels/decode_attention.hpp"
 #include "smelt/kernels/decode_linear.hpp"
 #include "smelt/model/config.hpp"
 #include "smelt/model/lora.hpp"
@@ -28,12 +30,14 @@ namespace smelt {
 // bf16, fp32 sums; the decode kernel, or oneDNN's GEMM for wide steps unless batch invariant), f16 (an IEEE half copy, inputs rounded to half, fp32 sums: the arithmetic of a GGUF F16
 // tensor's dot products on CPUs) or q8_0 (int8 blocks of 32 with an fp16 scale; activations
 // quantized the same way per row, int8 dot products; a matrix whose rows are not whole blocks of
-// 32 stays fp32). Norm weights, the embedding table lookup, RoPE, attention and the KV cache stay
-// fp32 in every format.
+// 32 stays fp32). Norm weights, the embedding table lookup, RoPE and attention's arithmetic stay
+// fp32 in every format; the KV cache is held as DecoderOptions::kv_cache says.
 enum class WeightFormat { kF32, kBf16, kF16, kQ8_0 };
 const char* weight_format_name(WeightFormat f);  // "f32", "bf16", "f16", "q8_0"
 // "f32"/"fp32", "bf16", "f16"/"fp16", "q8_0" (errors name the value and the choices).
 Status weight_format_parse(const std::string& s, WeightFormat& out);
+// "f32"/"fp32", "f16"/"fp16", "bf16" (errors name the value and the choices).
+Status kv_format_parse(const std::string& s, KvFormat& out);
 
 struct DecoderOptions {
   int slots = 1;            // sequences held at once, each with its own KV cache
@@ -42,6 +46,9 @@ struct DecoderOptions {
   int threads = 1;
   WeightFormat format = WeightFormat::kF32;
   bool batch_invariant = false;
+  // How the KV cache holds keys and values (decode_attention.hpp). Unset: as the weights (f16 for
+  // f16, bf16 for bf16), fp32 for f32 and q8_0.
+  std::optional<KvFormat> kv_cache;
   // LoRA adapters run unmerged beside the base's linear layers (fp32, row by row: batch invariant
   // in every format); borrowed, must outlive the decoder. nullptr: none.
   const LoraAdapters* lora = nullptr;
@@ -50,6 +57,8 @@ struct DecoderOptions {
 // The bytes a Decoder with these options will hold (its bytes() after init, which counts its
 // buffers as allocated): what a memory plan counts for it before it exists.
 int64_t decoder_bytes(const ModelConfig& c, const DecoderOptions& o);
+// The KV cache format o.kv_cache gives, or the default for o.format when it is unset.
+KvFormat decoder_kv_format(const DecoderOptions& o);
 
 // One row of a step: token `token` appended to slot `slot` at position(slot) (rows of the same
 // slot take consecutive positions in the order given); `logits`: this row's next-token logits are
@@ -85,6 +94,7 @@ class Decoder {
   int64_t bytes() const { return bytes_; }  // caches + weight copies + scratch
   const ModelConfig& config() const { return cfg_; }
   const DecoderOptions& options() const { return opt_; }
+  KvFormat kv_cache() const { return kv_; }
   // Where the linear layers run ("decode_linear avx512-vnni", "sgemm", "oneDNN bf16 ...").
   std::string linear_isa() const;
 
@@ -106,7 +116,10 @@ class Decoder {
   std::unordered_map<int64_t, int64_t> q_at_;  // q8_0: a weight's float offset -> its first block in wq_
   std::vector<int> pos_;             // (slots) tokens in each cache
   int64_t bytes_ = 0;
-  std::vector<float> kcache_, vcache_;  // (slots, L, slot_tokens, NKV*HS) each, keys after RoPE
+  KvFormat kv_ = KvFormat::kF32;
+  // (slots, L, slot_tokens, NKV*HS) elements of format kv_ each, keys after RoPE
+  std::vector<char> kcache_, vcache_;
+  std::vector<float> scores_;           // (threads, slot_tokens): attention's scores
   std::vector<float> rope_;             // (slot_tokens, HS/2, 2)
   std::vector<float> x_, ln_, qkv_, att_, gu_, sw_, rstd_, head_;  // per-row scratch
   std::vector<float> qk_raw_, qk_rstd_;  // qk_norm: per-row q,k before their norm, and its scales

@@ -747,6 +747,8 @@ void decode_linear_set_portable(bool portable) {
   g_isa.store((int)(portable ? DecodeIsa::kPortable : best_isa()), std::memory_order_relaxed);
 }
 
+DecodeIsa decode_linear_current_isa() { return current_isa(); }
+
 bool decode_linear_set_isa(DecodeIsa isa) {
   if (!cpu_has(isa)) return false;
   g_isa.store((int)isa, std::memory_order_relaxed);

@@ -1,0 +1,209 @@
+// Single-query attention over a KV cache (decode_attention.hpp has the formula): an AVX2 + FMA +
+// F16C path and the scalar reference it equals bit for bit; the cache's element conversions.
+#include "smelt/kernels/decode_attention.hpp"
+
+#include <immintrin.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "smelt/kernels/cpu/vec_math.hpp"
+#include "smelt/kernels/decode_linear.hpp"
+
+namespace smelt {
+
+const char* kv_format_name(KvFormat f) {
+  switch (f) {
+    case KvFormat::kF32: return "f32";
+    case KvFormat::kF16: return "f16";
+    case KvFormat::kBf16: return "bf16";
+  }
+  return "?";
+}
+
+int kv_format_bytes(KvFormat f) { return f == KvFormat::kF32 ? 4 : 2; }
+
+namespace {
+constexpr int kLanes = 8;
+
+bool vector_path() { return decode_linear_current_isa() != DecodeIsa::kPortable; }
+
+// Element i of a cache row as fp32 (exact for every format).
+template <KvFormat F>
+inline float widen1(const void* p, int64_t i) {
+  if constexpr (F == KvFormat::kF32) {
+    return static_cast<const float*>(p)[i];
+  } else if constexpr (F == KvFormat::kF16) {
+    return f32_from_fp16(static_cast<const uint16_t*>(p)[i]);
+  } else {
+    const uint32_t u = (uint32_t)static_cast<const uint16_t*>(p)[i] << 16;
+    float f;
+    std::memcpy(&f, &u, 4);
+    return f;
+  }
+}
+
+// Elements i..i+7 as fp32 (vcvtph2ps is exact; bf16 is a shift).
+template <KvFormat F>
+__attribute__((target("avx2,fma,f16c"))) inline __m256 widen8(const void* p, int64_t i) {
+  if constexpr (F == KvFormat::kF32) {
+    return _mm256_loadu_ps(static_cast<const float*>(p) + i);
+  } else {
+    const __m128i h = _mm_loadu_si128((const __m128i*)(static_cast<const uint16_t*>(p) + i));
+    if constexpr (F == KvFormat::kF16) return _mm256_cvtph_ps(h);
+    else return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+  }
+}
+
+// Positions read ahead of the one in use: a head's row is a few cache lines at a stride of the
+// whole row (every kv head), which the hardware prefetchers follow poorly.
+constexpr int kAhead = 16;
+inline void prefetch_row(const void* base, int64_t elem, int64_t bytes, int esz) {
+  const char* p = static_cast<const char*>(base) + elem * esz;
+  for (int64_t b = 0; b < bytes; b += 64) _mm_prefetch(p + b, _MM_HINT_T0);
+}
+
+// vmath::hsum8's tree, one lane at a time.
+inline float tree8(const float* a) {
+  const float t0 = a[0] + a[4], t1 = a[1] + a[5], t2 = a[2] + a[6], t3 = a[3] + a[7];
+  return (t0 + t2) + (t1 + t3);
+}
+
+// ---- the reference ----------------------------------------------------------------------------
+template <KvFormat F>
+void attend_ref(float* out, const float* q, const void* K, const void* V, int64_t ld, int n, int HS, float scale,
+                float* s) {
+  const int body = HS - HS % kLanes;
+  for (int j = 0; j < n; j++) {
+    const int64_t at = (int64_t)j * ld;
+    float lane[kLanes] = {};
+    for (int e = 0; e < body; e++) lane[e % kLanes] = std::fma(q[e], widen1<F>(K, at + e), lane[e % kLanes]);
+    float d = tree8(lane);
+    for (int e = body; e < HS; e++) d = std::fma(q[e], widen1<F>(K, at + e), d);
+    s[j] = d * scale;
+  }
+  float m = -std::numeric_limits<float>::infinity();
+  for (int j = 0; j < n; j++) m = s[j] > m ? s[j] : m;
+  float part[kLanes] = {};
+  const int jbody = n - n % kLanes;
+  for (int j = 0; j < jbody; j++) part[j % kLanes] += (s[j] = vmath::exp1(s[j] - m));
+  float sum = tree8(part);
+  for (int j = jbody; j < n; j++) sum += (s[j] = vmath::exp1(s[j] - m));
+  const float inv = 1.0f / sum;
+  for (int e = 0; e < HS; e++) {
+    float acc = 0.0f;
+    for (int j = 0; j < n; j++) acc = std::fma(s[j], widen1<F>(V, (int64_t)j * ld + e), acc);
+    out[e] = acc * inv;
+  }
+}
+
+// ---- AVX2 + FMA + F16C ------------------------------------------------------------------------
+template <KvFormat F>
+__attribute__((target("avx2,fma,f16c"))) void scores_avx2(float* s, const float* q, const void* K, int64_t ld,
+                                                          int n, int HS, float scale) {
+  const int body = HS - HS % kLanes;
+  constexpr int esz = F == KvFormat::kF32 ? 4 : 2;
+  for (int j = 0; j < n; j++) {
+    const int64_t at = (int64_t)j * ld;
+    if (j + kAhead < n) prefetch_row(K, at + kAhead * ld, (int64_t)HS * esz, esz);
+    __m256 a = _mm256_setzero_ps();
+    int e = 0;
+    for (; e < body; e += kLanes) a = _mm256_fmadd_ps(_mm256_loadu_ps(q + e), widen8<F>(K, at + e), a);
+    float d = vmath::hsum8(a);
+    for (; e < HS; e++) d = std::fma(q[e], widen1<F>(K, at + e), d);
+    s[j] = d * scale;
+  }
+}
+
+// out[e0 .. e0 + 8 NV) = inv * sum_j p[j] v_j[e]: NV registers of sums, in j order.
+template <KvFormat F, int NV>
+__attribute__((target("avx2,fma,f16c"))) void values_avx2(float* out, const float* p, const void* V, int64_t ld,
+                                                          int n, int64_t e0, float inv) {
+  __m256 acc[NV];
+#pragma GCC unroll 8
+  for (int v = 0; v < NV; v++) acc[v] = _mm256_setzero_ps();
+  constexpr int esz = F == KvFormat::kF32 ? 4 : 2;
+  for (int j = 0; j < n; j++) {
+    const __m256 pj = _mm256_set1_ps(p[j]);
+    const int64_t at = (int64_t)j * ld + e0;
+    if (j + kAhead < n) prefetch_row(V, at + kAhead * ld, NV * kLanes * esz, esz);
+#pragma GCC unroll 8
+    for (int v = 0; v < NV; v++) acc[v] = _mm256_fmadd_ps(pj, widen8<F>(V, at + v * kLanes), acc[v]);
+  }
+#pragma GCC unroll 8
+  for (int v = 0; v < NV; v++) _mm256_storeu_ps(out + e0 + v * kLanes, _mm256_mul_ps(acc[v], _mm256_set1_ps(inv)));
+}
+
+template <KvFormat F>
+__attribute__((target("avx2,fma,f16c"))) void attend_avx2(float* out, const float* q, const void* K, const void* V,
+                                                          int64_t ld, int n, int HS, float scale, float* s) {
+  scores_avx2<F>(s, q, K, ld, n, HS, scale);
+  const float m = vmath::max_of(s, n, -std::numeric_limits<float>::infinity());
+  const float inv = 1.0f / vmath::exp_sub_sum(s, s, m, n);
+  const int body = HS - HS % kLanes;
+  int e = 0;
+  for (; e + 8 * kLanes <= body; e += 8 * kLanes) values_avx2<F, 8>(out, s, V, ld, n, e, inv);
+  switch ((body - e) / kLanes) {
+    case 7: values_avx2<F, 7>(out, s, V, ld, n, e, inv); break;
+    case 6: values_avx2<F, 6>(out, s, V, ld, n, e, inv); break;
+    case 5: values_avx2<F, 5>(out, s, V, ld, n, e, inv); break;
+    case 4: values_avx2<F, 4>(out, s, V, ld, n, e, inv); break;
+    case 3: values_avx2<F, 3>(out, s, V, ld, n, e, inv); break;
+    case 2: values_avx2<F, 2>(out, s, V, ld, n, e, inv); break;
+    case 1: values_avx2<F, 1>(out, s, V, ld, n, e, inv); break;
+    default: break;
+  }
+  for (e = body; e < HS; e++) {
+    float acc = 0.0f;
+    for (int j = 0; j < n; j++) acc = std::fma(s[j], widen1<F>(V, (int64_t)j * ld + e), acc);
+    out[e] = acc * inv;
+  }
+}
+
+__attribute__((target("avx2,f16c"))) void store_f16c(uint16_t* dst, const float* src, int n) {
+  int i = 0;
+  for (; i + 8 <= n; i += 8)
+    _mm_storeu_si128((__m128i*)(dst + i),
+                     _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+  for (; i < n; i++) dst[i] = fp16_from_f32(src[i]);
+}
+}  // namespace
+
+void kv_store(void* dst, const float* src, int n, KvFormat f) {
+  if (f == KvFormat::kF32) {
+    std::memcpy(dst, src, sizeof(float) * n);
+    return;
+  }
+  uint16_t* h = static_cast<uint16_t*>(dst);
+  if (f == KvFormat::kF16) {
+    // vcvtps2ph with round to nearest even is fp16_from_f32 bit for bit (decode_linear.cpp).
+    if (vector_path()) return store_f16c(h, src, n);
+    for (int i = 0; i < n; i++) h[i] = fp16_from_f32(src[i]);
+    return;
+  }
+  int i = 0;
+  for (; i + 16 <= n; i += 16) vmath::bf16_round16(h + i, src + i);  // the scalar rule's bits
+  for (; i < n; i++) h[i] = vmath::bf16_round(src[i]);
+}
+
+void decode_attention(float* out, const float* q, const void* K, const void* V, KvFormat f, int64_t ld, int n,
+                      int HS, float scale, float* scores) {
+  if (!vector_path()) return decode_attention_ref(out, q, K, V, f, ld, n, HS, scale, scores);
+  switch (f) {
+    case KvFormat::kF32: return attend_avx2<KvFormat::kF32>(out, q, K, V, ld, n, HS, scale, scores);
+    case KvFormat::kF16: return attend_avx2<KvFormat::kF16>(out, q, K, V, ld, n, HS, scale, scores);
+    case KvFormat::kBf16: return attend_avx2<KvFormat::kBf16>(out, q, K, V, ld, n, HS, scale, scores);
+  }
+}
+
+void decode_attention_ref(float* out, const float* q, const void* K, const void* V, KvFormat f, int64_t ld,
+                          int n, int HS, float scale, float* scores) {
+  switch (f) {
+    case KvFormat::kF32: return attend_ref<KvFormat::kF32>(out, q, K, V, ld, n, HS, scale, scores);
+    case KvFormat::kF16: return attend_ref<KvFormat::kF16>(out, q, K, V, ld, n, HS, scale, scores);
+    case KvFormat::kBf16: return attend_ref<KvFormat::kBf16>(out, q, K, V, ld, n, HS, scale, scores);
+  }
+}
+
+}  // namespace smelt
