@@ -19,6 +19,7 @@
 #include <fstream>
 #include <sstream>
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
@@ -132,11 +133,13 @@ class GgufLlama : public ::testing::Test {
     return c;
   }
 
-  json run_llama(const std::string& gguf, const std::vector<std::string>& texts, int V) {
+  // kv_type: llama.cpp's KV cache type ("F32", as Smelt's cache in ours_for; "F16", "BF16").
+  json run_llama(const std::string& gguf, const std::vector<std::string>& texts, int V,
+                 const std::string& kv_type = "F32") {
     std::vector<int> never;
     for (int id = (int)tok_.vocab_size(); id < V; id++) never.push_back(id);
     json spec = {{"model", gguf}, {"texts", texts}, {"prompts", kPrompts}, {"n_predict", kPredict},
-                 {"top", 10}, {"threads", 1}, {"never", never}};
+                 {"top", 10}, {"threads", 1}, {"never", never}, {"kv_type", kv_type}};
     const std::string sp = (dir_ / "spec.json").string(), out = (dir_ / "llama.json").string(),
                       err = (dir_ / "llama.err").string();
     std::ofstream(sp) << spec.dump();
@@ -158,21 +161,28 @@ struct Ours {
   std::vector<double> logprobs;
 };
 
-// source: "--checkpoint RUN" or "--gguf FILE"; params: the same weights.
+// source: "--checkpoint RUN" or "--gguf FILE"; params: the same weights; kv: the KV cache (fp32 by
+// default, as llama.cpp's in run_llama's default).
 Ours ours_for(const std::string& source, const fs::path& dir, const Tokenizer& tok, const ModelConfig& c,
-              const std::vector<float>& params, const std::string& prompt, WeightFormat fmt = WeightFormat::kF32) {
+              const std::vector<float>& params, const std::string& prompt, WeightFormat fmt = WeightFormat::kF32,
+              KvFormat kv = KvFormat::kF32) {
   Ours o;
   std::vector<uint32_t> ids;
   tok.encode(prompt, ids);
   o.ids.assign(ids.begin(), ids.end());
   test::CmdResult r = test::run_smelt("generate " + source + " --prompt '" + prompt +
                                           "' --temperature 0 --max-new-tokens " + std::to_string(kPredict) +
-                                          " --json --dtype " + weight_format_name(fmt),
+                                          " --json --dtype " + weight_format_name(fmt) + " --kv-cache " +
+                                          kv_format_name(kv),
                                       dir);
   EXPECT_EQ(r.rc, 0) << r.err;
-  if (r.rc == 0) o.continuation = json::parse(r.out)["ids"].get<std::vector<int32_t>>();
+  if (r.rc == 0) {
+    const json g = json::parse(r.out);
+    o.continuation = g["ids"].get<std::vector<int32_t>>();
+    EXPECT_EQ(g["kv_cache"], kv_format_name(kv));
+  }
   InferenceSession s;
-  EXPECT_TRUE(s.init(c, params.data(), (int)o.ids.size(), 1, fmt));
+  EXPECT_TRUE(s.init(c, params.data(), (int)o.ids.size(), 1, fmt, kv));
   std::vector<float> logits(c.vocab_size);
   EXPECT_TRUE(s.prefill(o.ids.data(), (int)o.ids.size(), logits.data()));
   double mx = -INFINITY, sum = 0;
@@ -181,6 +191,16 @@ Ours ours_for(const std::string& source, const fs::path& dir, const Tokenizer& t
   for (float v : logits) o.logprobs.push_back(v - mx - std::log(sum));
   return o;
 }
+
+// Per prompt, the largest |llama.cpp - Smelt| over llama.cpp's top 10 log probabilities.
+std::vector<double> top_diffs(const json& j, const std::vector<Ours>& o) {
+  std::vector<double> d(kPrompts.size(), 0.0);
+  for (size_t p = 0; p < kPrompts.size(); p++)
+    for (const auto& e : j["prompts"][p]["top"])
+      d[p] = std::max(d[p], std::fabs(e[1].get<double>() - o[p].logprobs[e[0].get<int>()]));
+  return d;
+}
+double worst(const std::vector<double>& d) { return *std::max_element(d.begin(), d.end()); }
 
 TEST_F(GgufLlama, LoadsTokenizesAndContinuesAsSmeltDoes) {
   // Real text: paragraphs of English prose and of Chinese (modern and Tang poems), and each line of
@@ -238,18 +258,10 @@ TEST_F(GgufLlama, LoadsTokenizesAndContinuesAsSmeltDoes) {
       }
       json j = run_llama(gguf, texts, c.vocab_size);
       ASSERT_TRUE(j.is_object());
-      // Per prompt, the largest |llama.cpp - Smelt| over its top 10 log probabilities.
-      auto diffs_of = [&](const std::vector<Ours>& o) {
-        std::vector<double> d(kPrompts.size(), 0.0);
-        for (size_t p = 0; p < kPrompts.size(); p++)
-          for (const auto& e : j["prompts"][p]["top"])
-            d[p] = std::max(d[p], std::fabs(e[1].get<double>() - o[p].logprobs[e[0].get<int>()]));
-        return d;
-      };
+      auto diffs_of = [&](const std::vector<Ours>& o) { return top_diffs(j, o); };
       auto close = [&](const std::vector<double>& d) {
         return (int)std::count_if(d.begin(), d.end(), [&](double x) { return x <= logprob_tol(dt); });
       };
-      auto worst = [](const std::vector<double>& d) { return *std::max_element(d.begin(), d.end()); };
       std::string arithmetic = "fp32 inputs";
       std::vector<double> diffs = diffs_of(ours);
       if (two_arithmetics) {
@@ -347,6 +359,50 @@ TEST_F(GgufLlama, LoadsTokenizesAndContinuesAsSmeltDoes) {
         EXPECT_GT(changed, 0);
       }
     }
+  }
+}
+
+// The 16-bit KV caches against llama.cpp's own (its KV cache type F16 or BF16) on an f32 file:
+// Smelt with the same cache type (`smelt generate --kv-cache`, InferenceSession) must come closer
+// to llama.cpp's log probabilities than Smelt's fp32 cache does, which differs from it by the
+// rounding of every key and value (measured: the worst prompt's difference halves, f16 5.3e-3 ->
+// 2.6e-3, bf16 5.5e-2 -> 2.8e-2). They do not meet exactly: llama.cpp also rounds the query and
+// the softmax weights to the cache's type where Smelt keeps both in fp32 (decode_attention.hpp).
+TEST_F(GgufLlama, SixteenBitKvCachesComeCloseToLlamaCpps) {
+  const ModelConfig c = config(false);
+  Model m;
+  ASSERT_TRUE(m.init(c, 1, 8, 1, 42));
+  const std::string run = (dir_ / "run").string(), gguf = (dir_ / "f32.gguf").string();
+  ASSERT_TRUE(test::save_tiny_checkpoint(m, run, 7, tok_path_));
+  test::CmdResult x = test::run_smelt("export --checkpoint " + run + " --format gguf --output " + gguf, dir_);
+  ASSERT_EQ(x.rc, 0) << x.err;
+  std::vector<float> params(m.params(), m.params() + m.layout().total);
+  std::vector<Ours> f32;
+  for (const auto& p : kPrompts) f32.push_back(ours_for("--gguf " + gguf, dir_, tok_, c, params, p));
+  for (KvFormat kv : {KvFormat::kF16, KvFormat::kBf16}) {
+    const std::string type = kv == KvFormat::kF16 ? "F16" : "BF16";
+    SCOPED_TRACE(type);
+    std::vector<Ours> ours;
+    for (const auto& p : kPrompts)
+      ours.push_back(ours_for("--gguf " + gguf, dir_, tok_, c, params, p, WeightFormat::kF32, kv));
+    json j = run_llama(gguf, {}, c.vocab_size, type);
+    ASSERT_TRUE(j.is_object());
+    const std::vector<double> same = top_diffs(j, ours), fp32 = top_diffs(j, f32);
+    int closer = 0;
+    std::string each;
+    for (size_t p = 0; p < kPrompts.size(); p++) {
+      closer += same[p] < fp32[p];
+      each += fmt::format("{}{:.1e}/{:.1e}", p ? " " : "", same[p], fp32[p]);
+    }
+    std::printf("[KV cache %s] top-10 log-prob max|diff| vs llama.cpp's %s cache: Smelt's %s cache %.2e, its fp32 "
+                "cache %.2e; per prompt %s; %d of %zu prompts closer\n",
+                kv_format_name(kv), type.c_str(), kv_format_name(kv), worst(same), worst(fp32), each.c_str(), closer,
+                kPrompts.size());
+    EXPECT_LT(worst(same), 0.8 * worst(fp32));
+    // bf16's rounding of keys and values is the larger part of the difference, and every prompt
+    // but one must come closer; at f16, llama.cpp's rounding of the query and the weights is as
+    // large as the cache's, and prompts go either way (measured: 3 of 6 closer, the worst halved).
+    if (kv == KvFormat::kBf16) EXPECT_GE(closer, (int)kPrompts.size() - 1);
   }
 }
 

@@ -577,11 +577,13 @@ TEST_F(Serve, GgufFileServesTheCheckpointsIds) {
   EXPECT_EQ(g.stop(SIGTERM), 0) << g.log();
 }
 
-// Usage errors exit 2, a model that cannot be loaded 1; --dtype q8_0 serves (int8 linear layers).
+// Usage errors exit 2, a model that cannot be loaded 1; --dtype q8_0 serves (int8 linear layers),
+// here with a 16-bit KV cache (--kv-cache).
 TEST_F(Serve, ExitCodesAndQ8) {
   EXPECT_EQ(test::run_smelt("serve --port 0", *dir_).rc, 2);  // neither --checkpoint nor --gguf
   EXPECT_EQ(test::run_smelt("serve --port 0 --checkpoint " + *run_ + " --gguf x.gguf", *dir_).rc, 2);
   EXPECT_EQ(test::run_smelt("serve --port 0 --checkpoint " + *run_ + " --dtype q4_0", *dir_).rc, 2);
+  EXPECT_EQ(test::run_smelt("serve --port 0 --checkpoint " + *run_ + " --kv-cache q8_0", *dir_).rc, 2);
   std::ofstream(*dir_ / "empty_key.txt") << "\n";
   EXPECT_EQ(test::run_smelt("serve --port 0 --checkpoint " + *run_ + " --api-key-file " + (*dir_ / "empty_key.txt").string(),
                             *dir_).rc, 2);
@@ -589,21 +591,23 @@ TEST_F(Serve, ExitCodesAndQ8) {
   EXPECT_EQ(missing.rc, 1);
   EXPECT_NE(missing.err.find("no_such_run"), std::string::npos) << missing.err;
 
-  ServeProcess q("--checkpoint " + *run_ + " --dtype q8_0", *dir_ / "q8.log");
+  ServeProcess q("--checkpoint " + *run_ + " --dtype q8_0 --kv-cache f16", *dir_ / "q8.log");
   ASSERT_GT(q.port(), 0) << q.log();
   Reply r = http(q.port(), "POST", "/v1/completions", json{{"prompt", kPrompt}, {"max_tokens", 8}, {"ignore_eos", true}}.dump());
   EXPECT_EQ(r.status, 200) << r.body;
   EXPECT_EQ(r.js()["usage"]["completion_tokens"], 8);
   EXPECT_NE(q.log().find("q8_0"), std::string::npos) << q.log();
+  EXPECT_NE(q.log().find("f16 KV cache"), std::string::npos) << q.log();
   EXPECT_EQ(q.stop(SIGINT), 0) << q.log();
 }
 
-// --dtype bf16 serves on the bf16 decode kernel, batch invariant like the others: a greedy
-// request gives the same ids and log-probs alone and among others released at once.
+// --dtype bf16 serves on the bf16 decode kernel and a bf16 KV cache, batch invariant like the
+// others: a greedy request gives the same ids and log-probs alone and among others released at once.
 TEST_F(Serve, Bf16IsBatchInvariant) {
   ServeProcess b("--checkpoint " + *run_ + " --dtype bf16 --slots 4", *dir_ / "bf16.log");
   ASSERT_GT(b.port(), 0) << b.log();
   EXPECT_NE(b.log().find("bf16 decode_linear"), std::string::npos) << b.log();
+  EXPECT_NE(b.log().find("bf16 KV cache"), std::string::npos) << b.log();
   const json greedy = {{"prompt", kPrompt}, {"max_tokens", 24}, {"temperature", 0}, {"logprobs", 3},
                        {"return_token_ids", true}, {"ignore_eos", true}};
   Reply alone = http(b.port(), "POST", "/v1/completions", greedy.dump());

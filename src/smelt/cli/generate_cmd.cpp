@@ -41,7 +41,7 @@ Status cli_resolve_checkpoint(const std::string& dir, std::string& step_dir) {
 namespace {
 
 struct GenerateFlags {
-  std::string ckpt, gguf, prompt, tok_path, dtype = "f32", trace_path;
+  std::string ckpt, gguf, prompt, tok_path, dtype = "f32", trace_path, kv_cache;
   int max_new = 128, top_k = 0, threads = 1;
   float temperature = 1.0f, top_p = 1.0f, repeat_penalty = 1.0f, frequency_penalty = 0.0f, presence_penalty = 0.0f;
   int repeat_last_n = 64;
@@ -82,6 +82,8 @@ void add_generate_flags(CLI::App& app, GenerateFlags& f) {
                  "inputs rounded to half, fp32 sums: half the bytes) or q8_0 (int8 blocks of 32 with an fp16 "
                  "scale, activations quantized alike, int8 dot products: a quarter of the bytes)")
       ->check(CLI::IsMember({"f32", "fp32", "bf16", "f16", "fp16", "q8_0"}));
+  app.add_option("--kv-cache", f.kv_cache, "keys and values in the KV cache as f32, f16 or bf16 (default: f16 for --dtype f16, bf16 for bf16, else f32; a 16-bit cache is half the bytes attention reads per token)")
+      ->check(CLI::IsMember({"f32", "fp32", "f16", "fp16", "bf16"}));
   app.add_flag("--json", f.json, "print one JSON object (text, ids, counts, speed) instead of streaming");
   app.add_flag("--ignore-eos", f.no_stop, "keep going past the end-of-document token");
   app.add_option("--trace", f.trace_path, "write this request's timeline (prefill, each token's decoder step by "
@@ -164,7 +166,8 @@ Status decode(InferenceSession& session, const GenRequest& req, Completion& c, b
 }
 
 // The --json object on stdout, and the summary line on stderr.
-void report(const GenerateFlags& f, const LoadedModel& m, int n_prompt, WeightFormat format, const Decoded& d) {
+void report(const GenerateFlags& f, const LoadedModel& m, int n_prompt, WeightFormat format, KvFormat kv,
+            const Decoded& d) {
   const int n_new = (int)d.ids.size();
   const double tps = d.decode_s > 0 ? n_new / d.decode_s : 0.0;
   if (f.json) {
@@ -172,7 +175,7 @@ void report(const GenerateFlags& f, const LoadedModel& m, int n_prompt, WeightFo
                         {"prompt_tokens", n_prompt}, {"new_tokens", n_new}, {"ids", d.ids},
                         {"stop", d.stop}, {"prefill_seconds", d.prefill_s}, {"decode_seconds", d.decode_s},
                         {"tokens_per_second", tps}, {"threads", f.threads},
-                        {"dtype", weight_format_name(format)},
+                        {"dtype", weight_format_name(format)}, {"kv_cache", kv_format_name(kv)},
                         {"sampling", {{"temperature", f.temperature}, {"top_k", f.top_k},
                                       {"top_p", f.top_p}, {"seed", f.seed}, {"repeat_penalty", f.repeat_penalty},
                                       {"repeat_last_n", f.repeat_last_n}, {"frequency_penalty", f.frequency_penalty},
@@ -221,8 +224,10 @@ int cli_generate(int argc, char** argv) {
   InferenceSession session;
   Completion completion;
   WeightFormat format = WeightFormat::kF32;
+  std::optional<KvFormat> kv;
   Status s = weight_format_parse(f.dtype, format);
-  if (s) s = session.init(m.cfg, m.params.data(), n_prompt + f.max_new, f.threads, format);
+  if (s && !f.kv_cache.empty()) s = kv_format_parse(f.kv_cache, kv.emplace());
+  if (s) s = session.init(m.cfg, m.params.data(), n_prompt + f.max_new, f.threads, format, kv);
   if (s) s = completion.init(req, m.tok, m.cfg.vocab_size, f.max_new);
   if (!s) {
     spdlog::error("{}", s.message());
@@ -249,7 +254,7 @@ int cli_generate(int argc, char** argv) {
                   {"stop", d.stop}};
     if (Status ts = trace_write(f.trace_path, info); !ts) spdlog::warn("--trace: {}", ts.message());
   }
-  report(f, m, n_prompt, format, d);
+  report(f, m, n_prompt, format, session.kv_cache(), d);
   return kExitOk;
 }
 

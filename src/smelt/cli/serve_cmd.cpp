@@ -94,7 +94,7 @@ Status load_gguf(const std::string& path, Loaded& out) {
 }
 
 struct ServeFlags {
-  std::string ckpt, gguf, tok_path, host = "127.0.0.1", api_key_file, dtype = "f32", model_name, lora;
+  std::string ckpt, gguf, tok_path, host = "127.0.0.1", api_key_file, dtype = "f32", model_name, lora, kv_cache;
   int port = 8000, threads = 1, http_threads = 0;
   EngineConfig ec;
   size_t max_body = 1 << 20;
@@ -121,6 +121,8 @@ void add_serve_flags(CLI::App& app, ServeFlags& f) {
   app.add_option("--prefill-chunk", f.ec.prefill_chunk, "prompt tokens per step over all prefilling sequences "
                  "(default 32: a long prompt does not stall the others' streams)")->check(CLI::PositiveNumber);
   app.add_option("--dtype", f.dtype, "linear layers in f32 (default, exact), bf16, f16 (half weights, inputs rounded to half) or q8_0 (int8 blocks)");
+  app.add_option("--kv-cache", f.kv_cache, "keys and values in the KV cache as f32, f16 or bf16 (default: f16 for --dtype f16, bf16 for bf16, else f32; a 16-bit cache is half the bytes attention reads per token)")
+      ->check(CLI::IsMember({"f32", "fp32", "f16", "fp16", "bf16"}));
   app.add_option("--model-name", f.model_name, "the name clients use in 'model' (default: the run directory's name, or "
                  "the GGUF file's general.name)");
   app.add_option("--api-key-file", f.api_key_file, "file whose first line is the key every route but /health then wants "
@@ -139,6 +141,14 @@ int serve_settings(ServeFlags& f, HttpConfig& hc) {
   if (Status s = weight_format_parse(f.dtype, f.ec.format); !s) {
     spdlog::error("--dtype: {}", s.message());
     return kExitUsage;
+  }
+  if (!f.kv_cache.empty()) {
+    KvFormat kv;
+    if (Status s = kv_format_parse(f.kv_cache, kv); !s) {
+      spdlog::error("--kv-cache: {}", s.message());
+      return kExitUsage;
+    }
+    f.ec.kv_cache = kv;
   }
   if (!f.gguf.empty() && !f.tok_path.empty()) {
     spdlog::error("--tokenizer goes with --checkpoint; a GGUF file carries its own tokenizer");

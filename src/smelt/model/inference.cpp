@@ -8,7 +8,7 @@
 namespace smelt {
 
 Status InferenceSession::init(const ModelConfig& c, const float* params, int max_tokens, int threads,
-                              WeightFormat format) {
+                              WeightFormat format, std::optional<KvFormat> kv) {
   if (max_tokens <= 0 || max_tokens > c.max_seq_len)
     return Status::error(fmt::format("[inference] max_tokens = {}: must be in [1, max_seq_len = {}] "
                                      "(the RoPE positions the model was trained for)",
@@ -19,6 +19,7 @@ Status InferenceSession::init(const ModelConfig& c, const float* params, int max
   o.max_rows = std::min(max_tokens, kChunk);
   o.threads = threads;
   o.format = format;
+  o.kv_cache = kv;
   rows_.assign(o.max_rows, DecodeRow{});
   return dec_.init(c, params, o);
 }

@@ -4,6 +4,7 @@
 // training. Not sampling (serve/sampling.hpp), not the tokenizer, not training (model.hpp).
 #pragma once
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "smelt/common/status.hpp"
@@ -19,8 +20,10 @@ class InferenceSession {
   // max_tokens <= c.max_seq_len (the RoPE table and what training saw).
   // bf16: the linear layers run on a bf16 copy of the weights (half the bytes each decoded token
   // reads) with bf16 inputs and fp32 sums; q8_0: on int8 blocks (a quarter of the bytes) with the
-  // activations quantized per row; everything else stays fp32.
-  Status init(const ModelConfig& c, const float* params, int max_tokens, int threads, WeightFormat format);
+  // activations quantized per row; everything else stays fp32. kv: the KV cache's format (unset:
+  // decoder_kv_format's default for the weight format).
+  Status init(const ModelConfig& c, const float* params, int max_tokens, int threads, WeightFormat format,
+              std::optional<KvFormat> kv = std::nullopt);
   Status init(const ModelConfig& c, const float* params, int max_tokens, int threads,
               Precision precision = Precision::kFp32) {
     return init(c, params, max_tokens, threads, precision == Precision::kBf16 ? WeightFormat::kBf16 : WeightFormat::kF32);
@@ -38,6 +41,7 @@ class InferenceSession {
   int64_t bytes() const { return dec_.bytes(); }      // cache + scratch (+ weight copies), bytes
   const ModelConfig& config() const { return dec_.config(); }
   std::string linear_isa() const { return dec_.linear_isa(); }
+  KvFormat kv_cache() const { return dec_.kv_cache(); }
 
   static constexpr int kChunk = 256;  // prefill rows per pass through the layers
 

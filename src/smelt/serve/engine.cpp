@@ -55,6 +55,7 @@ Status Engine::start(const ModelConfig& c, std::vector<float> params, const Toke
   o.max_rows = cfg_.slots + cfg_.prefill_chunk;
   o.threads = cfg_.threads;
   o.format = cfg_.format;
+  o.kv_cache = cfg_.kv_cache;
   o.batch_invariant = true;
   o.lora = cfg_.lora.get();
   if (Status s = decoder_.init(c, params_.data(), o); !s) return s;
@@ -74,9 +75,9 @@ std::string Engine::describe() const {
   const std::string lora = cfg_.lora ? fmt::format(", LoRA rank {} on {} unmerged (fp32)", cfg_.lora->config.rank,
                                                    fmt::join(cfg_.lora->config.targets, "/"))
                                      : std::string();
-  return fmt::format("{} slots x {} tokens, prefill chunk {}, {} threads, {}{}, KV cache + scratch {:.1f} MiB",
+  return fmt::format("{} slots x {} tokens, prefill chunk {}, {} threads, {}{}, {} KV cache + scratch {:.1f} MiB",
                      cfg_.slots, cfg_.ctx, cfg_.prefill_chunk, cfg_.threads, decoder_.linear_isa(), lora,
-                     decoder_.bytes() / 1048576.0);
+                     kv_format_name(decoder_.kv_cache()), decoder_.bytes() / 1048576.0);
 }
 
 // The checks of one request that need no lock (everything but the queue's room).

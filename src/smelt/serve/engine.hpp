@@ -12,6 +12,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
+#include <optional>
 #include <deque>
 #include <functional>
 #include <memory>
@@ -34,6 +35,7 @@ struct EngineConfig {
   int threads = 1;
   int prefill_chunk = 32;  // prompt tokens per step over all prefilling sequences (>= 1)
   WeightFormat format = WeightFormat::kF32;
+  std::optional<KvFormat> kv_cache;  // unset: as the weights (decoder_kv_format)
   std::shared_ptr<const LoraAdapters> lora;  // adapters run unmerged beside the base (nullptr: none)
 };
 
