@@ -44,6 +44,7 @@
 #include <utility>
 
 #include "smelt/hw/cpu_info.hpp"
+#include "smelt/kernels/cpu/vec_math.hpp"
 #include "smelt/kernels/kernels.hpp"
 
 namespace smelt {
@@ -643,7 +644,15 @@ void decode_linear_bf16(float* out, int ldo, const float* inp, const uint16_t* W
 }
 
 void round_to_bf16(float* out, const float* x, int64_t n) {
-  for (int64_t i = 0; i < n; i++) out[i] = bf16_round_f32(x[i]);
+  // 16 at a time with vmath's twin of the scalar rounding (the same bits), widened by a shift.
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m256i h = vmath::bf16_pack16(_mm256_loadu_ps(x + i), _mm256_loadu_ps(x + i + 8));
+    _mm256_storeu_ps(out + i, _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm256_castsi256_si128(h)), 16)));
+    _mm256_storeu_ps(out + i + 8,
+                     _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm256_extracti128_si256(h, 1)), 16)));
+  }
+  for (; i < n; i++) out[i] = bf16_round_f32(x[i]);
 }
 
 namespace {
