@@ -244,15 +244,14 @@ void Decoder::linear(float* out, const float* inp, int64_t w, int n, int IC, int
 void Decoder::attention(int l, int n) {
   const ModelConfig& c = cfg_;
   const int HS = c.head_size(), NH = c.n_heads, QKV = c.qkv_size(), A = NH * HS;
-  const int KV = c.n_kv_heads * HS, group = NH / c.n_kv_heads, T = opt_.slot_tokens;
-  const int64_t esz = kv_format_bytes(kv_);
+  const int group = NH / c.n_kv_heads, T = opt_.slot_tokens;
   const float scale = 1.0f / std::sqrt((float)HS);
 #pragma omp parallel for collapse(2) schedule(static)
   for (int i = 0; i < n; i++)
     for (int h = 0; h < NH; h++) {
-      const int64_t at = (((int64_t)slotbuf_[i] * c.n_layers + l) * T * KV + (int64_t)(h / group) * HS) * esz;
+      const size_t at = cache_at(slotbuf_[i], l, h / group, 0);
       decode_attention(att_.data() + (size_t)i * A + (size_t)h * HS, qkv_.data() + (size_t)i * QKV + (size_t)h * HS,
-                       kcache_.data() + at, vcache_.data() + at, kv_, KV, posbuf_[i] + 1, HS, scale,
+                       kcache_.data() + at, vcache_.data() + at, kv_, HS, posbuf_[i] + 1, HS, scale,
                        scores_.data() + (size_t)omp_get_thread_num() * T);
     }
 }
@@ -276,7 +275,7 @@ void Decoder::layer(int l, int n) {
   const ModelConfig& c = cfg_;
   const int C = c.d_model, H = c.ffn_hidden, HS = c.head_size(), NH = c.n_heads;
   const int NKV = c.n_kv_heads, QKV = c.qkv_size(), A = NH * HS, KV = NKV * HS;
-  const int T = opt_.slot_tokens, threads = opt_.threads;
+  const int threads = opt_.threads;
   const LayerOffsets& o = layout_.layers[l];
   const float eps = (float)c.norm_eps;
   const int row_threads = n < kWideRows ? 1 : threads;
@@ -296,12 +295,13 @@ void Decoder::layer(int l, int n) {
   rope_forward(qkv_.data(), posbuf_.data(), rope_.data(), n, n, QKV, 0, NH, HS);
   rope_forward(qkv_.data(), posbuf_.data(), rope_.data(), n, n, QKV, A, NKV, HS);
   kernels_set_threads(threads);
-  for (int i = 0; i < n; i++) {
-    const size_t at = (((size_t)slotbuf_[i] * c.n_layers + l) * T + posbuf_[i]) * KV * kv_format_bytes(kv_);
-    const float* row = qkv_.data() + (size_t)i * QKV;
-    kv_store(kcache_.data() + at, row + A, KV, kv_);
-    kv_store(vcache_.data() + at, row + A + KV, KV, kv_);
-  }
+  for (int i = 0; i < n; i++)
+    for (int g = 0; g < NKV; g++) {
+      const size_t at = cache_at(slotbuf_[i], l, g, posbuf_[i]);
+      const float* row = qkv_.data() + (size_t)i * QKV + (size_t)g * HS;
+      kv_store(kcache_.data() + at, row + A, HS, kv_);
+      kv_store(vcache_.data() + at, row + A + KV, HS, kv_);
+    }
   attention(l, n);
   linear(x_.data(), att_.data(), o.wo, n, A, C, 1.0f);  // residual add (beta 1)
   adapters(l, kLoraO, kLoraO, x_.data(), C, att_.data(), n);
@@ -322,12 +322,13 @@ void Decoder::copy_prefix(int from, int to, int n) {
     pos_[to] = n;
     return;
   }
-  const size_t row = (size_t)cfg_.n_kv_heads * cfg_.head_size() * kv_format_bytes(kv_), T = opt_.slot_tokens;
-  for (int l = 0; l < cfg_.n_layers; l++) {
-    const size_t src = ((size_t)from * cfg_.n_layers + l) * T * row, dst = ((size_t)to * cfg_.n_layers + l) * T * row;
-    std::memcpy(kcache_.data() + dst, kcache_.data() + src, row * n);
-    std::memcpy(vcache_.data() + dst, vcache_.data() + src, row * n);
-  }
+  const size_t bytes = (size_t)n * cfg_.head_size() * kv_format_bytes(kv_);  // n positions of one head
+  for (int l = 0; l < cfg_.n_layers; l++)
+    for (int g = 0; g < cfg_.n_kv_heads; g++) {
+      const size_t src = cache_at(from, l, g, 0), dst = cache_at(to, l, g, 0);
+      std::memcpy(kcache_.data() + dst, kcache_.data() + src, bytes);
+      std::memcpy(vcache_.data() + dst, vcache_.data() + src, bytes);
+    }
   pos_[to] = n;
 }
 

@@ -100,6 +100,11 @@ class Decoder {
 
  private:
   void layer(int l, int n);
+  // Byte offset of kv head g's row at position pos of layer l in slot `slot`'s cache.
+  size_t cache_at(int slot, int l, int g, int pos) const {
+    return ((((size_t)slot * cfg_.n_layers + l) * cfg_.n_kv_heads + g) * opt_.slot_tokens + pos) *
+           cfg_.head_size() * kv_format_bytes(kv_);
+  }
   void attention(int l, int n);
   // The adapters of targets [first, last] of layer l (those present) added to out (n rows, ld ldo) from x.
   void adapters(int l, int first, int last, float* out, int ldo, const float* x, int n);
@@ -117,7 +122,8 @@ class Decoder {
   std::vector<int> pos_;             // (slots) tokens in each cache
   int64_t bytes_ = 0;
   KvFormat kv_ = KvFormat::kF32;
-  // (slots, L, slot_tokens, NKV*HS) elements of format kv_ each, keys after RoPE
+  // (slots, L, NKV, slot_tokens, HS) elements of format kv_ each, keys after RoPE: a head's
+  // positions are contiguous, one stream for attention to read
   std::vector<char> kcache_, vcache_;
   std::vector<float> scores_;           // (threads, slot_tokens): attention's scores
   std::vector<float> rope_;             // (slot_tokens, HS/2, 2)
