@@ -20,8 +20,8 @@ class InferenceSession {
   // max_tokens <= c.max_seq_len (the RoPE table and what training saw).
   // bf16: the linear layers run on a bf16 copy of the weights (half the bytes each decoded token
   // reads) with bf16 inputs and fp32 sums; q8_0: on int8 blocks (a quarter of the bytes) with the
-  // activations quantized per row; everything else stays fp32. kv: the KV cache's format (unset:
-  // decoder_kv_format's default for the weight format).
+  // activations quantized per row; the rest of the arithmetic stays fp32. kv: the KV cache's
+  // format (unset: decoder_kv_format's default, a 16-bit cache for f16 and bf16 weights).
   Status init(const ModelConfig& c, const float* params, int max_tokens, int threads, WeightFormat format,
               std::optional<KvFormat> kv = std::nullopt);
   Status init(const ModelConfig& c, const float* params, int max_tokens, int threads,
