@@ -66,13 +66,14 @@ const KvFormat kFormats[] = {KvFormat::kF32, KvFormat::kF16, KvFormat::kBf16};
 
 }  // namespace
 
-// Every format, head sizes with and without a tail of 8 (and more than 64, the vector path's
-// chunk), key counts around 8, a head that is not the first in its row (ld > HS, offset).
+// Every format; head sizes with and without a tail of 8, and every count of 8-wide registers the
+// value pass can end on (1 to 7 after chunks of 64: 200, 80, 24, 96, 40, 112, 120); key counts
+// around 8; a head that is not the first in its row (ld > HS, offset).
 TEST(DecodeAttention, VectorPathIsTheReferenceBitForBitAndNearDouble) {
   ASSERT_NE(decode_linear_current_isa(), DecodeIsa::kPortable) << "this CPU has no AVX2 + FMA + F16C";
   int cases = 0;
   for (KvFormat f : kFormats)
-    for (int HS : {4, 8, 12, 64, 80, 128, 200})
+    for (int HS : {4, 8, 12, 24, 40, 64, 80, 96, 112, 120, 128, 200})
       for (int n : {1, 7, 8, 9, 33, 300}) {
         const int heads = 3, ld = heads * HS, head = 1;
         const int64_t off = (int64_t)head * HS;
@@ -98,7 +99,7 @@ TEST(DecodeAttention, VectorPathIsTheReferenceBitForBitAndNearDouble) {
         }
         cases++;
       }
-  EXPECT_EQ(cases, 3 * 7 * 6);
+  EXPECT_EQ(cases, 3 * 12 * 6);
 }
 
 // The portable dispatch runs the reference; both paths store the same cache bytes.
