@@ -37,10 +37,7 @@ inline float widen1(const void* p, int64_t i) {
   } else if constexpr (F == KvFormat::kF16) {
     return f32_from_fp16(static_cast<const uint16_t*>(p)[i]);
   } else {
-    const uint32_t u = (uint32_t)static_cast<const uint16_t*>(p)[i] << 16;
-    float f;
-    std::memcpy(&f, &u, 4);
-    return f;
+    return vmath::bf16_widen(static_cast<const uint16_t*>(p)[i]);
   }
 }
 
@@ -52,7 +49,7 @@ __attribute__((target("avx2,fma,f16c"))) inline __m256 widen8(const void* p, int
   } else {
     const __m128i h = _mm_loadu_si128((const __m128i*)(static_cast<const uint16_t*>(p) + i));
     if constexpr (F == KvFormat::kF16) return _mm256_cvtph_ps(h);
-    else return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+    else return vmath::bf16_widen8(h);
   }
 }
 

@@ -175,7 +175,7 @@ static_assert(sizeof(Bf16) == 2);
 // kernels are the fp32 ones on the widened weights, bit for bit.
 inline float wval(const float* w, int k) { return w[k]; }
 inline float wval(const uint16_t* w, int k) { return f32_from_fp16(w[k]); }
-inline float wval(const Bf16* w, int k) { return std::bit_cast<float>((uint32_t)w[k].bits << 16); }
+inline float wval(const Bf16* w, int k) { return vmath::bf16_widen(w[k].bits); }
 
 template <typename WT>
 inline float tail_f32(float s, const float* x, const WT* w, int k0, int IC) {
@@ -202,7 +202,7 @@ __attribute__((target("avx512f"))) inline __m512 load16(const Bf16* w) {
 }
 __attribute__((target("avx2,f16c"))) inline __m256 load8(const float* w) { return _mm256_loadu_ps(w); }
 __attribute__((target("avx2"))) inline __m256 load8(const Bf16* w) {
-  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i*)w)), 16));
+  return vmath::bf16_widen8(_mm_loadu_si128((const __m128i*)w));
 }
 __attribute__((target("avx2,f16c"))) inline __m256 load8(const uint16_t* w) {
   return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)w));
@@ -648,9 +648,8 @@ void round_to_bf16(float* out, const float* x, int64_t n) {
   int64_t i = 0;
   for (; i + 16 <= n; i += 16) {
     const __m256i h = vmath::bf16_pack16(_mm256_loadu_ps(x + i), _mm256_loadu_ps(x + i + 8));
-    _mm256_storeu_ps(out + i, _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm256_castsi256_si128(h)), 16)));
-    _mm256_storeu_ps(out + i + 8,
-                     _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm256_extracti128_si256(h, 1)), 16)));
+    _mm256_storeu_ps(out + i, vmath::bf16_widen8(_mm256_castsi256_si128(h)));
+    _mm256_storeu_ps(out + i + 8, vmath::bf16_widen8(_mm256_extracti128_si256(h, 1)));
   }
   for (; i < n; i++) out[i] = bf16_round_f32(x[i]);
 }

@@ -82,12 +82,7 @@ Bf16Gemm& bf16_gemm_for(bool ta, bool tb, int M, int N, int K, int lda, int ldb,
   return *slot;
 }
 
-inline float bf16_widen(uint16_t h) {
-  uint32_t u = (uint32_t)h << 16;
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
+using vmath::bf16_widen;
 }  // namespace
 
 void gemm_set_backend(GemmBackend b) { g_backend = gemm_backend_available(b) ? b : GemmBackend::kOpenBlas; }

@@ -145,4 +145,15 @@ inline void bf16_round16(uint16_t* out, const float* inp) {
   _mm256_storeu_si256((__m256i*)out, bf16_pack16(_mm256_loadu_ps(inp), _mm256_loadu_ps(inp + 8)));
 }
 
+// bf16 -> fp32, exact (a bf16 is the upper half of an fp32): one value, and 8 held in a register.
+inline float bf16_widen(uint16_t h) {
+  const uint32_t u = (uint32_t)h << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+inline __m256 bf16_widen8(__m128i h) {
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+
 }  // namespace smelt::vmath
