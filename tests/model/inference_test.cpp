@@ -170,6 +170,7 @@ INSTANTIATE_TEST_SUITE_P(
                       DecodeCase{"gqa_tied_bf16", tiny(97, 64, 2, 4, 2, 96, true, 64), 7, 45, 1, Precision::kBf16},
                       DecodeCase{"mqa_untied_bf16", tiny(131, 48, 2, 6, 1, 80, false, 64), 5, 48, 2,
                                  Precision::kBf16},
+                      DecodeCase{"mqa_group12", tiny(113, 192, 2, 12, 1, 128, false, 64), 5, 40, 2},
                       DecodeCase{"extras_gqa_untied", extras(tiny(97, 64, 2, 4, 2, 96, false, 64)), 7, 45, 2}),
     [](const ::testing::TestParamInfo<DecodeCase>& i) { return std::string(i.param.name); });
 
@@ -197,21 +198,27 @@ TEST(Inference, ChunkedPrefillAndTokenByTokenPrefillMatchFullForward) {
   EXPECT_LE(rel_err(one.data(), full.data(), V), kTol);
 }
 
+// Threads split attention's groups of query heads into parts when a step has fewer (row, kv head)
+// pairs than threads (MQA at 2 and 3 threads); the logits keep one thread's bits.
 TEST(Inference, OneAndTwoThreadsGiveIdenticalLogits) {
-  ModelConfig c = tiny(97, 64, 2, 4, 2, 96, true, 64);
-  Model m;
-  ASSERT_TRUE(m.init(c, 1, 8, 1, 99));
-  std::vector<int32_t> ids = {1, 5, 9, 2, 7, 3};
-  std::vector<float> a(c.vocab_size), b(c.vocab_size);
-  InferenceSession s1, s2;
-  ASSERT_TRUE(s1.init(c, m.params(), 32, 1));
-  ASSERT_TRUE(s2.init(c, m.params(), 32, 2));
-  ASSERT_TRUE(s1.prefill(ids.data(), (int)ids.size(), a.data()));
-  ASSERT_TRUE(s2.prefill(ids.data(), (int)ids.size(), b.data()));
-  EXPECT_EQ(a, b);
-  ASSERT_TRUE(s1.step(4, a.data()));
-  ASSERT_TRUE(s2.step(4, b.data()));
-  EXPECT_EQ(a, b);
+  for (const ModelConfig& c : {tiny(97, 64, 2, 4, 2, 96, true, 64), tiny(97, 96, 2, 6, 1, 96, true, 64)})
+    for (int threads : {2, 3}) {
+      Model m;
+      ASSERT_TRUE(m.init(c, 1, 8, 1, 99));
+      std::vector<int32_t> ids = {1, 5, 9, 2, 7, 3};
+      std::vector<float> a(c.vocab_size), b(c.vocab_size);
+      InferenceSession s1, s2;
+      ASSERT_TRUE(s1.init(c, m.params(), 32, 1));
+      ASSERT_TRUE(s2.init(c, m.params(), 32, threads));
+      ASSERT_TRUE(s1.prefill(ids.data(), (int)ids.size(), a.data()));
+      ASSERT_TRUE(s2.prefill(ids.data(), (int)ids.size(), b.data()));
+      EXPECT_EQ(a, b) << c.n_kv_heads << " kv heads, " << threads << " threads";
+      for (int32_t t : {4, 8, 1}) {
+        ASSERT_TRUE(s1.step(t, a.data()));
+        ASSERT_TRUE(s2.step(t, b.data()));
+        EXPECT_EQ(a, b) << c.n_kv_heads << " kv heads, " << threads << " threads";
+      }
+    }
 }
 
 TEST(Inference, ErrorsNameTheLimit) {

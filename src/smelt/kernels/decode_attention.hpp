@@ -1,5 +1,6 @@
 // Single-query attention over a KV cache, the attention of a decode step (model/decoder.cpp): one
-// query head of one row over the keys and values of positions 0..n-1 of its sequence, the cache
+// query head of one row (or the group of query heads that share a kv head, which then reads the
+// cache once) over the keys and values of positions 0..n-1 of its sequence, the cache
 // held in fp32, IEEE half or bf16 (a batch-1 decode reads the whole cache every token, so 16-bit
 // halves attention's bytes). An exact softmax in three passes over a score buffer:
 //   s[j]  = scale * dot(q, k_j)         the dot: 8 lane sums (lane l: fma over e = l mod 8, in e
@@ -32,6 +33,12 @@ void kv_store(void* dst, const float* src, int n, KvFormat f);
 // after position j-1. scores: n floats of scratch.
 void decode_attention(float* out, const float* q, const void* K, const void* V, KvFormat f, int64_t ld,
                       int n, int HS, float scale, float* scores);
+// Grouped-query attention: G query heads (1 <= G <= kMaxGroup) that share one kv head, head g's
+// query at q + g HS and its output at out + g HS; each key and value is read once for the group.
+// Head g's result is decode_attention's for that head alone, bit for bit. scores: G n floats.
+constexpr int kMaxGroup = 64;
+void decode_attention_group(float* out, const float* q, int G, const void* K, const void* V, KvFormat f,
+                            int64_t ld, int n, int HS, float scale, float* scores);
 // The scalar reference (same contract, the same bits).
 void decode_attention_ref(float* out, const float* q, const void* K, const void* V, KvFormat f,
                           int64_t ld, int n, int HS, float scale, float* scores);

@@ -32,6 +32,18 @@ bool bf16_wide_steps(const DecoderOptions& o) { return !o.batch_invariant && o.m
 bool q8_quantized(const ParamLayout& l, const ParamTensor& t) {
   return !(t.cols == 1 || t.cols % kQ8Block || (t.offset == l.wte && l.lm_head != l.wte));
 }
+
+// The most query heads one decode_attention_group call takes: a kv head's whole group, up to the
+// kernel's limit. Attention's score buffer holds that many heads' scores per thread.
+int attention_heads_max(const ModelConfig& c) { return std::min(c.n_heads / c.n_kv_heads, kMaxGroup); }
+
+// The query heads per call in a step of n rows: the group whole (up to attention_heads_max), or
+// split into as many parts as give each thread a (row, kv head, part) of its own.
+int attention_part(const ModelConfig& c, int threads, int n) {
+  const int group = c.n_heads / c.n_kv_heads, items = n * c.n_kv_heads;
+  const int parts = items >= threads ? 1 : std::min(group, (threads + items - 1) / items);
+  return std::min((group + parts - 1) / parts, attention_heads_max(c));
+}
 }  // namespace
 
 int64_t decoder_bytes(const ModelConfig& c, const DecoderOptions& o) {
@@ -41,7 +53,8 @@ int64_t decoder_bytes(const ModelConfig& c, const DecoderOptions& o) {
   const int64_t cache = (int64_t)o.slots * c.n_layers * T * KV, widest = std::max({C, A, H});
   // the RoPE table, attention's scores, row buffers (x, ln, head, qkv, att, gu, sw, rstd) and the
   // rows' positions, slots and tokens; the KV caches below
-  int64_t floats = T * HS + (int64_t)std::max(1, o.threads) * T + r * (3 * C + c.qkv_size() + A + 3 * H + 1) + 3 * r;
+  int64_t floats = T * HS + (int64_t)std::max(1, o.threads) * attention_heads_max(c) * T +
+                   r * (3 * C + c.qkv_size() + A + 3 * H + 1) + 3 * r;
   if (c.qk_norm) floats += r * (c.n_heads + c.n_kv_heads) * (HS + 1);  // q,k before the norm and their scales
   int64_t halves = 0, q8 = 0;
   if (o.format == WeightFormat::kBf16) {
@@ -121,7 +134,7 @@ Status Decoder::init(const ModelConfig& c, const float* params, const DecoderOpt
   kv_ = decoder_kv_format(opt);
   kcache_.assign(cache * kv_format_bytes(kv_), 0);
   vcache_.assign(cache * kv_format_bytes(kv_), 0);
-  scores_.assign((size_t)opt_.threads * opt.slot_tokens, 0.0f);
+  scores_.assign((size_t)opt_.threads * attention_heads_max(c) * opt.slot_tokens, 0.0f);
   rope_.assign((size_t)opt.slot_tokens * HS, 0.0f);
   const std::vector<double> inv_freq = rope_inv_freq(c);
   rope_table(rope_.data(), opt.slot_tokens, HS, inv_freq.data());
@@ -239,21 +252,27 @@ void Decoder::linear(float* out, const float* inp, int64_t w, int n, int IC, int
   }
 }
 
-// Causal attention of each row's query over its slot's cache (keys 0..its position): each
-// (row, head) alone (decode_attention: batch invariant). Query head h reads kv head h/group.
+// Causal attention of each row's query over its slot's cache (keys 0..its position), a group of
+// query heads sharing a kv head at a time (decode_attention_group reads that head's keys and
+// values once). Groups are split into parts when rows x kv heads would leave threads idle; each
+// head's result does not depend on the split (bit for bit), so a decode stays batch invariant.
 void Decoder::attention(int l, int n) {
   const ModelConfig& c = cfg_;
-  const int HS = c.head_size(), NH = c.n_heads, QKV = c.qkv_size(), A = NH * HS;
-  const int group = NH / c.n_kv_heads, T = opt_.slot_tokens;
+  const int HS = c.head_size(), NKV = c.n_kv_heads, QKV = c.qkv_size(), A = c.n_heads * HS;
+  const int group = c.n_heads / NKV, T = opt_.slot_tokens;
+  const int part = attention_part(c, opt_.threads, n), parts = (group + part - 1) / part;
   const float scale = 1.0f / std::sqrt((float)HS);
-#pragma omp parallel for collapse(2) schedule(static)
+#pragma omp parallel for collapse(3) schedule(static)
   for (int i = 0; i < n; i++)
-    for (int h = 0; h < NH; h++) {
-      const size_t at = cache_at(slotbuf_[i], l, h / group, 0);
-      decode_attention(att_.data() + (size_t)i * A + (size_t)h * HS, qkv_.data() + (size_t)i * QKV + (size_t)h * HS,
-                       kcache_.data() + at, vcache_.data() + at, kv_, HS, posbuf_[i] + 1, HS, scale,
-                       scores_.data() + (size_t)omp_get_thread_num() * T);
-    }
+    for (int kvh = 0; kvh < NKV; kvh++)
+      for (int p = 0; p < parts; p++) {
+        const int h = kvh * group + p * part, G = std::min(part, group - p * part);
+        const size_t at = cache_at(slotbuf_[i], l, kvh, 0);
+        decode_attention_group(att_.data() + (size_t)i * A + (size_t)h * HS,
+                               qkv_.data() + (size_t)i * QKV + (size_t)h * HS, G, kcache_.data() + at,
+                               vcache_.data() + at, kv_, HS, posbuf_[i] + 1, HS, scale,
+                               scores_.data() + (size_t)omp_get_thread_num() * part * T);
+      }
 }
 
 void Decoder::adapters(int l, int first, int last, float* out, int ldo, const float* x, int n) {

@@ -125,7 +125,7 @@ class Decoder {
   // (slots, L, NKV, slot_tokens, HS) elements of format kv_ each, keys after RoPE: a head's
   // positions are contiguous, one stream for attention to read
   std::vector<char> kcache_, vcache_;
-  std::vector<float> scores_;           // (threads, slot_tokens): attention's scores
+  std::vector<float> scores_;           // (threads, group heads, slot_tokens): attention's scores
   std::vector<float> rope_;             // (slot_tokens, HS/2, 2)
   std::vector<float> x_, ln_, qkv_, att_, gu_, sw_, rstd_, head_;  // per-row scratch
   std::vector<float> qk_raw_, qk_rstd_;  // qk_norm: per-row q,k before their norm, and its scales

@@ -4,6 +4,7 @@
 
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -96,65 +97,148 @@ void attend_ref(float* out, const float* q, const void* K, const void* V, int64_
 }
 
 // ---- AVX2 + FMA + F16C ------------------------------------------------------------------------
-template <KvFormat F>
-__attribute__((target("avx2,fma,f16c"))) void scores_avx2(float* s, const float* q, const void* K, int64_t ld,
-                                                          int n, int HS, float scale) {
+// A group of query heads that share a kv head (grouped-query attention) reads each key and value
+// once for the group: NG heads' dot products (scores) or NG heads' value sums (values) are held in
+// registers side by side. Each head's arithmetic is the one-head formula's, in its order: the
+// grouping moves loads, not sums.
+
+// s[g n + j] = scale * q_g . k_j for the NG heads g whose queries are q + g HS.
+template <KvFormat F, int NG>
+__attribute__((target("avx2,fma,f16c")))
+void scores_avx2(float* s, const float* q, const void* K, int64_t ld, int n, int HS, float scale) {
   const int body = HS - HS % kLanes;
   constexpr int esz = F == KvFormat::kF32 ? 4 : 2;
   for (int j = 0; j < n; j++) {
     const int64_t at = (int64_t)j * ld;
     if (j + kAhead < n) prefetch_row(K, at + kAhead * ld, (int64_t)HS * esz, esz);
-    __m256 a = _mm256_setzero_ps();
-    int e = 0;
-    for (; e < body; e += kLanes) a = _mm256_fmadd_ps(_mm256_loadu_ps(q + e), widen8<F>(K, at + e), a);
-    float d = vmath::hsum8(a);
-    for (; e < HS; e++) d = std::fma(q[e], widen1<F>(K, at + e), d);
-    s[j] = d * scale;
+    __m256 a[NG];
+#pragma GCC unroll 8
+    for (int g = 0; g < NG; g++) a[g] = _mm256_setzero_ps();
+    for (int e = 0; e < body; e += kLanes) {
+      const __m256 k = widen8<F>(K, at + e);
+#pragma GCC unroll 8
+      for (int g = 0; g < NG; g++) a[g] = _mm256_fmadd_ps(_mm256_loadu_ps(q + (int64_t)g * HS + e), k, a[g]);
+    }
+#pragma GCC unroll 8
+    for (int g = 0; g < NG; g++) {
+      const float* qg = q + (int64_t)g * HS;
+      float d = vmath::hsum8(a[g]);
+      for (int e = body; e < HS; e++) d = std::fma(qg[e], widen1<F>(K, at + e), d);
+      s[(int64_t)g * n + j] = d * scale;
+    }
   }
 }
 
-// out[e0 .. e0 + 8 NV) = inv * sum_j p[j] v_j[e]: NV registers of sums, in j order.
-template <KvFormat F, int NV>
-__attribute__((target("avx2,fma,f16c"))) void values_avx2(float* out, const float* p, const void* V, int64_t ld,
-                                                          int n, int64_t e0, float inv) {
-  __m256 acc[NV];
+// out[g HS + e0 .. + 8 NV) = inv[g] * sum_j p[g n + j] v_j[e] for NG heads: NG x NV registers of
+// sums, in j order.
+template <KvFormat F, int NG, int NV>
+__attribute__((target("avx2,fma,f16c")))
+void values_avx2(float* out, const float* p, const void* V, int64_t ld, int n, int HS, int64_t e0,
+                 const float* inv) {
+  __m256 acc[NG][NV];
 #pragma GCC unroll 8
-  for (int v = 0; v < NV; v++) acc[v] = _mm256_setzero_ps();
+  for (int g = 0; g < NG; g++)
+#pragma GCC unroll 8
+    for (int v = 0; v < NV; v++) acc[g][v] = _mm256_setzero_ps();
   constexpr int esz = F == KvFormat::kF32 ? 4 : 2;
   for (int j = 0; j < n; j++) {
-    const __m256 pj = _mm256_set1_ps(p[j]);
     const int64_t at = (int64_t)j * ld + e0;
     if (j + kAhead < n) prefetch_row(V, at + kAhead * ld, NV * kLanes * esz, esz);
 #pragma GCC unroll 8
-    for (int v = 0; v < NV; v++) acc[v] = _mm256_fmadd_ps(pj, widen8<F>(V, at + v * kLanes), acc[v]);
+    for (int v = 0; v < NV; v++) {
+      const __m256 x = widen8<F>(V, at + v * kLanes);
+#pragma GCC unroll 8
+      for (int g = 0; g < NG; g++) acc[g][v] = _mm256_fmadd_ps(_mm256_set1_ps(p[(int64_t)g * n + j]), x, acc[g][v]);
+    }
   }
 #pragma GCC unroll 8
-  for (int v = 0; v < NV; v++) _mm256_storeu_ps(out + e0 + v * kLanes, _mm256_mul_ps(acc[v], _mm256_set1_ps(inv)));
+  for (int g = 0; g < NG; g++)
+#pragma GCC unroll 8
+    for (int v = 0; v < NV; v++)
+      _mm256_storeu_ps(out + (int64_t)g * HS + e0 + v * kLanes, _mm256_mul_ps(acc[g][v], _mm256_set1_ps(inv[g])));
+}
+
+// Up to 8 heads' scores in one pass over the keys.
+template <KvFormat F>
+__attribute__((target("avx2,fma,f16c")))
+void scores_group(float* s, const float* q, int NG, const void* K, int64_t ld, int n, int HS, float scale) {
+  switch (NG) {
+    case 1: return scores_avx2<F, 1>(s, q, K, ld, n, HS, scale);
+    case 2: return scores_avx2<F, 2>(s, q, K, ld, n, HS, scale);
+    case 3: return scores_avx2<F, 3>(s, q, K, ld, n, HS, scale);
+    case 4: return scores_avx2<F, 4>(s, q, K, ld, n, HS, scale);
+    case 5: return scores_avx2<F, 5>(s, q, K, ld, n, HS, scale);
+    case 6: return scores_avx2<F, 6>(s, q, K, ld, n, HS, scale);
+    case 7: return scores_avx2<F, 7>(s, q, K, ld, n, HS, scale);
+    default: return scores_avx2<F, 8>(s, q, K, ld, n, HS, scale);
+  }
+}
+
+// One head's value sums over elements [0, body): 8 registers at a time, then the rest at once.
+template <KvFormat F>
+__attribute__((target("avx2,fma,f16c")))
+void values_one(float* out, const float* p, const void* V, int64_t ld, int n, int HS, int body,
+                const float* inv) {
+  int e = 0;
+  for (; e + 8 * kLanes <= body; e += 8 * kLanes) values_avx2<F, 1, 8>(out, p, V, ld, n, HS, e, inv);
+  switch ((body - e) / kLanes) {
+    case 7: return values_avx2<F, 1, 7>(out, p, V, ld, n, HS, e, inv);
+    case 6: return values_avx2<F, 1, 6>(out, p, V, ld, n, HS, e, inv);
+    case 5: return values_avx2<F, 1, 5>(out, p, V, ld, n, HS, e, inv);
+    case 4: return values_avx2<F, 1, 4>(out, p, V, ld, n, HS, e, inv);
+    case 3: return values_avx2<F, 1, 3>(out, p, V, ld, n, HS, e, inv);
+    case 2: return values_avx2<F, 1, 2>(out, p, V, ld, n, HS, e, inv);
+    case 1: return values_avx2<F, 1, 1>(out, p, V, ld, n, HS, e, inv);
+    default: return;
+  }
+}
+
+// NG heads (2-4) over [0, body): tiles of NG x NV registers (8 of sums), one register for the rest.
+template <KvFormat F, int NG>
+__attribute__((target("avx2,fma,f16c")))
+void values_several(float* out, const float* p, const void* V, int64_t ld, int n, int HS, int body,
+                    const float* inv) {
+  constexpr int NV = NG == 2 ? 4 : 2;
+  int e = 0;
+  for (; e + NV * kLanes <= body; e += NV * kLanes) values_avx2<F, NG, NV>(out, p, V, ld, n, HS, e, inv);
+  for (; e < body; e += kLanes) values_avx2<F, NG, 1>(out, p, V, ld, n, HS, e, inv);
+}
+
+// Up to 4 heads' value sums in one pass over the values (per tile).
+template <KvFormat F>
+__attribute__((target("avx2,fma,f16c")))
+void values_group(float* out, const float* p, int NG, const void* V, int64_t ld, int n, int HS, int body,
+                  const float* inv) {
+  switch (NG) {
+    case 1: return values_one<F>(out, p, V, ld, n, HS, body, inv);
+    case 2: return values_several<F, 2>(out, p, V, ld, n, HS, body, inv);
+    case 3: return values_several<F, 3>(out, p, V, ld, n, HS, body, inv);
+    default: return values_several<F, 4>(out, p, V, ld, n, HS, body, inv);
+  }
 }
 
 template <KvFormat F>
-__attribute__((target("avx2,fma,f16c"))) void attend_avx2(float* out, const float* q, const void* K, const void* V,
-                                                          int64_t ld, int n, int HS, float scale, float* s) {
-  scores_avx2<F>(s, q, K, ld, n, HS, scale);
-  const float m = vmath::max_of(s, n, -std::numeric_limits<float>::infinity());
-  const float inv = 1.0f / vmath::exp_sub_sum(s, s, m, n);
-  const int body = HS - HS % kLanes;
-  int e = 0;
-  for (; e + 8 * kLanes <= body; e += 8 * kLanes) values_avx2<F, 8>(out, s, V, ld, n, e, inv);
-  switch ((body - e) / kLanes) {
-    case 7: values_avx2<F, 7>(out, s, V, ld, n, e, inv); break;
-    case 6: values_avx2<F, 6>(out, s, V, ld, n, e, inv); break;
-    case 5: values_avx2<F, 5>(out, s, V, ld, n, e, inv); break;
-    case 4: values_avx2<F, 4>(out, s, V, ld, n, e, inv); break;
-    case 3: values_avx2<F, 3>(out, s, V, ld, n, e, inv); break;
-    case 2: values_avx2<F, 2>(out, s, V, ld, n, e, inv); break;
-    case 1: values_avx2<F, 1>(out, s, V, ld, n, e, inv); break;
-    default: break;
+__attribute__((target("avx2,fma,f16c")))
+void attend_avx2(float* out, const float* q, int G, const void* K, const void* V, int64_t ld, int n, int HS,
+                 float scale, float* s) {
+  for (int g = 0; g < G; g += 8)
+    scores_group<F>(s + (int64_t)g * n, q + (int64_t)g * HS, std::min(8, G - g), K, ld, n, HS, scale);
+  float inv[kMaxGroup];
+  for (int g = 0; g < G; g++) {
+    float* sg = s + (int64_t)g * n;
+    const float m = vmath::max_of(sg, n, -std::numeric_limits<float>::infinity());
+    inv[g] = 1.0f / vmath::exp_sub_sum(sg, sg, m, n);
   }
-  for (e = body; e < HS; e++) {
-    float acc = 0.0f;
-    for (int j = 0; j < n; j++) acc = std::fma(s[j], widen1<F>(V, (int64_t)j * ld + e), acc);
-    out[e] = acc * inv;
+  const int body = HS - HS % kLanes;
+  for (int g = 0; g < G; g += 4)
+    values_group<F>(out + (int64_t)g * HS, s + (int64_t)g * n, std::min(4, G - g), V, ld, n, HS, body, inv + g);
+  for (int g = 0; g < G; g++) {
+    const float* sg = s + (int64_t)g * n;
+    for (int e = body; e < HS; e++) {
+      float acc = 0.0f;
+      for (int j = 0; j < n; j++) acc = std::fma(sg[j], widen1<F>(V, (int64_t)j * ld + e), acc);
+      out[(int64_t)g * HS + e] = acc * inv[g];
+    }
   }
 }
 
@@ -186,11 +270,21 @@ void kv_store(void* dst, const float* src, int n, KvFormat f) {
 
 void decode_attention(float* out, const float* q, const void* K, const void* V, KvFormat f, int64_t ld, int n,
                       int HS, float scale, float* scores) {
-  if (!vector_path()) return decode_attention_ref(out, q, K, V, f, ld, n, HS, scale, scores);
+  decode_attention_group(out, q, 1, K, V, f, ld, n, HS, scale, scores);
+}
+
+void decode_attention_group(float* out, const float* q, int G, const void* K, const void* V, KvFormat f,
+                            int64_t ld, int n, int HS, float scale, float* scores) {
+  if (!vector_path()) {
+    for (int g = 0; g < G; g++)
+      decode_attention_ref(out + (int64_t)g * HS, q + (int64_t)g * HS, K, V, f, ld, n, HS, scale,
+                           scores + (int64_t)g * n);
+    return;
+  }
   switch (f) {
-    case KvFormat::kF32: return attend_avx2<KvFormat::kF32>(out, q, K, V, ld, n, HS, scale, scores);
-    case KvFormat::kF16: return attend_avx2<KvFormat::kF16>(out, q, K, V, ld, n, HS, scale, scores);
-    case KvFormat::kBf16: return attend_avx2<KvFormat::kBf16>(out, q, K, V, ld, n, HS, scale, scores);
+    case KvFormat::kF32: return attend_avx2<KvFormat::kF32>(out, q, G, K, V, ld, n, HS, scale, scores);
+    case KvFormat::kF16: return attend_avx2<KvFormat::kF16>(out, q, G, K, V, ld, n, HS, scale, scores);
+    case KvFormat::kBf16: return attend_avx2<KvFormat::kBf16>(out, q, G, K, V, ld, n, HS, scale, scores);
   }
 }
 
