@@ -82,8 +82,7 @@ void add_generate_flags(CLI::App& app, GenerateFlags& f) {
                  "inputs rounded to half, fp32 sums: half the bytes) or q8_0 (int8 blocks of 32 with an fp16 "
                  "scale, activations quantized alike, int8 dot products: a quarter of the bytes)")
       ->check(CLI::IsMember({"f32", "fp32", "bf16", "f16", "fp16", "q8_0"}));
-  app.add_option("--kv-cache", f.kv_cache, "keys and values in the KV cache as f32, f16 or bf16 (default: f16 for --dtype f16, bf16 for bf16, else f32; a 16-bit cache is half the bytes attention reads per token)")
-      ->check(CLI::IsMember({"f32", "fp32", "f16", "fp16", "bf16"}));
+  cli_add_kv_cache_option(app, f.kv_cache);
   app.add_flag("--json", f.json, "print one JSON object (text, ids, counts, speed) instead of streaming");
   app.add_flag("--ignore-eos", f.no_stop, "keep going past the end-of-document token");
   app.add_option("--trace", f.trace_path, "write this request's timeline (prefill, each token's decoder step by "

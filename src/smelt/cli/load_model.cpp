@@ -3,6 +3,7 @@
 
 #include <filesystem>
 
+#include <CLI/CLI.hpp>
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
@@ -41,6 +42,13 @@ Status cli_load_model(const std::string& ckpt, const std::string& gguf, std::str
                                      "tokenizer the model was trained with?", tok_path.empty() ? gguf : tok_path,
                                      m.tok.vocab_size(), m.cfg.vocab_size));
   return Status::ok();
+}
+
+void cli_add_kv_cache_option(CLI::App& app, std::string& kv_cache) {
+  app.add_option("--kv-cache", kv_cache,
+                 "keys and values in the KV cache as f32, f16 or bf16 (default: f16 for --dtype f16, bf16 for bf16, "
+                 "else f32; a 16-bit cache is half the bytes attention reads per token)")
+      ->check(CLI::IsMember({"f32", "fp32", "f16", "fp16", "bf16"}));
 }
 
 }  // namespace smelt

@@ -17,6 +17,7 @@
 #include "smelt/ckpt/peft.hpp"
 #include "smelt/cli/cli_parse.hpp"
 #include "smelt/cli/command_table.hpp"
+#include "smelt/cli/load_model.hpp"
 #include "smelt/cli/resolve_checkpoint.hpp"
 #include "smelt/common/log.hpp"
 #include "smelt/model/config.hpp"
@@ -121,8 +122,7 @@ void add_serve_flags(CLI::App& app, ServeFlags& f) {
   app.add_option("--prefill-chunk", f.ec.prefill_chunk, "prompt tokens per step over all prefilling sequences "
                  "(default 32: a long prompt does not stall the others' streams)")->check(CLI::PositiveNumber);
   app.add_option("--dtype", f.dtype, "linear layers in f32 (default, exact), bf16, f16 (half weights, inputs rounded to half) or q8_0 (int8 blocks)");
-  app.add_option("--kv-cache", f.kv_cache, "keys and values in the KV cache as f32, f16 or bf16 (default: f16 for --dtype f16, bf16 for bf16, else f32; a 16-bit cache is half the bytes attention reads per token)")
-      ->check(CLI::IsMember({"f32", "fp32", "f16", "fp16", "bf16"}));
+  cli_add_kv_cache_option(app, f.kv_cache);
   app.add_option("--model-name", f.model_name, "the name clients use in 'model' (default: the run directory's name, or "
                  "the GGUF file's general.name)");
   app.add_option("--api-key-file", f.api_key_file, "file whose first line is the key every route but /health then wants "
