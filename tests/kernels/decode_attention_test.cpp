@@ -103,44 +103,49 @@ TEST(DecodeAttention, VectorPathIsTheReferenceBitForBitAndNearDouble) {
 }
 
 // A group of query heads sharing one kv head: each head's output is the one-head reference's, bit
-// for bit, on the vector and the portable path, for group sizes that fill the score pass's chunks
-// of 8 heads and the value pass's chunks of 4 and end on every remainder, and head sizes that end
-// the grouped value tiles on each register count.
+// for bit, on the CPU's vector path, on AVX2's and on the portable path, for group sizes that fill
+// the score pass's chunks of 8 heads and the value pass's chunks and end on every remainder, and
+// head sizes that end the value tiles (8 or 16 lanes, 1-8 registers) on each register count.
 TEST(DecodeAttention, GroupIsEachHeadAloneBitForBit) {
-  ASSERT_NE(decode_linear_current_isa(), DecodeIsa::kPortable) << "this CPU has no AVX2 + FMA + F16C";
+  const DecodeIsa own = decode_linear_current_isa();
+  ASSERT_NE(own, DecodeIsa::kPortable) << "this CPU has no AVX2 + FMA + F16C";
   int cases = 0;
-  for (KvFormat f : kFormats)
-    for (int HS : {8, 12, 16, 24, 40, 64, 72, 128})
-      for (int G : {1, 2, 3, 4, 5, 6, 7, 8, 9, 12, 17})
-        for (int n : {1, 9, 70}) {
-          const int kv_heads = 2, ld = kv_heads * HS;
-          const int64_t off = HS, esz = kv_format_bytes(f);  // the second kv head
-          const Cache K = make_cache(f, n, ld, 1.0f, 5 + HS + G), V = make_cache(f, n, ld, 2.0f, 7 + HS * G + n);
-          const void* k = K.bytes.data() + off * esz;
-          const void* v = V.bytes.data() + off * esz;
-          std::vector<float> q((size_t)G * HS);
-          std::mt19937 g(HS * 17 + G * 3 + n);
-          std::normal_distribution<float> d(0.0f, 1.5f);
-          for (float& x : q) x = d(g);
-          const float scale = 1.0f / std::sqrt((float)HS);
-          std::vector<float> got((size_t)G * HS, NAN), port((size_t)G * HS, NAN), ref(HS), s((size_t)G * n), s1(n);
-          decode_attention_group(got.data(), q.data(), G, k, v, f, ld, n, HS, scale, s.data());
-          decode_linear_set_portable(true);
-          decode_attention_group(port.data(), q.data(), G, k, v, f, ld, n, HS, scale, s.data());
-          decode_linear_set_portable(false);
-          for (int h = 0; h < G; h++) {
-            decode_attention_ref(ref.data(), q.data() + (size_t)h * HS, k, v, f, ld, n, HS, scale, s1.data());
-            for (int e = 0; e < HS; e++) {
-              ASSERT_EQ(std::bit_cast<uint32_t>(got[(size_t)h * HS + e]), std::bit_cast<uint32_t>(ref[e]))
-                  << kv_format_name(f) << " HS " << HS << " G " << G << " n " << n << " head " << h << " element "
-                  << e;
-              ASSERT_EQ(std::bit_cast<uint32_t>(port[(size_t)h * HS + e]), std::bit_cast<uint32_t>(ref[e]))
-                  << "portable " << kv_format_name(f) << " HS " << HS << " G " << G << " head " << h;
+  // the CPU's own path (AVX-512's one-pass value sums where it has them), then AVX2's tiles
+  for (DecodeIsa isa : {own, DecodeIsa::kAvx2})
+    for (KvFormat f : kFormats)
+      for (int HS : {8, 12, 16, 24, 40, 48, 64, 72, 80, 96, 128, 144, 200})
+        for (int G : {1, 2, 3, 4, 5, 6, 7, 8, 9, 12, 17})
+          for (int n : {1, 9, 70}) {
+            const int kv_heads = 2, ld = kv_heads * HS;
+            const int64_t off = HS, esz = kv_format_bytes(f);  // the second kv head
+            const Cache K = make_cache(f, n, ld, 1.0f, 5 + HS + G), V = make_cache(f, n, ld, 2.0f, 7 + HS * G + n);
+            const void* k = K.bytes.data() + off * esz;
+            const void* v = V.bytes.data() + off * esz;
+            std::vector<float> q((size_t)G * HS);
+            std::mt19937 g(HS * 17 + G * 3 + n);
+            std::normal_distribution<float> d(0.0f, 1.5f);
+            for (float& x : q) x = d(g);
+            const float scale = 1.0f / std::sqrt((float)HS);
+            std::vector<float> got((size_t)G * HS, NAN), port((size_t)G * HS, NAN), ref(HS), s((size_t)G * n), s1(n);
+            ASSERT_TRUE(decode_linear_set_isa(isa));
+            decode_attention_group(got.data(), q.data(), G, k, v, f, ld, n, HS, scale, s.data());
+            decode_linear_set_portable(true);
+            decode_attention_group(port.data(), q.data(), G, k, v, f, ld, n, HS, scale, s.data());
+            decode_linear_set_portable(false);
+            ASSERT_TRUE(decode_linear_set_isa(own));
+            for (int h = 0; h < G; h++) {
+              decode_attention_ref(ref.data(), q.data() + (size_t)h * HS, k, v, f, ld, n, HS, scale, s1.data());
+              for (int e = 0; e < HS; e++) {
+                ASSERT_EQ(std::bit_cast<uint32_t>(got[(size_t)h * HS + e]), std::bit_cast<uint32_t>(ref[e]))
+                    << decode_linear_isa() << " " << kv_format_name(f) << " HS " << HS << " G " << G << " n " << n
+                    << " head " << h << " element " << e;
+                ASSERT_EQ(std::bit_cast<uint32_t>(port[(size_t)h * HS + e]), std::bit_cast<uint32_t>(ref[e]))
+                    << "portable " << kv_format_name(f) << " HS " << HS << " G " << G << " head " << h;
+              }
             }
+            cases++;
           }
-          cases++;
-        }
-  EXPECT_EQ(cases, 3 * 8 * 11 * 3);
+  EXPECT_EQ(cases, 2 * 3 * 13 * 11 * 3);
 }
 
 // The portable dispatch runs the reference; both paths store the same cache bytes.

@@ -1,8 +1,15 @@
 // Single-query attention over a KV cache (decode_attention.hpp has the formula): an AVX2 + FMA +
-// F16C path and the scalar reference it equals bit for bit; the cache's element conversions.
+// F16C path (its value sums on AVX-512 where the CPU has it) and the scalar reference it equals
+// bit for bit; the cache's element conversions.
 #include "smelt/kernels/decode_attention.hpp"
 
+// GCC 12's AVX-512 headers trip -W(maybe-)uninitialized on their own _mm512_undefined_*()
+// (GCC bug 105593, fixed in 13), as in decode_linear.cpp.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
 #include <immintrin.h>
+#pragma GCC diagnostic pop
 
 #include <algorithm>
 #include <cmath>
@@ -217,10 +224,101 @@ void values_group(float* out, const float* p, int NG, const void* V, int64_t ld,
   }
 }
 
+// ---- AVX-512: the value sums in one pass -------------------------------------------------------
+// Each output element of the value pass is its own fma chain in j order, so 16 lanes give the 8-lane
+// path's bits. With 32 registers, up to 24 of them sums, a head's whole row (up to 8 x 16
+// elements) is held for several heads at once and the values are read in one sequential pass
+// (the AVX2 tiles take a 128-byte row in 2-4 strided passes).
+constexpr int kWideLanes = 16, kWideSums = 24;
+
+template <KvFormat F>
+__attribute__((target("avx512f,avx512bw,avx512vl,fma,f16c"))) inline __m512 widen16(const void* p, int64_t i) {
+  if constexpr (F == KvFormat::kF32) {
+    return _mm512_loadu_ps(static_cast<const float*>(p) + i);
+  } else {
+    const __m256i h = _mm256_loadu_si256((const __m256i*)(static_cast<const uint16_t*>(p) + i));
+    if constexpr (F == KvFormat::kF16) return _mm512_cvtph_ps(h);
+    else return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+  }
+}
+
+// out[g HS + e0 .. + 16 NV) = inv[g] * sum_j p[g n + j] v_j[e] for NG heads: NG x NV registers.
+template <KvFormat F, int NG, int NV>
+__attribute__((target("avx512f,avx512bw,avx512vl,fma,f16c")))
+void values_avx512(float* out, const float* p, const void* V, int64_t ld, int n, int HS, int64_t e0,
+                   const float* inv) {
+  __m512 acc[NG][NV];
+#pragma GCC unroll 8
+  for (int g = 0; g < NG; g++)
+#pragma GCC unroll 8
+    for (int v = 0; v < NV; v++) acc[g][v] = _mm512_setzero_ps();
+  constexpr int esz = F == KvFormat::kF32 ? 4 : 2;
+  for (int j = 0; j < n; j++) {
+    const int64_t at = (int64_t)j * ld + e0;
+    if (j + kAhead < n) prefetch_row(V, at + kAhead * ld, NV * kWideLanes * esz, esz);
+#pragma GCC unroll 8
+    for (int v = 0; v < NV; v++) {
+      const __m512 x = widen16<F>(V, at + v * kWideLanes);
+#pragma GCC unroll 8
+      for (int g = 0; g < NG; g++) acc[g][v] = _mm512_fmadd_ps(_mm512_set1_ps(p[(int64_t)g * n + j]), x, acc[g][v]);
+    }
+  }
+#pragma GCC unroll 8
+  for (int g = 0; g < NG; g++)
+#pragma GCC unroll 8
+    for (int v = 0; v < NV; v++)
+      _mm512_storeu_ps(out + (int64_t)g * HS + e0 + v * kWideLanes, _mm512_mul_ps(acc[g][v], _mm512_set1_ps(inv[g])));
+}
+
+// NG heads over [0, body): 16-lane tiles of 8, 4, 2 or 1 registers a head (as many as the sums'
+// registers allow), then a last 8 elements on the AVX2 tile.
+template <KvFormat F, int NG>
+__attribute__((target("avx512f,avx512bw,avx512vl,fma,f16c")))
+void values_wide(float* out, const float* p, const void* V, int64_t ld, int n, int HS, int body,
+                 const float* inv) {
+  const int body16 = body - body % kWideLanes;
+  int e = 0;
+  while (e < body16) {
+    const int left = (body16 - e) / kWideLanes;
+    if (NG * 8 <= kWideSums && left >= 8) {
+      if constexpr (NG * 8 <= kWideSums) values_avx512<F, NG, 8>(out, p, V, ld, n, HS, e, inv);
+      e += 8 * kWideLanes;
+    } else if (left >= 4) {
+      values_avx512<F, NG, 4>(out, p, V, ld, n, HS, e, inv), e += 4 * kWideLanes;
+    } else if (left >= 2) {
+      values_avx512<F, NG, 2>(out, p, V, ld, n, HS, e, inv), e += 2 * kWideLanes;
+    } else {
+      values_avx512<F, NG, 1>(out, p, V, ld, n, HS, e, inv), e += kWideLanes;
+    }
+  }
+  if (e < body) values_avx2<F, NG, 1>(out, p, V, ld, n, HS, e, inv);
+}
+
+// G heads in as few passes as the sums' registers allow, the heads spread evenly over the passes.
+template <KvFormat F>
+__attribute__((target("avx512f,avx512bw,avx512vl,fma,f16c")))
+void values_wide_group(float* out, const float* p, int G, const void* V, int64_t ld, int n, int HS, int body,
+                       const float* inv) {
+  const int regs = std::max(1, std::min(8, body / kWideLanes));
+  const int most = std::max(1, std::min(4, kWideSums / regs)), passes = (G + most - 1) / most;
+  for (int g = 0, pass = 0; g < G; pass++) {
+    const int NG = (G - g + (passes - pass) - 1) / (passes - pass);
+    float* o = out + (int64_t)g * HS;
+    const float* pg = p + (int64_t)g * n;
+    switch (NG) {
+      case 1: values_wide<F, 1>(o, pg, V, ld, n, HS, body, inv + g); break;
+      case 2: values_wide<F, 2>(o, pg, V, ld, n, HS, body, inv + g); break;
+      case 3: values_wide<F, 3>(o, pg, V, ld, n, HS, body, inv + g); break;
+      default: values_wide<F, 4>(o, pg, V, ld, n, HS, body, inv + g); break;
+    }
+    g += NG;
+  }
+}
+
 template <KvFormat F>
 __attribute__((target("avx2,fma,f16c")))
 void attend_avx2(float* out, const float* q, int G, const void* K, const void* V, int64_t ld, int n, int HS,
-                 float scale, float* s) {
+                 float scale, float* s, bool wide) {
   for (int g = 0; g < G; g += 8)
     scores_group<F>(s + (int64_t)g * n, q + (int64_t)g * HS, std::min(8, G - g), K, ld, n, HS, scale);
   float inv[kMaxGroup];
@@ -230,8 +328,12 @@ void attend_avx2(float* out, const float* q, int G, const void* K, const void* V
     inv[g] = 1.0f / vmath::exp_sub_sum(sg, sg, m, n);
   }
   const int body = HS - HS % kLanes;
-  for (int g = 0; g < G; g += 4)
-    values_group<F>(out + (int64_t)g * HS, s + (int64_t)g * n, std::min(4, G - g), V, ld, n, HS, body, inv + g);
+  if (wide) {
+    values_wide_group<F>(out, s, G, V, ld, n, HS, body, inv);
+  } else {
+    for (int g = 0; g < G; g += 4)
+      values_group<F>(out + (int64_t)g * HS, s + (int64_t)g * n, std::min(4, G - g), V, ld, n, HS, body, inv + g);
+  }
   for (int g = 0; g < G; g++) {
     const float* sg = s + (int64_t)g * n;
     for (int e = body; e < HS; e++) {
@@ -281,10 +383,11 @@ void decode_attention_group(float* out, const float* q, int G, const void* K, co
                            scores + (int64_t)g * n);
     return;
   }
+  const bool wide = decode_linear_current_isa() == DecodeIsa::kAvx512Vnni;  // AVX-512 F/BW/VL present
   switch (f) {
-    case KvFormat::kF32: return attend_avx2<KvFormat::kF32>(out, q, G, K, V, ld, n, HS, scale, scores);
-    case KvFormat::kF16: return attend_avx2<KvFormat::kF16>(out, q, G, K, V, ld, n, HS, scale, scores);
-    case KvFormat::kBf16: return attend_avx2<KvFormat::kBf16>(out, q, G, K, V, ld, n, HS, scale, scores);
+    case KvFormat::kF32: return attend_avx2<KvFormat::kF32>(out, q, G, K, V, ld, n, HS, scale, scores, wide);
+    case KvFormat::kF16: return attend_avx2<KvFormat::kF16>(out, q, G, K, V, ld, n, HS, scale, scores, wide);
+    case KvFormat::kBf16: return attend_avx2<KvFormat::kBf16>(out, q, G, K, V, ld, n, HS, scale, scores, wide);
   }
 }
 
