@@ -2,21 +2,25 @@
 // binary; nothing is compiled or downloaded): the prompt is evaluated, then N tokens are decoded
 // greedily one at a time (end of generation ignored); prints one JSON line with the decode
 // tokens/s (from the first generated token to the last, as smelt generate --json times it).
-// Usage: node llama_decode.mjs MODEL.gguf THREADS N PROMPT  (node-llama-cpp from tests/reference)
+// Usage: node llama_decode.mjs MODEL.gguf THREADS N PROMPT  (node-llama-cpp from tests/reference;
+// PROMPT "@FILE" reads the prompt from FILE)
 import {createRequire} from "node:module";
 import {pathToFileURL} from "node:url";
 
 const ref = createRequire(new URL("../../tests/reference/package.json", import.meta.url));
 const {getLlama, LlamaLogLevel} = await import(pathToFileURL(ref.resolve("node-llama-cpp")).href);
 
-const [model_path, threads, n, prompt] = process.argv.slice(2);
+const [model_path, threads, n, prompt_arg] = process.argv.slice(2);
+const prompt = prompt_arg.startsWith("@") ? (await import("node:fs")).readFileSync(prompt_arg.slice(1), "utf8")
+                                         : prompt_arg;
 const llama = await getLlama({gpu: false, build: "never", logLevel: LlamaLogLevel.error});
 const model = await llama.loadModel({modelPath: model_path, gpuLayers: 0});
-const context = await model.createContext({contextSize: Math.min(model.trainContextSize, 2048), sequences: 1,
-                                           threads: Number(threads), batchSize: 512});
-const sequence = context.getSequence();
 const ids = Array.from(model.tokenize(prompt, false));
 const want = Number(n);
+// room for the prompt and the new tokens (a long-context run), at least 2048, at most the model's
+const contextSize = Math.min(model.trainContextSize, Math.max(2048, ids.length + want + 8));
+const context = await model.createContext({contextSize, sequences: 1, threads: Number(threads), batchSize: 512});
+const sequence = context.getSequence();
 let count = 0, t_first = 0;
 const t0 = performance.now();
 for await (const t of sequence.evaluate(ids, {temperature: 0, yieldEogToken: true})) {

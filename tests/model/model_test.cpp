@@ -377,7 +377,7 @@ TEST(Model, AdamWStepsMatchTorch) {
 }
 
 TEST(Model, MemoryPlanAndPresets) {
-  for (const char* name : {"tiny", "small", "125m", "350m", "1b", "7b"}) {
+  for (const char* name : {"tiny", "small", "125m", "125m-gqa", "350m", "1b", "7b"}) {
     toml::table root;
     std::string path = std::string(SMELT_SOURCE_DIR) + "/configs/model-" + name + ".toml";
     ASSERT_TRUE(config_load(path, root).is_ok()) << path;
