@@ -95,7 +95,7 @@ std::vector<LinearShape> linear_shapes(const ShardDims& d) {
           {"attn_out", d.A(), d.C, d.L},
           {"ffn_up", d.C, 2 * d.H, d.L},
           {"ffn_down", d.H, d.C, d.L},
-          {"lm_head", d.C, d.V, d.head ? 1 : 0}};
+          {"lm_head", d.C, d.V, d.head ? 1 : 0, false}};
 }
 
 }  // namespace smelt

@@ -58,6 +58,7 @@ std::string shard_describe(const ModelShard& s);
 struct LinearShape {
   const char* name;  // "qkv", "attn_out", "ffn_up" (gate and up as one), "ffn_down", "lm_head"
   int IC, OC, count;
+  bool in_layers = true;  // one per transformer layer (false: the LM head, outside them)
 };
 std::vector<LinearShape> linear_shapes(const ShardDims& d);  // the five, in that order
 

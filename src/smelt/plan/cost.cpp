@@ -4,7 +4,6 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
-#include <string_view>
 
 #include <fmt/format.h>
 
@@ -131,7 +130,7 @@ StageCost stage_cost(const PlanRequest& r, const ClusterSpec& c, const Layout& l
     const double secs = 6.0 * Np * g.IC * g.OC * g.count / (plan_gemm_rate(c, Np, g.IC, g.OC, r.precision) * 1e9);
     g_f += secs / 3;
     g_b += 2 * secs / 3;
-    if (std::string_view(g.name) != "lm_head") g_layer_f += secs / 3;  // recomputed with the layers
+    if (g.in_layers) g_layer_f += secs / 3;  // recomputed with the layers
   }
   // Attention, as train_flops_per_token counts it (12 L A T per token, a third forward).
   const double att = 12.0 * d.L * Np * T * d.A() / (c.attention_gflops * 1e9);
