@@ -377,13 +377,14 @@ void decode_attention(float* out, const float* q, const void* K, const void* V, 
 
 void decode_attention_group(float* out, const float* q, int G, const void* K, const void* V, KvFormat f,
                             int64_t ld, int n, int HS, float scale, float* scores) {
-  if (!vector_path()) {
+  const DecodeIsa isa = decode_linear_current_isa();
+  if (isa == DecodeIsa::kPortable) {
     for (int g = 0; g < G; g++)
       decode_attention_ref(out + (int64_t)g * HS, q + (int64_t)g * HS, K, V, f, ld, n, HS, scale,
                            scores + (int64_t)g * n);
     return;
   }
-  const bool wide = decode_linear_current_isa() == DecodeIsa::kAvx512Vnni;  // AVX-512 F/BW/VL present
+  const bool wide = isa == DecodeIsa::kAvx512Vnni;  // AVX-512 F/BW/VL present
   switch (f) {
     case KvFormat::kF32: return attend_avx2<KvFormat::kF32>(out, q, G, K, V, ld, n, HS, scale, scores, wide);
     case KvFormat::kF16: return attend_avx2<KvFormat::kF16>(out, q, G, K, V, ld, n, HS, scale, scores, wide);
