@@ -105,7 +105,9 @@ TEST(DecodeAttention, VectorPathIsTheReferenceBitForBitAndNearDouble) {
 // A group of query heads sharing one kv head: each head's output is the one-head reference's, bit
 // for bit, on the CPU's vector path, on AVX2's and on the portable path, for group sizes that fill
 // the score pass's chunks of 8 heads and the value pass's chunks and end on every remainder, and
-// head sizes that end the value tiles (8 or 16 lanes, 1-8 registers) on each register count.
+// head sizes that end the value tiles (8 or 16 lanes, 1-8 registers) on each register count, and
+// key counts that end the score pass's tiles of 8 / G keys on a remainder (9, 70) or leave only
+// the one-key tail (1).
 TEST(DecodeAttention, GroupIsEachHeadAloneBitForBit) {
   const DecodeIsa own = decode_linear_current_isa();
   ASSERT_NE(own, DecodeIsa::kPortable) << "this CPU has no AVX2 + FMA + F16C";
