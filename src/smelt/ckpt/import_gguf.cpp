@@ -271,20 +271,25 @@ Status tokenizer_from_file(const GgufReader& r, int V, Tokenizer& tok, GgufImpor
   return Status::ok();
 }
 
-// The {arch}.* metadata (and rope_freqs.weight) -> c.
-Status read_config(const GgufReader& r, const std::string& path, int max_seq_len, ModelConfig& c,
-                   GgufImportInfo& info) {
+// general.architecture, one Smelt reads, with no {arch}.* key it does not read.
+Status read_architecture(const GgufReader& r, const std::string& path, GgufImportInfo& info) {
   if (Status s = r.get_string("general.architecture", info.architecture); !s) return s;
   const std::string& arch = info.architecture;
   if (arch != "llama" && arch != "qwen2")
     return Status::error(fmt::format("{}: general.architecture is '{}'; Smelt imports 'llama' and 'qwen2' GGUF "
                                      "files (import the Hugging Face checkpoint with --hf for the others it has)",
                                      path, arch));
-  const bool is_llama = arch == "llama";
   for (const auto& k : r.keys())
     if (k.rfind(arch + ".", 0) == 0 && !kArchKeys.count(k.substr(arch.size() + 1)))
       return Status::error(fmt::format("{}: metadata key {} is not one Smelt's import reads; it may change what the "
                                        "model computes", path, k));
+  return Status::ok();
+}
+
+// The sizes, the head size (attention.key_length where it is not d_model / heads), RoPE's base and
+// the norm's epsilon -> c (from a fresh ModelConfig).
+Status read_sizes(const GgufReader& r, const std::string& path, const std::string& arch, int max_seq_len,
+                  ModelConfig& c, GgufImportInfo& info) {
   const auto key = [&](const char* k) { return arch + "." + k; };
   uint32_t ctx = 0, C = 0, L = 0, H = 0, NH = 0;
   float theta = 10000.0f, eps = 0;
@@ -325,21 +330,32 @@ Status read_config(const GgufReader& r, const std::string& path, int max_seq_len
   c.max_seq_len = (int)std::min<uint32_t>(ctx, (uint32_t)std::max(1, max_seq_len));
   c.rope_theta = shortest(theta);
   c.norm_eps = shortest(eps);
+  return Status::ok();
+}
+
+// What the tensors say: the vocabulary (token_embd.weight's rows, which {arch}.vocab_size must
+// match), a tied head (no output.weight) and the q/k/v biases.
+Status read_tensor_config(const GgufReader& r, const std::string& path, const std::string& arch, ModelConfig& c) {
   const GgufTensorInfo* emb = r.find_tensor("token_embd.weight");
   if (!emb || emb->ne.size() != 2)
     return Status::error(fmt::format("{}: no 2-D tensor token_embd.weight", path));
   c.vocab_size = (int)emb->ne[1];
   uint32_t nv = (uint32_t)c.vocab_size;
-  if (Status s = r.get_u32(key("vocab_size"), nv, false); !s) return s;
+  if (Status s = r.get_u32(arch + ".vocab_size", nv, false); !s) return s;
   if ((int)nv != c.vocab_size)
-    return Status::error(fmt::format("{}: {} {} but token_embd.weight has {} rows", path, key("vocab_size"), nv,
+    return Status::error(fmt::format("{}: {}.vocab_size {} but token_embd.weight has {} rows", path, arch, nv,
                                      c.vocab_size));
   c.tie_embeddings = r.find_tensor("output.weight") == nullptr;
   c.qkv_bias = r.find_tensor("blk.0.attn_q.bias") != nullptr;
-  if (!is_llama && !c.qkv_bias)
+  if (arch == "qwen2" && !c.qkv_bias)
     return Status::error(fmt::format("{}: no blk.0.attn_q.bias; llama.cpp's qwen2 needs the q/k/v biases", path));
+  return Status::ok();
+}
 
-  // RoPE: linear scaling by key, llama3 by the rope_freqs.weight tensor.
+// RoPE scaling: linear by key, llama3 by the rope_freqs.weight tensor (a llama file's).
+Status read_rope_scaling(const GgufReader& r, const std::string& path, const std::string& arch, ModelConfig& c,
+                         GgufImportInfo& info) {
+  const auto key = [&](const char* k) { return arch + "." + k; };
   std::string scaling = "none";
   if (Status s = r.get_string(key("rope.scaling.type"), scaling, false); !s) return s;
   info.rope = "plain";
@@ -357,7 +373,8 @@ Status read_config(const GgufReader& r, const std::string& path, int max_seq_len
                                      key("rope.scaling.type")));
   }
   if (const GgufTensorInfo* rf = r.find_tensor("rope_freqs.weight")) {
-    if (!is_llama || rf->type != (uint32_t)GgmlType::kF32 || rf->ne != std::vector<int64_t>{(int64_t)HS / 2} ||
+    const int HS = c.head_size();
+    if (arch != "llama" || rf->type != (uint32_t)GgmlType::kF32 || rf->ne != std::vector<int64_t>{(int64_t)HS / 2} ||
         c.rope_scaling != RopeScaling::kNone)
       return Status::error(fmt::format("{}: tensor rope_freqs.weight ({} [{}]{}): Smelt reads RoPE frequency factors "
                                        "as llama3 scaling of a llama file, F32 [{}], without rope.scaling.type", path,
@@ -366,6 +383,17 @@ Status read_config(const GgufReader& r, const std::string& path, int max_seq_len
     const auto* ff = reinterpret_cast<const float*>(r.tensor_data(*rf));
     if (Status s = rope_from_factors(path, ff, c, info.rope_freqs_max_rel, info.rope); !s) return s;
   }
+  return Status::ok();
+}
+
+// The {arch}.* metadata (and rope_freqs.weight) -> c.
+Status read_config(const GgufReader& r, const std::string& path, int max_seq_len, ModelConfig& c,
+                   GgufImportInfo& info) {
+  if (Status s = read_architecture(r, path, info); !s) return s;
+  const std::string& arch = info.architecture;
+  if (Status s = read_sizes(r, path, arch, max_seq_len, c, info); !s) return s;
+  if (Status s = read_tensor_config(r, path, arch, c); !s) return s;
+  if (Status s = read_rope_scaling(r, path, arch, c, info); !s) return s;
   if (Status s = model_config_validate(c); !s) return Status::error(fmt::format("{}: {}", path, s.message()));
   return Status::ok();
 }
