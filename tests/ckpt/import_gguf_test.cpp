@@ -4,7 +4,8 @@
 //    f16 / q8_0 to the values gguf_load_model dequantizes) and its tokenizer;
 //  - tests/reference/gguf_convert.py, a GGUF writer from the spec and convert_hf_to_gguf.py's
 //    conventions, on Hugging Face folders of tests/reference/hf_family.py (llama3.2: llama arch with
-//    q/k permutation and rope_freqs.weight; qwen2.5: qwen2 arch with q/k/v biases) with a real
+//    q/k permutation and rope_freqs.weight; qwen2.5: qwen2 arch with q/k/v biases; qwen3: qwen3 arch
+//    with QK-norm and a head size of 2 x d_model / heads) with a real
 //    tokenizer's first 4000 ranks: F32 files import to exactly the HF import's weights (so its
 //    logits), BF16 / F16 to the HF weights rounded, Q8_0 within half a step of each block; next-token
 //    log-probs against hf_family.py's float64 PyTorch forward; linear RoPE scaling (smollm2 shape);
@@ -12,7 +13,8 @@
 //    tokenization of English and Chinese prompts and its greedy continuation equal ours;
 // and the refusals (another architecture, a Q4_K tensor, a SentencePiece tokenizer) by name. The
 // way back too: Smelt's GGUF export of each folder's HF import equals the converter's file, tensor
-// for tensor and key for key (llama with rope_freqs.weight, qwen2 with biases, linear scaling).
+// for tensor and key for key (llama with rope_freqs.weight, qwen2 with biases, qwen3 with QK-norm,
+// linear scaling).
 #include <unistd.h>
 
 #include <algorithm>
@@ -429,6 +431,8 @@ TEST_P(ImportGgufConverted, MatchesHfImportReferenceAndLlamaCpp) {
     cmd += fmt::format(" --out f32:{}:arch=gemma3 --out f32:{}:type=blk.0.ffn_down.weight=Q4_K --out "
                        "f32:{}:tokenizer_model=llama --out f32:{}:u32=llama.expert_count=8", gguf("arch"), gguf("q4k"),
                        gguf("spm"), gguf("experts"));
+  if (std::string(fam.arch) == "qwen2")  // qwen2's biases under the name qwen3 (which has QK-norm instead)
+    cmd += fmt::format(" --out f32:{}:rename=qwen3", gguf("qwen3bias"));
   ASSERT_EQ(sh(cmd, dir / "convert.err"), 0) << cmd << "\n" << slurp((dir / "convert.err").string());
 
   // The HF import of the folder: config and weights.
@@ -544,12 +548,14 @@ TEST_P(ImportGgufConverted, MatchesHfImportReferenceAndLlamaCpp) {
   expect_export_is_the_converters(dir, (dir / "fp32").string(), gguf("f32"), fam.arch, hc);
 
   // (d) Refusals, each naming what it refuses.
-  if (std::string(fam.arch) != "llama") return;
-  const std::pair<std::string, std::vector<std::string>> refusals[] = {
-      {"arch", {"general.architecture", "gemma3"}},
-      {"q4k", {"blk.0.ffn_down.weight", "Q4_K"}},
-      {"spm", {"tokenizer.ggml.model", "'llama'", "SentencePiece"}},
-      {"experts", {"llama.expert_count"}}};
+  std::vector<std::pair<std::string, std::vector<std::string>>> refusals;
+  if (std::string(fam.arch) == "llama")
+    refusals = {{"arch", {"general.architecture", "gemma3"}},
+                {"q4k", {"blk.0.ffn_down.weight", "Q4_K"}},
+                {"spm", {"tokenizer.ggml.model", "'llama'", "SentencePiece"}},
+                {"experts", {"llama.expert_count"}}};
+  else if (std::string(fam.arch) == "qwen2")
+    refusals = {{"qwen3bias", {"blk.0.attn_q.bias", "qwen3", "no q/k/v biases"}}};
   for (const auto& [file, words] : refusals) {
     ModelConfig c;
     std::vector<float> p;
@@ -632,7 +638,8 @@ TEST_F(ImportGguf, ExportRefusesQkNormWithBiasesAndLlama3ScalingWithBiasesByName
 // Qwen3 (QK-norm, head_dim 128 over d_model 256): the HF import of hf_family.py's folder exported
 // as llama.cpp's qwen3 (attn_q_norm / attn_k_norm, attention.key_length, NEOX RoPE); llama.cpp
 // loads it without a warning, tokenizes as we do, and its greedy continuations and top-10 log-probs
-// are ours (the HF import's weights, which --check holds to the PyTorch reference).
+// are ours (the HF import's weights, which --check holds to the PyTorch reference). Smelt's own
+// reader takes the file back: the checkpoint's config, its weights bit for bit.
 TEST_F(ImportGguf, Qwen3ExportRunsInLlamaCppAsTheImportDoes) {
   const fs::path dir = dir_ / "qwen3_export";
   fs::create_directories(dir);
@@ -659,11 +666,23 @@ TEST_F(ImportGguf, Qwen3ExportRunsInLlamaCppAsTheImportDoes) {
   Tokenizer tok;
   ASSERT_TRUE(Tokenizer::load(r.step_dir + "/tokenizer.json", tok));
   llama_cpp_agrees(dir, file, c, p, tok, "qwen3 f32 (Smelt's export)");
+  ModelConfig back;
+  std::vector<float> bp;
+  Tokenizer btok;
+  GgufImportInfo bi;
+  Status s = import_gguf_model(file, c.max_seq_len, back, bp, btok, &bi);
+  ASSERT_TRUE(s) << s.message();
+  EXPECT_EQ(bi.architecture, "qwen3");
+  EXPECT_TRUE(back.qk_norm);
+  EXPECT_EQ(canonical_toml(back), canonical_toml(c));
+  ASSERT_EQ(bp.size(), p.size());
+  EXPECT_EQ(std::memcmp(bp.data(), p.data(), 4 * p.size()), 0);
 }
 
 INSTANTIATE_TEST_SUITE_P(Families, ImportGgufConverted,
                          ::testing::Values(Family{"llama3.2", "llama3", "llama-bpe", "llama"},
-                                           Family{"qwen2.5", "qwen2", "qwen2", "qwen2"}),
+                                           Family{"qwen2.5", "qwen2", "qwen2", "qwen2"},
+                                           Family{"qwen3", "qwen2", "qwen2", "qwen3"}),
                          [](const auto& info) { return std::string(info.param.arch); });
 
 }  // namespace

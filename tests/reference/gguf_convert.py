@@ -2,7 +2,8 @@
 """An independent Hugging Face -> GGUF converter, for the tests of `smelt import --gguf FILE`
 (tests/ckpt/import_gguf_test.cpp). Not Smelt code and not read from it: the byte layout follows
 ggml's docs/gguf.md (GGUF v3), the naming, metadata and tensor conventions follow llama.cpp's
-convert_hf_to_gguf.py for LlamaForCausalLM (arch "llama") and Qwen2ForCausalLM (arch "qwen2").
+convert_hf_to_gguf.py for LlamaForCausalLM (arch "llama"), Qwen2ForCausalLM (arch "qwen2") and
+Qwen3ForCausalLM (arch "qwen3").
 
 Usage (Debian's python3-torch; no gguf or transformers package needed):
   /usr/bin/python3 gguf_convert.py convert HF_DIR --pre NAME --out OUTTYPE:OUT.gguf[:CRAFT] [--out ...]
@@ -13,11 +14,12 @@ tokenizer_config.json). --pre is tokenizer.ggml.pre (convert derives it from a h
 tokenizer's output; here the caller names it: "llama-bpe" for Llama 3, "qwen2" for Qwen2). Each --out
 writes one file (OUTTYPE f32, f16, bf16 or q8_0), so one run (one start of torch) writes several.
   Tensors: token_embd.weight, blk.N.{attn_norm, attn_q, attn_k, attn_v, attn_output, ffn_norm,
-  ffn_gate, ffn_up, ffn_down}.weight, blk.N.attn_{q,k,v}.bias (qwen2), output_norm.weight,
+  ffn_gate, ffn_up, ffn_down}.weight, blk.N.attn_{q,k,v}.bias (qwen2), blk.N.attn_{q,k}_norm.weight
+  (qwen3: QK-norm, from self_attn.{q,k}_norm.weight), output_norm.weight,
   output.weight (untied only), rope_freqs.weight (llama with rope_scaling llama3: per-dimension
   frequency factors, as convert's generate_extra_tensors). ne is the torch shape reversed. The llama
   arch's q/k rows are permuted as convert's permute(w, n_head, n_head_kv) (llama.cpp rotates
-  adjacent pairs there; qwen2 is NEOX RoPE and not permuted).
+  adjacent pairs there; qwen2 and qwen3 are NEOX RoPE and not permuted).
   Types: 1-D tensors F32 always; matrices F32, F16, BF16 (round to nearest even) or Q8_0 (blocks of
   32: fp16 d = max|x|/127, int8 q = round-half-away(x / d), as gguf-py's quants.py; a row that is
   not whole blocks falls back to F16).
@@ -31,7 +33,8 @@ writes one file (OUTTYPE f32, f16, bf16 or q8_0), so one run (one start of torch
   4 user-defined = other added token, 5 unused), merges ("a b"), bos/eos (/padding) token ids,
   add_bos_token, tokenizer.chat_template.
   CRAFT: a deliberately unsupported file, for refusal tests: "arch=NAME" (general.architecture
-  NAME, the keys unchanged), "type=TENSOR=GGMLTYPE" (that tensor's type written as e.g. Q4_K, its
+  NAME, the keys unchanged), "rename=NAME" (general.architecture and the {arch}.* keys NAME, the
+  tensors unchanged: e.g. a qwen2 file's biases under qwen3), "type=TENSOR=GGMLTYPE" (that tensor's type written as e.g. Q4_K, its
   data zeros of that type's size), "tokenizer_model=NAME" (tokenizer.ggml.model NAME), "u32=KEY=N"
   (an extra u32 metadata key, e.g. llama.expert_count).
 shrink-tokenizer: a byte-level BPE tokenizer.json cut to its first N vocabulary ids (merges whose
@@ -248,9 +251,9 @@ def convert_one(a, outtype, out, craft):
     with open(os.path.join(a.hf_dir, "config.json")) as f:
         cfg = json.load(f)
     hf_arch = cfg["architectures"][0]
-    arch = {"LlamaForCausalLM": "llama", "Qwen2ForCausalLM": "qwen2"}.get(hf_arch)
+    arch = {"LlamaForCausalLM": "llama", "Qwen2ForCausalLM": "qwen2", "Qwen3ForCausalLM": "qwen3"}.get(hf_arch)
     if arch is None:
-        fail(f"{hf_arch}: this converter writes llama and qwen2 only")
+        fail(f"{hf_arch}: this converter writes llama, qwen2 and qwen3 only")
     p = load_weights(a.hf_dir)
     C, L = cfg["hidden_size"], cfg["num_hidden_layers"]
     NH = cfg["num_attention_heads"]
@@ -307,7 +310,8 @@ def convert_one(a, outtype, out, craft):
     names = {"input_layernorm.weight": "attn_norm.weight", "self_attn.q_proj.weight": "attn_q.weight",
              "self_attn.k_proj.weight": "attn_k.weight", "self_attn.v_proj.weight": "attn_v.weight",
              "self_attn.q_proj.bias": "attn_q.bias", "self_attn.k_proj.bias": "attn_k.bias",
-             "self_attn.v_proj.bias": "attn_v.bias", "self_attn.o_proj.weight": "attn_output.weight",
+             "self_attn.v_proj.bias": "attn_v.bias", "self_attn.q_norm.weight": "attn_q_norm.weight",
+             "self_attn.k_norm.weight": "attn_k_norm.weight", "self_attn.o_proj.weight": "attn_output.weight",
              "post_attention_layernorm.weight": "ffn_norm.weight", "mlp.gate_proj.weight": "ffn_gate.weight",
              "mlp.up_proj.weight": "ffn_up.weight", "mlp.down_proj.weight": "ffn_down.weight"}
     for i in range(L):
@@ -324,6 +328,10 @@ def convert_one(a, outtype, out, craft):
     put("output_norm.weight", p["model.norm.weight"])
     if "lm_head.weight" in p and not cfg.get("tie_word_embeddings", False):
         put("output.weight", p["lm_head.weight"])
+    if "rename" in craft:
+        new = craft["rename"]
+        w.kv = [(new + k[len(arch):] if k.startswith(arch + ".") else k,
+                 struct.pack("<I", STRING) + s_bytes(new) if k == "general.architecture" else v) for k, v in w.kv]
     w.write(out)
 
 

@@ -1,7 +1,7 @@
 // GGUF import (import_gguf.hpp): one table of tensor names (llama.cpp's -> ours, the Hugging Face
 // ones), the inverse of convert_hf_to_gguf.py's Q/K row permutation for the llama architecture
-// (llama.cpp rotates adjacent pairs there, we rotate i with i + HS/2 as HF does; qwen2 uses NEOX
-// RoPE, already our order), rope_freqs.weight read back into the llama3 scaling it was computed
+// (llama.cpp rotates adjacent pairs there, we rotate i with i + HS/2 as HF does; qwen2 and qwen3
+// use NEOX RoPE, already our order), rope_freqs.weight read back into the llama3 scaling it was computed
 // from, and the vocabulary turned back from GPT-2's byte-level alphabet. Not the export's loader
 // (export_gguf.cpp's gguf_load_model, which generate, serve and the perplexity scorer use, is this import without the checkpoint).
 #include "smelt/ckpt/import_gguf.hpp"
@@ -275,9 +275,9 @@ Status tokenizer_from_file(const GgufReader& r, int V, Tokenizer& tok, GgufImpor
 Status read_architecture(const GgufReader& r, const std::string& path, GgufImportInfo& info) {
   if (Status s = r.get_string("general.architecture", info.architecture); !s) return s;
   const std::string& arch = info.architecture;
-  if (arch != "llama" && arch != "qwen2")
-    return Status::error(fmt::format("{}: general.architecture is '{}'; Smelt imports 'llama' and 'qwen2' GGUF "
-                                     "files (import the Hugging Face checkpoint with --hf for the others it has)",
+  if (arch != "llama" && arch != "qwen2" && arch != "qwen3")
+    return Status::error(fmt::format("{}: general.architecture is '{}'; Smelt imports 'llama', 'qwen2' and 'qwen3' "
+                                     "GGUF files (import the Hugging Face checkpoint with --hf for the others it has)",
                                      path, arch));
   for (const auto& k : r.keys())
     if (k.rfind(arch + ".", 0) == 0 && !kArchKeys.count(k.substr(arch.size() + 1)))
@@ -333,8 +333,9 @@ Status read_sizes(const GgufReader& r, const std::string& path, const std::strin
   return Status::ok();
 }
 
-// What the tensors say: the vocabulary (token_embd.weight's rows, which {arch}.vocab_size must
-// match), a tied head (no output.weight) and the q/k/v biases.
+// What the tensors and the architecture say: the vocabulary (token_embd.weight's rows, which
+// {arch}.vocab_size must match), a tied head (no output.weight), the q/k/v biases (qwen2 has them,
+// llama may) and QK-norm (qwen3's attn_q_norm / attn_k_norm, without biases).
 Status read_tensor_config(const GgufReader& r, const std::string& path, const std::string& arch, ModelConfig& c) {
   const GgufTensorInfo* emb = r.find_tensor("token_embd.weight");
   if (!emb || emb->ne.size() != 2)
@@ -349,6 +350,10 @@ Status read_tensor_config(const GgufReader& r, const std::string& path, const st
   c.qkv_bias = r.find_tensor("blk.0.attn_q.bias") != nullptr;
   if (arch == "qwen2" && !c.qkv_bias)
     return Status::error(fmt::format("{}: no blk.0.attn_q.bias; llama.cpp's qwen2 needs the q/k/v biases", path));
+  c.qk_norm = arch == "qwen3";
+  if (c.qk_norm && c.qkv_bias)
+    return Status::error(fmt::format("{}: tensor blk.0.attn_q.bias in a qwen3 file; llama.cpp's qwen3 has QK-norm "
+                                     "and no q/k/v biases", path));
   return Status::ok();
 }
 
@@ -407,9 +412,10 @@ Status check_tensors(const GgufReader& r, const std::string& path, const ModelCo
   for (const auto& t : layout.tensors) wanted.insert(gguf_tensor_name(t.name));
   for (const auto& g : r.tensors())
     if (!wanted.count(g.name))
-      return Status::error(fmt::format("{}: tensor {} is not part of Smelt's {} ({} layers{}{}); Smelt does not "
+      return Status::error(fmt::format("{}: tensor {} is not part of Smelt's {} ({} layers{}{}{}); Smelt does not "
                                        "compute it", path, g.name, arch, c.n_layers,
-                                       c.tie_embeddings ? ", tied head" : "", c.qkv_bias ? ", q/k/v biases" : ""));
+                                       c.tie_embeddings ? ", tied head" : "", c.qkv_bias ? ", q/k/v biases" : "",
+                                       c.qk_norm ? ", QK-norm" : ""));
   for (const auto& t : layout.tensors) {
     const std::string name = gguf_tensor_name(t.name);
     const GgufTensorInfo* g = r.find_tensor(name);

@@ -1,7 +1,7 @@
 // Import of a GGUF file written by llama.cpp's tools (convert_hf_to_gguf.py, llama-quantize) or by
-// Smelt's export (docs/import.md "GGUF"): the `llama` and `qwen2` architectures, tensors in F32, F16,
-// BF16 or Q8_0 dequantized to fp32, Q/K rows put back into our rotate_half order (llama only; qwen2
-// is NEOX RoPE), a byte-level BPE tokenizer rebuilt from tokenizer.ggml.*, written as step 0 of a
+// Smelt's export (docs/import.md "GGUF"): the `llama`, `qwen2` and `qwen3` architectures, tensors in
+// F32, F16, BF16 or Q8_0 dequantized to fp32, Q/K rows put back into our rotate_half order (llama
+// only; qwen2 and qwen3 are NEOX RoPE), a byte-level BPE tokenizer rebuilt from tokenizer.ggml.*, written as step 0 of a
 // Smelt run through ckpt_save. Whatever would make Smelt compute something else is refused by name.
 // Not the GGUF bytes (gguf.hpp) and not the export (export_gguf.hpp).
 #pragma once
@@ -22,7 +22,7 @@ namespace smelt {
 class Tokenizer;
 
 struct GgufImportInfo {
-  std::string architecture;           // general.architecture: "llama" or "qwen2"
+  std::string architecture;           // general.architecture: "llama", "qwen2" or "qwen3"
   std::string name;                   // general.name ("" when absent)
   std::string pre;                    // tokenizer.ggml.pre
   int context_length = 0;             // {arch}.context_length, as the file says
