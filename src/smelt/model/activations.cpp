@@ -154,8 +154,7 @@ void lora_plan(MemoryPlan& p, const ModelConfig& c, const ModelShard& shard, int
   const bool tied = lay.lm_head == lay.wte, q8 = l.base_dtype == "q8_0";
   int64_t fp32 = 0, q8_bytes = 0, grad_bytes = 0, bf16_weights = 0;
   for (const ParamTensor& t : lay.tensors) {
-    const bool matrix = t.cols > 1 && t.name.rfind("model.layers.", 0) == 0;
-    const bool held = matrix && (l.base_dtype == "bf16" || (q8 && t.cols % kQ8Block == 0));
+    const bool held = lora_base_compact(l, t);
     if (!held) fp32 += t.size();
     else if (q8) q8_bytes += t.size() / kQ8Block * (int64_t)sizeof(BlockQ8_0);
     if (t.cols == 1) grad_bytes += (4 * t.size() + page - 1) / page * page;  // norms' and biases' pages

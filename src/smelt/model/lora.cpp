@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "smelt/kernels/decode_linear.hpp"
 #include "smelt/kernels/kernels.hpp"
 
 namespace smelt {
@@ -46,6 +47,11 @@ void drop_rows(const LoraOp& op, const float* x, float* xd, int r0, int r1) {
 
 const char* lora_target_name(int t) { return t >= 0 && t < kLoraTargets ? kTargetNames[t] : ""; }
 const char* lora_module_name(int t) { return t >= 0 && t < kLoraTargets ? kModuleNames[t] : ""; }
+
+bool lora_base_compact(const LoraConfig& l, const ParamTensor& t) {
+  if (!l.enabled() || l.base_dtype == "fp32" || t.cols == 1 || t.name.rfind("model.layers.", 0) != 0) return false;
+  return l.base_dtype == "bf16" || t.cols % kQ8Block == 0;
+}
 
 Status lora_config_validate(const LoraConfig& l) {
   if (l.rank < 1) return Status::error(fmt::format("[lora] rank = {}: must be >= 1", l.rank));

@@ -43,6 +43,9 @@ struct LoraConfig {
 };
 // rank >= 1, alpha > 0, dropout in [0, 1), targets known and not repeated, base_dtype known.
 Status lora_config_validate(const LoraConfig& l);
+// Whether a LoRA run holds base tensor t compactly (base_dtype "bf16" or "q8_0", not as fp32): a
+// layer matrix (2-D, model.layers.*); under "q8_0" only when its rows are whole blocks of 32.
+bool lora_base_compact(const LoraConfig& l, const ParamTensor& t);
 // The same targets, in any order.
 bool lora_targets_same(const std::vector<std::string>& a, const std::vector<std::string>& b);
 

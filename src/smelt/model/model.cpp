@@ -183,10 +183,7 @@ void Model::init_params(uint64_t seed) {
   }
 }
 
-bool Model::compact(const ParamTensor& t) const {
-  if (!lora_on() || lcfg_.base_dtype == "fp32" || t.cols == 1 || t.name.rfind("model.layers.", 0) != 0) return false;
-  return lcfg_.base_dtype == "bf16" || t.cols % kQ8Block == 0;
-}
+bool Model::compact(const ParamTensor& t) const { return lora_base_compact(lcfg_, t); }
 
 void Model::alloc_q8_base() {
   wq_ = {};
