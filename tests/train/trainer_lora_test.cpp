@@ -5,13 +5,16 @@
 // the adapters exported in PEFT's layout (checked by a spec-written reader) start another run; the
 // refusals (no base, tensor parallel, a LoRA checkpoint where a whole model is needed); merged into
 // the base for Hugging Face and GGUF (checked by a float64 merge over the spec-written reader) and
-// served unmerged (`smelt serve --lora`) with the merged file's outputs.
+// served unmerged (`smelt serve --lora`) with the merged file's outputs; the run's own checkpoint
+// served, generated from and scored (eval --tasks) as its base with its adapters.
 #include <sys/wait.h>
 
+#include <cmath>
 #include <cstring>
 #include <fstream>
 #include <iterator>
 #include <map>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -311,6 +314,81 @@ TEST_F(LoraTrainTest, MergedExportsAndUnmergedServingGiveTheAdaptedModel) {
   test::ServeProcess bad(fmt::format("--checkpoint {} --tokenizer {} --lora {}", base_ckpt, tok_path, base_hf),
                          dir_ / "serve-bad.log");
   EXPECT_EQ(bad.port(), 0);
+
+  // The LoRA run itself: served, it is its base with its adapters (the same bits as --lora of their
+  // PEFT export); `generate` runs it, and --lora, as the merged file; `eval --tasks` scores it as the
+  // merged file does; adapters given twice are refused.
+  {
+    test::ServeProcess s(fmt::format("--checkpoint {} --tokenizer {}", c.train.run_dir, tok_path),
+                         dir_ / "serve-run.log");
+    ASSERT_GT(s.port(), 0) << s.log();
+    EXPECT_EQ(complete(s.port(), prompt), with);
+    EXPECT_NE(s.log().find("LoRA rank 4"), std::string::npos) << s.log();
+    EXPECT_EQ(s.stop(), 0);
+  }
+  auto stdout_of = [&](const std::string& args) {  // (stderr to a file, shown on failure)
+    int rc = 0;
+    const std::string err = (dir_ / "cmd.err").string();
+    const std::string out = test::run_command(fmt::format("{} {} 2> {}", SMELT_BINARY, args, err), rc);
+    EXPECT_EQ(WIFEXITED(rc) ? WEXITSTATUS(rc) : -1, 0) << args << "\n" << test::read_file(err);
+    return out;
+  };
+  auto ids = [&](const std::string& model) {
+    const std::string out = stdout_of(fmt::format("generate {} --prompt '{}' --temperature 0 --max-new-tokens 12 "
+                                                  "--ignore-eos --json", model, prompt));
+    const auto j = nlohmann::json::parse(out, nullptr, false);
+    EXPECT_FALSE(j.is_discarded()) << out;
+    return j.is_discarded() ? nlohmann::json() : j;
+  };
+  const auto run_gen = ids(fmt::format("--checkpoint {} --tokenizer {}", c.train.run_dir, tok_path));
+  const auto peft_gen = ids(fmt::format("--checkpoint {} --tokenizer {} --lora {}", base_ckpt, tok_path, peft));
+  const auto merged_gen = ids("--gguf " + gguf);
+  ASSERT_EQ(run_gen["ids"].size(), 12u) << run_gen.dump();
+  EXPECT_EQ(run_gen["ids"], peft_gen["ids"]);
+  EXPECT_EQ(run_gen["ids"], merged_gen["ids"]);
+  EXPECT_EQ(run_gen["lora"], run_gen["checkpoint"]) << run_gen.dump();
+  EXPECT_EQ(peft_gen["lora"], peft) << peft_gen.dump();
+  const std::string twice = smelt(fmt::format("generate --checkpoint {} --tokenizer {} --lora {} --prompt x",
+                                              c.train.run_dir, tok_path, peft), 1);
+  EXPECT_NE(twice.find("runs its own adapters"), std::string::npos) << twice;
+  // A multiple-choice task short enough for the byte model's 64 positions.
+  const std::string task = (dir_ / "choice").string();
+  std::string items;
+  for (const char* context : {"The patch ", "A file is ", "It runs on ", "We have a ", "This is the ", "Read from "})
+    items += nlohmann::json{{"context", context}, {"choices", {"fixed", "a long line", "the test", "made"}}, {"gold", 0}}
+                 .dump() + "\n";
+  test::write_file(task + ".jsonl", items);
+  test::write_file(task + ".toml", "[task]\nkind = \"multiple_choice\"\ntarget_delimiter = \"\"\n");
+  auto logliks = [&](const std::string& model, const std::string& name) {
+    const std::string samples = (dir_ / (name + ".jsonl")).string();
+    const std::string out = stdout_of(fmt::format("eval --tasks {}.toml {} --samples {}", task, model, samples));
+    std::vector<double> lp;
+    std::istringstream in(test::read_file(samples));
+    for (std::string line; std::getline(in, line);) {
+      if (line.empty()) continue;
+      const nlohmann::json item = nlohmann::json::parse(line);
+      for (const auto& r : item["requests"]) lp.push_back(r["logprob"].get<double>());
+    }
+    return std::pair{nlohmann::json::parse(out, nullptr, false), lp};
+  };
+  const auto [run_eval, run_lp] = logliks(fmt::format("--checkpoint {} --tokenizer {}", c.train.run_dir, tok_path), "run");
+  const auto [merged_eval, merged_lp] = logliks("--gguf " + gguf, "merged");
+  const auto [base_eval, base_lp] = logliks(fmt::format("--checkpoint {} --tokenizer {}", base_ckpt, tok_path), "base");
+  EXPECT_EQ(run_eval["lora"], run_eval["model"]) << run_eval.dump();
+  ASSERT_FALSE(run_lp.empty()) << run_eval.dump();
+  ASSERT_EQ(run_lp.size(), merged_lp.size());
+  ASSERT_EQ(run_lp.size(), base_lp.size());
+  double to_merged = 0, to_base = 0;
+  for (size_t i = 0; i < run_lp.size(); i++) {
+    to_merged = std::max(to_merged, std::fabs(run_lp[i] - merged_lp[i]));
+    to_base = std::max(to_base, std::fabs(run_lp[i] - base_lp[i]));
+  }
+  EXPECT_EQ(run_lp.size(), 24u);
+  EXPECT_LT(to_merged, 1e-3);
+  EXPECT_GT(to_base, 1e-2) << "the adapters change the scores";
+  std::printf("[lora run] served as --lora of its PEFT export; generate equal to the merged GGUF; eval --tasks: %zu "
+              "log-likelihoods within %.2e of the merged file's (the base alone: %.2e away)\n", run_lp.size(),
+              to_merged, to_base);
 }
 
 // Two data-parallel ranks under mpirun, the optimizer sharded (ZeRO-1 over the adapters' range):

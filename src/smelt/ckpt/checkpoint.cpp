@@ -723,8 +723,9 @@ Status ckpt_load_model(const std::string& step_dir, ModelConfig& cfg, std::vecto
   CkptManifest m;
   if (Status s = ckpt_read_manifest(step_dir, m); !s) return s;
   if (m.state.contains("lora"))
-    return Status::error(fmt::format("{}: a LoRA run's checkpoint holds its adapters alone (the base is {}); merging "
-                                     "them into the base for export and serving them are not built yet (docs/finetune.md)",
+    return Status::error(fmt::format("{}: a LoRA run's checkpoint holds its adapters alone (the base is {}); smelt "
+                                     "generate, serve and eval --tasks run it beside its base, smelt export "
+                                     "--merge-lora merges them into it (docs/finetune.md)",
                                      step_dir, m.state["lora"].value("base", std::string("?"))));
   if (Status s = ckpt_model_config(step_dir, m, cfg); !s) return s;
   ParamLayout layout = param_layout(cfg);

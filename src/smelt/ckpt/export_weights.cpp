@@ -51,11 +51,11 @@ Status ExportWeights::open(const ExportSource& src) {
   ModelConfig bc;
   bool hf = false;
   if (Status s = base_config(base_, base_m_, bc, hf); !s)
-    return Status::error(fmt::format("--merge-lora: the base {} that {} trained on: {}", base_, step_dir_, s.message()));
+    return Status::error(fmt::format("the base {} that {} trained on: {}", base_, step_dir_, s.message()));
   bc.max_seq_len = c_.max_seq_len;  // the context is the run's (a table's size, not the weights)
   if (!model_config_same(bc, c_))
-    return Status::error(fmt::format("--merge-lora: the base {} is not the model {} trained its adapters on (their "
-                                     "[model] sections differ)", base_, step_dir_));
+    return Status::error(fmt::format("the base {} is not the model {} trained its adapters on (their [model] "
+                                     "sections differ)", base_, step_dir_));
   if (hf) {
     ModelConfig hc = c_;
     if (Status s = import_hf_weights(base_, hc, hf_base_); !s) return s;

@@ -166,6 +166,7 @@ int cli_eval_tasks(EvalTasksFlags& f) {
   }
   so.threads = f.threads > 0 ? f.threads : (int)std::max(1u, std::thread::hardware_concurrency());
   so.prefix_reuse = !f.no_prefix_reuse;
+  so.lora = m.lora.get();  // a LoRA run's checkpoint: its adapters beside its base
   for (const auto& t : tasks)
     for (const auto& it : t.items) so.max_choices = std::max<int>(so.max_choices, (int)it.choices.size());
   so.max_choices = std::min(so.max_choices, 32);
@@ -207,6 +208,7 @@ int cli_eval_tasks(EvalTasksFlags& f) {
                       {"seed", f.seed}, {"threads", so.threads}, {"ctx", sc.ctx()}, {"items", items},
                       {"seconds", seconds}, {"items_per_s", seconds > 0 ? items / seconds : 0.0}};
   j["step"] = m.step >= 0 ? nlohmann::json(m.step) : nlohmann::json(nullptr);
+  if (m.lora) j["lora"] = m.lora_source;
   j["tasks"] = nlohmann::json::array();
   for (const auto& r : results) j["tasks"].push_back(task_result_json(r));
   if (!f.samples.empty())

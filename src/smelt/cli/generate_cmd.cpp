@@ -41,7 +41,7 @@ Status cli_resolve_checkpoint(const std::string& dir, std::string& step_dir) {
 namespace {
 
 struct GenerateFlags {
-  std::string ckpt, gguf, prompt, tok_path, dtype = "f32", trace_path, kv_cache;
+  std::string ckpt, gguf, prompt, tok_path, dtype = "f32", trace_path, kv_cache, lora;
   int max_new = 128, top_k = 0, threads = 1;
   float temperature = 1.0f, top_p = 1.0f, repeat_penalty = 1.0f, frequency_penalty = 0.0f, presence_penalty = 0.0f;
   int repeat_last_n = 64;
@@ -51,9 +51,12 @@ struct GenerateFlags {
 
 void add_generate_flags(CLI::App& app, GenerateFlags& f) {
   auto* ckpt_opt = app.add_option("--checkpoint", f.ckpt, "step directory (RUN/checkpoints/step_N) or run directory "
-                                  "(its newest valid checkpoint); this or --gguf is required");
-  app.add_option("--gguf", f.gguf, "a GGUF file (llama architecture, F32/F16/Q8_0, e.g. from smelt export --format "
-                 "gguf) instead of --checkpoint; its own tokenizer unless --tokenizer")->excludes(ckpt_opt);
+                                  "(its newest valid checkpoint; a LoRA run's: its base with its adapters); this or "
+                                  "--gguf is required");
+  app.add_option("--gguf", f.gguf, "a GGUF file (llama, qwen2 or qwen3; F32/BF16/F16/Q8_0, e.g. from smelt export "
+                 "--format gguf) instead of --checkpoint; its own tokenizer unless --tokenizer")->excludes(ckpt_opt);
+  app.add_option("--lora", f.lora, "a PEFT LoRA adapter folder (adapter_config.json + adapter_model.safetensors, "
+                 "e.g. from smelt export --format peft) run unmerged beside the model, as serve --lora");
   app.add_option("--prompt", f.prompt, "text to continue (required; may be \"\" when the tokenizer "
                  "has an end-of-document token, which then starts the sequence)")->required();
   app.add_option("--max-new-tokens", f.max_new, "tokens to generate at most (the model's "
@@ -179,6 +182,7 @@ void report(const GenerateFlags& f, const LoadedModel& m, int n_prompt, WeightFo
                                       {"top_p", f.top_p}, {"seed", f.seed}, {"repeat_penalty", f.repeat_penalty},
                                       {"repeat_last_n", f.repeat_last_n}, {"frequency_penalty", f.frequency_penalty},
                                       {"presence_penalty", f.presence_penalty}}}};
+    if (m.lora) j["lora"] = m.lora_source;
     // (a text cut inside a UTF-8 sequence: its bytes as U+FFFD, as the server writes them)
     std::fputs((j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n").c_str(), stdout);
   }
@@ -209,7 +213,7 @@ int cli_generate(int argc, char** argv) {
     return kExitUsage;
   }
   LoadedModel m;
-  if (Status s = cli_load_model(f.ckpt, f.gguf, f.tok_path, m); !s) {
+  if (Status s = cli_load_model(f.ckpt, f.gguf, f.tok_path, m, f.lora); !s) {
     spdlog::error("{}", s.message());
     return kExitFailure;
   }
@@ -226,7 +230,7 @@ int cli_generate(int argc, char** argv) {
   std::optional<KvFormat> kv;
   Status s = weight_format_parse(f.dtype, format);
   if (s && !f.kv_cache.empty()) s = kv_format_parse(f.kv_cache, kv.emplace());
-  if (s) s = session.init(m.cfg, m.params.data(), n_prompt + f.max_new, f.threads, format, kv);
+  if (s) s = session.init(m.cfg, m.params.data(), n_prompt + f.max_new, f.threads, format, kv, m.lora.get());
   if (s) s = completion.init(req, m.tok, m.cfg.vocab_size, f.max_new);
   if (!s) {
     spdlog::error("{}", s.message());

@@ -1,21 +1,42 @@
-// The model and tokenizer of generate and eval --tasks (load_model.hpp).
+// The model and tokenizer of generate, serve and eval --tasks (load_model.hpp).
 #include "smelt/cli/load_model.hpp"
 
 #include <filesystem>
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
 
 #include "smelt/ckpt/checkpoint.hpp"
 #include "smelt/ckpt/export_gguf.hpp"
+#include "smelt/ckpt/export_weights.hpp"
+#include "smelt/ckpt/peft.hpp"
 #include "smelt/cli/resolve_checkpoint.hpp"
 
 namespace smelt {
 
 namespace fs = std::filesystem;
 
-Status cli_load_model(const std::string& ckpt, const std::string& gguf, std::string& tok_path, LoadedModel& m) {
+Status cli_load_checkpoint(const std::string& step_dir, ModelConfig& cfg, std::vector<float>& params,
+                           std::shared_ptr<const LoraAdapters>& lora, int64_t* step) {
+  lora.reset();
+  CkptManifest man;
+  if (Status s = ckpt_read_manifest(step_dir, man); !s) return s;
+  if (step) *step = man.step;
+  if (!man.state.contains("lora")) return ckpt_load_model(step_dir, cfg, params);
+  ExportWeights w;  // the adapters, and the base checked to be their model
+  if (Status s = w.open(ExportSource(step_dir, true)); !s) return s;
+  cfg = w.config();
+  if (Status s = w.read_base(params); !s) return s;
+  lora = std::make_shared<const LoraAdapters>(w.lora());
+  spdlog::info("{}: a LoRA run's adapters (rank {}, alpha {}, targets {}), unmerged beside the base {}", step_dir,
+               w.lora().config.rank, w.lora().config.alpha, fmt::join(w.lora().config.targets, "/"), w.base());
+  return Status::ok();
+}
+
+Status cli_load_model(const std::string& ckpt, const std::string& gguf, std::string& tok_path, LoadedModel& m,
+                      const std::string& lora_dir) {
   if (!gguf.empty()) {
     GgufModelInfo info;
     if (Status s = gguf_load_model(gguf, m.cfg, m.params, m.tok, &info); !s) return s;
@@ -29,9 +50,19 @@ Status cli_load_model(const std::string& ckpt, const std::string& gguf, std::str
       if (!fs::exists(tok_path, ec))
         return Status::error(fmt::format("{}: the checkpoint carries no tokenizer.json; pass --tokenizer FILE", m.source));
     }
-    CkptManifest man;
-    if (Status s = ckpt_load_model(m.source, m.cfg, m.params, &man); !s) return s;
-    m.step = man.step;
+    if (Status s = cli_load_checkpoint(m.source, m.cfg, m.params, m.lora, &m.step); !s) return s;
+    if (m.lora) m.lora_source = m.source;
+  }
+  if (!lora_dir.empty()) {
+    if (m.lora)
+      return Status::error(fmt::format("--lora {}: {} is a LoRA run's checkpoint and runs its own adapters; give its "
+                                       "base as --checkpoint to run these", lora_dir, m.source));
+    auto a = std::make_shared<LoraAdapters>();
+    if (Status s = peft_load(lora_dir, m.cfg, *a); !s) return Status::error(fmt::format("--lora {}: {}", lora_dir, s.message()));
+    spdlog::info("--lora {}: rank {}, alpha {}, targets {}, unmerged beside the model", lora_dir, a->config.rank,
+                 a->config.alpha, fmt::join(a->config.targets, "/"));
+    m.lora = std::move(a);
+    m.lora_source = lora_dir;
   }
   if (!tok_path.empty()) {
     if (Status s = Tokenizer::load(tok_path, m.tok); !s)

@@ -55,6 +55,7 @@ struct Loaded {
   ModelConfig cfg;
   std::vector<float> params;
   Tokenizer tok;
+  std::shared_ptr<const LoraAdapters> lora;  // a LoRA run's checkpoint: its adapters (params: its base)
   std::string name;
   bool own_template = false;  // chat: the checkpoint's own template (else the tokenizer's format)
   ChatTemplate chat;
@@ -68,7 +69,7 @@ Status load_checkpoint(const std::string& dir, const std::string& tok_path_in, L
   if (!fs::exists(tok_path, ec))
     return Status::error(fmt::format("{}: the checkpoint carries no tokenizer.json; pass --tokenizer FILE", step_dir));
   if (Status s = Tokenizer::load(tok_path, out.tok); !s) return Status::error(fmt::format("--tokenizer {}: {}", tok_path, s.message()));
-  if (Status s = ckpt_load_model(step_dir, out.cfg, out.params); !s) return s;
+  if (Status s = cli_load_checkpoint(step_dir, out.cfg, out.params, out.lora); !s) return s;
   if ((int64_t)out.tok.vocab_size() > out.cfg.vocab_size)
     return Status::error(fmt::format("{}: tokenizer vocabulary {} is larger than the model's vocab_size {}; is it the "
                                      "tokenizer the model was trained with?", tok_path, out.tok.vocab_size(), out.cfg.vocab_size));
@@ -105,8 +106,8 @@ struct ServeFlags {
 void add_serve_flags(CLI::App& app, ServeFlags& f) {
   auto* src = app.add_option_group("model", "what to serve (one of)");
   src->add_option("--checkpoint", f.ckpt, "step directory (RUN/checkpoints/step_N) or run directory (its newest valid "
-                  "checkpoint)");
-  src->add_option("--gguf", f.gguf, "a GGUF file of the llama architecture (F32, F16 or Q8_0 tensors)");
+                  "checkpoint; a LoRA run's: its base with its adapters unmerged)");
+  src->add_option("--gguf", f.gguf, "a GGUF file (llama, qwen2 or qwen3; F32, BF16, F16 or Q8_0 tensors)");
   src->require_option(1);
   app.add_option("--lora", f.lora, "a PEFT LoRA adapter folder (adapter_config.json + adapter_model.safetensors, "
                  "e.g. smelt export --format peft) for this model, run unmerged beside its weights in fp32");
@@ -210,6 +211,12 @@ int cli_serve(int argc, char** argv) {
     return quit(kExitFailure);
   }
   if (!f.model_name.empty()) m.name = f.model_name;
+  f.ec.lora = m.lora;
+  if (!f.lora.empty() && m.lora) {
+    spdlog::error("--lora {}: {} is a LoRA run's checkpoint and runs its own adapters; give its base as --checkpoint "
+                  "to serve these", f.lora, f.ckpt);
+    return quit(kExitFailure);
+  }
   if (!f.lora.empty()) {
     auto a = std::make_shared<LoraAdapters>();
     if (Status e = peft_load(f.lora, m.cfg, *a); !e) {

@@ -21,6 +21,7 @@ DecoderOptions decoder_options(const ScorerOptions& o) {
   d.threads = o.threads;
   d.format = o.format;
   d.batch_invariant = o.batch_invariant;
+  d.lora = o.lora;
   return d;
 }
 }  // namespace

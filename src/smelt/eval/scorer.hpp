@@ -23,6 +23,7 @@ struct ScorerOptions {
   int max_rows = 256;         // decoder rows per step
   int ctx = 0;                // tokens per sequence (0: the model's max_seq_len)
   bool batch_invariant = false;  // the serve kernels: the same bits whatever the step's rows
+  const LoraAdapters* lora = nullptr;  // adapters unmerged beside the base (borrowed; nullptr: none)
 };
 
 // The bytes a Scorer with these options holds once init ran: its decoder (decoder_bytes, slots

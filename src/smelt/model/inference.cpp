@@ -8,7 +8,7 @@
 namespace smelt {
 
 Status InferenceSession::init(const ModelConfig& c, const float* params, int max_tokens, int threads,
-                              WeightFormat format, std::optional<KvFormat> kv) {
+                              WeightFormat format, std::optional<KvFormat> kv, const LoraAdapters* lora) {
   if (max_tokens <= 0 || max_tokens > c.max_seq_len)
     return Status::error(fmt::format("[inference] max_tokens = {}: must be in [1, max_seq_len = {}] "
                                      "(the RoPE positions the model was trained for)",
@@ -20,6 +20,7 @@ Status InferenceSession::init(const ModelConfig& c, const float* params, int max
   o.threads = threads;
   o.format = format;
   o.kv_cache = kv;
+  o.lora = lora;
   rows_.assign(o.max_rows, DecodeRow{});
   return dec_.init(c, params, o);
 }

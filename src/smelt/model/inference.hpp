@@ -21,9 +21,10 @@ class InferenceSession {
   // bf16: the linear layers run on a bf16 copy of the weights (half the bytes each decoded token
   // reads) with bf16 inputs and fp32 sums; q8_0: on int8 blocks (a quarter of the bytes) with the
   // activations quantized per row; the rest of the arithmetic stays fp32. kv: the KV cache's
-  // format (unset: decoder_kv_format's default, a 16-bit cache for f16 and bf16 weights).
+  // format (unset: decoder_kv_format's default, a 16-bit cache for f16 and bf16 weights). lora:
+  // adapters run unmerged beside the base (borrowed, must outlive the session; nullptr: none).
   Status init(const ModelConfig& c, const float* params, int max_tokens, int threads, WeightFormat format,
-              std::optional<KvFormat> kv = std::nullopt);
+              std::optional<KvFormat> kv = std::nullopt, const LoraAdapters* lora = nullptr);
   Status init(const ModelConfig& c, const float* params, int max_tokens, int threads,
               Precision precision = Precision::kFp32) {
     return init(c, params, max_tokens, threads, precision == Precision::kBf16 ? WeightFormat::kBf16 : WeightFormat::kF32);
