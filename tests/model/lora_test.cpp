@@ -371,6 +371,40 @@ TEST(Lora, ABf16BaseGivesTheBf16RunsBits) {
   EXPECT_FALSE(fp32_run.init(c, 2, 33, 1, 42).is_ok()) << "a bf16 base needs bf16 precision";
 }
 
+// In a bf16 LoRA run the frozen fp32 base's bf16 copy is made once, not every forward; a write to
+// the base after a forward (base_params(), as the trainer's loader writes, or set_base_tensor)
+// reaches the next forward: the logits are those of a model that held the new base from the start.
+TEST(Lora, AWriteToTheBaseReachesTheNextBf16Forward) {
+  const ModelConfig c = tiny(2, false, false);
+  const Batch b = make_batch(2, 33, c.vocab_size, true, false, 5);
+  auto model = [&](Model& m, uint64_t seed) {
+    m.set_precision(Precision::kBf16);
+    m.set_lora(lora(4));
+    ASSERT_TRUE(m.init(c, 2, 33, 1, seed).is_ok());
+    randomize_b(m);
+  };
+  Model other;
+  ASSERT_NO_FATAL_FAILURE(model(other, 43));
+  std::vector<float> want, g;
+  run_step(other, b, want, g);
+  const ParamLayout& lay = other.base_layout();
+  const float* ob = static_cast<const Model&>(other).base_params();
+  for (int path = 0; path < 2; path++) {
+    Model m;
+    ASSERT_NO_FATAL_FAILURE(model(m, 42));
+    std::vector<float> before, after;
+    run_step(m, b, before, g);
+    if (path == 0) {
+      std::copy(ob, ob + lay.total, m.base_params());
+    } else {
+      for (const auto& t : lay.tensors) m.set_base_tensor(t, ob + t.offset);
+    }
+    run_step(m, b, after, g);
+    EXPECT_NE(before, want);
+    EXPECT_EQ(after, want) << (path ? "set_base_tensor" : "base_params()");
+  }
+}
+
 // A q8_0 base computes what an fp32 base holding its dequantized weights computes (up to the
 // GEMMs' summation order), and its gradient-free matrices; a matrix whose rows are not whole
 // blocks (down_proj here: 176 columns) stays fp32.

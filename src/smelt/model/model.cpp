@@ -103,6 +103,7 @@ Status Model::init(const ModelConfig& c, const ModelShard& shard, int B, int T, 
   // norms', and a compact base's matrices never touch params_. Otherwise all of both is written.
   params_.reset(layout_.total, lora_on());
   grads_.reset(layout_.total, lora_on());
+  base16_stale_ = true;
   alloc_q8_base();
   slots_.assign(slots, Slot{});
   slot_ = 0;
@@ -201,6 +202,7 @@ void Model::alloc_q8_base() {
 void Model::set_base_tensor(const ParamTensor& t, const float* v) {
   if (!compact(t)) {
     std::copy(v, v + t.size(), params_.data() + t.offset);
+    base16_stale_ = true;
     return;
   }
   if (lcfg_.base_dtype == "bf16") {
@@ -408,13 +410,17 @@ Status Model::forward(const Batch& b, float& loss, float grad_dloss, bool loss_o
     lora_drop_ = !loss_only && lcfg_.dropout > 0;
     if (lora_drop_) lora_counter_++;
   }
-  // bf16: the weights as they are now (after the last optimizer step, a load or a gather).
+  // bf16: the weights as they are now (after the last optimizer step, a load or a gather); under
+  // LoRA the frozen base's copy is made once, and again only after the base was written.
   if (precision_ == Precision::kBf16) {
-    // Only what the GEMMs read: an untied embedding table is looked up in fp32, never multiplied.
-    const bool tied = layout_.lm_head == layout_.wte;
-    for (const auto& t : layout_.tensors)
-      if (t.cols > 1 && (tied || t.offset != layout_.wte) && !compact(t))  // (a compact base holds its own)
-        bf16_from_f32(w16_.data() + t.offset, w + t.offset, t.size());
+    if (!lora_on() || base16_stale_) {
+      // Only what the GEMMs read: an untied embedding table is looked up in fp32, never multiplied.
+      const bool tied = layout_.lm_head == layout_.wte;
+      for (const auto& t : layout_.tensors)
+        if (t.cols > 1 && (tied || t.offset != layout_.wte) && !compact(t))  // (a compact base holds its own)
+          bf16_from_f32(w16_.data() + t.offset, w + t.offset, t.size());
+      base16_stale_ = false;
+    }
     const int64_t need = attention_bf16_scratch_floats(Tmax_, threads_);
     if ((int64_t)attn16_scratch_.size() < need) attn16_scratch_.assign(need, 0.0f);  // set_threads raised the count
   }

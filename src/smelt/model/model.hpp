@@ -117,7 +117,10 @@ class Model {
   // compact base ([lora] base_dtype bf16 or q8_0) the layer matrices are not in base_params()
   // (their part of it stays zero and takes no memory): write the base through set_base_tensor.
   const ParamLayout& base_layout() const { return layout_; }
-  float* base_params() { return params_.data(); }
+  float* base_params() {  // (a write to the base: its bf16 copy is made again at the next forward)
+    base16_stale_ = true;
+    return params_.data();
+  }
   const float* base_params() const { return params_.data(); }
   // One whole tensor t of base_layout() from v (t.size() floats): copied, or held as the base's
   // dtype when t is a compact layer matrix.
@@ -242,6 +245,7 @@ class Model {
   std::vector<float> lxd_, ldu_, ldxd_;  // scratch: the dropped input, du, its input gradient
   uint64_t lora_counter_ = 0;        // the dropout masks' forward number
   bool lora_drop_ = false;           // this forward trains (dropout on)
+  bool base16_stale_ = true;         // bf16 under LoRA: the frozen base's copy is older than the base
   const Batch* batch_ = nullptr;  // of the last forward
   int64_t valid_ = 0;             // targets != -1 in the last forward
 };
