@@ -35,6 +35,19 @@ Status cli_load_checkpoint(const std::string& step_dir, ModelConfig& cfg, std::v
   return Status::ok();
 }
 
+Status cli_add_lora(const std::string& dir, const std::string& model, const ModelConfig& c,
+                    std::shared_ptr<const LoraAdapters>& lora) {
+  if (lora)
+    return Status::error(fmt::format("--lora {}: {} is a LoRA run's checkpoint and runs its own adapters; give its "
+                                     "base as --checkpoint to run these", dir, model));
+  auto a = std::make_shared<LoraAdapters>();
+  if (Status s = peft_load(dir, c, *a); !s) return Status::error(fmt::format("--lora {}: {}", dir, s.message()));
+  spdlog::info("--lora {}: rank {}, alpha {}, targets {} ({} parameters), unmerged beside the model", dir,
+               a->config.rank, a->config.alpha, fmt::join(a->config.targets, "/"), a->layout.params.total);
+  lora = std::move(a);
+  return Status::ok();
+}
+
 Status cli_load_model(const std::string& ckpt, const std::string& gguf, std::string& tok_path, LoadedModel& m,
                       const std::string& lora_dir) {
   if (!gguf.empty()) {
@@ -54,14 +67,7 @@ Status cli_load_model(const std::string& ckpt, const std::string& gguf, std::str
     if (m.lora) m.lora_source = m.source;
   }
   if (!lora_dir.empty()) {
-    if (m.lora)
-      return Status::error(fmt::format("--lora {}: {} is a LoRA run's checkpoint and runs its own adapters; give its "
-                                       "base as --checkpoint to run these", lora_dir, m.source));
-    auto a = std::make_shared<LoraAdapters>();
-    if (Status s = peft_load(lora_dir, m.cfg, *a); !s) return Status::error(fmt::format("--lora {}: {}", lora_dir, s.message()));
-    spdlog::info("--lora {}: rank {}, alpha {}, targets {}, unmerged beside the model", lora_dir, a->config.rank,
-                 a->config.alpha, fmt::join(a->config.targets, "/"));
-    m.lora = std::move(a);
+    if (Status s = cli_add_lora(lora_dir, m.source, m.cfg, m.lora); !s) return s;
     m.lora_source = lora_dir;
   }
   if (!tok_path.empty()) {

@@ -36,6 +36,11 @@ struct LoadedModel {
 Status cli_load_checkpoint(const std::string& step_dir, ModelConfig& cfg, std::vector<float>& params,
                            std::shared_ptr<const LoraAdapters>& lora, int64_t* step = nullptr);
 
+// --lora DIR: a PEFT adapter folder for model c (named `model` in messages) into lora, which must
+// be empty (a LoRA run's checkpoint brings its own adapters: refused).
+Status cli_add_lora(const std::string& dir, const std::string& model, const ModelConfig& c,
+                    std::shared_ptr<const LoraAdapters>& lora);
+
 // gguf non-empty: that file; else ckpt. tok_path: --tokenizer ("" = the model's own; set to the
 // checkpoint's tokenizer.json when that is used). lora_dir: a PEFT adapter folder to run beside the
 // model (--lora; refused for a LoRA run's checkpoint, which brings its own).

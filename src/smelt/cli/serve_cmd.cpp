@@ -10,11 +10,9 @@
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
-#include <fmt/ranges.h>
 
 #include "smelt/ckpt/checkpoint.hpp"
 #include "smelt/ckpt/export_gguf.hpp"
-#include "smelt/ckpt/peft.hpp"
 #include "smelt/cli/cli_parse.hpp"
 #include "smelt/cli/command_table.hpp"
 #include "smelt/cli/load_model.hpp"
@@ -211,22 +209,12 @@ int cli_serve(int argc, char** argv) {
     return quit(kExitFailure);
   }
   if (!f.model_name.empty()) m.name = f.model_name;
-  f.ec.lora = m.lora;
-  if (!f.lora.empty() && m.lora) {
-    spdlog::error("--lora {}: {} is a LoRA run's checkpoint and runs its own adapters; give its base as --checkpoint "
-                  "to serve these", f.lora, f.ckpt);
-    return quit(kExitFailure);
-  }
-  if (!f.lora.empty()) {
-    auto a = std::make_shared<LoraAdapters>();
-    if (Status e = peft_load(f.lora, m.cfg, *a); !e) {
-      spdlog::error("--lora {}: {}", f.lora, e.message());
+  if (!f.lora.empty())
+    if (Status e = cli_add_lora(f.lora, f.gguf.empty() ? f.ckpt : f.gguf, m.cfg, m.lora); !e) {
+      spdlog::error("{}", e.message());
       return quit(kExitFailure);
     }
-    spdlog::info("--lora {}: rank {}, alpha {}, targets {} ({} parameters)", f.lora, a->config.rank, a->config.alpha,
-                 fmt::join(a->config.targets, "/"), a->layout.params.total);
-    f.ec.lora = std::move(a);
-  }
+  f.ec.lora = m.lora;
   if (server.stopping()) return quit(kExitOk);  // a signal came while loading
   Engine engine;
   if (Status e = engine.start(m.cfg, std::move(m.params), m.tok, f.ec); !e) {
